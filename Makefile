@@ -1,0 +1,41 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   install everything into .venv and run the main job on the built-in default model
+#   make test   install everything into .venv and run the checks: format, lint, types, tests
+# Every install goes through constraints.txt, which pins torch (a CPU machine never pulls CUDA).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test check benchmarks clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -c constraints.txt -e '.[dev,onnx,transformers]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/accelscope env
+	$(BIN)/accelscope measure resnet50 --batch 8 --precision fp32
+	$(BIN)/accelscope measure resnet50 --batch 8 --precision bf16
+	$(BIN)/accelscope runs list --limit 5
+
+check: $(STAMP)
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+
+test: check
+	$(BIN)/pytest -q
+
+benchmarks: $(STAMP)
+	$(BIN)/python benchmarks/timer_overhead.py
+	$(BIN)/python benchmarks/run_to_run_spread.py
+
+clean:
+	rm -rf $(VENV) .accelscope .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,158 @@
+"""The typed Python API behind the CLI: load, measure, store. Returns data; never prints."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accelscope.backends.registry import get_backend
+from accelscope.engine.run import Reference, compute_reference, measure_config, reference_spec
+from accelscope.errors import BadInputError, InterruptedRunError
+from accelscope.hardware.fingerprint import Environment, collect_environment
+from accelscope.measure.threads import available_cores
+from accelscope.measure.timer import ProgressFn, TimerConfig
+from accelscope.models.base import LoadedModel
+from accelscope.models.loading import load_model
+from accelscope.result import Result
+from accelscope.spec import BATCH_DIM, Device, Precision, RunSpec, TensorSpec
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
+
+__all__ = ["DEFAULT_BATCH_SIZE", "MeasureOutcome", "MeasureRequest", "measure", "resolve_batches"]
+
+DEFAULT_BATCH_SIZE = 8
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """What ``accelscope measure`` should do. Empty ``batch_sizes`` means the default (8, or
+    the model's fixed batch); ``threads=None`` means every core this process may use."""
+
+    model: str
+    backend: str = "eager"
+    precision: Precision = Precision.FP32
+    batch_sizes: tuple[int, ...] = ()
+    threads: int | None = None
+    device: Device = Device.CPU
+    inputs: tuple[TensorSpec, ...] | None = None
+    weights: Path | None = None
+    trust_model_code: bool = False
+    timer: TimerConfig = field(default_factory=TimerConfig)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class MeasureOutcome:
+    """Results of one ``measure`` call and where they were stored (``run_id`` None: no store)."""
+
+    results: tuple[Result, ...]
+    run_id: str | None
+    store_path: Path | None
+    model: LoadedModel
+
+
+ConfigStarted = Callable[[RunSpec], None]
+
+
+def resolve_batches(model: LoadedModel, requested: tuple[int, ...]) -> tuple[int, ...]:
+    """Batch sizes to run: a model whose inputs have no batch dimension runs at its own size."""
+    if any(BATCH_DIM in spec.shape for spec in model.inputs):
+        return requested or (DEFAULT_BATCH_SIZE,)
+    first = model.inputs[0].shape
+    fixed = int(first[0]) if first else 1
+    if requested and requested != (fixed,):
+        raise BadInputError(
+            f"model {model.ref} has a fixed batch of {fixed} (no dynamic batch dimension); "
+            f"--batch {','.join(map(str, requested))} cannot be used"
+        )
+    return (fixed,)
+
+
+def _command_line() -> str:
+    return "accelscope " + " ".join(shlex.quote(arg) for arg in sys.argv[1:])
+
+
+def measure(
+    request: MeasureRequest,
+    *,
+    store_path: Path | None = DEFAULT_STORE_PATH,
+    environment: Environment | None = None,
+    on_config: ConfigStarted | None = None,
+    on_progress: ProgressFn | None = None,
+) -> MeasureOutcome:
+    """Load the model, measure each batch size in this process, commit each result at once.
+
+    Everything is validated (model, backend, precision, device, store path) before anything is
+    measured or written; the run record is created with its first result, so a bad input leaves
+    the store untouched. Ctrl-C keeps what was measured and raises ``InterruptedRunError``.
+    """
+    env = environment or collect_environment()
+    backend = get_backend(request.backend)
+    threads = request.threads if request.threads is not None else available_cores()
+    model = load_model(
+        request.model,
+        inputs=request.inputs,
+        weights=request.weights,
+        trust_model_code=request.trust_model_code,
+    )
+    specs = [
+        RunSpec(
+            model=model.ref,
+            backend=backend.name,
+            precision=request.precision,
+            batch_size=batch,
+            threads=threads,
+            device=request.device,
+            model_digest=model.digest,
+        )
+        for batch in resolve_batches(model, request.batch_sizes)
+    ]
+    for spec in specs:
+        backend.supports(model, spec, env).require(f"{spec.label()} for {model.ref}")
+    store = ResultStore(store_path) if store_path is not None else None
+    run_id: str | None = None
+    results: list[Result] = []
+    try:
+        for spec in specs:
+            if on_config is not None:
+                on_config(spec)
+            reference: Reference | None = None
+            if reference_spec(model, spec) != spec:
+                reference = compute_reference(model, spec, env, request.seed)
+            result = measure_config(
+                model,
+                spec,
+                backend,
+                env,
+                timer_config=request.timer,
+                reference=reference,
+                seed=request.seed,
+                on_progress=on_progress,
+            )
+            results.append(result)
+            if store is not None:
+                if run_id is None:
+                    run_id = store.start_run("measure", model.ref, _command_line(), env)
+                store.add_result(run_id, result)
+        if store is not None and run_id is not None:
+            store.finish_run(run_id, "complete")
+    except KeyboardInterrupt as exc:
+        if store is not None and run_id is not None:
+            store.finish_run(run_id, "interrupted")
+        kept = f"; {len(results)} result(s) kept in run {run_id}" if run_id else ""
+        raise InterruptedRunError(f"interrupted{kept}") from exc
+    except BaseException:
+        if store is not None and run_id is not None:
+            store.finish_run(run_id, "failed")
+        raise
+    finally:
+        if store is not None:
+            store.close()
+    return MeasureOutcome(
+        results=tuple(results),
+        run_id=run_id,
+        store_path=store.path if store is not None else None,
+        model=model,
+    )

@@ -1,0 +1,110 @@
+"""The runtime extension point: a ``Backend`` prepares a model into a ``Runner`` for one RunSpec.
+
+A backend says whether it is available here (and why not), which model formats, precisions and
+devices it handles, and turns a loaded model into a runner. The runner converts inputs to its
+native form once (outside timing), runs, synchronises, and hands outputs back as CPU tensors for
+accuracy checks (also outside timing).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from accelscope.errors import NotAvailableError
+from accelscope.models.base import LoadedModel, ModelFormat
+from accelscope.spec import Device, Precision, RunSpec
+
+if TYPE_CHECKING:
+    import torch
+
+    from accelscope.hardware.fingerprint import Environment
+    from accelscope.hardware.sync import IntervalTimer
+
+__all__ = ["Availability", "Backend", "Batch", "Runner"]
+
+Batch = dict[str, "torch.Tensor"]
+"""One batch of inputs, by input name, as CPU tensors."""
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether something can run here; ``reason`` says why not (or notes when it can)."""
+
+    ok: bool
+    reason: str = ""
+
+    def require(self, what: str) -> None:
+        """Raise :class:`NotAvailableError` with the reason when not available."""
+        if not self.ok:
+            raise NotAvailableError(f"{what} not available: {self.reason}")
+
+
+class Runner(ABC):
+    """A model prepared for one configuration."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+
+    @abstractmethod
+    def feed(self, batch: Batch) -> Any:
+        """Convert a batch to the runtime's native inputs (done once, not timed)."""
+
+    @abstractmethod
+    def run(self, feed: Any) -> Any:
+        """Run one inference on prepared inputs; returns native outputs (the timed call)."""
+
+    @abstractmethod
+    def outputs(self, raw: Any) -> list[torch.Tensor]:
+        """Native outputs as float32 CPU tensors, for accuracy checks (not timed)."""
+
+    def synchronize(self) -> None:  # noqa: B027 - CPU runtimes are synchronous
+        """Block until the device has finished queued work (no-op for synchronous runtimes)."""
+
+    def interval(self) -> IntervalTimer | None:
+        """A device-side interval timer, or ``None`` to time with the host clock after sync."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - most runners hold nothing to release
+        """Release runtime resources."""
+
+
+class Backend(ABC):
+    """One runtime (PyTorch eager, ONNX Runtime, ...). Subclasses set the class attributes."""
+
+    name: str = ""
+    description: str = ""
+    formats: frozenset[ModelFormat] = frozenset()
+    precisions: frozenset[Precision] = frozenset()
+    devices: frozenset[Device] = frozenset({Device.CPU})
+
+    @abstractmethod
+    def available(self, env: Environment) -> Availability:
+        """Whether this runtime can run on this machine at all, and if not, why."""
+
+    def supports(self, model: LoadedModel, spec: RunSpec, env: Environment) -> Availability:
+        """Whether this runtime can run ``model`` under ``spec`` here, and if not, why."""
+        here = self.available(env)
+        if not here.ok:
+            return here
+        if model.format not in self.formats:
+            kinds = ", ".join(sorted(f.value for f in self.formats))
+            return Availability(
+                False, f"backend {self.name!r} runs {kinds} models, not {model.format.value}"
+            )
+        if spec.precision not in self.precisions:
+            kinds = ", ".join(p.value for p in Precision if p in self.precisions)
+            return Availability(
+                False,
+                f"backend {self.name!r} supports precisions {kinds}, not {spec.precision.value}",
+            )
+        if spec.device not in self.devices:
+            return Availability(
+                False, f"backend {self.name!r} does not run on {spec.device.value}"
+            )
+        return Availability(True)
+
+    @abstractmethod
+    def prepare(self, model: LoadedModel, spec: RunSpec) -> Runner:
+        """Build a runner for ``model`` under ``spec`` (may compile; that time is measured)."""

@@ -1,0 +1,140 @@
+"""The config file (TOML): every ``measure`` flag can be set there; flags win over the file.
+
+    [model]
+    ref = "resnet50"                        # zoo name, file.py:fn, module:fn, .onnx, .pt2
+    inputs = ["x:N,3,224,224:float32"]      # or tables: {name=, shape=[...], dtype=}
+    weights = "weights.safetensors"
+    trust_model_code = false
+
+    [run]
+    backend = "eager"
+    precision = "fp32"
+    batch = [1, 8]                          # or 8, or "1,8"
+    threads = 2
+    device = "cpu"
+    budget = "10s"
+    target_ci = "2%"
+    store = ".accelscope/results.db"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from accelscope.errors import BadInputError, ConfigError
+from accelscope.spec import TensorSpec, parse_batch_sizes, parse_tensor_spec
+
+__all__ = ["CONFIG_KEYS", "load_config"]
+
+CONFIG_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
+    "model": {
+        "ref": (str,),
+        "inputs": (list,),
+        "weights": (str,),
+        "trust_model_code": (bool,),
+    },
+    "run": {
+        "backend": (str,),
+        "precision": (str,),
+        "batch": (int, str, list),
+        "threads": (int,),
+        "device": (str,),
+        "budget": (str, int, float),
+        "target_ci": (str, float),
+        "store": (str,),
+        "seed": (int,),
+    },
+}
+
+
+def _type_names(kinds: tuple[type, ...]) -> str:
+    names = {str: "string", int: "integer", float: "number", bool: "true/false", list: "list"}
+    return " or ".join(names[k] for k in kinds)
+
+
+def _check_types(path: Path, data: dict[str, Any]) -> None:
+    for section, values in data.items():
+        if section not in CONFIG_KEYS:
+            known = ", ".join(f"[{name}]" for name in CONFIG_KEYS)
+            raise ConfigError(f"{path}: unknown section [{section}]; known sections: {known}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: {section} must be a [{section}] table")
+        for key, value in values.items():
+            allowed = CONFIG_KEYS[section]
+            if key not in allowed:
+                raise ConfigError(
+                    f"{path}: unknown key {section}.{key}; known keys: {', '.join(allowed)}"
+                )
+            kinds = allowed[key]
+            is_bool = isinstance(value, bool)
+            if (is_bool and bool not in kinds) or not isinstance(value, kinds):
+                raise ConfigError(
+                    f"{path}: {section}.{key} must be a {_type_names(kinds)}, "
+                    f"got {type(value).__name__} {value!r}"
+                )
+
+
+def _inputs(path: Path, raw: list[Any]) -> tuple[TensorSpec, ...]:
+    specs: list[TensorSpec] = []
+    for item in raw:
+        try:
+            if isinstance(item, str):
+                specs.append(parse_tensor_spec(item))
+            elif isinstance(item, dict):
+                unknown = set(item) - {"name", "shape", "dtype", "low", "high"}
+                if unknown:
+                    raise ConfigError(f"unknown input key(s): {', '.join(sorted(unknown))}")
+                shape = item.get("shape")
+                if not isinstance(shape, list) or not shape:
+                    raise ConfigError("input shape must be a non-empty list like ['N', 3, 224]")
+                specs.append(
+                    TensorSpec(
+                        name=str(item.get("name", "")),
+                        shape=tuple(shape),
+                        dtype=str(item.get("dtype", "float32")),
+                        low=item.get("low"),
+                        high=item.get("high"),
+                    )
+                )
+            else:
+                raise ConfigError("each input must be a string or a table")
+        except BadInputError as exc:
+            raise ConfigError(f"{path}: model.inputs: {exc}") from exc
+    return tuple(specs)
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """Read and validate a config file into flat keys (``model``, ``inputs``, ``batch``, ...)."""
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    _check_types(path, data)
+    model = data.get("model", {})
+    run = data.get("run", {})
+    flat: dict[str, Any] = {}
+    if "ref" in model:
+        flat["model"] = model["ref"]
+    if "inputs" in model:
+        flat["inputs"] = _inputs(path, model["inputs"])
+    if "weights" in model:
+        flat["weights"] = Path(model["weights"])
+    if "trust_model_code" in model:
+        flat["trust_model_code"] = model["trust_model_code"]
+    for key in ("backend", "precision", "threads", "device", "budget", "target_ci", "seed"):
+        if key in run:
+            flat[key] = run[key]
+    if "store" in run:
+        flat["store"] = Path(run["store"])
+    if "batch" in run:
+        batch = run["batch"]
+        text = ",".join(str(b) for b in batch) if isinstance(batch, list) else str(batch)
+        try:
+            flat["batch"] = parse_batch_sizes(text)
+        except BadInputError as exc:
+            raise ConfigError(f"{path}: run.batch: {exc}") from exc
+    return flat

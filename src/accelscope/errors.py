@@ -1,0 +1,75 @@
+"""One exception root for accelscope; every error class carries the process exit code.
+
+The CLI maps an :class:`AccelscopeError` to one line on stderr and ``exit_code``; any other
+exception is a bug in accelscope and is reported as such.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AccelscopeError",
+    "BadInputError",
+    "ConfigError",
+    "InterruptedRunError",
+    "MeasurementError",
+    "ModelLoadError",
+    "NotAvailableError",
+    "StoreError",
+    "UnsafeModelError",
+]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+class AccelscopeError(Exception):
+    """Root of every error accelscope raises on purpose."""
+
+    exit_code: int = EXIT_FAILURE
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class BadInputError(AccelscopeError):
+    """The user gave something accelscope cannot use (flag, file, shape, value)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class ConfigError(BadInputError):
+    """A config file is missing, malformed, has unknown keys or wrong types."""
+
+
+class ModelLoadError(BadInputError):
+    """A model file or factory could not be loaded (missing, truncated, wrong type)."""
+
+
+class UnsafeModelError(BadInputError):
+    """Loading would execute code from a file (pickle); refused without --trust-model-code."""
+
+
+class StoreError(BadInputError):
+    """The results store cannot be opened or written (path, permissions, foreign file)."""
+
+
+class NotAvailableError(AccelscopeError):
+    """A requested backend, device or precision is not available here; the message says why."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class MeasurementError(AccelscopeError):
+    """The model ran but could not be measured (it raised, produced nothing, ran out of memory)."""
+
+
+class InterruptedRunError(AccelscopeError):
+    """The user interrupted a run (Ctrl-C); what was already measured is kept."""
+
+    exit_code = EXIT_INTERRUPTED

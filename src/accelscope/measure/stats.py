@@ -1,0 +1,169 @@
+"""Statistics derived from raw timing samples: percentiles, spread, CI of the median.
+
+Everything is computed from the samples alone (pure Python, deterministic), so a stored result
+can always be re-derived and checked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "NOISE_IQR_RATIO",
+    "STRONG_NOISE_IQR_RATIO",
+    "Summary",
+    "median_ci",
+    "percentile",
+    "summarize",
+]
+
+NOISE_IQR_RATIO = 0.10
+"""IQR/median above this adds a noise warning (as torch.utils.benchmark does)."""
+STRONG_NOISE_IQR_RATIO = 0.25
+"""IQR/median above this makes the warning a strong one."""
+
+_EXACT_BINOMIAL_MAX_N = 1000
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of already-sorted values, linear interpolation.
+
+    Matches ``numpy.percentile(..., method="linear")``.
+    """
+    if not sorted_values:
+        raise ValueError("percentile of no samples")
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile {q} outside 0..100")
+    position = (len(sorted_values) - 1) * q / 100.0
+    lower = math.floor(position)
+    upper = min(lower + 1, len(sorted_values) - 1)
+    fraction = position - lower
+    return sorted_values[lower] + (sorted_values[upper] - sorted_values[lower]) * fraction
+
+
+def _exact_lower_rank(n: int, alpha: float) -> int:
+    """Largest ``l`` with 2 * P(X <= l - 1) <= alpha for X ~ Binomial(n, 1/2); 0 if none."""
+    threshold = alpha * 2.0**n / 2.0
+    coefficient = 1  # C(n, i)
+    cumulative = 0  # sum of C(n, j) for j < i
+    rank = 0
+    for i in range(n // 2 + 1):
+        # candidate l = i + 1 needs P(X <= i) <= alpha / 2
+        cumulative += coefficient
+        if cumulative > threshold:
+            break
+        rank = i + 1
+        coefficient = coefficient * (n - i) // (i + 1)
+    return rank
+
+
+def _z_for(confidence: float) -> float:
+    """Two-sided standard-normal quantile for ``confidence`` (bisection on erf; no SciPy)."""
+    target = 0.5 + confidence / 2.0
+    lo, hi = 0.0, 10.0
+    for _ in range(100):
+        mid = (lo + hi) / 2.0
+        if 0.5 * (1.0 + math.erf(mid / math.sqrt(2.0))) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def median_ci(sorted_values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median from order statistics.
+
+    The interval ``[x_(l), x_(n-l+1)]`` (1-based) covers the population median with probability
+    at least ``confidence``; ``l`` comes from the exact Binomial(n, 1/2) law for n <= 1000 and its
+    normal approximation above. With too few samples for the requested confidence (n < 6 at 95 %)
+    the interval is the full sample range, which is honest: the median is not pinned down.
+    """
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("confidence interval of no samples")
+    alpha = 1.0 - confidence
+    if n <= _EXACT_BINOMIAL_MAX_N:
+        lower_rank = _exact_lower_rank(n, alpha)
+    else:
+        z = _z_for(confidence)
+        lower_rank = math.floor(n / 2.0 - z * math.sqrt(n) / 2.0)
+    if lower_rank < 1:
+        return sorted_values[0], sorted_values[-1]
+    return sorted_values[lower_rank - 1], sorted_values[n - lower_rank]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Statistics of a set of per-iteration times, in seconds."""
+
+    count: int
+    mean_s: float
+    median_s: float
+    std_s: float
+    min_s: float
+    max_s: float
+    p50_s: float
+    p90_s: float
+    p95_s: float
+    p99_s: float
+    p999_s: float
+    iqr_s: float
+    median_ci_low_s: float
+    median_ci_high_s: float
+    confidence: float
+
+    @property
+    def iqr_ratio(self) -> float:
+        """IQR / median: the relative spread the noise warning is based on."""
+        return self.iqr_s / self.median_s if self.median_s > 0 else math.inf
+
+    @property
+    def median_ci_rel(self) -> float:
+        """Half-width of the median's CI relative to the median (the widest side)."""
+        if self.median_s <= 0:
+            return math.inf
+        wide = max(self.median_s - self.median_ci_low_s, self.median_ci_high_s - self.median_s)
+        return wide / self.median_s
+
+    def noise_warnings(self) -> list[str]:
+        """Human warnings about this measurement's own noise (empty when it is steady)."""
+        ratio = self.iqr_ratio
+        if ratio > STRONG_NOISE_IQR_RATIO:
+            return [
+                f"very noisy: IQR is {ratio:.0%} of the median (> {STRONG_NOISE_IQR_RATIO:.0%}); "
+                "treat the numbers with great care"
+            ]
+        if ratio > NOISE_IQR_RATIO:
+            return [f"noisy: IQR is {ratio:.0%} of the median (> {NOISE_IQR_RATIO:.0%})"]
+        return []
+
+
+def summarize(samples_s: Sequence[float], confidence: float = 0.95) -> Summary:
+    """Compute a :class:`Summary` from raw per-iteration times in seconds."""
+    if not samples_s:
+        raise ValueError("cannot summarize zero samples")
+    ordered = sorted(samples_s)
+    n = len(ordered)
+    mean = math.fsum(ordered) / n
+    variance = math.fsum((x - mean) ** 2 for x in ordered) / (n - 1) if n > 1 else 0.0
+    median = percentile(ordered, 50.0)
+    low, high = median_ci(ordered, confidence)
+    return Summary(
+        count=n,
+        mean_s=mean,
+        median_s=median,
+        std_s=math.sqrt(variance),
+        min_s=ordered[0],
+        max_s=ordered[-1],
+        p50_s=median,
+        p90_s=percentile(ordered, 90.0),
+        p95_s=percentile(ordered, 95.0),
+        p99_s=percentile(ordered, 99.0),
+        p999_s=percentile(ordered, 99.9),
+        iqr_s=percentile(ordered, 75.0) - percentile(ordered, 25.0),
+        median_ci_low_s=low,
+        median_ci_high_s=high,
+        confidence=confidence,
+    )

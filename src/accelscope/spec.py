@@ -1,0 +1,239 @@
+"""Frozen, hashable specifications: what is measured, never how it turned out.
+
+``RunSpec`` is the identity of one measured configuration and the resume key of a sweep.
+``TensorSpec`` describes one model input with a symbolic batch dimension.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from accelscope.errors import BadInputError
+
+__all__ = [
+    "BATCH_DIM",
+    "Device",
+    "Precision",
+    "RunSpec",
+    "TensorSpec",
+    "parse_batch_sizes",
+    "parse_device",
+    "parse_precision",
+    "parse_tensor_spec",
+]
+
+BATCH_DIM = "N"
+"""Symbol for the batch dimension in a :class:`TensorSpec` shape."""
+
+
+class Precision(str, Enum):
+    """Numeric precision a configuration runs in."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    INT8 = "int8"
+    FP8 = "fp8"
+
+
+class Device(str, Enum):
+    """Kind of device a configuration runs on."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "uint8", "bool")
+_DTYPE_ALIASES = {
+    "fp32": "float32",
+    "float": "float32",
+    "fp16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "fp64": "float64",
+    "double": "float64",
+    "long": "int64",
+    "int": "int32",
+}
+
+
+def _enum_value(kind: type[Enum], text: str, what: str) -> Any:
+    try:
+        return kind(text.strip().lower())
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        raise BadInputError(f"unknown {what} {text!r}; choose one of: {choices}") from None
+
+
+def parse_precision(text: str) -> Precision:
+    """Parse ``fp32``/``bf16``/... into a :class:`Precision`; bad text is a ``BadInputError``."""
+    return _enum_value(Precision, text, "precision")  # type: ignore[no-any-return]
+
+
+def parse_device(text: str) -> Device:
+    """Parse ``cpu``/``cuda`` (``cuda:0`` is accepted as ``cuda``)."""
+    return _enum_value(Device, text.split(":", 1)[0], "device")  # type: ignore[no-any-return]
+
+
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    """Parse ``"1,8,32"`` into positive batch sizes, in the order given, without repeats."""
+    sizes: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not re.fullmatch(r"[+-]?\d+", part):
+            raise BadInputError(f"batch size {part!r} is not an integer (expected e.g. 1,8,32)")
+        value = int(part)
+        if value <= 0:
+            raise BadInputError(f"batch size must be a positive integer, got {value}")
+        if value not in sizes:
+            sizes.append(value)
+    return tuple(sizes)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input: name, shape (``"N"`` marks the batch dimension), dtype, value range.
+
+    ``low``/``high`` bound the synthetic values: integers are drawn from ``[low, high)``
+    (token ids, class indices), floats from a standard normal when both are ``None``.
+    """
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str = "float32"
+    low: float | None = None
+    high: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not re.fullmatch(r"[A-Za-z_][\w.\-]*", self.name):
+            raise BadInputError(f"input name {self.name!r} is not a valid identifier")
+        dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
+        if dtype not in _DTYPES:
+            raise BadInputError(
+                f"input {self.name!r}: unknown dtype {self.dtype!r}; choose one of: "
+                + ", ".join(_DTYPES)
+            )
+        object.__setattr__(self, "dtype", dtype)
+        for dim in self.shape:
+            if isinstance(dim, str):
+                if dim != BATCH_DIM:
+                    raise BadInputError(
+                        f"input {self.name!r}: dimension {dim!r} must be an integer or "
+                        f"{BATCH_DIM!r} (the batch)"
+                    )
+            elif isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
+                raise BadInputError(
+                    f"input {self.name!r}: dimension {dim!r} must be a positive integer"
+                )
+        if self.low is not None and self.high is not None and self.high <= self.low:
+            raise BadInputError(f"input {self.name!r}: high must be greater than low")
+
+    @property
+    def is_integer(self) -> bool:
+        """True for integer and bool dtypes (token ids, masks)."""
+        return self.dtype.startswith(("int", "uint")) or self.dtype == "bool"
+
+    def concrete_shape(self, batch_size: int) -> tuple[int, ...]:
+        """The shape with the batch dimension replaced by ``batch_size``."""
+        return tuple(batch_size if d == BATCH_DIM else int(d) for d in self.shape)
+
+    def to_text(self) -> str:
+        """The ``name:N,3,224,224:float32`` form accepted by :func:`parse_tensor_spec`."""
+        dims = ",".join(str(d) for d in self.shape)
+        return f"{self.name}:{dims}:{self.dtype}"
+
+
+def parse_tensor_spec(text: str) -> TensorSpec:
+    """Parse ``name:N,3,224,224:float32`` (dtype optional; ``x`` also separates dims).
+
+    An integer input may carry a value range: ``input_ids:N,128:int64:0-30522``.
+    """
+    parts = text.strip().split(":")
+    if len(parts) < 2 or len(parts) > 4:
+        raise BadInputError(
+            f"input spec {text!r} must look like NAME:SHAPE[:DTYPE[:LOW-HIGH]], "
+            "e.g. x:N,3,224,224:float32"
+        )
+    name, shape_text = parts[0], parts[1]
+    dims: list[int | str] = []
+    for raw in re.split(r"[,x×]", shape_text):
+        raw = raw.strip()
+        if raw.upper() in (BATCH_DIM, "B", "BATCH"):
+            dims.append(BATCH_DIM)
+        elif re.fullmatch(r"[+-]?\d+", raw):
+            dims.append(int(raw))
+        else:
+            raise BadInputError(f"input spec {text!r}: dimension {raw!r} is not an integer or N")
+    dtype = parts[2] if len(parts) >= 3 and parts[2] else "float32"
+    low: float | None = None
+    high: float | None = None
+    if len(parts) == 4:
+        match = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*-\s*(-?\d+(?:\.\d+)?)\s*", parts[3])
+        if not match:
+            raise BadInputError(f"input spec {text!r}: value range must look like 0-30522")
+        low, high = float(match.group(1)), float(match.group(2))
+    return TensorSpec(name=name, shape=tuple(dims), dtype=dtype, low=low, high=high)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Identity of one measured configuration; hashable and used as the resume key.
+
+    ``model`` is the model reference as the user gave it (zoo name, ``file.py:fn``, path);
+    ``model_digest`` pins the exact file content when there is one, so a changed model file is a
+    different configuration. ``options`` holds backend options as sorted ``(key, value)`` pairs.
+    """
+
+    model: str
+    backend: str
+    precision: Precision
+    batch_size: int
+    threads: int
+    device: Device = Device.CPU
+    model_digest: str = ""
+    options: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.batch_size <= 0:
+            raise BadInputError(f"batch size must be a positive integer, got {self.batch_size}")
+        if self.threads <= 0:
+            raise BadInputError(f"threads must be a positive integer, got {self.threads}")
+        object.__setattr__(self, "options", tuple(sorted(self.options)))
+
+    @property
+    def key(self) -> str:
+        """Stable 16-hex-digit digest of every field: the resume and de-duplication key."""
+        payload = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def label(self) -> str:
+        """Short human label, e.g. ``eager/fp32/b8/t2``."""
+        opts = "".join(f"/{k}={v}" for k, v in self.options)
+        return f"{self.backend}/{self.precision.value}/b{self.batch_size}/t{self.threads}{opts}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (enums as their values, options as lists)."""
+        data = asdict(self)
+        data["precision"] = self.precision.value
+        data["device"] = self.device.value
+        data["options"] = [list(kv) for kv in self.options]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            model=data["model"],
+            backend=data["backend"],
+            precision=Precision(data["precision"]),
+            batch_size=int(data["batch_size"]),
+            threads=int(data["threads"]),
+            device=Device(data["device"]),
+            model_digest=data.get("model_digest", ""),
+            options=tuple((str(k), str(v)) for k, v in data.get("options", [])),
+        )

@@ -1,0 +1,238 @@
+"""The results store: one SQLite file (WAL), a run per command, each result committed at once.
+
+Schema (``schema_version`` in ``meta``):
+``runs(id, kind, model, command, created_at, finished_at, status, environment_json)`` and
+``results(id, run_id, spec_key, status, created_at, result_json)``. Every write is one
+transaction, so an interrupted process leaves the store consistent: whole results or none.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from accelscope.errors import BadInputError, StoreError
+from accelscope.hardware.fingerprint import Environment
+from accelscope.result import SCHEMA_VERSION, Result, utc_now
+
+__all__ = ["DEFAULT_STORE_PATH", "ResultStore", "RunRecord"]
+
+DEFAULT_STORE_PATH = Path(".accelscope") / "results.db"
+"""Project-local default, relative to the current directory."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    model TEXT NOT NULL,
+    command TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    finished_at TEXT,
+    status TEXT NOT NULL,
+    environment_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS results (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    spec_key TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    result_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS results_by_run ON results(run_id);
+CREATE INDEX IF NOT EXISTS results_by_spec ON results(spec_key);
+"""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One command's run and (when loaded with them) its results, in insertion order."""
+
+    id: str
+    kind: str
+    model: str
+    command: str
+    created_at: str
+    finished_at: str | None
+    status: str
+    result_count: int
+    results: tuple[Result, ...] = ()
+
+
+def _new_run_id() -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+class ResultStore:
+    """An open results store. Use as a context manager or call :meth:`close`."""
+
+    def __init__(self, path: Path | str = DEFAULT_STORE_PATH) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise StoreError(f"store path {self.path} is a directory; give a file path")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open results store {self.path}: {exc}") from exc
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._init_schema()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(
+                f"{self.path} is not an accelscope results store (or is not writable): {exc}"
+            ) from exc
+
+    def _init_schema(self) -> None:
+        tables = {
+            row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        if tables and "meta" not in tables:
+            raise StoreError(f"{self.path} is an SQLite file, but not an accelscope results store")
+        with self._transaction():
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self._db.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has schema version {row[0]}, newer than this accelscope "
+                    f"({SCHEMA_VERSION}); upgrade accelscope"
+                )
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db, self.path)
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version recorded in the file."""
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return int(row[0])
+
+    def start_run(self, kind: str, model: str, command: str, environment: Environment) -> str:
+        """Record a new run (status ``running``) and return its id."""
+        run_id = _new_run_id()
+        with self._transaction():
+            self._db.execute(
+                "INSERT INTO runs(id, kind, model, command, created_at, status, environment_json)"
+                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
+                (run_id, kind, model, command, utc_now(), json.dumps(environment.to_dict())),
+            )
+        return run_id
+
+    def add_result(self, run_id: str, result: Result) -> int:
+        """Commit one result to ``run_id`` now; returns its row id."""
+        with self._transaction():
+            cursor = self._db.execute(
+                "INSERT INTO results(run_id, spec_key, status, created_at, result_json)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (run_id, result.spec.key, result.status.value, result.created_at, result.to_json()),
+            )
+        return int(cursor.lastrowid or 0)
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        """Mark a run ``complete``, ``failed`` or ``interrupted``."""
+        with self._transaction():
+            self._db.execute(
+                "UPDATE runs SET finished_at = ?, status = ? WHERE id = ?",
+                (utc_now(), status, run_id),
+            )
+
+    def has_result(self, spec_key: str) -> bool:
+        """True when a result for this RunSpec key exists (the ``--resume`` check)."""
+        row = self._db.execute(
+            "SELECT 1 FROM results WHERE spec_key = ? LIMIT 1", (spec_key,)
+        ).fetchone()
+        return row is not None
+
+    def list_runs(self, limit: int = 20) -> list[RunRecord]:
+        """The most recent runs first, without their results."""
+        if limit <= 0:
+            raise BadInputError(f"limit must be positive, got {limit}")
+        rows = self._db.execute(
+            "SELECT r.id, r.kind, r.model, r.command, r.created_at, r.finished_at, r.status,"
+            " (SELECT COUNT(*) FROM results s WHERE s.run_id = r.id)"
+            " FROM runs r ORDER BY r.created_at DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [RunRecord(*row) for row in rows]
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run whose id is ``run_id`` or starts with it (unique prefix), with its results.
+
+        ``latest`` names the most recent run.
+        """
+        if run_id == "latest":
+            row = self._db.execute("SELECT id FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()
+            if row is None:
+                raise BadInputError(f"the store {self.path} holds no runs yet")
+            run_id = row[0]
+        matches = self._db.execute(
+            "SELECT id FROM runs WHERE id LIKE ? ESCAPE '\\'",
+            (run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",),
+        ).fetchall()
+        if not matches:
+            raise BadInputError(f"no run {run_id!r} in {self.path} (see: accelscope runs list)")
+        if len(matches) > 1:
+            raise BadInputError(f"run id prefix {run_id!r} is ambiguous ({len(matches)} runs)")
+        full_id = matches[0][0]
+        head = self._db.execute(
+            "SELECT id, kind, model, command, created_at, finished_at, status FROM runs"
+            " WHERE id = ?",
+            (full_id,),
+        ).fetchone()
+        texts = self._db.execute(
+            "SELECT result_json FROM results WHERE run_id = ? ORDER BY id", (full_id,)
+        ).fetchall()
+        results = tuple(Result.from_json(text) for (text,) in texts)
+        return RunRecord(*head, result_count=len(results), results=results)
+
+    def close(self) -> None:
+        """Close the connection (the WAL is checkpointed by SQLite)."""
+        self._db.close()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any error; SQLite errors become StoreError."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+        self._db = db
+        self._path = path
+
+    def __enter__(self) -> None:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write to results store {self._path}: {exc}") from exc
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+        if exc_type is None:
+            try:
+                self._db.execute("COMMIT")
+                return False
+            except sqlite3.Error as error:
+                self._db.execute("ROLLBACK")
+                raise StoreError(f"cannot write to results store {self._path}: {error}") from error
+        self._db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise StoreError(f"cannot write to results store {self._path}: {exc}") from exc
+        return False

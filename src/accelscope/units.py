@@ -1,0 +1,67 @@
+"""Parsing of user-facing quantities with units: durations and percentages."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from accelscope.errors import BadInputError
+
+__all__ = ["format_bytes", "format_seconds", "parse_duration_s", "parse_fraction"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s|sec|m|min|h)?\s*$")
+_SCALE_S = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0,
+            "h": 3600.0}  # fmt: skip
+
+
+def parse_duration_s(text: str | float | int) -> float:
+    """``"15m"``, ``"100ms"``, ``"10s"``, ``"10"`` or a number (seconds) -> positive seconds."""
+    if isinstance(text, bool):
+        raise BadInputError(f"duration must be a number or text like 10s, got {text!r}")
+    if isinstance(text, int | float):
+        value = float(text)
+    else:
+        match = _DURATION.match(text)
+        if not match:
+            raise BadInputError(
+                f"duration {text!r} not understood; use e.g. 100ms, 10s, 15m, 1h"
+            )
+        value = float(match.group(1)) * _SCALE_S[match.group(2) or "s"]
+    if not math.isfinite(value) or value <= 0:
+        raise BadInputError(f"duration must be positive, got {text!r}")
+    return value
+
+
+def parse_fraction(text: str | float | int) -> float:
+    """``"2%"`` or ``0.02`` -> 0.02 (a fraction in (0, 1))."""
+    if isinstance(text, bool):
+        raise BadInputError(f"expected a fraction like 2% or 0.02, got {text!r}")
+    if isinstance(text, str):
+        stripped = text.strip()
+        try:
+            value = float(stripped.rstrip("%")) / (100.0 if stripped.endswith("%") else 1.0)
+        except ValueError:
+            raise BadInputError(f"expected a fraction like 2% or 0.02, got {text!r}") from None
+    else:
+        value = float(text)
+    if not 0.0 < value < 1.0:
+        raise BadInputError(f"fraction must be between 0 and 1 (exclusive), got {text!r}")
+    return value
+
+
+def format_seconds(seconds: float) -> str:
+    """Human duration with a unit that keeps 3 significant digits (``12.3 ms``)."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def format_bytes(count: float) -> str:
+    """Human size in binary units (``1.5 GiB``)."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
