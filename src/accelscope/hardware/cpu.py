@@ -28,14 +28,20 @@ __all__ = [
     "read_cpu_info",
 ]
 
-_X86_SAME_NAME = (
-    "avx2 fma avx512f avx512_vnni avx_vnni avx512_bf16 avx512_fp16 "
-    "amx_tile amx_bf16 amx_int8 amx_fp16"
-).split()
 X86_FEATURES: dict[str, str] = {
-    **{name: name for name in _X86_SAME_NAME},
+    "avx2": "avx2",
+    "fma": "fma",
+    "avx512f": "avx512f",
     "avx512bw": "avx512_bw",
     "avx512vl": "avx512_vl",
+    "avx512_vnni": "avx512_vnni",
+    "avx_vnni": "avx_vnni",
+    "avx512_bf16": "avx512_bf16",
+    "avx512_fp16": "avx512_fp16",
+    "amx_tile": "amx_tile",
+    "amx_bf16": "amx_bf16",
+    "amx_int8": "amx_int8",
+    "amx_fp16": "amx_fp16",
 }
 """``/proc/cpuinfo`` ``flags`` names (x86) -> accelscope's normalised ISA feature names."""
 

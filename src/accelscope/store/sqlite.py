@@ -82,6 +82,7 @@ class ResultStore:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open results store {self.path}: {exc}") from exc
         try:
+            self._check_is_ours()
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._init_schema()
@@ -91,12 +92,19 @@ class ResultStore:
                 f"{self.path} is not an accelscope results store (or is not writable): {exc}"
             ) from exc
 
-    def _init_schema(self) -> None:
-        tables = {
-            row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        }
+    def _tables(self) -> set[str]:
+        rows = self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        return {row[0] for row in rows}
+
+    def _check_is_ours(self) -> None:
+        """Refuse a foreign SQLite file before changing anything in it (even its journal mode)."""
+        tables = self._tables()
         if tables and "meta" not in tables:
+            self._db.close()
             raise StoreError(f"{self.path} is an SQLite file, but not an accelscope results store")
+
+    def _init_schema(self) -> None:
+        tables = self._tables()
         with self._transaction():
             for statement in _SCHEMA.split(";"):
                 if statement.strip():

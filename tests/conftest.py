@@ -1,0 +1,91 @@
+"""Shared fixtures: a fixed environment and synthetic results, no real hardware needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelscope.accuracy.fidelity import Fidelity
+from accelscope.hardware.cpu import CpuInfo
+from accelscope.hardware.fingerprint import Environment
+from accelscope.hardware.gpu import GpuInfo
+from accelscope.measure.measurement import Measurement, StopReason
+from accelscope.measure.memory import MemoryPeak
+from accelscope.measure.threads import ThreadSettings
+from accelscope.result import Accuracy, Result, Status
+from accelscope.spec import Device, Precision, RunSpec
+
+
+@pytest.fixture
+def environment() -> Environment:
+    cpu = CpuInfo(
+        model_name="Intel(R) Xeon(R) Platinum 8480+",
+        vendor="GenuineIntel",
+        arch="x86_64",
+        logical_cores=2,
+        physical_cores=1,
+        usable_cores=2,
+        sockets=1,
+        max_freq_mhz=None,
+        l2_cache_bytes=2 * 1024 * 1024,
+        l3_cache_bytes=None,
+        isa=("amx_bf16", "amx_int8", "amx_tile", "avx2", "avx512_bf16", "avx512f"),
+    )
+    gpu = GpuInfo(
+        index=0,
+        name="NVIDIA H200",
+        memory_bytes=150_000_000_000,
+        compute_capability="9.0",
+        driver_version="580.1",
+        cuda_runtime="12.8",
+        uuid="GPU-0",
+    )
+    return Environment(
+        hostname="box",
+        os="Linux-6.1",
+        python="3.11.7",
+        cpu=cpu,
+        memory_bytes=24 * 1024**3,
+        gpus=(gpu,),
+        libraries=(("numpy", "2.4.6"), ("torch", "2.13.0")),
+        torch_build=(("cuda", "none"), ("mkldnn", "True")),
+        collected_at="2026-11-20T22:00:00+00:00",
+    )
+
+
+def make_result(environment: Environment, batch: int = 8, seed: float = 0.0) -> Result:
+    """A fully populated result with awkward floats (to prove lossless round trips)."""
+    spec = RunSpec(
+        model="resnet50",
+        backend="eager",
+        precision=Precision.BF16,
+        batch_size=batch,
+        threads=2,
+        device=Device.CPU,
+        model_digest="zoo:resnet50:v1",
+        options=(("channels_last", "true"),),
+    )
+    samples = tuple(0.1 + seed + i * 1e-17 + 1 / 3 for i in range(12))
+    return Result(
+        spec=spec,
+        environment=environment,
+        status=Status.OK,
+        measurement=Measurement(
+            samples_s=samples,
+            items_per_call=batch,
+            first_call_s=1.2345678901234567,
+            warmup_samples_s=(0.5, 0.4),
+            stop_reason=StopReason.BUDGET,
+            budget_s=10.0,
+        ),
+        memory=MemoryPeak(123456789, 1000, "region", None, None),
+        threads=ThreadSettings(2, 2, 1, "2", 2),
+        accuracy=Accuracy(
+            fidelity=Fidelity(rel_l2=1e-3, max_abs=0.25, cosine=0.9999995, top1_agreement=1.0),
+            metric_name="top1_accuracy",
+            metric_value=0.97,
+            reference_metric_value=0.975,
+            metric_source="digits",
+        ),
+        prepare_s=0.01,
+        warnings=("noisy: IQR is 12% of the median (> 10%)",),
+    )

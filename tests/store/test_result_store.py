@@ -1,0 +1,127 @@
+"""Results store: lossless round trip, schema_version, WAL, per-result commits, bad paths."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import make_result
+
+from accelscope.errors import BadInputError, StoreError
+from accelscope.hardware.fingerprint import Environment
+from accelscope.result import SCHEMA_VERSION, Result
+from accelscope.store.export import CSV_COLUMNS, run_to_csv, run_to_json
+from accelscope.store.sqlite import ResultStore
+
+
+def test_result_round_trips_through_json(environment: Environment) -> None:
+    result = make_result(environment)
+    again = Result.from_json(result.to_json())
+    assert again == result
+    assert again.measurement is not None and result.measurement is not None
+    assert again.measurement.samples_s == result.measurement.samples_s  # bit-exact floats
+    assert again.accuracy is not None and again.accuracy.metric_drop == pytest.approx(0.005)
+
+
+def test_result_round_trips_through_the_store(tmp_path: Path, environment: Environment) -> None:
+    result = make_result(environment)
+    with ResultStore(tmp_path / "r.db") as store:
+        run_id = store.start_run("measure", "resnet50", "accelscope measure", environment)
+        store.add_result(run_id, result)
+        store.finish_run(run_id, "complete")
+    with ResultStore(tmp_path / "r.db") as store:
+        run = store.get_run(run_id)
+        assert store.schema_version == SCHEMA_VERSION
+    assert run.results == (result,)
+    assert run.status == "complete" and run.result_count == 1
+
+
+def test_store_uses_wal_and_records_schema_version(tmp_path: Path) -> None:
+    ResultStore(tmp_path / "r.db").close()
+    db = sqlite3.connect(tmp_path / "r.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    version = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+    assert int(version) == SCHEMA_VERSION
+
+
+def test_each_result_is_visible_to_another_reader_at_once(
+    tmp_path: Path, environment: Environment
+) -> None:
+    path = tmp_path / "r.db"
+    writer = ResultStore(path)
+    run_id = writer.start_run("measure", "m", "cmd", environment)
+    writer.add_result(run_id, make_result(environment, batch=1))
+    # a second connection (another process would see the same) sees the committed result
+    reader = ResultStore(path)
+    assert reader.get_run(run_id).result_count == 1
+    writer.add_result(run_id, make_result(environment, batch=2))
+    assert reader.get_run(run_id).result_count == 2
+    assert reader.has_result(make_result(environment, batch=2).spec.key)
+    assert not reader.has_result("0" * 16)
+    writer.close()
+    reader.close()
+
+
+def test_runs_are_listed_newest_first_and_found_by_prefix(
+    tmp_path: Path, environment: Environment
+) -> None:
+    with ResultStore(tmp_path / "r.db") as store:
+        first = store.start_run("measure", "a", "cmd", environment)
+        second = store.start_run("measure", "b", "cmd", environment)
+        listed = [run.id for run in store.list_runs()]
+        assert set(listed) == {first, second}
+        assert store.get_run(second[:-1] if first[:-1] != second[:-1] else second).id == second
+        assert store.get_run("latest").id == listed[0]
+        with pytest.raises(BadInputError, match="no run"):
+            store.get_run("19990101")
+
+
+def test_failed_write_rolls_back(tmp_path: Path, environment: Environment) -> None:
+    with ResultStore(tmp_path / "r.db") as store:
+        with pytest.raises(StoreError):
+            store.add_result("no-such-run", make_result(environment))  # foreign key violation
+        assert store.list_runs() == []
+
+
+@pytest.mark.parametrize("kind", ["directory", "text", "foreign-sqlite", "under-a-file"])
+def test_bad_store_paths_are_store_errors(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "store"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "text":
+        path.write_text("not a database at all, just text " * 100)
+    elif kind == "foreign-sqlite":
+        sqlite3.connect(path).execute("CREATE TABLE other (x)").connection.commit()
+    else:
+        (tmp_path / "afile").write_text("x")
+        path = tmp_path / "afile" / "r.db"
+    before = path.read_bytes() if path.is_file() else None
+    with pytest.raises(StoreError):
+        ResultStore(path)
+    if before is not None:
+        assert path.read_bytes() == before  # a foreign file is left exactly as it was
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    ResultStore(tmp_path / "r.db").close()
+    db = sqlite3.connect(tmp_path / "r.db")
+    db.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    db.commit()
+    with pytest.raises(StoreError, match="newer"):
+        ResultStore(tmp_path / "r.db")
+
+
+def test_csv_and_json_exports(tmp_path: Path, environment: Environment) -> None:
+    with ResultStore(tmp_path / "r.db") as store:
+        run_id = store.start_run("measure", "resnet50", "cmd", environment)
+        store.add_result(run_id, make_result(environment, batch=1))
+        store.add_result(run_id, make_result(environment, batch=8))
+        run = store.get_run(run_id)
+    lines = run_to_csv(run).splitlines()
+    assert lines[0].split(",") == list(CSV_COLUMNS)
+    assert len(lines) == 3
+    assert ",bf16,8,2," in lines[2]
+    document = json.loads(run_to_json(run))
+    assert [Result.from_dict(r) for r in document["results"]] == list(run.results)
