@@ -31,8 +31,14 @@ def test_package_is_typed() -> None:
 
 
 def test_every_error_carries_an_exit_code() -> None:
-    bad_input = [accelscope.BadInputError, accelscope.ConfigError, accelscope.ModelLoadError,
-                 accelscope.UnsafeModelError, accelscope.StoreError, accelscope.NotAvailableError]
+    bad_input = [
+        accelscope.BadInputError,
+        accelscope.ConfigError,
+        accelscope.ModelLoadError,
+        accelscope.UnsafeModelError,
+        accelscope.StoreError,
+        accelscope.NotAvailableError,
+    ]
     for error in bad_input:
         assert issubclass(error, accelscope.AccelscopeError)
         assert error.exit_code == 2, error

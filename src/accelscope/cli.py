@@ -222,8 +222,26 @@ def runs_list(
     with _open_store(store) as opened:
         runs = opened.list_runs(limit)
     if as_json:
-        _out.print_json(json.dumps([{k: getattr(r, k) for k in ("id", "kind", "model", "command",
-                        "created_at", "finished_at", "status", "result_count")} for r in runs]))
+        _out.print_json(
+            json.dumps(
+                [
+                    {
+                        k: getattr(r, k)
+                        for k in (
+                            "id",
+                            "kind",
+                            "model",
+                            "command",
+                            "created_at",
+                            "finished_at",
+                            "status",
+                            "result_count",
+                        )
+                    }
+                    for r in runs
+                ]
+            )
+        )
         return  # fmt: skip
     _out.print(runs_view(runs))
 

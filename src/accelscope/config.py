@@ -1,27 +1,28 @@
 """The config file (TOML): every ``measure`` flag can be set there; flags win over the file.
 
-    [model]
-    ref = "resnet50"                        # zoo name, file.py:fn, module:fn, .onnx, .pt2
-    inputs = ["x:N,3,224,224:float32"]      # or tables: {name=, shape=[...], dtype=}
-    weights = "weights.safetensors"
-    trust_model_code = false
+[model]
+ref = "resnet50"                        # zoo name, file.py:fn, module:fn, .onnx, .pt2
+inputs = ["x:N,3,224,224:float32"]      # or tables: {name=, shape=[...], dtype=}
+weights = "weights.safetensors"
+trust_model_code = false
 
-    [run]
-    backend = "eager"
-    precision = "fp32"
-    batch = [1, 8]                          # or 8, or "1,8"
-    threads = 2
-    device = "cpu"
-    budget = "10s"
-    target_ci = "2%"
-    store = ".accelscope/results.db"
+[run]
+backend = "eager"
+precision = "fp32"
+batch = [1, 8]                          # or 8, or "1,8"
+threads = 2
+device = "cpu"
+budget = "10s"
+target_ci = "2%"
+store = ".accelscope/results.db"
 """
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from accelscope.errors import BadInputError, ConfigError
 from accelscope.spec import TensorSpec, parse_batch_sizes, parse_tensor_spec

@@ -161,7 +161,7 @@ def parse_tensor_spec(text: str) -> TensorSpec:
         )
     name, shape_text = parts[0], parts[1]
     dims: list[int | str] = []
-    for raw in re.split(r"[,x×]", shape_text):
+    for raw in re.split("[,x\u00d7]", shape_text):
         raw = raw.strip()
         if raw.upper() in (BATCH_DIM, "B", "BATCH"):
             dims.append(BATCH_DIM)

@@ -50,4 +50,5 @@ class ScriptedWork:
         try:
             self._clock.advance(next(self._durations))
         except StopIteration:
-            raise RuntimeError(f"scripted work ran out of durations after {self.calls - 1} calls")
+            message = f"scripted work ran out of durations after {self.calls - 1} calls"
+            raise RuntimeError(message) from None

@@ -23,9 +23,7 @@ def parse_duration_s(text: str | float | int) -> float:
     else:
         match = _DURATION.match(text)
         if not match:
-            raise BadInputError(
-                f"duration {text!r} not understood; use e.g. 100ms, 10s, 15m, 1h"
-            )
+            raise BadInputError(f"duration {text!r} not understood; use e.g. 100ms, 10s, 15m, 1h")
         value = float(match.group(1)) * _SCALE_S[match.group(2) or "s"]
     if not math.isfinite(value) or value <= 0:
         raise BadInputError(f"duration must be positive, got {text!r}")

@@ -10,8 +10,9 @@ from accelscope.measure.timer import HostInterval, Timer, TimerConfig
 from accelscope.testing import FakeClock, ScriptedWork
 
 
-def _timer(durations: list[float], config: TimerConfig, cycle: bool = True) -> tuple[Timer,
-                                                                                 ScriptedWork]:
+def _timer(
+    durations: list[float], config: TimerConfig, cycle: bool = True
+) -> tuple[Timer, ScriptedWork]:
     clock = FakeClock()
     work = ScriptedWork(clock, durations, cycle=cycle)
     return Timer(work, items_per_call=4, config=config, clock=clock), work

@@ -7,13 +7,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import make_result
 
 from accelscope.errors import BadInputError, StoreError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.result import SCHEMA_VERSION, Result
 from accelscope.store.export import CSV_COLUMNS, run_to_csv, run_to_json
 from accelscope.store.sqlite import ResultStore
+from conftest import make_result
 
 
 def test_result_round_trips_through_json(environment: Environment) -> None:

@@ -100,9 +100,7 @@ class Backend(ABC):
                 f"backend {self.name!r} supports precisions {kinds}, not {spec.precision.value}",
             )
         if spec.device not in self.devices:
-            return Availability(
-                False, f"backend {self.name!r} does not run on {spec.device.value}"
-            )
+            return Availability(False, f"backend {self.name!r} does not run on {spec.device.value}")
         return Availability(True)
 
     @abstractmethod

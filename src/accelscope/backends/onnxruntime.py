@@ -81,7 +81,7 @@ class OnnxRuntimeBackend(Backend):
         )
         try:
             session = ort.InferenceSession(str(model.onnx_path), options, providers=providers)
-        except Exception as exc:  # noqa: BLE001 - ORT raises its own untyped errors
+        except Exception as exc:
             raise ModelLoadError(
                 f"onnxruntime cannot load {model.onnx_path}: {str(exc).splitlines()[0]}"
             ) from exc

@@ -20,10 +20,9 @@ from accelscope.hardware.fingerprint import Environment
 from accelscope.measure.memory import MemoryProbe
 from accelscope.measure.threads import pinned_threads
 from accelscope.measure.timer import Clock, ProgressFn, Timer, TimerConfig
-from accelscope.models.base import EvalData, LoadedModel, Task
+from accelscope.models.base import EvalData, LoadedModel, ModelFormat, Task
 from accelscope.models.inputs import make_batch
 from accelscope.result import Accuracy, Result, Status
-from accelscope.models.base import ModelFormat
 from accelscope.spec import Device, Precision, RunSpec
 
 if TYPE_CHECKING:
@@ -189,9 +188,9 @@ def reference_spec(model: LoadedModel, spec: RunSpec) -> RunSpec:
     )
 
 
-def compute_reference(model: LoadedModel, spec: RunSpec, env: Environment, seed: int = 0) -> (
-    Reference
-):
+def compute_reference(
+    model: LoadedModel, spec: RunSpec, env: Environment, seed: int = 0
+) -> Reference:
     """Reference outputs on the same batch as ``spec`` (and the reference metric, if any)."""
     ref_spec = reference_spec(model, spec)
     backend = get_backend(ref_spec.backend)

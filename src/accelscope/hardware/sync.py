@@ -36,8 +36,8 @@ class CudaEventInterval:
             raise NotAvailableError("CUDA timing not available: torch sees no CUDA device")
         self._device_index = device_index
         with torch.cuda.device(device_index):
-            self._start: Any = torch.cuda.Event(enable_timing=True)
-            self._end: Any = torch.cuda.Event(enable_timing=True)
+            self._start: Any = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            self._end: Any = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
     def start(self) -> None:
         """Record the start event on the current stream."""

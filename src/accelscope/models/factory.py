@@ -43,7 +43,7 @@ def _load_file_module(path: Path) -> Any:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - user code can raise anything
+    except Exception as exc:
         sys.modules.pop(name, None)
         raise ModelLoadError(
             f"importing {path} failed: {type(exc).__name__}: {_first_line(exc)}"
@@ -63,7 +63,7 @@ def resolve_factory(ref: str) -> tuple[Callable[[], Any], str]:
             module = importlib.import_module(target)
         except ImportError as exc:
             raise ModelLoadError(f"cannot import module {target!r}: {_first_line(exc)}") from exc
-        except Exception as exc:  # noqa: BLE001 - user code can raise anything
+        except Exception as exc:
             raise ModelLoadError(
                 f"importing {target!r} failed: {type(exc).__name__}: {_first_line(exc)}"
             ) from exc

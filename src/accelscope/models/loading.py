@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from accelscope.errors import ModelLoadError, NotAvailableError
-from accelscope.models.base import LoadedModel, ModelFormat, Task
+from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.factory import is_factory_ref, resolve_factory
 from accelscope.models.onnx_file import check_onnx_file, onnx_input_specs
 from accelscope.models.safe_load import load_checkpoint, load_state_dict, no_unpickling
@@ -52,9 +52,7 @@ def _as_module(value: Any, ref: str) -> Any:
     import torch
 
     if not isinstance(value, torch.nn.Module):
-        raise ModelLoadError(
-            f"{ref} returned {type(value).__name__}, expected a torch.nn.Module"
-        )
+        raise ModelLoadError(f"{ref} returned {type(value).__name__}, expected a torch.nn.Module")
     return value.eval()
 
 
@@ -143,7 +141,7 @@ def _load_exported(
                 program = torch.export.load(str(path))
     except ModelLoadError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the archive reader raises many types
+    except Exception as exc:
         raise ModelLoadError(
             f"{path} is not a loadable torch.export program: {_first_line(exc)[:200]}"
         ) from exc
@@ -177,7 +175,7 @@ def load_model(
         factory, digest = resolve_factory(ref)
         try:
             built = factory()
-        except Exception as exc:  # noqa: BLE001 - user code can raise anything
+        except Exception as exc:
             raise ModelLoadError(
                 f"model factory {ref} raised {type(exc).__name__}: {_first_line(exc)}"
             ) from exc

@@ -11,8 +11,17 @@ from accelscope.spec import BATCH_DIM, TensorSpec
 __all__ = ["check_onnx_file", "onnx_input_specs"]
 
 # onnx.TensorProto element types -> TensorSpec dtype names
-_ELEM_TYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool",
-               10: "float16", 11: "float64", 16: "bfloat16"}
+_ELEM_TYPES = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    16: "bfloat16",
+}
 
 
 def check_onnx_file(path: Path) -> Any:
@@ -27,7 +36,7 @@ def check_onnx_file(path: Path) -> Any:
     try:
         model = onnx.load(str(path), load_external_data=False)
         onnx.checker.check_model(model)
-    except Exception as exc:  # noqa: BLE001 - protobuf/onnx raise many unrelated types
+    except Exception as exc:
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelLoadError(
             f"{path} is not a valid ONNX model (truncated or corrupt?): {detail}"

@@ -47,7 +47,7 @@ def load_checkpoint(path: Path, *, trust_model_code: bool = False) -> Any:
         ) from exc
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - arbitrary unpickling can raise anything
+    except Exception as exc:
         raise ModelLoadError(f"cannot load {path}: {_first_line(exc)}") from exc
 
 
@@ -61,7 +61,7 @@ def read_safetensors(path: Path) -> dict[str, Any]:
         ) from exc
     try:
         return dict(load_file(str(path), device="cpu"))
-    except Exception as exc:  # noqa: BLE001 - safetensors raises its own untyped errors
+    except Exception as exc:
         raise ModelLoadError(f"{path} is not a valid safetensors file: {_first_line(exc)}") from exc
 
 
@@ -128,7 +128,7 @@ def no_unpickling() -> Iterator[None]:
     if original_script_load is not None:
         torch._C._pickle_load_obj = refuse_script_object
     if original_pickle is not None:
-        package.pickle = _RefusingPickle()  # type: ignore[assignment]
+        setattr(package, "pickle", _RefusingPickle())  # noqa: B010 - module attribute swap
     try:
         yield
     finally:
@@ -136,4 +136,4 @@ def no_unpickling() -> Iterator[None]:
         if original_script_load is not None:
             torch._C._pickle_load_obj = original_script_load
         if original_pickle is not None:
-            package.pickle = original_pickle
+            setattr(package, "pickle", original_pickle)  # noqa: B010

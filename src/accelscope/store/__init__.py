@@ -3,5 +3,12 @@
 from accelscope.store.export import CSV_COLUMNS, result_row, run_to_csv, run_to_json
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord
 
-__all__ = ["CSV_COLUMNS", "DEFAULT_STORE_PATH", "ResultStore", "RunRecord", "result_row",
-           "run_to_csv", "run_to_json"]
+__all__ = [
+    "CSV_COLUMNS",
+    "DEFAULT_STORE_PATH",
+    "ResultStore",
+    "RunRecord",
+    "result_row",
+    "run_to_csv",
+    "run_to_json",
+]

@@ -104,7 +104,6 @@ class ResultStore:
             raise StoreError(f"{self.path} is an SQLite file, but not an accelscope results store")
 
     def _init_schema(self) -> None:
-        tables = self._tables()
         with self._transaction():
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
@@ -184,7 +183,9 @@ class ResultStore:
         ``latest`` names the most recent run.
         """
         if run_id == "latest":
-            row = self._db.execute("SELECT id FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()
+            row = self._db.execute(
+                "SELECT id FROM runs ORDER BY created_at DESC LIMIT 1"
+            ).fetchone()
             if row is None:
                 raise BadInputError(f"the store {self.path} holds no runs yet")
             run_id = row[0]
@@ -206,7 +207,18 @@ class ResultStore:
             "SELECT result_json FROM results WHERE run_id = ? ORDER BY id", (full_id,)
         ).fetchall()
         results = tuple(Result.from_json(text) for (text,) in texts)
-        return RunRecord(*head, result_count=len(results), results=results)
+        run_id_, kind, model, command, created_at, finished_at, status = head
+        return RunRecord(
+            id=run_id_,
+            kind=kind,
+            model=model,
+            command=command,
+            created_at=created_at,
+            finished_at=finished_at,
+            status=status,
+            result_count=len(results),
+            results=results,
+        )
 
     def close(self) -> None:
         """Close the connection (the WAL is checkpointed by SQLite)."""
@@ -232,15 +244,14 @@ class _Transaction:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write to results store {self._path}: {exc}") from exc
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
             try:
                 self._db.execute("COMMIT")
-                return False
             except sqlite3.Error as error:
                 self._db.execute("ROLLBACK")
                 raise StoreError(f"cannot write to results store {self._path}: {error}") from error
+            return
         self._db.execute("ROLLBACK")
         if isinstance(exc, sqlite3.Error):
             raise StoreError(f"cannot write to results store {self._path}: {exc}") from exc
-        return False
