@@ -18,7 +18,7 @@ from accelscope.models.base import LoadedModel
 from accelscope.models.loading import load_model
 from accelscope.result import Result
 from accelscope.spec import BATCH_DIM, Device, Precision, RunSpec, TensorSpec
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
 
 __all__ = ["DEFAULT_BATCH_SIZE", "MeasureOutcome", "MeasureRequest", "measure", "resolve_batches"]
 
@@ -91,6 +91,16 @@ def measure(
     env = environment or collect_environment()
     backend = get_backend(request.backend)
     threads = request.threads if request.threads is not None else available_cores()
+    if threads <= 0:
+        raise BadInputError(f"threads must be a positive integer, got {threads}")
+    if request.precision not in backend.precisions:
+        supported = ", ".join(p.value for p in Precision if p in backend.precisions)
+        raise BadInputError(
+            f"backend {backend.name!r} supports precisions {supported}, "
+            f"not {request.precision.value}"
+        )
+    if store_path is not None:
+        check_store_path(store_path)
     model = load_model(
         request.model,
         inputs=request.inputs,
@@ -111,7 +121,7 @@ def measure(
     ]
     for spec in specs:
         backend.supports(model, spec, env).require(f"{spec.label()} for {model.ref}")
-    store = ResultStore(store_path) if store_path is not None else None
+    store: ResultStore | None = None  # opened with the first result: bad input writes nothing
     run_id: str | None = None
     results: list[Result] = []
     try:
@@ -132,9 +142,11 @@ def measure(
                 on_progress=on_progress,
             )
             results.append(result)
-            if store is not None:
-                if run_id is None:
+            if store_path is not None:
+                if store is None:
+                    store = ResultStore(store_path)
                     run_id = store.start_run("measure", model.ref, _command_line(), env)
+                assert run_id is not None
                 store.add_result(run_id, result)
         if store is not None and run_id is not None:
             store.finish_run(run_id, "complete")
@@ -153,6 +165,6 @@ def measure(
     return MeasureOutcome(
         results=tuple(results),
         run_id=run_id,
-        store_path=store.path if store is not None else None,
+        store_path=store_path if run_id is not None else None,
         model=model,
     )

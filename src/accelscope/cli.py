@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -22,7 +21,14 @@ from accelscope import __version__
 from accelscope.api import MeasureRequest, measure
 from accelscope.backends.registry import all_backends
 from accelscope.config import load_config
-from accelscope.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, AccelscopeError
+from accelscope.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    AccelscopeError,
+    BadInputError,
+    StoreError,
+)
 from accelscope.hardware.fingerprint import collect_environment
 from accelscope.measure.timer import TimerConfig
 from accelscope.models.zoo import DEFAULT_MODEL, ZOO
@@ -39,6 +45,32 @@ from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
 from accelscope.units import parse_duration_s, parse_fraction
 
 __all__ = ["app", "main"]
+
+
+def _click_modules() -> list[Any]:
+    """The click package(s) whose exceptions the parser may raise: recent typer versions
+    bundle their own copy (``typer._click``), older ones use ``click``."""
+    import importlib
+
+    found = []
+    for name in ("typer._click", "click"):
+        try:
+            found.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    return found
+
+
+_CLICK = _click_modules()
+
+def _exception_classes(name: str, *extra: type[BaseException]) -> tuple[type[BaseException], ...]:
+    found = [getattr(m.exceptions, name, None) for m in _CLICK]
+    return tuple({c for c in (*found, *extra) if isinstance(c, type)})
+
+
+_USAGE_ERRORS = _exception_classes("ClickException")
+_EXITS = _exception_classes("Exit", typer.Exit)
+_ABORTS = _exception_classes("Abort", typer.Abort)
 
 app = typer.Typer(
     name="accelscope",
@@ -208,7 +240,7 @@ def measure_command(
 def _open_store(store: Path | None) -> ResultStore:
     path = store or DEFAULT_STORE_PATH
     if not path.exists():
-        raise click.BadParameter(f"no results store at {path} (run `accelscope measure` first)")
+        raise StoreError(f"no results store at {path} (run `accelscope measure` first)")
     return ResultStore(path)
 
 
@@ -271,7 +303,7 @@ def runs_export(
 ) -> None:
     """Export a run as CSV (one row per result) or JSON (raw samples included)."""
     if fmt not in ("csv", "json"):
-        raise click.BadParameter(f"unknown format {fmt!r}; choose csv or json")
+        raise BadInputError(f"unknown format {fmt!r}; choose csv or json")
     with _open_store(store) as opened:
         run = opened.get_run(run_id)
     text = run_to_csv(run) if fmt == "csv" else run_to_json(run) + "\n"
@@ -284,7 +316,7 @@ def runs_export(
         temporary.replace(output)
     except OSError as exc:
         temporary.unlink(missing_ok=True)
-        raise click.BadParameter(f"cannot write {output}: {exc.strerror}") from exc
+        raise BadInputError(f"cannot write {output}: {exc.strerror}") from exc
     _err.print(f"wrote {len(run.results)} result(s) to {output}")
 
 
@@ -294,16 +326,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args
     command = typer.main.get_command(app)
     try:
-        command.main(args=args, prog_name="accelscope", standalone_mode=False)
-    except click.exceptions.Exit as done:
+        returned = command.main(args=args, prog_name="accelscope", standalone_mode=False)
+    except _EXITS as done:
         return int(done.exit_code)
-    except click.ClickException as exc:
+    except _USAGE_ERRORS as exc:
         if debug:
             raise
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            return EXIT_BAD_INPUT  # the help text has been printed
         message = exc.format_message().replace("\n", " ")
         _err.print(f"error: {message}", markup=False, soft_wrap=True)
         return EXIT_BAD_INPUT
-    except click.exceptions.Abort:
+    except _ABORTS:
         _err.print("interrupted", markup=False)
         return EXIT_INTERRUPTED
     except AccelscopeError as exc:
@@ -324,7 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             soft_wrap=True,
         )
         return EXIT_FAILURE
-    return 0
+    if isinstance(returned, int) and returned == EXIT_INTERRUPTED:
+        _err.print("interrupted", markup=False)
+    return returned if isinstance(returned, int) else 0
 
 
 if __name__ == "__main__":

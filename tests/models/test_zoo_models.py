@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
-from accelscope.errors import BadInputError
+from accelscope.errors import BadInputError, NotAvailableError
 from accelscope.models.base import Task
 from accelscope.models.zoo import DEFAULT_MODEL, ZOO, zoo_entry, zoo_names
 from accelscope.models.zoo.mobilenet import mobilenet_v2
@@ -90,7 +92,9 @@ def test_build_leaves_global_rng_untouched() -> None:
     torch.manual_seed(1234)
     before = torch.get_rng_state()
     zoo_entry("mobilenet_v2").build()
+    threads = torch.get_num_threads()
     zoo_entry("digits-cnn").build()
+    assert torch.get_num_threads() == threads
     assert torch.equal(torch.get_rng_state(), before)
     expected = torch.rand(3)
     torch.manual_seed(1234)
@@ -106,7 +110,8 @@ def test_digits_heldout_accuracy_and_cached_build() -> None:
     pixels = data.inputs["pixels"]
     assert pixels.shape == (360, 1, 8, 8)
     assert pixels.dtype == torch.float32
-    assert 0.0 <= float(pixels.min()) and float(pixels.max()) <= 1.0
+    assert float(pixels.min()) >= 0.0
+    assert float(pixels.max()) <= 1.0
     assert sorted(torch.bincount(data.labels).tolist())[0] >= 35  # stratified: ~36 per class
     model = entry.build()
     assert not model.training
@@ -147,6 +152,14 @@ def test_gpt2_small_forward_shape() -> None:
     assert isinstance(out, torch.Tensor)
     assert out.shape == (1, 16, 50257)
     assert 120_000_000 < _num_params(model) < 130_000_000
+
+
+def test_transformer_entries_without_transformers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail
+    for name in ("bert-base", "gpt2-small"):
+        with pytest.raises(NotAvailableError, match=r"accelscope\[transformers\]") as info:
+            zoo_entry(name).build()
+        assert name in str(info.value)
 
 
 def test_zoo_registry_specs() -> None:

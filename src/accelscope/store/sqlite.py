@@ -9,6 +9,7 @@ transaction, so an interrupted process leaves the store consistent: whole result
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sqlite3
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from accelscope.errors import BadInputError, StoreError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.result import SCHEMA_VERSION, Result, utc_now
 
-__all__ = ["DEFAULT_STORE_PATH", "ResultStore", "RunRecord"]
+__all__ = ["DEFAULT_STORE_PATH", "ResultStore", "RunRecord", "check_store_path"]
 
 DEFAULT_STORE_PATH = Path(".accelscope") / "results.db"
 """Project-local default, relative to the current directory."""
@@ -67,6 +68,40 @@ class RunRecord:
 def _new_run_id() -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def check_store_path(path: Path | str) -> Path:
+    """Validate a store path without creating or changing anything; return it as a Path.
+
+    An existing file must be an accelscope store (checked read-only); a new path must lie under
+    a writable directory (or under a directory that can be created there).
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise StoreError(f"store path {target} is a directory; give a file path")
+    if target.exists():
+        try:
+            uri = target.resolve().as_uri() + "?mode=ro"
+            db = sqlite3.connect(uri, uri=True)
+            try:
+                rows = db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{target} is not an accelscope results store: {exc}") from exc
+        if rows and "meta" not in {row[0] for row in rows}:
+            raise StoreError(f"{target} is an SQLite file, but not an accelscope results store")
+        if not os.access(target, os.W_OK):
+            raise StoreError(f"results store {target} is not writable")
+        return target
+    ancestor = target.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise StoreError(f"cannot create results store {target}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot create results store {target}: {ancestor} is not writable")
+    return target
 
 
 class ResultStore:

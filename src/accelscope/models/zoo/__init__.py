@@ -93,7 +93,8 @@ ZOO: dict[str, ZooEntry] = {
         ),
         ZooEntry(
             name="mobilenet_v2",
-            description="MobileNetV2 (width 1.0) image classifier, 3.5 M parameters, random weights",
+            description="MobileNetV2 (width 1.0) image classifier, 3.5 M parameters, "
+            "random weights",
             task=Task.CLASSIFICATION,
             inputs=(_IMAGE,),
             build=_seeded(_build_mobilenet_v2),
@@ -157,7 +158,5 @@ def zoo_entry(name: str) -> ZooEntry:
     key = name.strip().lower()
     canonical = _LOOKUP.get(key)
     if canonical is None:
-        raise BadInputError(
-            f"unknown zoo model {name!r}; choose one of: {', '.join(zoo_names())}"
-        )
+        raise BadInputError(f"unknown zoo model {name!r}; choose one of: {', '.join(zoo_names())}")
     return ZOO[canonical]

@@ -86,22 +86,36 @@ def _trained_state() -> dict[str, torch.Tensor]:
 
 
 def _train(x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Adam on fixed-seed mini-batches of ``x`` (n, 1, 8, 8) and ``y`` (n,); returns weights."""
+    """Adam on fixed-seed mini-batches of ``x`` (n, 1, 8, 8) and ``y`` (n,); returns weights.
+
+    Adam is written out here because constructing any ``torch.optim`` optimizer imports
+    ``torch._dynamo``, which alone costs 1-3 s, more than the whole training run.
+    """
+    beta1, beta2, eps = 0.9, 0.999, 1e-8
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(_SEED)
         model = DigitsCNN()
-        optimizer = torch.optim.Adam(model.parameters(), lr=_LEARNING_RATE)
+        params = list(model.parameters())
+        first = [torch.zeros_like(p) for p in params]
+        second = [torch.zeros_like(p) for p in params]
         order = torch.Generator().manual_seed(_SEED)
-        loss_fn = nn.CrossEntropyLoss()
         model.train()
+        step = 0
         for _ in range(_EPOCHS):
             perm = torch.randperm(x.shape[0], generator=order)
             for start in range(0, x.shape[0], _BATCH_SIZE):
                 idx = perm[start : start + _BATCH_SIZE]
-                optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(model(x[idx]), y[idx])
-                loss.backward()
-                optimizer.step()
+                loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+                grads = torch.autograd.grad(loss, params)
+                step += 1
+                bias1 = 1 - beta1**step
+                bias2 = 1 - beta2**step
+                with torch.no_grad():
+                    for p, g, m, v in zip(params, grads, first, second, strict=True):
+                        m.mul_(beta1).add_(g, alpha=1 - beta1)
+                        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                        denom = (v / bias2).sqrt_().add_(eps)
+                        p.addcdiv_(m, denom, value=-_LEARNING_RATE / bias1)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 

@@ -48,7 +48,7 @@ class Bottleneck(nn.Module):
         if self.downsample is not None:
             identity = self.downsample(x)
         out = out + identity
-        return self.relu(out)
+        return self.relu(out)  # type: ignore[no-any-return]
 
 
 class ResNet(nn.Module):
