@@ -83,11 +83,10 @@ def test_sigint_to_the_real_command(tmp_path: Path) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines == [lines[-1]] and "interrupted" in lines[-1]
     assert "Traceback" not in err
+    show = ["runs", "show", "latest", "--store", str(store_path), "--json"]
     listing = subprocess.run(
-        [sys.executable, "-m", "accelscope.cli", "runs", "show", "latest", "--store",
-         str(store_path), "--json"],  # fmt: skip
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "accelscope.cli", *show], capture_output=True, text=True, check=True
+    )
     document = json.loads(listing.stdout)
     assert document["status"] == "interrupted"
     assert [r["spec"]["batch_size"] for r in document["results"]] == [1]

@@ -63,6 +63,7 @@ def _click_modules() -> list[Any]:
 
 _CLICK = _click_modules()
 
+
 def _exception_classes(name: str, *extra: type[BaseException]) -> tuple[type[BaseException], ...]:
     found = [getattr(m.exceptions, name, None) for m in _CLICK]
     return tuple({c for c in (*found, *extra) if isinstance(c, type)})
@@ -328,13 +329,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         returned = command.main(args=args, prog_name="accelscope", standalone_mode=False)
     except _EXITS as done:
-        return int(done.exit_code)
+        return int(getattr(done, "exit_code", 0))
     except _USAGE_ERRORS as exc:
         if debug:
             raise
         if type(exc).__name__ == "NoArgsIsHelpError":
             return EXIT_BAD_INPUT  # the help text has been printed
-        message = exc.format_message().replace("\n", " ")
+        format_message = getattr(exc, "format_message", lambda: str(exc))
+        message = str(format_message()).replace("\n", " ")
         _err.print(f"error: {message}", markup=False, soft_wrap=True)
         return EXIT_BAD_INPUT
     except _ABORTS:

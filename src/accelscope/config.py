@@ -19,10 +19,9 @@ store = ".accelscope/results.db"
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from accelscope.errors import BadInputError, ConfigError
 from accelscope.spec import TensorSpec, parse_batch_sizes, parse_tensor_spec

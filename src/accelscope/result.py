@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from enum import Enum
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from accelscope.accuracy.fidelity import Fidelity
@@ -28,10 +28,10 @@ SCHEMA_VERSION = 1
 
 def utc_now() -> str:
     """The current time as an ISO-8601 UTC string with microseconds."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """Outcome of one configuration."""
 
     OK = "ok"

@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 from accelscope.errors import BadInputError
@@ -31,7 +31,7 @@ BATCH_DIM = "N"
 """Symbol for the batch dimension in a :class:`TensorSpec` shape."""
 
 
-class Precision(str, Enum):
+class Precision(StrEnum):
     """Numeric precision a configuration runs in."""
 
     FP32 = "fp32"
@@ -41,7 +41,7 @@ class Precision(str, Enum):
     FP8 = "fp8"
 
 
-class Device(str, Enum):
+class Device(StrEnum):
     """Kind of device a configuration runs on."""
 
     CPU = "cpu"

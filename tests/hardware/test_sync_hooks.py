@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -13,7 +13,7 @@ from accelscope.spec import Device
 
 
 class FakeEvent:
-    log: list[str] = []
+    log: ClassVar[list[str]] = []
 
     def __init__(self, enable_timing: bool = False) -> None:
         assert enable_timing

@@ -13,7 +13,7 @@ import platform
 import socket
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 
@@ -204,5 +204,5 @@ def collect_environment() -> Environment:
         gpus=discover_gpus(),
         libraries=library_versions(),
         torch_build=torch_build(),
-        collected_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        collected_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
@@ -12,7 +12,7 @@ from accelscope.measure.stats import Summary, summarize
 __all__ = ["Measurement", "StopReason"]
 
 
-class StopReason(str, Enum):
+class StopReason(StrEnum):
     """Why sampling stopped."""
 
     CONVERGED = "converged"

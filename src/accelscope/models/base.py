@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["EvalData", "LoadedModel", "ModelFormat", "Task", "ZooEntry"]
 
 
-class ModelFormat(str, Enum):
+class ModelFormat(StrEnum):
     """How a model is held: a live ``nn.Module``, a ``torch.export`` program, an ONNX file."""
 
     TORCH = "torch"
@@ -24,7 +24,7 @@ class ModelFormat(str, Enum):
     ONNX = "onnx"
 
 
-class Task(str, Enum):
+class Task(StrEnum):
     """What a model's output means; decides which fidelity checks apply."""
 
     CLASSIFICATION = "classification"
