@@ -335,8 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         if type(exc).__name__ == "NoArgsIsHelpError":
             return EXIT_BAD_INPUT  # the help text has been printed
-        format_message = getattr(exc, "format_message", lambda: str(exc))
-        message = str(format_message()).replace("\n", " ")
+        formatter = getattr(exc, "format_message", None)
+        text = formatter() if callable(formatter) else str(exc)
+        message = str(text).replace("\n", " ")
         _err.print(f"error: {message}", markup=False, soft_wrap=True)
         return EXIT_BAD_INPUT
     except _ABORTS:
