@@ -32,6 +32,8 @@ def _accuracy_text(result: Result) -> str:
             parts.append(f"(Δ {-drop:+.2%})")
     if accuracy.fidelity is not None:
         parts.append(f"relL2 {accuracy.fidelity.rel_l2:.1e}")
+        if accuracy.fidelity.top1_agreement is not None:
+            parts.append(f"top1 agree {accuracy.fidelity.top1_agreement:.0%}")
     return " ".join(parts) or "—"
 
 
