@@ -89,3 +89,30 @@ def make_result(environment: Environment, batch: int = 8, seed: float = 0.0) -> 
         prepare_s=0.01,
         warnings=("noisy: IQR is 12% of the median (> 10%)",),
     )
+
+
+def tiny_onnx_bytes(batch: int | str = "batch", seed: int = 0) -> bytes:
+    """A small valid ONNX graph, y = x @ W + b with W (16, 4) an initializer; ``batch`` is a
+    symbolic (str) or fixed (int) first dimension."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    weight = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "W")
+    bias = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["xw"]),
+            helper.make_node("Add", ["xw", "b"], ["y"]),
+        ],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])],
+        initializer=[weight, bias],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    data: bytes = model.SerializeToString()
+    return data

@@ -21,6 +21,7 @@ from torch import nn
 from accelscope.cli import main
 from accelscope.errors import AccelscopeError, BadInputError, UnsafeModelError
 from accelscope.store.sqlite import ResultStore
+from conftest import tiny_onnx_bytes
 
 FAST = ("--budget", "0.2s")
 
@@ -96,28 +97,7 @@ def tiny_factory(tmp: Path) -> str:
 
 def onnx_bytes(batch: int | str = "batch") -> bytes:
     """A small valid ONNX graph: y = x @ W + b with W (16, 4) stored as an initializer."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "W")
-    bias = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["x", "W"], ["xw"]),
-            helper.make_node("Add", ["xw", "b"], ["y"]),
-        ],
-        "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])],
-        initializer=[weight, bias],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    data: bytes = model.SerializeToString()
-    return data
+    return tiny_onnx_bytes(batch)
 
 
 class _Payload:

@@ -20,6 +20,7 @@ from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.loading import load_model
 from accelscope.models.safe_load import no_unpickling
 from accelscope.spec import TensorSpec
+from conftest import tiny_onnx_bytes
 
 X16 = (TensorSpec("x", ("N", 16), "float32"),)
 
@@ -60,28 +61,8 @@ def reference_linear(seed: int = 0) -> nn.Linear:
 
 def onnx_model(tmp: Path, batch: int | str = "batch", name: str = "m.onnx", seed: int = 0) -> Path:
     """y = x @ W + b, W (16, 4) an initializer; ``batch`` is symbolic (str) or fixed (int)."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(seed)
-    weight = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "W")
-    bias = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["x", "W"], ["xw"]),
-            helper.make_node("Add", ["xw", "b"], ["y"]),
-        ],
-        "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])],
-        initializer=[weight, bias],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
     path = tmp / name
-    path.write_bytes(model.SerializeToString())
+    path.write_bytes(tiny_onnx_bytes(batch, seed))
     return path
 
 
