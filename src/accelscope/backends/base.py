@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelscope.errors import NotAvailableError
 from accelscope.models.base import LoadedModel, ModelFormat
@@ -78,6 +78,8 @@ class Backend(ABC):
     formats: frozenset[ModelFormat] = frozenset()
     precisions: frozenset[Precision] = frozenset()
     devices: frozenset[Device] = frozenset({Device.CPU})
+    options: ClassVar[dict[str, tuple[str, ...]]] = {}
+    """Backend options (``RunSpec.options`` keys) and their allowed values."""
 
     @abstractmethod
     def available(self, env: Environment) -> Availability:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelscope.backends.base import Availability, Backend, Batch, Runner
 from accelscope.errors import MeasurementError
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from accelscope.hardware.fingerprint import Environment
     from accelscope.hardware.sync import IntervalTimer
 
-__all__ = ["EagerBackend", "flatten_outputs"]
+__all__ = ["EagerBackend", "channels_last_requested", "flatten_outputs", "to_channels_last"]
 
 
 def flatten_outputs(value: Any) -> list[torch.Tensor]:
@@ -42,13 +43,28 @@ def flatten_outputs(value: Any) -> list[torch.Tensor]:
     return found
 
 
+def channels_last_requested(spec: RunSpec) -> bool:
+    """True when the spec asks for the channels-last (NHWC) memory format."""
+    return dict(spec.options).get("channels_last") == "true"
+
+
+def to_channels_last(tensors: list[Any]) -> list[Any]:
+    """4-D tensors converted to channels-last memory format; others unchanged."""
+    import torch
+
+    return [t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in tensors]
+
+
 class _EagerRunner(Runner):
     def __init__(self, module: torch.nn.Module, spec: RunSpec, input_names: tuple[str, ...]):
         import torch
 
         super().__init__(spec)
         self._device = torch.device("cuda" if spec.device is Device.CUDA else "cpu")
+        self._channels_last = channels_last_requested(spec)
         self._module = module.to(self._device).eval()
+        if self._channels_last:
+            self._module = self._module.to(memory_format=torch.channels_last)
         self._names = input_names
         self._sync = device_synchronizer(spec.device)
         autocast_dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
@@ -60,7 +76,8 @@ class _EagerRunner(Runner):
         )
 
     def feed(self, batch: Batch) -> Any:
-        return [batch[name].to(self._device) for name in self._names]
+        tensors = [batch[name].to(self._device) for name in self._names]
+        return to_channels_last(tensors) if self._channels_last else tensors
 
     def run(self, feed: Any) -> Any:
         import torch
@@ -91,6 +108,7 @@ class EagerBackend(Backend):
     formats = frozenset({ModelFormat.TORCH, ModelFormat.EXPORTED})
     precisions = frozenset({Precision.FP32, Precision.BF16, Precision.FP16})
     devices = frozenset({Device.CPU, Device.CUDA})
+    options: ClassVar[dict[str, tuple[str, ...]]] = {"channels_last": ("true", "false")}
 
     def available(self, env: Environment) -> Availability:
         return Availability(True, "PyTorch is installed")
@@ -105,7 +123,9 @@ class EagerBackend(Backend):
             return Availability(False, "fp16 autocast runs on CUDA only; use bf16 on CPU")
         return Availability(True)
 
-    def prepare(self, model: LoadedModel, spec: RunSpec) -> Runner:
+    def prepare(
+        self, model: LoadedModel, spec: RunSpec, calibration: Sequence[Batch] = ()
+    ) -> Runner:
         if model.module is None:
             raise MeasurementError(f"model {model.ref!r} has no PyTorch module to run")
         return _EagerRunner(model.module, spec, model.input_names)

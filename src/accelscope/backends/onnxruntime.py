@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from accelscope.backends.base import Availability, Backend, Batch, Runner
@@ -63,7 +64,9 @@ class OnnxRuntimeBackend(Backend):
             return Availability(False, "this onnxruntime build has no CUDAExecutionProvider")
         return Availability(True)
 
-    def prepare(self, model: LoadedModel, spec: RunSpec) -> Runner:
+    def prepare(
+        self, model: LoadedModel, spec: RunSpec, calibration: Sequence[Batch] = ()
+    ) -> Runner:
         if model.onnx_path is None:
             raise MeasurementError(f"model {model.ref!r} has no ONNX file")
         try:
