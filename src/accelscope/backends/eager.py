@@ -64,7 +64,7 @@ class _EagerRunner(Runner):
         self._channels_last = channels_last_requested(spec)
         self._module = module.to(self._device).eval()
         if self._channels_last:
-            self._module = self._module.to(memory_format=torch.channels_last)
+            self._module = self._module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self._names = input_names
         self._sync = device_synchronizer(spec.device)
         autocast_dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
