@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accelscope.backends.registry import get_backend
-from accelscope.engine.run import Reference, compute_reference, measure_config, reference_spec
+from accelscope.engine.accuracy_check import (
+    AccuracyCheck,
+    build_accuracy_check,
+    calibration_batches,
+    reference_spec,
+    with_reference,
+)
+from accelscope.engine.run import measure_config
 from accelscope.errors import BadInputError, InterruptedRunError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measure.threads import available_cores
@@ -128,16 +135,20 @@ def measure(
         for spec in specs:
             if on_config is not None:
                 on_config(spec)
-            reference: Reference | None = None
-            if reference_spec(model, spec) != spec:
-                reference = compute_reference(model, spec, env, request.seed)
+            check: AccuracyCheck | None = None
+            is_reference = reference_spec(model, spec) == spec
+            if model.eval_data is not None or not is_reference:
+                check = build_accuracy_check(model, spec.batch_size, request.seed)
+                if not is_reference:
+                    check = with_reference(check, model, spec, env)
             result = measure_config(
                 model,
                 spec,
                 backend,
                 env,
                 timer_config=request.timer,
-                reference=reference,
+                accuracy=check,
+                calibration=calibration_batches(model, spec.batch_size),
                 seed=request.seed,
                 on_progress=on_progress,
             )

@@ -9,6 +9,7 @@ accuracy checks (also outside timing).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -103,8 +104,23 @@ class Backend(ABC):
             )
         if spec.device not in self.devices:
             return Availability(False, f"backend {self.name!r} does not run on {spec.device.value}")
+        for key, value in spec.options:
+            allowed = self.options.get(key)
+            if allowed is None:
+                known = ", ".join(sorted(self.options)) or "none"
+                return Availability(
+                    False, f"backend {self.name!r} has no option {key!r} (options: {known})"
+                )
+            if value not in allowed:
+                return Availability(
+                    False, f"option {key}={value!r} not one of: {', '.join(allowed)}"
+                )
         return Availability(True)
 
     @abstractmethod
-    def prepare(self, model: LoadedModel, spec: RunSpec) -> Runner:
-        """Build a runner for ``model`` under ``spec`` (may compile; that time is measured)."""
+    def prepare(
+        self, model: LoadedModel, spec: RunSpec, calibration: Sequence[Batch] = ()
+    ) -> Runner:
+        """Build a runner for ``model`` under ``spec`` (may compile or quantize; the time it
+        takes is recorded as ``prepare_s``). ``calibration`` holds sample batches for static
+        quantization (int8); backends that need it and get none raise ``MeasurementError``."""

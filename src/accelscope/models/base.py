@@ -40,12 +40,15 @@ class EvalData:
     ``inputs`` maps input name to a tensor whose first dimension indexes samples; ``labels`` has
     one class index per sample. ``metric`` names the metric (``top1_accuracy``); ``source`` says
     where the data came from (e.g. "scikit-learn load_digits, 20 % held out").
+    ``calibration`` holds real samples from the *training* side (never the held-out ones) for
+    static quantization, or ``None`` to calibrate on synthetic inputs.
     """
 
     inputs: dict[str, torch.Tensor]
     labels: torch.Tensor
     metric: str
     source: str
+    calibration: dict[str, torch.Tensor] | None = None
 
     @property
     def num_samples(self) -> int:

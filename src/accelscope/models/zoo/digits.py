@@ -134,11 +134,13 @@ def build_digits() -> DigitsCNN:
 
 
 def digits_eval_data() -> EvalData:
-    """The 360 held-out images (``pixels``: float32 ``(360, 1, 8, 8)``) and int64 labels."""
-    _, _, x_test, y_test = _split()
+    """The 360 held-out images (``pixels``: float32 ``(360, 1, 8, 8)``) and int64 labels, plus
+    256 training images for int8 calibration."""
+    x_train, _, x_test, y_test = _split()
     return EvalData(
         inputs={DIGITS_INPUT.name: torch.from_numpy(x_test.copy())},
         labels=torch.from_numpy(y_test.copy()),
         metric="top1_accuracy",
         source=DIGITS_SOURCE,
+        calibration={DIGITS_INPUT.name: torch.from_numpy(x_train[:256].copy())},
     )
