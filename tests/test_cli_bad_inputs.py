@@ -768,7 +768,7 @@ def test_without_debug_the_same_error_returns_2(capsys: pytest.CaptureFixture[st
 def test_ctrl_c_while_loading_is_exit_130(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import accelscope.cli as cli
+    import accelscope.cli._commands as cli
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt

@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "report": 10,
     "config": 11,
     "api": 11,
+    "bench": 11,
     "testing": 11,
     "cli": 12,
 }

@@ -26,7 +26,7 @@ from typing import Any
 from accelscope.errors import BadInputError, ConfigError
 from accelscope.spec import TensorSpec, parse_batch_sizes, parse_tensor_spec
 
-__all__ = ["CONFIG_KEYS", "load_config"]
+__all__ = ["CONFIG_KEYS", "load_bench_config", "load_config"]
 
 CONFIG_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
     "model": {
@@ -43,6 +43,26 @@ CONFIG_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
         "device": (str,),
         "budget": (str, int, float),
         "target_ci": (str, float),
+        "store": (str,),
+        "seed": (int,),
+    },
+    "bench": {
+        "backends": (str, list),
+        "precisions": (str, list),
+        "batch": (int, str, list),
+        "threads": (int, str, list),
+        "device": (str,),
+        "options": (list,),
+        "force_precision": (bool,),
+        "sla_p99": (str, int, float),
+        "max_accuracy_drop": (str, float, int),
+        "strategy": (str,),
+        "budget": (str, int, float),
+        "measure_budget": (str, int, float),
+        "timeout": (str, int, float),
+        "accuracy_samples": (int,),
+        "plugins": (list,),
+        "report": (str,),
         "store": (str,),
         "seed": (int,),
     },
@@ -105,8 +125,30 @@ def _inputs(path: Path, raw: list[Any]) -> tuple[TensorSpec, ...]:
     return tuple(specs)
 
 
-def load_config(path: Path) -> dict[str, Any]:
-    """Read and validate a config file into flat keys (``model``, ``inputs``, ``batch``, ...)."""
+def _csv(value: Any) -> str:
+    return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+
+
+def load_bench_config(path: Path) -> dict[str, Any]:
+    """The ``[model]`` and ``[bench]`` sections as flat keys for ``accelscope bench``; list
+    values become comma-separated text, exactly as the flags take them."""
+    data = _read(path)
+    flat = _model_keys(path, data.get("model", {}))
+    for key, value in data.get("bench", {}).items():
+        if key in ("options", "plugins"):
+            if not all(isinstance(item, str) for item in value):
+                raise ConfigError(f"{path}: bench.{key} must be a list of strings")
+            flat[key] = tuple(value)
+        elif key in ("backends", "precisions", "batch", "threads"):
+            flat[key] = _csv(value)
+        elif key in ("report", "store"):
+            flat[key] = Path(value)
+        else:
+            flat[key] = value
+    return flat
+
+
+def _read(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
@@ -114,8 +156,10 @@ def load_config(path: Path) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
     _check_types(path, data)
-    model = data.get("model", {})
-    run = data.get("run", {})
+    return data
+
+
+def _model_keys(path: Path, model: dict[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     if "ref" in model:
         flat["model"] = model["ref"]
@@ -125,6 +169,14 @@ def load_config(path: Path) -> dict[str, Any]:
         flat["weights"] = Path(model["weights"])
     if "trust_model_code" in model:
         flat["trust_model_code"] = model["trust_model_code"]
+    return flat
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """Read and validate a config file into flat keys (``model``, ``inputs``, ``batch``, ...)."""
+    data = _read(path)
+    run = data.get("run", {})
+    flat = _model_keys(path, data.get("model", {}))
     for key in ("backend", "precision", "threads", "device", "budget", "target_ci", "seed"):
         if key in run:
             flat[key] = run[key]

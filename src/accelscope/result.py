@@ -37,6 +37,7 @@ class Status(StrEnum):
     OK = "ok"
     REJECTED = "rejected"
     FAILED = "failed"
+    SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)

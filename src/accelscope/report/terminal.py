@@ -11,9 +11,10 @@ from rich.text import Text
 from accelscope.hardware.fingerprint import Environment
 from accelscope.result import Result, Status
 from accelscope.store.sqlite import RunRecord
+from accelscope.sweep.select import Selection, baseline_for
 from accelscope.units import format_bytes, format_seconds
 
-__all__ = ["environment_view", "results_view", "runs_view"]
+__all__ = ["bench_view", "environment_view", "results_view", "runs_view"]
 
 
 def _ms(seconds: float) -> str:
@@ -37,30 +38,55 @@ def _accuracy_text(result: Result) -> str:
     return " ".join(parts) or "—"
 
 
-def results_view(results: Sequence[Result], title: str = "") -> RenderableType:
-    """The results table (one row per configuration), then notes: stop rule and warnings."""
+def _speedup_text(result: Result, baseline: Result | None) -> str:
+    if baseline is None or result.measurement is None or baseline.measurement is None:
+        return "—"
+    ratio = result.measurement.throughput_items_per_s / baseline.measurement.throughput_items_per_s
+    return f"{ratio:.2f}x"
+
+
+def results_view(
+    results: Sequence[Result],
+    title: str = "",
+    *,
+    baseline: Result | None = None,
+    best_key: str | None = None,
+    show_notes: bool = True,
+) -> RenderableType:
+    """The results table (one row per configuration), then notes: stop rule and warnings.
+
+    With a ``baseline`` a speedup column is added; the ``best_key`` row is marked with a star.
+    """
     table = Table(title=title or None, title_justify="left", show_lines=False)
-    for header in ("backend", "prec", "batch", "thr", "items/s", "mean ms", "p50 ms", "p99 ms",
-                   "min ms", "accuracy", "peak RSS", "first call", "status"):  # fmt: skip
+    headers = ["backend", "prec", "batch", "thr", "items/s", "mean ms", "p50 ms", "p99 ms",
+               "min ms", "accuracy", "peak RSS", "first call", "status"]  # fmt: skip
+    if baseline is not None:
+        headers.insert(headers.index("status"), "speedup")
+    for header in headers:
         numeric = header not in ("backend", "prec", "accuracy", "status")
-        table.add_column(header, justify="right" if numeric else "left", no_wrap=True)
+        table.add_column(header, justify="right" if numeric else "left", no_wrap=header != "status")
     notes: list[RenderableType] = []
     for result in results:
         spec, m = result.spec, result.measurement
         status = result.status.value + (f": {result.status_reason}" if result.status_reason else "")
-        style = "" if result.status is Status.OK else "red"
+        style = {Status.OK: "", Status.SKIPPED: "dim"}.get(result.status, "red")
+        backend = spec.backend + "".join(f" {k}={v}" for k, v in spec.options)
+        if best_key is not None and spec.key == best_key:
+            backend, style = "★ " + backend, "bold green"
         if m is None:
             cells = ["—"] * 6
         else:
             s = m.summary
             cells = [f"{m.throughput_items_per_s:,.1f}", _ms(s.mean_s), _ms(s.p50_s),
                      _ms(s.p99_s), _ms(s.min_s), format_seconds(m.first_call_s)]  # fmt: skip
-        table.add_row(
-            spec.backend, spec.precision.value, str(spec.batch_size), str(spec.threads),
-            *cells[:5], _accuracy_text(result),
-            format_bytes(result.memory.rss_peak_bytes) if result.memory else "—",
-            cells[5], Text(status, style=style),
-        )  # fmt: skip
+        peak = format_bytes(result.memory.rss_peak_bytes) if result.memory else "—"
+        row = [backend, spec.precision.value, str(spec.batch_size), str(spec.threads),
+               *cells[:5], _accuracy_text(result), peak, cells[5]]  # fmt: skip
+        if baseline is not None:
+            row.append(_speedup_text(result, baseline))
+        table.add_row(*row, Text(status, style=style))
+        if not show_notes:
+            continue
         if m is not None:
             note = f"{spec.label()}: {m.stop_explanation()}; median CI "
             note += f"[{_ms(m.summary.median_ci_low_s)}, {_ms(m.summary.median_ci_high_s)}] ms"
@@ -125,3 +151,18 @@ def runs_view(runs: Sequence[RunRecord]) -> RenderableType:
         table.add_row(run.id, run.kind, run.model, str(run.result_count), run.status,
                       run.created_at[:19].replace("T", " "))  # fmt: skip
     return table
+
+
+def bench_view(
+    results: Sequence[Result], selection: Selection, *, title: str, rule: str = ""
+) -> RenderableType:
+    """The bench table (speedup vs eager fp32, best marked), the accuracy rule, the verdict."""
+    baseline = baseline_for(results)
+    table = results_view(
+        results, title, baseline=baseline, best_key=selection.best_key, show_notes=False
+    )
+    parts: list[RenderableType] = [table]
+    if rule:
+        parts.append(Text(f"accuracy rule: {rule}", style="dim"))
+    parts.append(Text(selection.verdict, style="bold"))
+    return Group(*parts)

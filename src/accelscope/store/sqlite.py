@@ -12,9 +12,10 @@ import json
 import os
 import secrets
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from accelscope.errors import BadInputError, StoreError
 from accelscope.hardware.fingerprint import Environment
@@ -35,7 +36,8 @@ CREATE TABLE IF NOT EXISTS runs (
     created_at TEXT NOT NULL,
     finished_at TEXT,
     status TEXT NOT NULL,
-    environment_json TEXT NOT NULL
+    environment_json TEXT NOT NULL,
+    settings_json TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS results (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -63,6 +65,7 @@ class RunRecord:
     status: str
     result_count: int
     results: tuple[Result, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 def _new_run_id() -> str:
@@ -164,14 +167,30 @@ class ResultStore:
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         return int(row[0])
 
-    def start_run(self, kind: str, model: str, command: str, environment: Environment) -> str:
-        """Record a new run (status ``running``) and return its id."""
+    def start_run(
+        self,
+        kind: str,
+        model: str,
+        command: str,
+        environment: Environment,
+        settings: dict[str, Any] | None = None,
+    ) -> str:
+        """Record a new run (status ``running``) and return its id. ``settings`` (JSON-ready)
+        holds what is needed to reproduce the run's verdict (SLA, accuracy rule, ...)."""
         run_id = _new_run_id()
         with self._transaction():
             self._db.execute(
-                "INSERT INTO runs(id, kind, model, command, created_at, status, environment_json)"
-                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
-                (run_id, kind, model, command, utc_now(), json.dumps(environment.to_dict())),
+                "INSERT INTO runs(id, kind, model, command, created_at, status, environment_json,"
+                " settings_json) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
+                (
+                    run_id,
+                    kind,
+                    model,
+                    command,
+                    utc_now(),
+                    json.dumps(environment.to_dict()),
+                    json.dumps(settings or {}),
+                ),
             )
         return run_id
 
@@ -199,6 +218,22 @@ class ResultStore:
             "SELECT 1 FROM results WHERE spec_key = ? LIMIT 1", (spec_key,)
         ).fetchone()
         return row is not None
+
+    def latest_unfinished_run(self, kind: str, model: str) -> str | None:
+        """The newest run of ``kind`` for ``model`` that did not complete (for ``--resume``)."""
+        row = self._db.execute(
+            "SELECT id FROM runs WHERE kind = ? AND model = ? AND status != 'complete'"
+            " ORDER BY created_at DESC LIMIT 1",
+            (kind, model),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def reopen_run(self, run_id: str) -> None:
+        """Mark a run ``running`` again (it is being resumed)."""
+        with self._transaction():
+            self._db.execute(
+                "UPDATE runs SET status = 'running', finished_at = NULL WHERE id = ?", (run_id,)
+            )
 
     def list_runs(self, limit: int = 20) -> list[RunRecord]:
         """The most recent runs first, without their results."""
@@ -234,15 +269,15 @@ class ResultStore:
             raise BadInputError(f"run id prefix {run_id!r} is ambiguous ({len(matches)} runs)")
         full_id = matches[0][0]
         head = self._db.execute(
-            "SELECT id, kind, model, command, created_at, finished_at, status FROM runs"
-            " WHERE id = ?",
+            "SELECT id, kind, model, command, created_at, finished_at, status, settings_json"
+            " FROM runs WHERE id = ?",
             (full_id,),
         ).fetchone()
         texts = self._db.execute(
             "SELECT result_json FROM results WHERE run_id = ? ORDER BY id", (full_id,)
         ).fetchall()
         results = tuple(Result.from_json(text) for (text,) in texts)
-        run_id_, kind, model, command, created_at, finished_at, status = head
+        run_id_, kind, model, command, created_at, finished_at, status, settings = head
         return RunRecord(
             id=run_id_,
             kind=kind,
@@ -253,6 +288,7 @@ class ResultStore:
             status=status,
             result_count=len(results),
             results=results,
+            settings=json.loads(settings),
         )
 
     def close(self) -> None:

@@ -1,0 +1,262 @@
+"""``accelscope bench``: the typed API behind the command. Returns data; never prints.
+
+Validates everything first (model, backends, strategy, store path), computes the fp32
+reference once, sweeps in isolated worker processes, commits each result as it exists, and
+writes the offline HTML report.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accelscope.errors import BadInputError, InterruptedRunError
+from accelscope.hardware.fingerprint import Environment, collect_environment
+from accelscope.measure.threads import available_cores
+from accelscope.measure.timer import TimerConfig
+from accelscope.models.base import LoadedModel
+from accelscope.models.loading import load_model
+from accelscope.report.html import render_bench_report, write_report
+from accelscope.result import Result
+from accelscope.spec import Device, Precision, TensorSpec
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
+from accelscope.sweep.executor import Executor, LocalExecutor
+from accelscope.sweep.guard import AccuracyRule
+from accelscope.sweep.run import STRATEGIES, SweepEvents, SweepPlan, run_sweep
+from accelscope.sweep.select import Selection, select
+from accelscope.sweep.space import SweepSpace
+
+__all__ = ["BenchOutcome", "BenchRequest", "bench", "selection_for_run"]
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """What ``accelscope bench`` should sweep. Empty tuples mean the defaults: every registered
+    backend, every precision with a fast path here, batch 8, all usable cores."""
+
+    model: str
+    backends: tuple[str, ...] = ()
+    precisions: tuple[Precision, ...] = ()
+    batch_sizes: tuple[int, ...] = ()
+    threads: tuple[int, ...] = ()
+    device: Device = Device.CPU
+    options: tuple[tuple[str, str], ...] = ()
+    force_precisions: bool = False
+    sla_p99_s: float | None = None
+    max_accuracy_drop: float = 0.01
+    strategy: str = "grid"
+    budget_s: float = 900.0
+    measure_budget_s: float = 10.0
+    timeout_s: float = 900.0
+    resume: bool = False
+    accuracy_samples: int = 256
+    inputs: tuple[TensorSpec, ...] | None = None
+    weights: Path | None = None
+    trust_model_code: bool = False
+    plugins: tuple[str, ...] = ()
+    seed: int = 0
+    report_path: Path | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """What the run's verdict depends on, stored with the run."""
+        return {
+            "sla_p99_s": self.sla_p99_s,
+            "max_accuracy_drop": self.max_accuracy_drop,
+            "strategy": self.strategy,
+        }
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    """The sweep's final results, the selection, and where things were written."""
+
+    results: tuple[Result, ...]
+    selection: Selection
+    rule: AccuracyRule
+    run_id: str | None
+    store_path: Path | None
+    report_path: Path | None
+    model: LoadedModel
+    measurement_time_s: float
+    wall_time_s: float
+    resumed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def selection_for_run(results: list[Result], settings: dict[str, Any]) -> Selection:
+    """Recompute a stored bench run's selection from its results and settings."""
+    sla = settings.get("sla_p99_s")
+    return select(results, float(sla) if sla is not None else None)
+
+
+def _validate(request: BenchRequest) -> None:
+    if request.strategy not in STRATEGIES:
+        raise BadInputError(
+            f"unknown strategy {request.strategy!r}; choose one of: {', '.join(STRATEGIES)}"
+        )
+    if not 0 <= request.max_accuracy_drop < 1:
+        raise BadInputError("max accuracy drop must be between 0 and 100 %")
+    if request.accuracy_samples <= 0:
+        raise BadInputError("accuracy samples must be a positive integer")
+    for number, what in ((request.budget_s, "budget"), (request.timeout_s, "timeout")):
+        if number <= 0:
+            raise BadInputError(f"{what} must be positive")
+    for plugin in request.plugins:
+        try:
+            importlib.import_module(plugin)
+        except ImportError as exc:
+            raise BadInputError(f"cannot import plugin {plugin!r}: {exc}") from exc
+
+
+def _default_report_path(store_path: Path | None, run_id: str | None) -> Path:
+    base = store_path.parent if store_path is not None else DEFAULT_STORE_PATH.parent
+    return base / "reports" / f"bench-{run_id or 'unsaved'}.html"
+
+
+class _StoreSink:
+    """Opens the store and starts (or resumes) the run with the first result."""
+
+    def __init__(self, path: Path | None, request: BenchRequest, model: LoadedModel,
+                 env: Environment, resume_id: str | None) -> None:  # fmt: skip
+        self.path = path
+        self.request = request
+        self.model = model
+        self.env = env
+        self.run_id = resume_id
+        self.store: ResultStore | None = None
+        if path is not None and resume_id is not None:
+            self.store = ResultStore(path)
+            self.store.reopen_run(resume_id)
+
+    def __call__(self, result: Result) -> None:
+        if self.path is None:
+            return
+        if self.store is None:
+            self.store = ResultStore(self.path)
+        if self.run_id is None:
+            command = "accelscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+            self.run_id = self.store.start_run(
+                "bench", self.model.ref, command, self.env, self.request.settings()
+            )
+        self.store.add_result(self.run_id, result)
+
+    def finish(self, status: str) -> None:
+        if self.store is not None and self.run_id is not None:
+            self.store.finish_run(self.run_id, status)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+
+def _prior(path: Path | None, model: LoadedModel) -> tuple[str | None, list[Result]]:
+    if path is None or not path.exists():
+        raise BadInputError("--resume needs the store of the interrupted run (no store found)")
+    with ResultStore(path) as store:
+        run_id = store.latest_unfinished_run("bench", model.ref)
+        if run_id is None:
+            raise BadInputError(f"nothing to resume: no unfinished bench run of {model.ref}")
+        results = list(store.get_run(run_id).results)
+    digests = {r.spec.model_digest for r in results}
+    if digests and digests != {model.digest}:
+        raise BadInputError(f"cannot resume: the model {model.ref} changed since run {run_id}")
+    return run_id, results
+
+
+def bench(
+    request: BenchRequest,
+    *,
+    store_path: Path | None = DEFAULT_STORE_PATH,
+    events: SweepEvents | None = None,
+    executor: Executor | None = None,
+    environment: Environment | None = None,
+) -> BenchOutcome:
+    """Sweep ``request`` and select the fastest accepted configuration within the SLA."""
+    _validate(request)
+    env = environment or collect_environment()
+    threads = request.threads or (available_cores(),)
+    space = SweepSpace(
+        backends=request.backends,
+        precisions=request.precisions,
+        batch_sizes=request.batch_sizes or (8,),
+        threads=threads,
+        device=request.device,
+        options=request.options,
+        force_precisions=request.force_precisions,
+    )
+    if store_path is not None:
+        check_store_path(store_path)
+    model = load_model(
+        request.model,
+        inputs=request.inputs,
+        weights=request.weights,
+        trust_model_code=request.trust_model_code,
+    )
+    resume_id, prior = _prior(store_path, model) if request.resume else (None, [])
+    rule = AccuracyRule(request.max_accuracy_drop)
+    plan = SweepPlan(
+        space=space,
+        rule=rule,
+        sla_p99_s=request.sla_p99_s,
+        strategy=request.strategy,
+        timer=TimerConfig(budget_s=request.measure_budget_s),
+        total_budget_s=request.budget_s,
+        accuracy_samples=request.accuracy_samples,
+        inputs=request.inputs,
+        weights=str(request.weights) if request.weights else None,
+        trust_model_code=request.trust_model_code,
+        plugins=request.plugins,
+        seed=request.seed,
+    )
+    sink = _StoreSink(store_path, request, model, env, resume_id)
+    try:
+        with tempfile.TemporaryDirectory(prefix="accelscope-bench-") as workdir:
+            outcome = run_sweep(
+                plan,
+                model,
+                env,
+                executor or LocalExecutor(request.timeout_s),
+                sink=sink,
+                workdir=Path(workdir),
+                prior=prior,
+                events=events,
+            )
+        sink.finish("complete")
+    except KeyboardInterrupt as exc:
+        sink.finish("interrupted")
+        where = f"; results so far are in run {sink.run_id} (--resume continues it)"
+        raise InterruptedRunError("interrupted" + (where if sink.run_id else "")) from exc
+    except BaseException:
+        sink.finish("failed")
+        raise
+    finally:
+        sink.close()
+    report_path = request.report_path or _default_report_path(store_path, sink.run_id)
+    html = render_bench_report(
+        outcome.results,
+        title=f"accelscope bench: {model.ref}",
+        model=model.ref,
+        best_key=outcome.selection.best_key,
+        lowest_latency_key=outcome.selection.lowest_latency_key,
+        verdict=outcome.selection.verdict,
+        sla_p99_s=request.sla_p99_s,
+        baseline_key=outcome.selection.baseline_key,
+    )
+    write_report(html, report_path)
+    return BenchOutcome(
+        results=outcome.results,
+        selection=outcome.selection,
+        rule=rule,
+        run_id=sink.run_id,
+        store_path=store_path if sink.run_id else None,
+        report_path=report_path,
+        model=model,
+        measurement_time_s=outcome.measurement_time_s,
+        wall_time_s=outcome.wall_time_s,
+        resumed=len(prior),
+    )

@@ -1,0 +1,11 @@
+"""The ``accelscope`` command: a thin typer shell over the typed API.
+
+It parses flags, calls the API, prints, and maps errors to exit codes: an ``AccelscopeError``
+is one line on stderr with its exit code (2 for bad input); ``--debug`` shows the traceback.
+"""
+
+from accelscope.cli import _bench, _commands, _runs  # noqa: F401 - registers the commands
+from accelscope.cli._app import app
+from accelscope.cli._main import main
+
+__all__ = ["app", "main"]

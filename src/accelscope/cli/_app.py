@@ -1,0 +1,71 @@
+"""The typer application objects, consoles and options shared by the commands."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from accelscope import __version__
+from accelscope.spec import (
+    RunSpec,
+)
+from accelscope.store.sqlite import DEFAULT_STORE_PATH
+
+app = typer.Typer(
+    name="accelscope",
+    help="Profile first, then accelerate, then right-size: measured ML performance.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+runs_app = typer.Typer(help="List, show and export stored runs.", no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+
+_out = Console(highlight=False)
+_err = Console(stderr=True, highlight=False)
+if not _out.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
+    _out = Console(highlight=False, width=180)
+if not _err.is_terminal:
+    _err = Console(stderr=True, highlight=False, width=180)
+
+StoreOption = typer.Option(None, "--store", help=f"Results store (default {DEFAULT_STORE_PATH}).")
+JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON only.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        _out.print(f"accelscope {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True),
+) -> None:
+    """accelscope: where your model's time goes, what acceleration buys, what to run it on."""
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[tuple[Any, Any]]:
+    if not enabled:
+        yield None, None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=_err, transient=True) as bar:
+        task = bar.add_task("starting", total=1.0, info="")
+
+        def on_config(spec: RunSpec) -> None:
+            bar.update(task, description=f"measuring {spec.label()}", completed=0.0, info="")
+
+        def on_progress(phase: str, count: int, elapsed_s: float, budget_s: float) -> None:
+            info = f"{phase}: {count} samples"
+            bar.update(task, completed=min(1.0, elapsed_s / budget_s), info=info)
+
+        yield on_config, on_progress

@@ -1,0 +1,138 @@
+"""The ``env``, ``models`` and ``measure`` commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from accelscope.api import MeasureRequest, measure
+from accelscope.backends.registry import all_backends
+from accelscope.cli._app import JsonOption, StoreOption, _err, _out, _progress, app
+from accelscope.config import load_config
+from accelscope.hardware.fingerprint import collect_environment
+from accelscope.measure.timer import TimerConfig
+from accelscope.models.zoo import DEFAULT_MODEL, ZOO
+from accelscope.report.terminal import environment_view, results_view
+from accelscope.spec import (
+    parse_batch_sizes,
+    parse_device,
+    parse_precision,
+    parse_tensor_spec,
+)
+from accelscope.store.sqlite import DEFAULT_STORE_PATH
+from accelscope.units import parse_duration_s, parse_fraction
+
+
+@app.command()
+def env(as_json: bool = JsonOption) -> None:
+    """Print this machine's fingerprint and which precisions have a fast path here."""
+    environment = collect_environment()
+    if as_json:
+        document = environment.to_dict()
+        document["fingerprint"] = environment.fingerprint()
+        document["precision_support"] = [
+            {"device": s.device.value, "precision": s.precision.value, "fast": s.fast,
+             "unit": s.unit, "reason": s.reason}
+            for s in environment.precision_support()
+        ]  # fmt: skip
+        _out.print_json(json.dumps(document))
+        return
+    _out.print(environment_view(environment))
+
+
+@app.command()
+def models(as_json: bool = JsonOption) -> None:
+    """List the built-in model zoo and the runtimes (available here or not, and why)."""
+    environment = collect_environment()
+    backends = [(b.name, b.available(environment)) for b in all_backends()]
+    if as_json:
+        document = {
+            "models": [
+                {"name": e.name, "task": e.task.value, "description": e.description,
+                 "inputs": [s.to_text() for s in e.inputs], "has_eval_data": bool(e.eval_data)}
+                for e in ZOO.values()
+            ],
+            "backends": [{"name": n, "available": a.ok, "reason": a.reason} for n, a in backends],
+        }  # fmt: skip
+        _out.print_json(json.dumps(document))
+        return
+    for entry in ZOO.values():
+        default = " (default)" if entry.name == DEFAULT_MODEL else ""
+        inputs = " ".join(s.to_text() for s in entry.inputs)
+        metric = "; eval data + metric" if entry.eval_data else ""
+        _out.print(f"[bold]{entry.name}[/]{default}: {entry.description} — {inputs}{metric}")
+    for name, availability in backends:
+        state = "[green]available[/]" if availability.ok else "[yellow]not available[/]"
+        _out.print(f"backend [bold]{name}[/]: {state} — {availability.reason}")
+
+
+@app.command("measure")
+def measure_command(
+    model: str = typer.Argument(None, help="Zoo name, file.py:fn, module:fn, .onnx or .pt2."),
+    backend: str = typer.Option(None, "--backend", help="Runtime: eager, onnxruntime."),
+    precision: str = typer.Option(None, "--precision", help="fp32, bf16, fp16."),
+    batch: str = typer.Option(None, "--batch", help="Batch size(s), e.g. 8 or 1,8,32."),
+    threads: int = typer.Option(None, "--threads", help="Intra-op threads (default: all cores)."),
+    device: str = typer.Option(None, "--device", help="cpu or cuda."),
+    inputs: list[str] = typer.Option(
+        None, "--input", help="Input spec NAME:SHAPE:DTYPE, N = batch (repeatable)."
+    ),
+    weights: Path = typer.Option(None, "--weights", help="State dict (.safetensors/.pt)."),
+    trust_model_code: bool = typer.Option(
+        None, "--trust-model-code", help="Allow unpickling model files (runs code in them)."
+    ),
+    budget: str = typer.Option(None, "--budget", help="Sampling time budget per config (10s)."),
+    target_ci: str = typer.Option(None, "--target-ci", help="Stop at median CI ± this (2%)."),
+    config: Path = typer.Option(None, "--config", help="TOML config file; flags override it."),
+    store: Path = StoreOption,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not write results."),
+    as_json: bool = JsonOption,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the results table."),
+) -> None:
+    """Measure a model's latency, throughput and peak memory (adaptive, noise-aware)."""
+    settings: dict[str, Any] = load_config(config) if config is not None else {}
+    flags = {"model": model, "backend": backend, "precision": precision, "threads": threads,
+             "device": device, "weights": weights, "trust_model_code": trust_model_code,
+             "budget": budget, "target_ci": target_ci, "store": store}  # fmt: skip
+    settings.update({k: v for k, v in flags.items() if v is not None})
+    if batch is not None:
+        settings["batch"] = parse_batch_sizes(batch)
+    if inputs:
+        settings["inputs"] = tuple(parse_tensor_spec(text) for text in inputs)
+    timer = TimerConfig(
+        budget_s=parse_duration_s(settings.get("budget", 10.0)),
+        target_rel_ci=parse_fraction(settings.get("target_ci", 0.02)),
+    )
+    request = MeasureRequest(
+        model=settings.get("model") or DEFAULT_MODEL,
+        backend=settings.get("backend", "eager"),
+        precision=parse_precision(settings.get("precision", "fp32")),
+        batch_sizes=settings.get("batch", ()),
+        threads=settings.get("threads"),
+        device=parse_device(settings.get("device", "cpu")),
+        inputs=settings.get("inputs"),
+        weights=settings.get("weights"),
+        trust_model_code=bool(settings.get("trust_model_code", False)),
+        timer=timer,
+        seed=int(settings.get("seed", 0)),
+    )
+    store_path = None if no_store else settings.get("store", DEFAULT_STORE_PATH)
+    show_progress = not (quiet or as_json) and _err.is_terminal
+    with _progress(show_progress) as (on_config, on_progress):
+        outcome = measure(request, store_path=store_path, on_config=on_config,
+                          on_progress=on_progress)  # fmt: skip
+    if as_json:
+        document = {"run_id": outcome.run_id, "store": str(outcome.store_path or ""),
+                    "results": [r.to_dict() for r in outcome.results]}  # fmt: skip
+        _out.print_json(json.dumps(document))
+        return
+    title = f"{outcome.model.ref} — {outcome.model.description}"
+    _out.print(results_view(outcome.results, title=title))
+    if outcome.run_id and not quiet:
+        _out.print(
+            f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path} "
+            f"(accelscope runs show {outcome.run_id})"
+        )

@@ -1,0 +1,110 @@
+"""Pick the winners: fastest accepted configuration within the SLA, and the lowest-latency one,
+with a one-or-two-sentence explanation carrying the numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from accelscope.result import Result, Status
+from accelscope.spec import Precision
+
+__all__ = ["Selection", "baseline_for", "select", "speedup"]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Keys (``RunSpec.key``) of the chosen results, and the verdict text."""
+
+    best_key: str | None
+    lowest_latency_key: str | None
+    baseline_key: str | None
+    verdict: str
+
+
+def _throughput(result: Result) -> float:
+    assert result.measurement is not None
+    return result.measurement.throughput_items_per_s
+
+
+def _p99(result: Result) -> float:
+    assert result.measurement is not None
+    return result.measurement.summary.p99_s
+
+
+def baseline_for(results: Sequence[Result]) -> Result | None:
+    """The eager fp32 result (the speedup baseline): largest batch size and most threads among
+    measured eager fp32 results, or ``None``."""
+    eager = [
+        r
+        for r in results
+        if r.spec.backend in ("eager", "onnxruntime")
+        and r.spec.precision is Precision.FP32
+        and not r.spec.options
+        and r.measurement is not None
+    ]
+    eager.sort(key=lambda r: (r.spec.backend != "eager", -r.spec.batch_size, -r.spec.threads))
+    return eager[0] if eager else None
+
+
+def speedup(result: Result, baseline: Result | None) -> float | None:
+    """Throughput relative to ``baseline`` (None when either is unmeasured)."""
+    if baseline is None or result.measurement is None or baseline.measurement is None:
+        return None
+    return _throughput(result) / _throughput(baseline)
+
+
+def _accuracy_phrase(result: Result) -> str:
+    accuracy = result.accuracy
+    if accuracy is None:
+        return "reference accuracy"
+    if accuracy.metric_drop is not None:
+        return (
+            f"{accuracy.metric_name} {accuracy.metric_value:.2%} (drop {accuracy.metric_drop:.2%})"
+        )
+    fidelity = accuracy.fidelity
+    if fidelity is None:
+        return "reference accuracy"
+    if fidelity.top1_agreement is not None:
+        return f"top-1 agreement {fidelity.top1_agreement:.2%} with fp32"
+    return f"relative L2 error {fidelity.rel_l2:.2%} vs fp32"
+
+
+def select(results: Sequence[Result], sla_p99_s: float | None) -> Selection:
+    """Fastest accepted (status ok) result whose p99 meets the SLA, and the lowest-p50 one."""
+    accepted = [r for r in results if r.status is Status.OK and r.measurement is not None]
+    within = [r for r in accepted if sla_p99_s is None or _p99(r) <= sla_p99_s]
+    baseline = baseline_for(results)
+    base_key = baseline.spec.key if baseline is not None else None
+    if not within:
+        if not accepted:
+            return Selection(None, None, base_key, "No configuration was accepted.")
+        fastest_p99 = min(accepted, key=_p99)
+        limit_ms = (sla_p99_s or 0.0) * 1e3
+        return Selection(
+            None,
+            None,
+            base_key,
+            f"No accepted configuration meets the p99 SLA of {limit_ms:.0f} ms "
+            f"(the best p99 is {_p99(fastest_p99) * 1e3:.1f} ms, {fastest_p99.spec.label()}).",
+        )
+    best = max(within, key=_throughput)
+    quickest = min(within, key=lambda r: r.measurement.summary.p50_s if r.measurement else 0.0)
+    ratio = speedup(best, baseline)
+    versus = (
+        f", {ratio:.1f}x eager fp32 ({_throughput(baseline):.1f} items/s)"
+        if ratio is not None and baseline is not None and baseline is not best
+        else ""
+    )
+    sla = f" within the {sla_p99_s * 1e3:.0f} ms p99 SLA" if sla_p99_s is not None else ""
+    verdict = (
+        f"Fastest{sla}: {best.spec.label()} at {_throughput(best):.1f} items/s{versus}, "
+        f"p99 {_p99(best) * 1e3:.1f} ms, {_accuracy_phrase(best)}."
+    )
+    if quickest is not best and quickest.measurement is not None:
+        verdict += (
+            f" Lowest latency: {quickest.spec.label()} at p50 "
+            f"{quickest.measurement.summary.p50_s * 1e3:.1f} ms ({_throughput(quickest):.1f} "
+            "items/s)."
+        )
+    return Selection(best.spec.key, quickest.spec.key, base_key, verdict)

@@ -1,0 +1,111 @@
+"""Sweep isolation: crashes, hangs and MemoryError become recorded failures; kill -9 + --resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from accelscope.bench import BenchRequest, bench
+from accelscope.result import Status
+from accelscope.spec import Precision, TensorSpec
+from accelscope.store.sqlite import ResultStore
+
+FACTORY = """
+import torch
+
+def make():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+"""
+INPUTS = (TensorSpec("x", ("N", 32)),)
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def factory(tmp_path: Path) -> str:
+    path = tmp_path / "tiny.py"
+    path.write_text(FACTORY)
+    return f"{path}:make"
+
+
+def test_segfault_hang_and_memoryerror_are_recorded(
+    tmp_path: Path, factory: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(HERE))
+    request = BenchRequest(
+        model=factory,
+        backends=("eager", "fault-segv", "fault-hang", "fault-memory"),
+        precisions=(Precision.FP32,),
+        batch_sizes=(4,),
+        threads=(1,),
+        inputs=INPUTS,
+        plugins=("fault_backends",),
+        measure_budget_s=0.3,
+        timeout_s=20.0,
+        accuracy_samples=16,
+        report_path=tmp_path / "report.html",
+    )
+    outcome = bench(request, store_path=tmp_path / "r.db")
+    by_backend = {r.spec.backend: r for r in outcome.results}
+    assert by_backend["eager"].status is Status.OK
+    assert by_backend["fault-segv"].status is Status.FAILED
+    assert "SIGSEGV" in by_backend["fault-segv"].status_reason
+    assert by_backend["fault-hang"].status is Status.FAILED
+    assert by_backend["fault-hang"].status_reason.startswith("timeout")
+    assert by_backend["fault-memory"].status is Status.FAILED
+    assert "out of memory" in by_backend["fault-memory"].status_reason
+    assert outcome.selection.best_key == by_backend["eager"].spec.key
+    with ResultStore(tmp_path / "r.db") as store:
+        run = store.get_run("latest")
+    assert run.status == "complete" and run.result_count == 4
+    assert (tmp_path / "report.html").is_file()
+
+
+def _count(path: Path) -> int:
+    try:
+        with sqlite3.connect(path) as db:
+            return int(db.execute("SELECT COUNT(*) FROM results WHERE status='ok'").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def test_kill_9_mid_sweep_then_resume(tmp_path: Path, factory: str) -> None:
+    store = tmp_path / "r.db"
+    args = [sys.executable, "-m", "accelscope.cli", "bench", factory, "--input", "x:N,32",
+            "--backend", "eager", "--precision", "fp32,bf16", "--batch", "1,2,4,8",
+            "--threads", "1", "--measure-budget", "1s", "--accuracy-samples", "16",
+            "--store", str(store), "--report", str(tmp_path / "r.html")]  # fmt: skip
+    first = subprocess.Popen([*args, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while _count(store) < 2 and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.2)
+    assert first.poll() is None, "the sweep ended before it could be killed"
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(timeout=30)
+    with ResultStore(store) as opened:  # opens clean after a kill -9
+        interrupted = opened.get_run("latest")
+        done_before = {r.spec.key: r.created_at for r in interrupted.results}
+    assert interrupted.status == "running" and len(done_before) >= 2
+    integrity = sqlite3.connect(store).execute("PRAGMA integrity_check").fetchone()[0]
+    assert integrity == "ok"
+    second = subprocess.run([*args, "--resume", "--json"], capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    document = json.loads(second.stdout)
+    assert document["run_id"] == interrupted.id
+    with ResultStore(store) as opened:
+        resumed = opened.get_run(interrupted.id)
+    assert resumed.status == "complete"
+    keys = [r.spec.key for r in resumed.results]
+    assert len(keys) == len(set(keys)) == 8  # every config exactly once: none measured again
+    for result in resumed.results:
+        if result.spec.key in done_before:
+            assert result.created_at == done_before[result.spec.key]
