@@ -1,0 +1,117 @@
+"""Strategy, guard and selection logic with a fake executor (no processes, deterministic)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accelscope.accuracy.fidelity import Fidelity
+from accelscope.hardware.fingerprint import Environment
+from accelscope.measure.measurement import Measurement
+from accelscope.models.loading import load_model
+from accelscope.result import Accuracy, Result, Status
+from accelscope.spec import Precision, RunSpec, TensorSpec
+from accelscope.sweep.executor import WorkerOutcome
+from accelscope.sweep.guard import AccuracyRule, apply_guard
+from accelscope.sweep.run import SweepPlan, run_sweep
+from accelscope.sweep.select import select
+from accelscope.sweep.space import SweepSpace
+from accelscope.sweep.worker import WorkerTask
+from conftest import make_result
+
+# items/s and top-1 agreement per (precision, batch): bf16/b4 is fastest but inaccurate.
+TABLE = {
+    ("fp32", 1): (100.0, 1.0), ("fp32", 2): (150.0, 1.0), ("fp32", 4): (180.0, 1.0),
+    ("bf16", 1): (200.0, 0.999), ("bf16", 2): (320.0, 0.995), ("bf16", 4): (900.0, 0.90),
+}  # fmt: skip
+
+
+class FakeExecutor:
+    def __init__(self, environment: Environment) -> None:
+        self.env = environment
+        self.calls: list[tuple[str, float]] = []
+
+    def run(self, task: WorkerTask, on_progress: object = None) -> WorkerOutcome:
+        spec = task.spec
+        rate, agreement = TABLE[(spec.precision.value, spec.batch_size)]
+        per_call = spec.batch_size / rate
+        count = max(5, int(task.timer.budget_s / per_call))
+        self.calls.append((spec.label(), task.timer.budget_s))
+        measurement = Measurement(samples_s=(per_call,) * count, items_per_call=spec.batch_size,
+                                  first_call_s=per_call, budget_s=task.timer.budget_s)  # fmt: skip
+        fidelity = Fidelity(rel_l2=0.001, max_abs=0.01, cosine=0.9999, top1_agreement=agreement)
+        result = Result(spec=spec, environment=self.env, status=Status.OK,
+                        measurement=measurement, accuracy=Accuracy(fidelity=fidelity))  # fmt: skip
+        return WorkerOutcome(result)
+
+
+@pytest.fixture
+def tiny(tmp_path: Path):  # type: ignore[no-untyped-def]
+    path = tmp_path / "tiny.py"
+    path.write_text("import torch\ndef make():\n    return torch.nn.Linear(4, 3)\n")
+    return load_model(f"{path}:make", inputs=(TensorSpec("x", ("N", 4)),))
+
+
+def _plan(strategy: str, sla: float | None = None) -> SweepPlan:
+    space = SweepSpace(backends=("eager",), precisions=(Precision.FP32, Precision.BF16),
+                       batch_sizes=(1, 2, 4), threads=(1,))  # fmt: skip
+    return SweepPlan(space=space, strategy=strategy, sla_p99_s=sla, accuracy_samples=8)
+
+
+def test_grid_rejects_inaccurate_and_picks_fastest_accepted(
+    tiny, environment: Environment, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    stored: list[Result] = []
+    executor = FakeExecutor(environment)
+    outcome = run_sweep(_plan("grid"), tiny, environment, executor, sink=stored.append,
+                        workdir=tmp_path)  # fmt: skip
+    by_label = {r.spec.label(): r for r in outcome.results}
+    assert by_label["eager/bf16/b4/t1"].status is Status.REJECTED
+    assert "top-1 agreement 90.00%" in by_label["eager/bf16/b4/t1"].status_reason
+    assert outcome.selection.best_key == by_label["eager/bf16/b2/t1"].spec.key
+    assert "3.2x eager fp32" in outcome.selection.verdict or "1.8x" in outcome.selection.verdict
+    assert len(stored) == 6 and len(executor.calls) == 6
+
+
+def test_sla_excludes_slow_calls(tiny, environment: Environment, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    outcome = run_sweep(_plan("grid", sla=0.006), tiny, environment, FakeExecutor(environment),
+                        sink=lambda r: None, workdir=tmp_path)  # fmt: skip
+    best = next(r for r in outcome.results if r.spec.key == outcome.selection.best_key)
+    assert best.measurement is not None and best.measurement.summary.p99_s <= 0.006
+    assert best.spec.label() == "eager/bf16/b1/t1"  # b2 (6.25 ms per call) misses the SLA
+    assert "within the 6 ms p99 SLA" in outcome.selection.verdict
+
+
+def test_fast_strategy_screens_then_measures_contenders(
+    tiny, environment: Environment, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    grid_executor, fast_executor = FakeExecutor(environment), FakeExecutor(environment)
+    grid = run_sweep(_plan("grid"), tiny, environment, grid_executor, sink=lambda r: None,
+                     workdir=tmp_path)  # fmt: skip
+    fast = run_sweep(_plan("fast"), tiny, environment, fast_executor, sink=lambda r: None,
+                     workdir=tmp_path)  # fmt: skip
+    assert fast.selection.best_key == grid.selection.best_key
+    finals = [label for label, budget in fast_executor.calls if budget == 10.0]
+    assert finals == ["eager/bf16/b2/t1", "eager/bf16/b1/t1"]  # top third of 5 accepted, >= 2
+    assert fast.measurement_time_s <= 0.5 * grid.measurement_time_s
+
+
+def test_guard_rules(environment: Environment) -> None:
+    rule = AccuracyRule(0.01)
+    result = make_result(environment)  # top1_accuracy 0.97 vs reference 0.975: drop 0.5 %
+    assert apply_guard(result, rule).status is Status.OK
+    assert apply_guard(result, AccuracyRule(0.001)).status is Status.REJECTED
+    assert select([result], None).best_key == result.spec.key
+
+
+def test_unknown_backend_in_space_is_bad_input() -> None:
+    from accelscope.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="unknown backend"):
+        SweepSpace(backends=("tensorflow",))
+
+
+def test_runspec_label_is_stable() -> None:
+    spec = RunSpec(model="m", backend="eager", precision=Precision.BF16, batch_size=8, threads=2)
+    assert spec.label() == "eager/bf16/b8/t2"
