@@ -1,0 +1,398 @@
+"""Self-contained offline HTML bench report: header, verdict, results table, plotly charts.
+
+The document embeds plotly.js inline and fetches nothing (its Content-Security-Policy forbids
+it too). User-supplied text is escaped wherever it lands: jinja autoescapes the markup, text
+that becomes a plotly label is HTML-escaped first (plotly renders a subset of HTML), and the
+embedded JSON writes ``<``, ``>``, ``&`` as ``\\u003c``-style escapes, so no string can end
+the ``<script>`` element it sits in.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jinja2
+import plotly.graph_objects as go
+from plotly.io.json import to_json_plotly
+from plotly.offline import get_plotlyjs
+
+from accelscope.errors import BadInputError
+from accelscope.result import Accuracy, Result, Status
+from accelscope.spec import Device
+from accelscope.units import format_bytes
+
+__all__ = ["pareto_front", "render_bench_report", "script_safe_json", "write_report"]
+
+_TIMES, _MINUS = "\u00d7", "\u2212"
+_COLORS = {Status.OK: "#2563eb", Status.REJECTED: "#d97706", Status.FAILED: "#dc2626"}
+_SYMBOLS = {Status.OK: "circle", Status.REJECTED: "x", Status.FAILED: "x-thin-open"}
+_FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
+_MAX_POINT_LABELS = 10
+"""Scatter points are labelled on the chart up to this many; beyond, only on hover."""
+_LOG_SPREAD = 30.0
+"""An axis switches to a log scale when its largest value is this many times the smallest."""
+_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                                  "\u2028": "\\u2028", "\u2029": "\\u2029"})  # fmt: skip
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the Pareto-optimal ``(value, cost)`` points: value maximised, cost minimised.
+
+    In the report a point is ``(throughput, p99 latency)``. Point *j* dominates point *i* when
+    ``value_j >= value_i`` and ``cost_j <= cost_i`` with at least one inequality strict;
+    identical points do not dominate each other, so every copy of a front point is kept. Points
+    with a non-finite coordinate are ignored. Indices come ordered by increasing cost (ties:
+    decreasing value, then index), which is the order to draw the front in.
+    """
+    finite = [i for i, (v, c) in enumerate(points) if math.isfinite(v) and math.isfinite(c)]
+
+    def dominated(i: int) -> bool:
+        (vi, ci) = points[i]
+        return any(
+            vj >= vi and cj <= ci and (vj > vi or cj < ci) for vj, cj in (points[j] for j in finite)
+        )
+
+    front = [i for i in finite if not dominated(i)]
+    return sorted(front, key=lambda i: (points[i][1], -points[i][0], i))
+
+
+def script_safe_json(obj: Any) -> str:
+    """JSON (plotly's encoder) that is safe inside a ``<script>`` element.
+
+    ``<``, ``>``, ``&`` (and U+2028/9) only occur inside JSON strings, where the ``\\u003c``
+    escapes mean the same characters, so neither ``</script>`` nor ``<!--`` can appear.
+    """
+    return str(to_json_plotly(obj)).translate(_SCRIPT_ESCAPES)
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:,.1f}" if ms >= 100 else f"{ms:.2f}" if ms >= 1 else f"{ms:.3g}"
+
+
+def _labels(results: Sequence[Result]) -> list[str]:
+    """Unique labels: ``eager/bf16/b8/t2``, ``@cuda`` when not on CPU, `` #n`` on repeats."""
+    labels: list[str] = []
+    for result in results:
+        label = result.spec.label()
+        if result.spec.device is not Device.CPU:
+            label += f"@{result.spec.device.value}"
+        base, n = label, 2
+        while label in labels:
+            label, n = f"{base} #{n}", n + 1
+        labels.append(label)
+    return labels
+
+
+def _speedups(results: Sequence[Result], baseline_key: str | None) -> list[float | None]:
+    """Each result's throughput divided by the baseline's (``None`` where either is missing)."""
+    base = next((r for r in results if baseline_key and r.spec.key == baseline_key), None)
+    if base is None or base.measurement is None:
+        return [None] * len(results)
+    base_tp = base.measurement.throughput_items_per_s
+    return [None if r.measurement is None else r.measurement.throughput_items_per_s / base_tp
+            for r in results]  # fmt: skip
+
+
+def _accuracy_text(accuracy: Accuracy | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Metric parts (value, change vs the reference) and fidelity parts, for display."""
+    if accuracy is None:
+        return ("—",), ()
+    metric: tuple[str, ...] = ()
+    if accuracy.metric_value is not None:
+        metric = (f"{accuracy.metric_name or 'metric'} {accuracy.metric_value:.2%}",)
+        change = None if accuracy.metric_drop is None else -accuracy.metric_drop * 100
+        if change is not None and round(change, 2) != 0:
+            metric += (f"(Δ {change:+.2f} pp)".replace("-", _MINUS),)
+    fidelity: tuple[str, ...] = ()
+    if (f := accuracy.fidelity) is not None:
+        fidelity = (f"rel-L2 {f.rel_l2:.1e}".replace("0.0e+00", "0"),)
+        if f.top1_agreement is not None:
+            fidelity += (f"top-1 agree {f.top1_agreement:.1%}",)
+    return metric or (() if fidelity else ("—",)), fidelity
+
+
+class _Row(NamedTuple):
+    """A table row: the result, plus what the template cannot derive from it alone."""
+
+    result: Result
+    label: str
+    speedup: str
+    badges: tuple[str, ...]
+    metric: tuple[str, ...]
+    fidelity: tuple[str, ...]
+
+
+class _Point(NamedTuple):
+    result: Result
+    label: str
+    x: float
+    y: float
+    hover: str
+
+
+def _esc(text: str, limit: int = 0) -> str:
+    """``text`` cut to ``limit`` characters (0: no limit) and escaped for a plotly label."""
+    if limit and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return html.escape(text, quote=False)  # plotly decodes &lt; &gt; &amp; but not &quot;
+
+
+def _hover(result: Result, label: str, *lines: str) -> str:
+    """Hover HTML: the label and status (escaped here), then ``lines`` (escaped by the caller)."""
+    head = f"<b>{_esc(label)}</b><br>{result.status.value}"
+    if result.status_reason:
+        head += f": {_esc(result.status_reason, 200)}"
+    return "<br>".join((head, *lines))
+
+
+def _axis_type(values: Sequence[float]) -> str:
+    positive = [v for v in values if v > 0]
+    if len(positive) < 2 or len(positive) < len(values):
+        return "linear"
+    return "log" if max(positive) / min(positive) >= _LOG_SPREAD else "linear"
+
+
+def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+    """A plotly layout; the titles are plain text and escaped here."""
+    return {
+        "title": {"text": f"<b>{_esc(title, 90)}</b>", "x": 0.01, "font": {"size": 16}},
+        "template": "plotly_white", "font": {"family": _FONT, "size": 12}, "height": 420,
+        "margin": {"l": 70, "r": 24, "t": 56, "b": 60}, "hoverlabel": {"align": "left"},
+        "legend": {"orientation": "h", "y": -0.2, "x": 0},
+        "xaxis": {"title": {"text": _esc(x_title)}}, "yaxis": {"title": {"text": _esc(y_title)}},
+        **extra,
+    }  # fmt: skip
+
+
+def _vertical_line(x: float, color: str) -> dict[str, Any]:
+    line = {"color": color, "width": 2, "dash": "dot"}
+    return {"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
+            "line": line}  # fmt: skip
+
+
+def _status_traces(points: Sequence[_Point]) -> list[dict[str, Any]]:
+    """One marker trace per status present, styled by status."""
+    traces = []
+    for status in Status:
+        if not (chosen := [p for p in points if p.result.status is status]):
+            continue
+        traces.append({
+            "type": "scatter", "name": status.value, "x": [p.x for p in chosen],
+            "y": [p.y for p in chosen],
+            "mode": "markers+text" if len(points) <= _MAX_POINT_LABELS else "markers",
+            "text": [_esc(p.label, 40) for p in chosen], "textposition": "top center",
+            "textfont": {"size": 10, "color": "#4b5563"}, "cliponaxis": False,
+            "hovertext": [p.hover for p in chosen], "hovertemplate": "%{hovertext}<extra></extra>",
+            "marker": {"color": _COLORS[status], "symbol": _SYMBOLS[status], "size": 11,
+                       "line": {"width": 1.5, "color": _COLORS[status]}},
+        })  # fmt: skip
+    return traces
+
+
+def _throughput_figure(
+    results: Sequence[Result], labels: Sequence[str], model: str, best_key: str | None,
+    sla_p99_s: float | None,
+) -> go.Figure | None:  # fmt: skip
+    """Items/s (y) against p99 latency in ms (x), the Pareto front of the ok points, the SLA."""
+    points = []
+    for result, label in zip(results, labels, strict=True):
+        if (m := result.measurement) is not None:
+            tp, p99 = m.throughput_items_per_s, m.summary.p99_s
+            hover = _hover(result, label, f"{tp:,.1f} items/s", f"p99 {_ms(p99)} ms")
+            points.append(_Point(result, label, p99 * 1e3, tp, hover))
+    if not points:
+        return None
+    ok = [p for p in points if p.result.status is Status.OK]
+    front = [ok[i] for i in pareto_front([(p.y, p.x) for p in ok])]
+    traces = [{"type": "scatter", "name": "Pareto front (ok only)", "mode": "lines",
+               "x": [p.x for p in front], "y": [p.y for p in front], "hoverinfo": "skip",
+               "line": {"color": "#16a34a", "width": 2, "dash": "dash"}}]  # fmt: skip
+    traces += _status_traces(points)
+    traces += [{"type": "scatter", "name": "best", "mode": "markers", "x": [p.x], "y": [p.y],
+                "hoverinfo": "skip", "marker": {"symbol": "star", "size": 20, "color": "#facc15",
+                "line": {"width": 1, "color": "#854d0e"}}}
+               for p in points if best_key and p.result.spec.key == best_key]  # fmt: skip
+    xs = [p.x for p in points] + ([sla_p99_s * 1e3] if sla_p99_s else [])
+    layout = _layout(f"{model}: throughput vs p99 latency", "p99 latency (ms)", "items / s")
+    layout["xaxis"]["type"] = _axis_type(xs)
+    layout["yaxis"]["type"] = _axis_type([p.y for p in points])
+    if sla_p99_s:
+        sla_ms = sla_p99_s * 1e3
+        layout["shapes"] = [_vertical_line(sla_ms, "#dc2626")]
+        at = math.log10(sla_ms) if layout["xaxis"]["type"] == "log" else sla_ms  # log axis: log10
+        layout["annotations"] = [{"xref": "x", "yref": "paper", "x": at, "y": 1,
+                                  "yanchor": "bottom", "showarrow": False,
+                                  "text": f"SLA p99 ≤ {_ms(sla_p99_s)} ms",
+                                  "font": {"color": "#dc2626"}}]  # fmt: skip
+    return go.Figure(data=traces, layout=layout)
+
+
+def _speedup_figure(
+    results: Sequence[Result], labels: Sequence[str], speedups: Sequence[float | None],
+    baseline_label: str,
+) -> go.Figure | None:  # fmt: skip
+    """Horizontal bars of speedup vs the baseline, largest on top, coloured by status."""
+    bars = sorted((s, label, r) for r, label, s in zip(results, labels, speedups, strict=True)
+                  if s is not None)  # fmt: skip
+    if not bars:
+        return None
+    trace = {
+        "type": "bar", "orientation": "h", "x": [s for s, _, _ in bars],
+        "y": list(range(len(bars))),
+        "marker": {"color": [_COLORS[r.status] for _, _, r in bars]},
+        "text": [f"{s:.2f}{_TIMES}" for s, _, _ in bars], "textposition": "outside",
+        "cliponaxis": False, "hovertemplate": "%{hovertext}<extra></extra>",
+        "hovertext": [_hover(r, label, f"{s:.2f}{_TIMES} baseline throughput")
+                      for s, label, r in bars],
+    }  # fmt: skip
+    layout = _layout("speedup vs baseline", f"{_TIMES} throughput of {baseline_label}", "",
+                     showlegend=False, height=max(420, 120 + 30 * len(bars)),
+                     shapes=[_vertical_line(1.0, "#6b7280")])  # fmt: skip
+    ticks = [_esc(label, 48) for _, label, _ in bars]  # index categories: no merged bars
+    layout["yaxis"].update(automargin=True, tickvals=list(range(len(bars))), ticktext=ticks)
+    layout["xaxis"]["range"] = [0, bars[-1][0] * 1.18]
+    return go.Figure(data=[trace], layout=layout)
+
+
+def _accuracy_axis(
+    accuracies: Sequence[Accuracy],
+) -> tuple[str, dict[str, Any], Callable[[Accuracy], float | None]] | None:
+    """(y title, y axis, value getter): metric drop, else top-1 agreement, else rel-L2."""
+    if any(a.metric_drop is not None for a in accuracies):
+        name = next(a.metric_name for a in accuracies if a.metric_drop is not None) or "metric"
+        return (f"{name} drop vs reference (pp)", {"type": "linear"},
+                lambda a: None if a.metric_drop is None else a.metric_drop * 100)  # fmt: skip
+    fids = [a.fidelity for a in accuracies if a.fidelity is not None]
+    if any(f.top1_agreement is not None for f in fids):
+        return ("top-1 agreement with reference (%)", {"type": "linear"},
+                lambda a: None if a.fidelity is None or a.fidelity.top1_agreement is None
+                else a.fidelity.top1_agreement * 100)  # fmt: skip
+    if not fids:
+        return None
+    floor = min((f.rel_l2 for f in fids if f.rel_l2 > 0), default=1e-9) / 10  # where 0 sits
+    zero = f" (0 drawn at {floor:.0e})" if any(f.rel_l2 == 0 for f in fids) else ""
+    log = {"type": "log", "dtick": 1, "exponentformat": "power"}
+    return (f"rel-L2 error vs reference{zero}", log,
+            lambda a: None if a.fidelity is None else max(a.fidelity.rel_l2, floor))  # fmt: skip
+
+
+def _accuracy_figure(
+    results: Sequence[Result], labels: Sequence[str], speedups: Sequence[float | None]
+) -> go.Figure | None:
+    """Accuracy (see :func:`_accuracy_axis`) against speedup, or items/s without a baseline."""
+    rows = [(r, label, s, r.accuracy, r.measurement)
+            for r, label, s in zip(results, labels, speedups, strict=True)]  # fmt: skip
+    axis = _accuracy_axis([a for _, _, _, a, m in rows if a is not None and m is not None])
+    if axis is None:
+        return None
+    y_title, y_axis, pick = axis
+    by_speedup = any(s is not None for s in speedups)
+    points = []
+    for r, label, s, acc, m in rows:
+        x = s if by_speedup else (m.throughput_items_per_s if m else None)
+        y = None if acc is None or m is None else pick(acc)
+        if x is not None and y is not None and math.isfinite(x) and math.isfinite(y):
+            metric, fidelity = _accuracy_text(acc)
+            lines = [_esc(" ".join(metric))] + [_esc(f) for f in fidelity]
+            points.append(_Point(r, label, x, y, _hover(r, label, *lines)))
+    if not points:
+        return None
+    x_title = f"speedup ({_TIMES} baseline throughput)" if by_speedup else "items / s"
+    better = "higher" if y_title.startswith("top-1") else "lower"
+    layout = _layout(f"accuracy vs speed ({better} is better)", x_title, y_title)
+    layout["yaxis"].update(y_axis)
+    return go.Figure(data=_status_traces(points), layout=layout)
+
+
+@functools.cache
+def _plotly_js() -> str:
+    """plotly's bundled plotly.min.js with any ``</script`` defused (it has none today)."""
+    return re.sub(r"</(script)", r"<\\/\1", get_plotlyjs(), flags=re.IGNORECASE)
+
+
+@functools.cache
+def _template() -> jinja2.Template:
+    source = resources.files("accelscope.report").joinpath("templates", "bench.html.j2")
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(ms=_ms, bytes=format_bytes, rate="{:,.1f}".format)
+    return env.from_string(source.read_text(encoding="utf-8"))
+
+
+def render_bench_report(
+    results: Sequence[Result],
+    *,
+    title: str,
+    model: str,
+    best_key: str | None,
+    lowest_latency_key: str | None,
+    verdict: str,
+    sla_p99_s: float | None,
+    baseline_key: str | None,
+) -> str:
+    """One self-contained, offline HTML document for a bench run.
+
+    ``*_key`` values are :attr:`RunSpec.key` strings. Speedup is a configuration's throughput
+    divided by the baseline's. Failed results (no measurement) get a table row but no points.
+    """
+    labels = _labels(results)
+    speedups = _speedups(results, baseline_key)
+    marks = (("best", best_key), ("lowest latency", lowest_latency_key), ("baseline", baseline_key))
+    rows = []
+    for result, label, speedup in zip(results, labels, speedups, strict=True):
+        badges = tuple(name for name, key in marks if key and key == result.spec.key)
+        text = "—" if speedup is None else f"{speedup:.2f}{_TIMES}"
+        rows.append(_Row(result, label, text, badges, *_accuracy_text(result.accuracy)))
+    baseline = next((row.label for row in rows if "baseline" in row.badges), None)
+    charts = [
+        ("chart-throughput", "Throughput vs p99 latency", "no configuration was measured",
+         _throughput_figure(results, labels, model, best_key, sla_p99_s)),
+        ("chart-speedup", "Speedup vs baseline", "no measured baseline, so no speedups",
+         _speedup_figure(results, labels, speedups, baseline or "")),
+        ("chart-accuracy", "Accuracy vs speed", "no accuracy was measured",
+         _accuracy_figure(results, labels, speedups)),
+    ]  # fmt: skip
+    return _template().render(
+        title=title, model=model, verdict=verdict, rows=rows, baseline=baseline,
+        warnings=[(lb, w) for r, lb in zip(results, labels, strict=True) for w in r.warnings],
+        env=results[0].environment if results else None,
+        sla=None if sla_p99_s is None else f"{_ms(sla_p99_s)} ms",
+        charts=[(cid, heading, note, fig is not None) for cid, heading, note, fig in charts],
+        figures_json=script_safe_json(
+            [{"id": cid, **fig.to_plotly_json()} for cid, _, _, fig in charts if fig]),
+        plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),
+        plotly_js=_plotly_js(),
+    )  # fmt: skip
+
+
+def write_report(html_text: str, path: Path) -> Path:
+    """Write ``html_text`` to ``path`` atomically (temp file, fsync, rename); return ``path``.
+
+    Raises:
+        BadInputError: the directory is missing or not writable, or ``path`` is a directory.
+    """
+    tmp: str | None = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(html_text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise BadInputError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return path
