@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test check benchmarks clean
+.PHONY: install browser demo test check benchmarks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,15 @@ check: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 
-test: check
+# The HTML report is tested in a real headless browser (Debian's chromium).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "the report tests need chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
+
+test: check browser
 	$(BIN)/pytest -q
 
 benchmarks: $(STAMP)
