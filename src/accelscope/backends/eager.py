@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelscope.backends.base import Availability, Backend, Batch, Runner
@@ -62,7 +62,9 @@ class _EagerRunner(Runner):
         super().__init__(spec)
         self._device = torch.device("cuda" if spec.device is Device.CUDA else "cpu")
         self._channels_last = channels_last_requested(spec)
-        self._module = module.to(self._device).eval()
+        self._module = module.to(self._device)
+        with suppress(NotImplementedError):  # a .pt2 program's module() has no train mode
+            self._module.eval()
         if self._channels_last:
             self._module = self._module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self._names = input_names

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from accelscope.backends.base import Backend
+from accelscope.backends.compiled import CompileBackend
 from accelscope.backends.eager import EagerBackend
 from accelscope.backends.onnxruntime import OnnxRuntimeBackend
 from accelscope.errors import BadInputError
@@ -33,5 +34,5 @@ def all_backends() -> list[Backend]:
     return [_REGISTRY[name] for name in sorted(_REGISTRY)]
 
 
-for _backend in (EagerBackend(), OnnxRuntimeBackend()):
+for _backend in (EagerBackend(), CompileBackend(), OnnxRuntimeBackend()):
     register_backend(_backend)
