@@ -40,10 +40,16 @@ def baseline_for(results: Sequence[Result]) -> Result | None:
         for r in results
         if r.spec.backend in ("eager", "onnxruntime")
         and r.spec.precision is Precision.FP32
-        and not r.spec.options
         and r.measurement is not None
     ]
-    eager.sort(key=lambda r: (r.spec.backend != "eager", -r.spec.batch_size, -r.spec.threads))
+    eager.sort(
+        key=lambda r: (
+            r.spec.backend != "eager",
+            any(value != "false" for _, value in r.spec.options),
+            -r.spec.batch_size,
+            -r.spec.threads,
+        )
+    )
     return eager[0] if eager else None
 
 

@@ -7,9 +7,11 @@ dropped silently.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import product
 
+from accelscope.backends.base import Backend
 from accelscope.backends.registry import all_backends, get_backend
 from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment
@@ -73,23 +75,40 @@ def expand(space: SweepSpace, model: LoadedModel, env: Environment) -> list[Cand
     ):
         if precision not in backend.precisions and not space.precisions:
             continue  # default sweep: only what the backend can do at all
-        options = tuple((k, v) for k, v in space.options if k in backend.options)
-        spec = RunSpec(
-            model=model.ref,
-            backend=backend.name,
-            precision=precision,
-            batch_size=batch,
-            threads=threads,
-            device=space.device,
-            model_digest=model.digest,
-            options=options,
-        )
-        reason = ""
-        fast, why = _fast_path(env, precision, space.device)
-        if not fast and not space.force_precisions:
-            reason = f"no fast path: {why} (--force-precision to measure anyway)"
-        if not reason:
-            support = backend.supports(model, spec, env)
-            reason = "" if support.ok else f"not available: {support.reason}"
-        candidates.append(Candidate(spec=spec, skip_reason=reason))
+        for options in _option_variants(space.options, backend.options):
+            spec = RunSpec(
+                model=model.ref,
+                backend=backend.name,
+                precision=precision,
+                batch_size=batch,
+                threads=threads,
+                device=space.device,
+                model_digest=model.digest,
+                options=options,
+            )
+            candidates.append(Candidate(spec=spec, skip_reason=_screen(space, backend, model,
+                                                                       spec, env)))  # fmt: skip
     return candidates
+
+
+def _option_variants(
+    requested: tuple[tuple[str, str], ...], known: Mapping[str, tuple[str, ...]]
+) -> list[tuple[tuple[str, str], ...]]:
+    """Every combination of the requested option values that this backend has; a value list
+    (``channels_last=true,false``) is an axis of the sweep."""
+    axes = [
+        [(key, value.strip()) for value in values.split(",") if value.strip()]
+        for key, values in requested
+        if key in known
+    ]
+    return [tuple(combo) for combo in product(*axes)] if axes else [()]
+
+
+def _screen(
+    space: SweepSpace, backend: Backend, model: LoadedModel, spec: RunSpec, env: Environment
+) -> str:
+    fast, why = _fast_path(env, spec.precision, space.device)
+    if not fast and not space.force_precisions:
+        return f"no fast path: {why} (--force-precision to measure anyway)"
+    support = backend.supports(model, spec, env)
+    return "" if support.ok else f"not available: {support.reason}"
