@@ -158,10 +158,15 @@ def bench_view(
 ) -> RenderableType:
     """The bench table (speedup vs eager fp32, best marked), the accuracy rule, the verdict."""
     baseline = baseline_for(results)
+    shown = [r for r in results if r.status is not Status.SKIPPED]
     table = results_view(
-        results, title, baseline=baseline, best_key=selection.best_key, show_notes=False
+        shown, title, baseline=baseline, best_key=selection.best_key, show_notes=False
     )
     parts: list[RenderableType] = [table]
+    skipped = [r for r in results if r.status is Status.SKIPPED]
+    if skipped:
+        parts.append(Text(f"not measured ({len(skipped)}):", style="dim"))
+        parts.extend(Text(f"  {r.spec.label()}: {r.status_reason}", style="dim") for r in skipped)
     if rule:
         parts.append(Text(f"accuracy rule: {rule}", style="dim"))
     parts.append(Text(selection.verdict, style="bold"))

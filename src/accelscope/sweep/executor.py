@@ -22,6 +22,7 @@ from accelscope.sweep.worker import WorkerTask, worker_main
 __all__ = ["Executor", "LocalExecutor", "WorkerOutcome"]
 
 ProgressFn = Callable[[str, int, float, float], None]
+_EXIT_GRACE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,9 @@ class LocalExecutor:
         sender.close()  # only the child writes; EOF on the pipe then means the child is gone
         deadline = time.monotonic() + self.timeout_s
         try:
-            return self._collect(process, receiver, deadline, on_progress)
+            outcome = self._collect(process, receiver, deadline, on_progress)
+            process.join(timeout=_EXIT_GRACE_S)  # let it shut down cleanly (compile pools)
+            return outcome
         finally:
             if process.is_alive():
                 process.kill()
