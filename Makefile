@@ -21,9 +21,9 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/accelscope env
-	$(BIN)/accelscope measure resnet50 --batch 8 --precision fp32
-	$(BIN)/accelscope measure resnet50 --batch 8 --precision bf16
-	$(BIN)/accelscope runs list --limit 5
+	$(BIN)/accelscope bench resnet50 --batch 8 --backend eager,compile --precision fp32,bf16,int8 \
+	  --option channels_last=true --measure-budget 5s --report .accelscope/reports/demo.html
+	@echo "report: .accelscope/reports/demo.html"
 
 check: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks

@@ -258,7 +258,8 @@ def _unknown_backend(tmp: Path) -> tuple[list[str], str]:
 
 
 def _backend_wrong_format(tmp: Path) -> tuple[list[str], str]:
-    return ["measure", "digits-cnn", "--backend", "onnxruntime"], "onnxruntime"
+    (tmp / "m.onnx").write_bytes(onnx_bytes())
+    return ["measure", str(tmp / "m.onnx"), "--backend", "eager"], "eager"
 
 
 def _unknown_precision(tmp: Path) -> tuple[list[str], str]:

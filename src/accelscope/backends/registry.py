@@ -6,6 +6,8 @@ from accelscope.backends.base import Backend
 from accelscope.backends.compiled import CompileBackend
 from accelscope.backends.eager import EagerBackend
 from accelscope.backends.onnxruntime import OnnxRuntimeBackend
+from accelscope.backends.openvino import OpenVinoBackend
+from accelscope.backends.tensorrt import TensorRtBackend
 from accelscope.errors import BadInputError
 
 __all__ = ["all_backends", "get_backend", "register_backend"]
@@ -34,5 +36,11 @@ def all_backends() -> list[Backend]:
     return [_REGISTRY[name] for name in sorted(_REGISTRY)]
 
 
-for _backend in (EagerBackend(), CompileBackend(), OnnxRuntimeBackend()):
+for _backend in (
+    EagerBackend(),
+    CompileBackend(),
+    OnnxRuntimeBackend(),
+    OpenVinoBackend(),
+    TensorRtBackend(),
+):
     register_backend(_backend)
