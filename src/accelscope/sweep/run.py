@@ -2,9 +2,9 @@
 commit each result the moment it exists, and select the winners.
 
 Strategies: ``grid`` measures every runnable configuration once with the full timer budget;
-``fast`` screens every configuration with a short budget, then re-measures only the contenders
-(the top third by throughput among accepted configurations within the SLA, at least two) with
-the full budget: successive halving with one halving step.
+``fast`` screens every configuration with a short budget (1 s), then re-measures only the
+contenders (the top sixth by throughput among accepted configurations within the SLA, at least
+two) with the full budget: one aggressive halving step.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ class SweepPlan:
     strategy: str = "grid"
     timer: TimerConfig = field(default_factory=TimerConfig)
     screen_timer: TimerConfig = field(
-        default_factory=lambda: TimerConfig(budget_s=1.5, min_samples=5, warmup_min_s=0.1)
+        default_factory=lambda: TimerConfig(
+            budget_s=1.0, min_samples=5, warmup_iters=1, warmup_min_s=0.0
+        )
     )
     total_budget_s: float = 900.0
     accuracy_samples: int = 256
@@ -177,7 +179,7 @@ def _contenders(results: Sequence[Result], sla_p99_s: float | None) -> list[Resu
         and (sla_p99_s is None or r.measurement.summary.p99_s <= sla_p99_s)
     ]
     accepted.sort(key=lambda r: -r.measurement.throughput_items_per_s if r.measurement else 0.0)
-    keep = max(2, math.ceil(len(accepted) / 3))
+    keep = max(2, math.ceil(len(accepted) / 6))
     return accepted[:keep]
 
 
