@@ -94,7 +94,8 @@ def test_fast_strategy_screens_then_measures_contenders(
     assert fast.selection.best_key == grid.selection.best_key
     finals = [label for label, budget in fast_executor.calls if budget == 10.0]
     assert finals == ["eager/bf16/b2/t1", "eager/bf16/b1/t1"]  # top sixth of 5 accepted, >= 2
-    assert fast.measurement_time_s <= 0.35 * grid.measurement_time_s
+    # 6 screens of 1 s + 2 finals of 10 s vs 6 x 10 s (first calls included)
+    assert fast.measurement_time_s < 0.45 * grid.measurement_time_s
 
 
 def test_guard_rules(environment: Environment) -> None:
