@@ -8,6 +8,7 @@ writes the offline HTML report.
 from __future__ import annotations
 
 import importlib
+import os
 import shlex
 import sys
 import tempfile
@@ -113,6 +114,16 @@ def _validate(request: BenchRequest) -> None:
             raise BadInputError(f"cannot import plugin {plugin!r}: {exc}") from exc
 
 
+def _check_report_path(path: Path) -> None:
+    """Refuse a report path that cannot be written, before the sweep spends any time."""
+    if path.is_dir():
+        raise BadInputError(f"report path {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise BadInputError(f"cannot write the report to {path}: {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK):
+        raise BadInputError(f"cannot write the report to {path}: {path.parent} is not writable")
+
+
 def _default_report_path(store_path: Path | None, run_id: str | None) -> Path:
     base = store_path.parent if store_path is not None else DEFAULT_STORE_PATH.parent
     return base / "reports" / f"bench-{run_id or 'unsaved'}.html"
@@ -191,6 +202,8 @@ def bench(
     )
     if store_path is not None:
         check_store_path(store_path)
+    if request.report_path is not None:
+        _check_report_path(request.report_path)
     model = load_model(
         request.model,
         inputs=request.inputs,
@@ -236,7 +249,13 @@ def bench(
         raise
     finally:
         sink.close()
-    report_path = request.report_path or _default_report_path(store_path, sink.run_id)
+    report_path = request.report_path
+    if report_path is None:
+        report_path = _default_report_path(store_path, sink.run_id)
+        try:
+            report_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInputError(f"cannot create {report_path.parent}: {exc.strerror}") from exc
     html = render_bench_report(
         outcome.results,
         title=f"accelscope bench: {model.ref}",

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,7 @@ def worker_main(task_json: str, conn: Any, parent_pid: int) -> None:
     """Process entry point: run one task, send ``("result", json)`` or ``("error", reason)``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
+    warnings.simplefilter("ignore")  # runtime deprecation chatter would drown the sweep output
     try:
         _run(WorkerTask.from_json(task_json), conn)
     except MemoryError:
