@@ -1,0 +1,78 @@
+"""``accelscope bench`` through the CLI: a real small sweep, runs show, config file, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accelscope.cli import main
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_bench_digits_table_verdict_report_and_runs_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, report = tmp_path / "r.db", tmp_path / "report.html"
+    config = tmp_path / "bench.toml"
+    config.write_text(
+        '[model]\nref = "digits-cnn"\n'
+        '[bench]\nbackends = ["eager"]\nprecisions = ["fp32", "bf16", "int8"]\nbatch = [16]\n'
+        'threads = 1\nmeasure_budget = "0.5s"\nmax_accuracy_drop = "1%"\nsla_p99 = "1s"\n'
+    )
+    code, out, err = _run(capsys, "bench", "--config", str(config), "--store", str(store),
+                          "--report", str(report), "--quiet")  # fmt: skip
+    assert code == 0, err
+    assert "★" in out and "Fastest within the 1000 ms p99 SLA" in out
+    assert "eager/int8/b16/t1: not available" in out  # listed, not silently dropped
+    assert "top1_accuracy" in out
+    html = report.read_text()
+    assert "digits-cnn" in html and "<script src" not in html
+    code, shown, _ = _run(capsys, "runs", "show", "latest", "--store", str(store))
+    assert code == 0
+    verdict = next(line for line in out.splitlines() if line.startswith("Fastest"))
+    assert verdict in shown  # runs show reproduces the table and the verdict
+    code, out, _ = _run(capsys, "runs", "show", "latest", "--store", str(store), "--json")
+    statuses = sorted(r["status"] for r in json.loads(out)["results"])
+    assert statuses == ["ok", "ok", "skipped"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--strategy", "random"], "random"),
+        (["--sla-p99", "fast"], "fast"),
+        (["--max-accuracy-drop", "200%"], "200%"),
+        (["--option", "channels_last"], "channels_last"),
+        (["--backend", "tensorflow"], "tensorflow"),
+        (["--precision", "int4"], "int4"),
+        (["--threads", "0"], "0"),
+        (["--budget", "-5m"], "-5m"),
+        (["--plugin", "no_such_plugin_module"], "no_such_plugin_module"),
+        (["--resume"], "resume"),
+    ],
+)
+def test_bench_bad_input_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    store = tmp_path / "r.db"
+    code, out, err = _run(capsys, "bench", "digits-cnn", "--store", str(store), *args)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0]
+    assert not store.exists()
+
+
+def test_bench_report_in_missing_directory_fails_before_the_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run(capsys, "bench", "digits-cnn", "--store", str(tmp_path / "r.db"),
+                        "--report", str(tmp_path / "nope" / "r.html"))  # fmt: skip
+    assert code == 2 and "does not exist" in err
+    assert not (tmp_path / "r.db").exists()
