@@ -22,8 +22,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/accelscope env
 	$(BIN)/accelscope bench resnet50 --batch 8 --backend eager,compile --precision fp32,bf16,int8 \
-	  --option channels_last=true --measure-budget 5s --report .accelscope/reports/demo.html
-	@echo "report: .accelscope/reports/demo.html"
+	  --option channels_last=true --measure-budget 5s
 
 check: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
