@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelscope.backends.base import Availability, Backend, Batch, Runner
-from accelscope.backends.eager import channels_last_requested, flatten_outputs, to_channels_last
+from accelscope.backends.eager import TorchRunner, channels_last_requested, to_channels_last
 from accelscope.backends.quantize import (
     TORCHAO_INSTALL_HINT,
     batch_dynamic_shapes,
@@ -44,7 +44,6 @@ from accelscope.backends.quantize import (
     torchao_installed,
 )
 from accelscope.errors import BadInputError, MeasurementError
-from accelscope.hardware.sync import CudaEventInterval, device_synchronizer
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.inputs import make_batch
 from accelscope.spec import Device, Precision, RunSpec
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
     import torch
 
     from accelscope.hardware.fingerprint import Environment
-    from accelscope.hardware.sync import IntervalTimer
 
 __all__ = ["CompileBackend", "cxx_compiler", "inductor_options"]
 
@@ -103,7 +101,7 @@ def _first_line(exc: BaseException) -> str:
     return lines[0][:300] if lines else type(exc).__name__
 
 
-class _CompiledRunner(Runner):
+class _CompiledRunner(TorchRunner):
     """Runs a compiled callable on prepared inputs under ``no_grad`` (freezing requires it)."""
 
     def __init__(
@@ -112,14 +110,11 @@ class _CompiledRunner(Runner):
         compiled: Callable[..., Any],
         input_names: tuple[str, ...],
     ) -> None:
-        import torch
 
         super().__init__(spec)
-        self._device = torch.device("cuda" if spec.device is Device.CUDA else "cpu")
         self._compiled: Callable[..., Any] | None = compiled
         self._names = input_names
         self._channels_last = channels_last_requested(spec)
-        self._sync = device_synchronizer(spec.device)
 
     def feed(self, batch: Batch) -> Any:
         tensors = [batch[name].to(self._device) for name in self._names]
@@ -134,20 +129,6 @@ class _CompiledRunner(Runner):
         # inference tensors fed to a graph compiled outside inference_mode force recompiles.
         with torch.no_grad():
             return self._compiled(*feed)
-
-    def outputs(self, raw: Any) -> list[torch.Tensor]:
-        tensors = flatten_outputs(raw)
-        if not tensors:
-            raise MeasurementError("the model returned no tensors; nothing to compare")
-        return tensors
-
-    def synchronize(self) -> None:
-        self._sync()
-
-    def interval(self) -> IntervalTimer | None:
-        if self.spec.device is Device.CUDA:
-            return CudaEventInterval(self._device.index or 0)
-        return None
 
     def close(self) -> None:
         self._compiled = None

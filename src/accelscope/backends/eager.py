@@ -18,7 +18,13 @@ if TYPE_CHECKING:
     from accelscope.hardware.fingerprint import Environment
     from accelscope.hardware.sync import IntervalTimer
 
-__all__ = ["EagerBackend", "channels_last_requested", "flatten_outputs", "to_channels_last"]
+__all__ = [
+    "EagerBackend",
+    "TorchRunner",
+    "channels_last_requested",
+    "flatten_outputs",
+    "to_channels_last",
+]
 
 
 def flatten_outputs(value: Any) -> list[torch.Tensor]:
@@ -55,12 +61,37 @@ def to_channels_last(tensors: list[Any]) -> list[Any]:
     return [t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in tensors]
 
 
-class _EagerRunner(Runner):
-    def __init__(self, module: torch.nn.Module, spec: RunSpec, input_names: tuple[str, ...]):
+class TorchRunner(Runner):
+    """Base for runtimes whose outputs are torch tensors on the spec's device: output
+    flattening, device sync and CUDA-event timing live here once."""
+
+    def __init__(self, spec: RunSpec) -> None:
         import torch
 
         super().__init__(spec)
         self._device = torch.device("cuda" if spec.device is Device.CUDA else "cpu")
+        self._sync = device_synchronizer(spec.device)
+
+    def outputs(self, raw: Any) -> list[torch.Tensor]:
+        tensors = flatten_outputs(raw)
+        if not tensors:
+            raise MeasurementError("the model returned no tensors; nothing to compare")
+        return tensors
+
+    def synchronize(self) -> None:
+        self._sync()
+
+    def interval(self) -> IntervalTimer | None:
+        if self.spec.device is Device.CUDA:
+            return CudaEventInterval(self._device.index or 0)
+        return None
+
+
+class _EagerRunner(TorchRunner):
+    def __init__(self, module: torch.nn.Module, spec: RunSpec, input_names: tuple[str, ...]):
+        import torch
+
+        super().__init__(spec)
         self._channels_last = channels_last_requested(spec)
         self._module = module.to(self._device)
         with suppress(NotImplementedError):  # a .pt2 program's module() has no train mode
@@ -68,7 +99,6 @@ class _EagerRunner(Runner):
         if self._channels_last:
             self._module = self._module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self._names = input_names
-        self._sync = device_synchronizer(spec.device)
         autocast_dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
         dtype = autocast_dtype.get(spec.precision)
         self._autocast = (
@@ -86,20 +116,6 @@ class _EagerRunner(Runner):
 
         with torch.inference_mode(), self._autocast:
             return self._module(*feed)
-
-    def outputs(self, raw: Any) -> list[torch.Tensor]:
-        tensors = flatten_outputs(raw)
-        if not tensors:
-            raise MeasurementError("the model returned no tensors; nothing to compare")
-        return tensors
-
-    def synchronize(self) -> None:
-        self._sync()
-
-    def interval(self) -> IntervalTimer | None:
-        if self.spec.device is Device.CUDA:
-            return CudaEventInterval(self._device.index or 0)
-        return None
 
 
 class EagerBackend(Backend):

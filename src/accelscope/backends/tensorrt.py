@@ -18,9 +18,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from accelscope.backends.base import Availability, Backend, Batch, Runner
-from accelscope.backends.eager import flatten_outputs
+from accelscope.backends.eager import TorchRunner
 from accelscope.errors import MeasurementError, NotAvailableError
-from accelscope.hardware.sync import CudaEventInterval, device_synchronizer
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.inputs import torch_dtype
 from accelscope.spec import Device, Precision, RunSpec
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     import torch
 
     from accelscope.hardware.fingerprint import Environment
-    from accelscope.hardware.sync import IntervalTimer
 
 __all__ = ["TensorRtBackend"]
 
@@ -80,12 +78,11 @@ def _quantize(module: Any, precision: Precision, calibration: Sequence[Batch], n
     return quantized
 
 
-class _TensorRtRunner(Runner):
+class _TensorRtRunner(TorchRunner):
     def __init__(self, compiled: Any, spec: RunSpec, names: tuple[str, ...]) -> None:
         super().__init__(spec)
         self._compiled = compiled
         self._names = names
-        self._sync = device_synchronizer(Device.CUDA)
 
     def feed(self, batch: Batch) -> list[torch.Tensor]:
         return [batch[name].to("cuda").contiguous() for name in self._names]
@@ -95,18 +92,6 @@ class _TensorRtRunner(Runner):
 
         with torch.inference_mode():
             return self._compiled(*feed)
-
-    def outputs(self, raw: Any) -> list[torch.Tensor]:
-        tensors = flatten_outputs(raw)
-        if not tensors:
-            raise MeasurementError("the TensorRT module returned no tensors; nothing to compare")
-        return tensors
-
-    def synchronize(self) -> None:
-        self._sync()
-
-    def interval(self) -> IntervalTimer | None:
-        return CudaEventInterval(0)
 
     def close(self) -> None:
         self._compiled = None
