@@ -69,3 +69,19 @@ class MemoryErrorBackend(EagerBackend):
 
 for backend in (SegfaultBackend(), HangBackend(), MemoryErrorBackend()):
     register_backend(backend)
+
+
+class BigBatchOomBackend(EagerBackend):
+    """Runs out of memory (MemoryError in prepare) from batch 4 up."""
+
+    name = "fault-oom-big"
+
+    def prepare(
+        self, model: LoadedModel, spec: RunSpec, calibration: Sequence[Batch] = ()
+    ) -> Runner:
+        if spec.batch_size >= 4:
+            raise MemoryError
+        return super().prepare(model, spec, calibration)
+
+
+register_backend(BigBatchOomBackend())

@@ -109,3 +109,49 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path, factory: str) -> None:
     for result in resumed.results:
         if result.spec.key in done_before:
             assert result.created_at == done_before[result.spec.key]
+
+
+def test_out_of_memory_ends_the_batch_axis_not_the_sweep(
+    tmp_path: Path, factory: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(HERE))
+    request = BenchRequest(
+        model=factory,
+        backends=("eager", "fault-oom-big"),
+        precisions=(Precision.FP32,),
+        batch_sizes=(2, 4, 8),
+        threads=(1,),
+        inputs=INPUTS,
+        plugins=("fault_backends",),
+        measure_budget_s=0.3,
+        accuracy_samples=16,
+        report_path=tmp_path / "report.html",
+    )
+    outcome = bench(request, store_path=None)
+    status = {r.spec.label(): (r.status, r.status_reason) for r in outcome.results}
+    assert status["fault-oom-big/fp32/b2/t1"][0] is Status.OK
+    assert status["fault-oom-big/fp32/b4/t1"] == (Status.FAILED, "out of memory (MemoryError)")
+    assert status["fault-oom-big/fp32/b8/t1"][0] is Status.SKIPPED
+    assert "batch 4 already ran out of memory" in status["fault-oom-big/fp32/b8/t1"][1]
+    assert all(status[f"eager/fp32/b{b}/t1"][0] is Status.OK for b in (2, 4, 8))
+
+
+def test_ctrl_c_stops_a_sweep_cleanly(tmp_path: Path, factory: str) -> None:
+    store = tmp_path / "r.db"
+    args = [sys.executable, "-m", "accelscope.cli", "bench", factory, "--input", "x:N,32",
+            "--backend", "eager", "--precision", "fp32,bf16", "--batch", "1,2,4,8",
+            "--threads", "1", "--measure-budget", "2s", "--accuracy-samples", "16",
+            "--store", str(store), "--report", str(tmp_path / "r.html"), "--quiet"]  # fmt: skip
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while _count(store) < 1 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    assert process.poll() is None, "the sweep ended before it could be interrupted"
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "interrupted" in lines[0] and "--resume" in lines[0]
+    with ResultStore(store) as opened:
+        run = opened.get_run("latest")
+    assert run.status == "interrupted" and 1 <= run.result_count < 8
