@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelscope.accuracy.metrics import metric_fn
 from accelscope.errors import BadInputError, InterruptedRunError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measure.threads import available_cores
@@ -62,6 +63,8 @@ class BenchRequest:
     plugins: tuple[str, ...] = ()
     seed: int = 0
     report_path: Path | None = None
+    eval_data: Path | None = None
+    metric: str = "top1_accuracy"
 
     def settings(self) -> dict[str, Any]:
         """What the run's verdict depends on, stored with the run."""
@@ -102,6 +105,7 @@ def _validate(request: BenchRequest) -> None:
         )
     if not 0 <= request.max_accuracy_drop < 1:
         raise BadInputError("max accuracy drop must be between 0 and 100 %")
+    metric_fn(request.metric)  # unknown metric names are bad input
     if request.accuracy_samples <= 0:
         raise BadInputError("accuracy samples must be a positive integer")
     for number, what in ((request.budget_s, "budget"), (request.timeout_s, "timeout")):
@@ -209,6 +213,8 @@ def bench(
         inputs=request.inputs,
         weights=request.weights,
         trust_model_code=request.trust_model_code,
+        eval_data=request.eval_data,
+        metric=request.metric,
     )
     resume_id, prior = _prior(store_path, model) if request.resume else (None, [])
     rule = AccuracyRule(request.max_accuracy_drop)
@@ -225,6 +231,8 @@ def bench(
         trust_model_code=request.trust_model_code,
         plugins=request.plugins,
         seed=request.seed,
+        eval_data=str(request.eval_data) if request.eval_data else None,
+        metric=request.metric,
     )
     sink = _StoreSink(store_path, request, model, env, resume_id)
     try:

@@ -65,6 +65,8 @@ CONFIG_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
         "report": (str,),
         "store": (str,),
         "seed": (int,),
+        "eval_data": (str,),
+        "metric": (str,),
     },
 }
 
@@ -141,7 +143,7 @@ def load_bench_config(path: Path) -> dict[str, Any]:
             flat[key] = tuple(value)
         elif key in ("backends", "precisions", "batch", "threads"):
             flat[key] = _csv(value)
-        elif key in ("report", "store"):
+        elif key in ("report", "store", "eval_data"):
             flat[key] = Path(value)
         else:
             flat[key] = value

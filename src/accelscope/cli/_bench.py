@@ -99,6 +99,10 @@ def bench_command(
     trust_model_code: bool = typer.Option(
         None, "--trust-model-code", help="Allow unpickling model files."
     ),
+    eval_data: Path = typer.Option(
+        None, "--eval-data", help="Your labelled eval data (.npz: inputs + labels)."
+    ),
+    metric: str = typer.Option(None, "--metric", help="Task metric (top1_accuracy)."),
     report: Path = typer.Option(None, "--report", help="HTML report path."),
     config: Path = typer.Option(None, "--config", help="TOML config; flags override it."),
     store: Path = StoreOption,
@@ -113,7 +117,8 @@ def bench_command(
              "sla_p99": sla_p99, "max_accuracy_drop": max_drop, "strategy": strategy,
              "budget": budget, "measure_budget": measure_budget, "timeout": timeout,
              "accuracy_samples": accuracy_samples, "weights": weights,
-             "trust_model_code": trust_model_code, "report": report, "store": store}  # fmt: skip
+             "trust_model_code": trust_model_code, "report": report, "store": store,
+             "eval_data": eval_data, "metric": metric}  # fmt: skip
     settings.update({k: v for k, v in flags.items() if v is not None})
     if options:
         settings["options"] = tuple(options)
@@ -145,6 +150,8 @@ def bench_command(
         plugins=tuple(_get(settings, "plugins", ())),
         seed=int(_get(settings, "seed", 0)),
         report_path=settings.get("report"),
+        eval_data=settings.get("eval_data"),
+        metric=str(_get(settings, "metric", "top1_accuracy")),
     )
     store_path = None if no_store else settings.get("store", DEFAULT_STORE_PATH)
     outcome = bench(request, store_path=store_path, events=_Events(quiet or as_json))

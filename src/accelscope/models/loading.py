@@ -14,6 +14,7 @@ from typing import Any
 
 from accelscope.errors import ModelLoadError, NotAvailableError
 from accelscope.models.base import LoadedModel, ModelFormat
+from accelscope.models.eval_file import load_eval_file
 from accelscope.models.factory import is_factory_ref, resolve_factory
 from accelscope.models.onnx_file import check_onnx_file, onnx_input_specs
 from accelscope.models.safe_load import load_checkpoint, load_state_dict, no_unpickling
@@ -161,9 +162,13 @@ def load_model(
     inputs: tuple[TensorSpec, ...] | None = None,
     weights: Path | None = None,
     trust_model_code: bool = False,
+    eval_data: Path | None = None,
+    metric: str = "top1_accuracy",
 ) -> LoadedModel:
     """Load the model ``ref`` names. ``inputs`` override the declared input spec; ``weights``
-    (a state dict: ``.safetensors`` or a torch checkpoint) is loaded into torch models."""
+    (a state dict: ``.safetensors`` or a torch checkpoint) is loaded into torch models;
+    ``eval_data`` (a ``.npz``, see :mod:`accelscope.models.eval_file`) replaces the model's
+    eval data and gives it a task ``metric``."""
     ref = ref.strip()
     if not ref:
         raise ModelLoadError("no model given")
@@ -220,4 +225,6 @@ def load_model(
             raise ModelLoadError("--weights applies to PyTorch models (zoo or factory) only")
         _apply_weights(loaded.module, weights, trust_model_code)
         loaded.digest = f"{loaded.digest}+{_file_digest(weights)}"
+    if eval_data is not None:
+        loaded.eval_data = load_eval_file(eval_data, loaded.inputs, metric)
     return loaded

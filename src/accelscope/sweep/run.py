@@ -59,6 +59,8 @@ class SweepPlan:
     trust_model_code: bool = False
     plugins: tuple[str, ...] = ()
     seed: int = 0
+    eval_data: str | None = None
+    metric: str = "top1_accuracy"
 
 
 class SweepEvents(Protocol):
@@ -151,6 +153,8 @@ class _Sweep:
             accuracy_path=str(self.accuracy_path) if self.accuracy_path else None,
             plugins=self.plan.plugins,
             seed=self.plan.seed,
+            eval_data=self.plan.eval_data,
+            metric=self.plan.metric,
         )
         on_progress = self.events.progress if self.events is not None else None
         outcome = self.executor.run(task, on_progress)

@@ -47,6 +47,8 @@ class WorkerTask:
     accuracy_path: str | None = None
     plugins: tuple[str, ...] = ()
     seed: int = 0
+    eval_data: str | None = None
+    metric: str = "top1_accuracy"
 
     def to_json(self) -> str:
         """Serialise for the worker process."""
@@ -62,6 +64,8 @@ class WorkerTask:
                 "accuracy_path": self.accuracy_path,
                 "plugins": list(self.plugins),
                 "seed": self.seed,
+                "eval_data": self.eval_data,
+                "metric": self.metric,
             }
         )
 
@@ -83,6 +87,8 @@ class WorkerTask:
             accuracy_path=data["accuracy_path"],
             plugins=tuple(data["plugins"]),
             seed=data["seed"],
+            eval_data=data.get("eval_data"),
+            metric=data.get("metric", "top1_accuracy"),
         )
 
 
@@ -109,6 +115,8 @@ def _run(task: WorkerTask, conn: Any) -> None:
         inputs=task.inputs,
         weights=Path(task.weights) if task.weights else None,
         trust_model_code=task.trust_model_code,
+        eval_data=Path(task.eval_data) if task.eval_data else None,
+        metric=task.metric,
     )
     backend = get_backend(task.spec.backend)
     check = load_accuracy_check(Path(task.accuracy_path)) if task.accuracy_path else None
