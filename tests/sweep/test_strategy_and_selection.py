@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -93,9 +94,10 @@ def test_fast_strategy_screens_then_measures_contenders(
                      workdir=tmp_path)  # fmt: skip
     assert fast.selection.best_key == grid.selection.best_key
     finals = [label for label, budget in fast_executor.calls if budget == 10.0]
-    assert finals == ["eager/bf16/b2/t1", "eager/bf16/b1/t1"]  # top sixth of 5 accepted, >= 2
-    # 6 screens of 1 s + 2 finals of 10 s vs 6 x 10 s (first calls included)
-    assert fast.measurement_time_s < 0.45 * grid.measurement_time_s
+    # bf16/b2 (320/s) leads; bf16/b1 (200/s) is > 15 % behind, so it is ruled out
+    assert finals == ["eager/bf16/b2/t1"]
+    # 6 screens of 1 s + 1 final of 10 s vs 6 x 10 s (first calls included)
+    assert fast.measurement_time_s < 0.3 * grid.measurement_time_s
 
 
 def test_guard_rules(environment: Environment) -> None:
@@ -116,3 +118,17 @@ def test_unknown_backend_in_space_is_bad_input() -> None:
 def test_runspec_label_is_stable() -> None:
     spec = RunSpec(model="m", backend="eager", precision=Precision.BF16, batch_size=8, threads=2)
     assert spec.label() == "eager/bf16/b8/t2"
+
+
+def test_contenders_are_those_the_screening_cannot_rule_out(environment: Environment) -> None:
+    from accelscope.sweep.run import _contenders
+
+    results = []
+    for batch, rate in zip((1, 2, 3, 4, 5, 6), (100.0, 95.0, 90.0, 50.0, 40.0, 30.0), strict=True):
+        result = make_result(environment, batch=batch)
+        samples = (batch / rate,) * 10
+        assert result.measurement is not None
+        measurement = Measurement(samples_s=samples, items_per_call=batch, first_call_s=0.1)
+        results.append(replace(result, measurement=measurement, accuracy=None))
+    chosen = [r.spec.batch_size for r in _contenders(results, None)]
+    assert chosen == [1, 2]  # 90/s is also within 15 %, but at most a third (2 of 6) go on

@@ -2,9 +2,10 @@
 commit each result the moment it exists, and select the winners.
 
 Strategies: ``grid`` measures every runnable configuration once with the full timer budget;
-``fast`` screens every configuration with a short budget (1 s), then re-measures only the
-contenders (the top sixth by throughput among accepted configurations within the SLA, at least
-two) with the full budget: one aggressive halving step.
+``fast`` screens every configuration with a short budget (1 s), then re-measures with the full
+budget only the contenders the screening could not rule out: accepted configurations within the
+SLA whose throughput is within 15 % of the leader's (at most a third of them, at least one) —
+racing, with the margin set by the machine's measured run-to-run spread.
 """
 
 from __future__ import annotations
@@ -174,7 +175,14 @@ class _Sweep:
         return self.record(result)
 
 
+SCREEN_MARGIN = 0.15
+"""A screened configuration is a contender while it is within this fraction of the leader's
+throughput: the run-to-run spread measured on a shared 2-vCPU machine (docs/BENCHMARKS.md)."""
+
+
 def _contenders(results: Sequence[Result], sla_p99_s: float | None) -> list[Result]:
+    """Accepted configurations within the SLA that the screening could not rule out: within
+    ``SCREEN_MARGIN`` of the fastest, at most a third of them, at least the fastest."""
     accepted = [
         r
         for r in results
@@ -183,8 +191,11 @@ def _contenders(results: Sequence[Result], sla_p99_s: float | None) -> list[Resu
         and (sla_p99_s is None or r.measurement.summary.p99_s <= sla_p99_s)
     ]
     accepted.sort(key=lambda r: -r.measurement.throughput_items_per_s if r.measurement else 0.0)
-    keep = max(2, math.ceil(len(accepted) / 6))
-    return accepted[:keep]
+    if not accepted or accepted[0].measurement is None:
+        return []
+    floor = accepted[0].measurement.throughput_items_per_s * (1 - SCREEN_MARGIN)
+    close = [r for r in accepted if r.measurement and r.measurement.throughput_items_per_s >= floor]
+    return close[: max(1, math.ceil(len(accepted) / 3))]
 
 
 def run_sweep(
