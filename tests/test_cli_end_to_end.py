@@ -118,3 +118,13 @@ def test_env_and_models_commands(capsys: pytest.CaptureFixture[str]) -> None:
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "--version")
     assert code == 0 and out.startswith("accelscope ")
+
+
+def test_measure_with_backend_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "measure", "digits-cnn", "--option", "channels_last=true",
+                          "--budget", "0.3s", "--json", "--no-store")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["results"][0]["spec"]["options"] == [["channels_last", "true"]]
+    code, _, err = _run(capsys, "measure", "digits-cnn", "--option", "channels_last=maybe",
+                        "--no-store")  # fmt: skip
+    assert code == 2 and "maybe" in err

@@ -43,6 +43,7 @@ class MeasureRequest:
     batch_sizes: tuple[int, ...] = ()
     threads: int | None = None
     device: Device = Device.CPU
+    options: tuple[tuple[str, str], ...] = ()
     inputs: tuple[TensorSpec, ...] | None = None
     weights: Path | None = None
     trust_model_code: bool = False
@@ -123,6 +124,7 @@ def measure(
             threads=threads,
             device=request.device,
             model_digest=model.digest,
+            options=request.options,
         )
         for batch in resolve_batches(model, request.batch_sizes)
     ]

@@ -23,6 +23,7 @@ __all__ = [
     "TensorSpec",
     "parse_batch_sizes",
     "parse_device",
+    "parse_options",
     "parse_precision",
     "parse_tensor_spec",
 ]
@@ -78,6 +79,19 @@ def parse_precision(text: str) -> Precision:
 def parse_device(text: str) -> Device:
     """Parse ``cpu``/``cuda`` (``cuda:0`` is accepted as ``cuda``)."""
     return _enum_value(Device, text.split(":", 1)[0], "device")  # type: ignore[no-any-return]
+
+
+def parse_options(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Parse ``key=value`` backend options (a value may be a list: ``channels_last=true,false``)."""
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise BadInputError(
+                f"option {item!r} must look like key=value (e.g. channels_last=true)"
+            )
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:

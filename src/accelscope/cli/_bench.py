@@ -11,7 +11,6 @@ import typer
 from accelscope.bench import BenchRequest, bench
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
 from accelscope.config import load_bench_config
-from accelscope.errors import BadInputError
 from accelscope.models.zoo import DEFAULT_MODEL
 from accelscope.report.terminal import bench_view
 from accelscope.result import Result
@@ -19,6 +18,7 @@ from accelscope.spec import (
     RunSpec,
     parse_batch_sizes,
     parse_device,
+    parse_options,
     parse_precision,
     parse_tensor_spec,
 )
@@ -28,18 +28,6 @@ from accelscope.units import parse_duration_s, parse_fraction
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in str(text).split(",") if part.strip())
-
-
-def _option_pairs(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise BadInputError(
-                f"option {item!r} must look like key=value (e.g. channels_last=true)"
-            )
-        pairs.append((key.strip(), value.strip()))
-    return tuple(pairs)
 
 
 class _Events:
@@ -134,7 +122,7 @@ def bench_command(
         batch_sizes=parse_batch_sizes(str(settings["batch"])) if "batch" in settings else (),
         threads=parse_batch_sizes(str(settings["threads"])) if "threads" in settings else (),
         device=parse_device(_get(settings, "device", "cpu")),
-        options=_option_pairs(tuple(_get(settings, "options", ()))),
+        options=parse_options(tuple(_get(settings, "options", ()))),
         force_precisions=bool(_get(settings, "force_precision", False)),
         sla_p99_s=parse_duration_s(sla) if sla is not None else None,
         max_accuracy_drop=parse_fraction(_get(settings, "max_accuracy_drop", 0.01)),

@@ -19,6 +19,7 @@ from accelscope.report.terminal import environment_view, results_view
 from accelscope.spec import (
     parse_batch_sizes,
     parse_device,
+    parse_options,
     parse_precision,
     parse_tensor_spec,
 )
@@ -77,6 +78,7 @@ def measure_command(
     batch: str = typer.Option(None, "--batch", help="Batch size(s), e.g. 8 or 1,8,32."),
     threads: int = typer.Option(None, "--threads", help="Intra-op threads (default: all cores)."),
     device: str = typer.Option(None, "--device", help="cpu or cuda."),
+    options: list[str] = typer.Option(None, "--option", help="Backend option key=value."),
     inputs: list[str] = typer.Option(
         None, "--input", help="Input spec NAME:SHAPE:DTYPE, N = batch (repeatable)."
     ),
@@ -113,6 +115,7 @@ def measure_command(
         batch_sizes=settings.get("batch", ()),
         threads=settings.get("threads"),
         device=parse_device(settings.get("device", "cpu")),
+        options=parse_options(tuple(options or ())),
         inputs=settings.get("inputs"),
         weights=settings.get("weights"),
         trust_model_code=bool(settings.get("trust_model_code", False)),

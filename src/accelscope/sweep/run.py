@@ -2,7 +2,8 @@
 commit each result the moment it exists, and select the winners.
 
 Strategies: ``grid`` measures every runnable configuration once with the full timer budget;
-``fast`` screens every configuration with a short budget (1 s), then re-measures with the full
+``fast`` screens every configuration with a short budget (0.5 s, the first call as its only
+warm-up), then re-measures with the full
 budget only the contenders the screening could not rule out: accepted configurations within the
 SLA whose throughput is within 15 % of the leader's (at most a third of them, at least one) —
 racing, with the margin set by the machine's measured run-to-run spread.
@@ -50,7 +51,7 @@ class SweepPlan:
     timer: TimerConfig = field(default_factory=TimerConfig)
     screen_timer: TimerConfig = field(
         default_factory=lambda: TimerConfig(
-            budget_s=1.0, min_samples=5, warmup_iters=1, warmup_min_s=0.0
+            budget_s=0.5, min_samples=3, warmup_iters=0, warmup_min_s=0.0
         )
     )
     total_budget_s: float = 900.0
