@@ -84,7 +84,22 @@ def select(results: Sequence[Result], sla_p99_s: float | None) -> Selection:
     base_key = baseline.spec.key if baseline is not None else None
     if not within:
         if not accepted:
-            return Selection(None, None, base_key, "No configuration was accepted.")
+            measured = [r for r in results if r.measurement is not None]
+            if not measured:
+                return Selection(
+                    None,
+                    None,
+                    base_key,
+                    f"Nothing was measured: all {len(results)} configuration(s) were skipped or "
+                    "failed (reasons above).",
+                )
+            return Selection(
+                None,
+                None,
+                base_key,
+                f"No configuration was accepted: all {len(measured)} measured configuration(s) "
+                "failed the accuracy guard.",
+            )
         fastest_p99 = min(accepted, key=_p99)
         limit_ms = (sla_p99_s or 0.0) * 1e3
         return Selection(
