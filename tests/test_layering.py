@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "api": 11,
     "bench": 11,
     "testing": 11,
+    "workflows": 11,
     "cli": 12,
 }
 

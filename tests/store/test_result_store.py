@@ -125,3 +125,28 @@ def test_csv_and_json_exports(tmp_path: Path, environment: Environment) -> None:
     assert ",bf16,8,2," in lines[2]
     document = json.loads(run_to_json(run))
     assert [Result.from_dict(r) for r in document["results"]] == list(run.results)
+
+
+def test_documents_round_trip_with_their_run(tmp_path: Path, environment: Environment) -> None:
+    with ResultStore(tmp_path / "r.db") as store:
+        run_id = store.start_run("doctor", "train.py", "accelscope doctor train.py", environment)
+        store.add_document(run_id, "diagnosis", {"bottleneck": "input", "share": 0.7})
+        store.add_document(run_id, "trace", {"events": []})
+        store.finish_run(run_id, "complete")
+        run = store.get_run(run_id)
+        listed = store.list_runs()
+    assert run.documents_of("diagnosis") == [{"bottleneck": "input", "share": 0.7}]
+    assert [d.kind for d in run.documents] == ["diagnosis", "trace"]
+    assert listed[0].result_count == 2
+    exported = json.loads(run_to_json(run))
+    assert exported["documents"][0]["payload"]["bottleneck"] == "input"
+
+
+def test_a_document_that_is_not_json_is_refused_and_nothing_is_written(
+    tmp_path: Path, environment: Environment
+) -> None:
+    with ResultStore(tmp_path / "r.db") as store:
+        run_id = store.start_run("load", "m", "accelscope load m", environment)
+        with pytest.raises(StoreError):
+            store.add_document(run_id, "curve", {"p99": float("nan")})
+        assert store.get_run(run_id).documents == ()

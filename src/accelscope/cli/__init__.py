@@ -4,7 +4,8 @@ It parses flags, calls the API, prints, and maps errors to exit codes: an ``Acce
 is one line on stderr with its exit code (2 for bad input); ``--debug`` shows the traceback.
 """
 
-from accelscope.cli import _bench, _commands, _runs  # noqa: F401 - registers the commands
+# importing a module registers its commands
+from accelscope.cli import _bench, _commands, _doctor, _load, _plan, _roofline, _runs  # noqa: F401
 from accelscope.cli._app import app
 from accelscope.cli._main import main
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -16,9 +17,17 @@ from accelscope.errors import (
 )
 from accelscope.report.terminal import bench_view, results_view, runs_view
 from accelscope.store.export import run_to_csv, run_to_json
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord
 from accelscope.sweep.guard import AccuracyRule
 from accelscope.sweep.run import latest_by_key
+
+ShowRenderer = Callable[[RunRecord], None]
+_SHOW_RENDERERS: dict[str, ShowRenderer] = {}
+
+
+def register_show(kind: str, renderer: ShowRenderer) -> None:
+    """Let a command print its own runs in ``accelscope runs show`` (by the run's kind)."""
+    _SHOW_RENDERERS[kind] = renderer
 
 
 def _open_store(store: Path | None) -> ResultStore:
@@ -80,6 +89,9 @@ def runs_show(
         selection = selection_for_run(final, run.settings)
         rule = AccuracyRule(float(run.settings.get("max_accuracy_drop", 0.01))).describe()
         _out.print(bench_view(final, selection, title=title, rule=rule))
+    elif run.kind in _SHOW_RENDERERS:
+        _out.print(f"[bold]{title}[/]")
+        _SHOW_RENDERERS[run.kind](run)
     else:
         _out.print(results_view(run.results, title=title))
     _out.print(f"[dim]{run.command}[/]")

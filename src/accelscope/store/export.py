@@ -88,6 +88,11 @@ def run_to_json(run: RunRecord) -> str:
         "created_at": run.created_at,
         "finished_at": run.finished_at,
         "status": run.status,
+        "settings": run.settings,
         "results": [result.to_dict() for result in run.results],
+        "documents": [
+            {"kind": d.kind, "created_at": d.created_at, "payload": d.payload}
+            for d in run.documents
+        ],
     }
     return json.dumps(document, indent=2, sort_keys=True)

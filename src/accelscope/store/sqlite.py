@@ -49,6 +49,14 @@ CREATE TABLE IF NOT EXISTS results (
 );
 CREATE INDEX IF NOT EXISTS results_by_run ON results(run_id);
 CREATE INDEX IF NOT EXISTS results_by_spec ON results(spec_key);
+CREATE TABLE IF NOT EXISTS documents (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    kind TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    payload_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS documents_by_run ON documents(run_id);
 """
 
 
@@ -66,6 +74,21 @@ class RunRecord:
     result_count: int
     results: tuple[Result, ...] = ()
     settings: dict[str, Any] = field(default_factory=dict)
+    documents: tuple[Document, ...] = ()
+
+    def documents_of(self, kind: str) -> list[dict[str, Any]]:
+        """The payloads of this run's documents of ``kind``, in insertion order."""
+        return [document.payload for document in self.documents if document.kind == kind]
+
+
+@dataclass(frozen=True)
+class Document:
+    """An analysis result that is not one configuration's ``Result`` (a doctor diagnosis, a
+    roofline profile, a load curve, a plan): a kind and a JSON-ready payload."""
+
+    kind: str
+    created_at: str
+    payload: dict[str, Any]
 
 
 def _new_run_id() -> str:
@@ -204,6 +227,19 @@ class ResultStore:
             )
         return int(cursor.lastrowid or 0)
 
+    def add_document(self, run_id: str, kind: str, payload: dict[str, Any]) -> int:
+        """Commit one analysis document (JSON-ready ``payload``) to ``run_id`` now."""
+        try:
+            text = json.dumps(payload, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"cannot store a {kind} document: {exc}") from exc
+        with self._transaction():
+            cursor = self._db.execute(
+                "INSERT INTO documents(run_id, kind, created_at, payload_json) VALUES (?, ?, ?, ?)",
+                (run_id, kind, utc_now(), text),
+            )
+        return int(cursor.lastrowid or 0)
+
     def finish_run(self, run_id: str, status: str) -> None:
         """Mark a run ``complete``, ``failed`` or ``interrupted``."""
         with self._transaction():
@@ -242,6 +278,7 @@ class ResultStore:
         rows = self._db.execute(
             "SELECT r.id, r.kind, r.model, r.command, r.created_at, r.finished_at, r.status,"
             " (SELECT COUNT(*) FROM results s WHERE s.run_id = r.id)"
+            " + (SELECT COUNT(*) FROM documents d WHERE d.run_id = r.id)"
             " FROM runs r ORDER BY r.created_at DESC LIMIT ?",
             (limit,),
         ).fetchall()
@@ -277,6 +314,14 @@ class ResultStore:
             "SELECT result_json FROM results WHERE run_id = ? ORDER BY id", (full_id,)
         ).fetchall()
         results = tuple(Result.from_json(text) for (text,) in texts)
+        document_rows = self._db.execute(
+            "SELECT kind, created_at, payload_json FROM documents WHERE run_id = ? ORDER BY id",
+            (full_id,),
+        ).fetchall()
+        documents = tuple(
+            Document(kind=kind_, created_at=created, payload=json.loads(text))
+            for kind_, created, text in document_rows
+        )
         run_id_, kind, model, command, created_at, finished_at, status, settings = head
         return RunRecord(
             id=run_id_,
@@ -286,9 +331,10 @@ class ResultStore:
             created_at=created_at,
             finished_at=finished_at,
             status=status,
-            result_count=len(results),
+            result_count=len(results) + len(documents),
             results=results,
             settings=json.loads(settings),
+            documents=documents,
         )
 
     def close(self) -> None:

@@ -1,0 +1,1 @@
+"""The ``ceilings`` and ``roofline`` command(s)."""
