@@ -25,8 +25,8 @@ demo: $(STAMP)
 	  --option channels_last=true --measure-budget 5s
 
 check: $(STAMP)
-	$(BIN)/ruff format --check src tests benchmarks
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
 
 # The HTML report is tested in a real headless browser (Debian's chromium).
