@@ -1,0 +1,343 @@
+"""LLM serving memory from a Hugging Face ``config.json``: weights, KV cache, activations,
+runtime overhead; which catalog GPUs it fits on and how many sequences fit at the context.
+
+Weights are counted from the config's shapes: embeddings, attention (GQA: separate K/V head
+count; MLA: DeepSeek's low-rank projections), MLP (gated = 3 matrices, else 2; MoE experts,
+shared experts and router), norms, and ``lm_head`` unless tied. Biases are ignored (< 0.1 %).
+
+KV cache per token = 2 x layers x kv_heads x head_dim x bytes; layers with sliding-window
+attention cache at most ``sliding_window`` tokens; MLA caches one latent of
+``kv_lora_rank + qk_rope_head_dim`` values per layer instead of K and V.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accelscope.errors import BadInputError
+from accelscope.plan.catalog import Catalog
+
+__all__ = [
+    "BYTES_PER_PARAM",
+    "MemoryEstimate",
+    "ModelShape",
+    "estimate_memory",
+    "load_config",
+    "shape_from_config",
+]
+
+BYTES_PER_PARAM = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+PREFILL_CHUNK_TOKENS = 2048
+"""Activations are estimated for a chunked prefill of this many tokens per step (vLLM-style)."""
+RUNTIME_FIXED_BYTES = 1 << 30
+"""Per GPU: CUDA context, cuBLAS/attention workspaces, graphs."""
+RUNTIME_FRACTION = 0.10
+"""Per GPU: allocator fragmentation and reserve (vLLM's default leaves 10 % of the device)."""
+_GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+                "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "deepseek_v2", "deepseek_v3",
+                "olmo", "olmo2", "granite", "cohere", "cohere2", "exaone", "internlm2"}  # fmt: skip
+_GATED_ACTS = {"silu", "swiglu", "geglu", "gelu_pytorch_tanh_gated"}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers memory depends on, read from a config (see :func:`shape_from_config`)."""
+
+    model_type: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied_embeddings: bool
+    gated_mlp: bool
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate: int = 0
+    shared_expert_intermediate: int = 0
+    dense_layers: int = 0
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    sliding_window: int | None = None
+    sliding_layers: int = 0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank > 0
+
+    def attention_params(self) -> int:
+        """Attention weights of one layer."""
+        h, n = self.hidden, self.heads
+        if self.mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * n * qk
+                 if self.q_lora_rank else h * n * qk)  # fmt: skip
+            kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+                  + self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim))  # fmt: skip
+            return q + kv + n * self.v_head_dim * h
+        d = self.head_dim
+        return h * n * d + 2 * h * self.kv_heads * d + n * d * h
+
+    def mlp_params(self, width: int) -> int:
+        """One MLP of inner ``width``."""
+        return (3 if self.gated_mlp else 2) * self.hidden * width
+
+    def params(self) -> dict[str, int]:
+        """Parameter counts by part."""
+        moe_layers = self.layers - self.dense_layers if self.experts else 0
+        dense_layers = self.layers - moe_layers
+        mlp = dense_layers * self.mlp_params(self.intermediate)
+        if moe_layers:
+            per_layer = (self.experts * self.mlp_params(self.expert_intermediate)
+                         + self.mlp_params(self.shared_expert_intermediate)
+                         + self.hidden * self.experts)  # router  # fmt: skip
+            mlp += moe_layers * per_layer
+        embed = self.vocab * self.hidden
+        return {
+            "embeddings": embed,
+            "attention": self.layers * self.attention_params(),
+            "mlp": mlp,
+            "norms": (2 * self.layers + 1) * self.hidden,
+            "lm_head": 0 if self.tied_embeddings else embed,
+        }
+
+    def kv_values_per_token(self) -> int:
+        """Cached values per token over all layers (K and V, or MLA's latent)."""
+        if self.mla:
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim)
+        return 2 * self.layers * self.kv_heads * self.head_dim
+
+    def kv_values_per_sequence(self, tokens: int) -> int:
+        """Cached values for one sequence of ``tokens`` (sliding-window layers capped)."""
+        if self.mla or not self.sliding_window or not self.sliding_layers:
+            return self.kv_values_per_token() * tokens
+        per_layer = 2 * self.kv_heads * self.head_dim
+        full = self.layers - self.sliding_layers
+        return per_layer * (full * tokens + self.sliding_layers * min(tokens, self.sliding_window))
+
+
+def _int(config: Mapping[str, Any], key: str, origin: str, default: int | None = None) -> int:
+    value = config.get(key, default)
+    if value is None:
+        raise BadInputError(f"config {origin}: key {key!r} missing")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise BadInputError(f"config {origin}: key {key!r} must be a positive integer, "
+                            f"got {value!r}")  # fmt: skip
+    return value
+
+
+def _sliding(
+    config: Mapping[str, Any], layers: int, model_type: str
+) -> tuple[int | None, int, str]:
+    window = config.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return None, 0, ""
+    types = config.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        count = sum(1 for t in types if str(t).startswith("sliding"))
+        return window, count, f"{count} of {layers} layers use a {window}-token sliding window"
+    if config.get("use_sliding_window") is False:
+        return None, 0, "sliding_window present but use_sliding_window is false: ignored"
+    if model_type.startswith("gemma2") or model_type.startswith("gemma3"):
+        count = layers // 2 if model_type.startswith("gemma2") else layers - layers // 6
+        return window, count, f"{count} of {layers} layers assumed sliding ({model_type} pattern)"
+    return window, layers, f"every layer uses a {window}-token sliding window"
+
+
+def shape_from_config(config: Mapping[str, Any], origin: str = "config.json") -> ModelShape:
+    """Read a Hugging Face config (text models; a ``text_config`` is used when present)."""
+    if isinstance(config.get("text_config"), Mapping):
+        config = {**config, **config["text_config"]}
+    model_type = str(config.get("model_type", "unknown"))
+    hidden = _int(config, "hidden_size", origin)
+    layers = _int(config, "num_hidden_layers", origin)
+    heads = _int(config, "num_attention_heads", origin)
+    kv_heads = _int(config, "num_key_value_heads", origin, heads)
+    if heads % kv_heads:
+        raise BadInputError(f"config {origin}: num_attention_heads ({heads}) is not a multiple "
+                            f"of num_key_value_heads ({kv_heads})")  # fmt: skip
+    head_dim = config.get("head_dim") or hidden // heads
+    head_dim = _int({"head_dim": head_dim}, "head_dim", origin)
+    notes = []
+    act = str(config.get("hidden_act", config.get("hidden_activation", ""))).lower()
+    gated = model_type in _GATED_TYPES or act in _GATED_ACTS
+    notes.append(f"MLP {'gated (3 matrices)' if gated else 'not gated (2 matrices)'} "
+                 f"for model_type {model_type!r}")  # fmt: skip
+    tied = config.get("tie_word_embeddings", True)
+    if "tie_word_embeddings" not in config:
+        notes.append("tie_word_embeddings absent: tied (the transformers default)")
+    experts = int(config.get("num_local_experts") or config.get("n_routed_experts")
+                  or config.get("num_experts") or 0)  # fmt: skip
+    intermediate = _int(config, "intermediate_size", origin)
+    shared = 0
+    if config.get("n_shared_experts"):
+        shared = int(config["n_shared_experts"]) * int(config.get("moe_intermediate_size")
+                                                      or intermediate)  # fmt: skip
+    elif config.get("shared_expert_intermediate_size"):
+        shared = int(config["shared_expert_intermediate_size"])
+    window, sliding_layers, window_note = _sliding(config, layers, model_type)
+    if window_note:
+        notes.append(window_note)
+    kv_lora = int(config.get("kv_lora_rank") or 0)
+    if kv_lora:
+        notes.append("MLA: the KV cache holds one latent (kv_lora_rank + qk_rope_head_dim) per "
+                     "layer and token")  # fmt: skip
+    if experts:
+        notes.append(f"MoE: {experts} experts per MoE layer, all resident in memory")
+    return ModelShape(
+        model_type=model_type, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
+        head_dim=head_dim, intermediate=intermediate, vocab=_int(config, "vocab_size", origin),
+        tied_embeddings=bool(tied), gated_mlp=gated, experts=experts,
+        experts_per_token=int(config.get("num_experts_per_tok") or 0),
+        expert_intermediate=int(config.get("moe_intermediate_size") or intermediate),
+        shared_expert_intermediate=shared,
+        dense_layers=int(config.get("first_k_dense_replace") or 0) if experts else 0,
+        kv_lora_rank=kv_lora, q_lora_rank=int(config.get("q_lora_rank") or 0),
+        qk_rope_head_dim=int(config.get("qk_rope_head_dim") or 0),
+        qk_nope_head_dim=int(config.get("qk_nope_head_dim") or 0),
+        v_head_dim=int(config.get("v_head_dim") or 0),
+        sliding_window=window, sliding_layers=sliding_layers, notes=tuple(notes),
+    )  # fmt: skip
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """Read a local ``config.json`` (never downloads)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInputError(
+            f"config {path}: no such file (a local config.json is needed)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"config {path}: cannot read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInputError(f"config {path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"config {path}: not a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class GpuFit:
+    """One GPU instance: does it hold the model at this context and batch, and how many
+    sequences of that context fit at most."""
+
+    instance: str
+    accelerator: str
+    gpus: int
+    device_memory_bytes: int
+    gpus_needed: int | None
+    max_sequences: int
+    price_per_hour: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes by part for serving ``batch`` sequences of ``context`` tokens."""
+
+    config: str
+    precision: str
+    kv_precision: str
+    context_tokens: int
+    batch: int
+    params: dict[str, int]
+    weights_bytes: float
+    kv_bytes_per_token: float
+    kv_bytes_per_sequence: float
+    kv_bytes: float
+    activation_bytes: float
+    overhead_bytes: float
+    total_bytes: float
+    fits: tuple[GpuFit, ...]
+    assumptions: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored ``plan`` document for memory mode (JSON-ready)."""
+        data = {k: v for k, v in self.__dict__.items() if k not in ("fits", "assumptions")}
+        return {**data, "mode": "memory", "fits": [f.to_dict() for f in self.fits],
+                "assumptions": list(self.assumptions)}  # fmt: skip
+
+
+def _activations(shape: ModelShape, batch: int, context: int, act_bytes: float) -> float:
+    """One layer's live intermediates for a prefill chunk, plus the last-token logits."""
+    tokens = min(PREFILL_CHUNK_TOKENS, batch * context)
+    width = shape.expert_intermediate if shape.experts else shape.intermediate
+    per_token = 4 * shape.hidden + (3 if shape.gated_mlp else 2) * width
+    return tokens * per_token * act_bytes + batch * shape.vocab * 4.0
+
+
+def _fit(usable_per_gpu: float, gpus: int, need_shared: float, need_per_gpu: float) -> int | None:
+    n = 1
+    while n <= gpus:
+        if need_shared / n + need_per_gpu <= usable_per_gpu:
+            return n
+        n *= 2
+    return None
+
+
+def estimate_memory(shape: ModelShape, *, context: int, batch: int, precision: str,
+                    catalog: Catalog, kv_precision: str | None = None,
+                    origin: str = "config.json") -> MemoryEstimate:  # fmt: skip
+    """Memory to serve ``batch`` sequences of ``context`` tokens at ``precision``."""
+    if precision not in BYTES_PER_PARAM:
+        raise BadInputError(f"precision {precision!r} unknown; choose one of "
+                            f"{', '.join(BYTES_PER_PARAM)}")  # fmt: skip
+    kv_precision = kv_precision or (precision if precision != "int4" else "bf16")
+    if kv_precision not in BYTES_PER_PARAM or kv_precision == "int4":
+        raise BadInputError(f"KV cache precision {kv_precision!r} unknown; choose fp32, bf16, "
+                            "fp16, fp8 or int8")  # fmt: skip
+    params = shape.params()
+    weights = math.fsum(params.values()) * BYTES_PER_PARAM[precision]
+    kv_bytes = BYTES_PER_PARAM[kv_precision]
+    per_token = shape.kv_values_per_token() * kv_bytes
+    per_sequence = shape.kv_values_per_sequence(context) * kv_bytes
+    act_bytes = 2.0 if precision in ("bf16", "fp16", "fp8", "int8", "int4") else 4.0
+    activations = _activations(shape, batch, context, act_bytes)
+    kv = per_sequence * batch
+    fixed, fraction = float(RUNTIME_FIXED_BYTES), RUNTIME_FRACTION
+    working = weights + kv + activations
+    overhead = fixed + fraction * working
+    fits = []
+    for gpu in catalog.gpus():
+        usable = gpu.device_memory_bytes * (1 - fraction) - fixed
+        needed = _fit(usable, gpu.accelerator_count, weights + kv, activations)
+        room = gpu.accelerator_count * usable - weights - activations * gpu.accelerator_count
+        fits.append(GpuFit(gpu.type, gpu.accelerator, gpu.accelerator_count,
+                           gpu.device_memory_bytes, needed,
+                           max(0, math.floor(room / per_sequence)) if per_sequence else 0,
+                           gpu.price_per_hour))  # fmt: skip
+    assumptions = (
+        *shape.notes,
+        f"weights at {precision} ({BYTES_PER_PARAM[precision]:g} B/param), KV cache at "
+        f"{kv_precision}; biases ignored",
+        f"activations: one layer's intermediates for a {PREFILL_CHUNK_TOKENS}-token prefill "
+        "chunk (flash attention: no context x context scores) + fp32 logits of the last token",
+        f"runtime overhead: {RUNTIME_FIXED_BYTES >> 20} MiB per GPU + {RUNTIME_FRACTION:.0%} "
+        "(allocator, reserve)",
+        "multi-GPU: weights and KV cache split evenly by tensor parallelism over 1, 2, 4, 8 GPUs",
+    )
+    return MemoryEstimate(
+        config=origin, precision=precision, kv_precision=kv_precision, context_tokens=context,
+        batch=batch, params=params, weights_bytes=weights, kv_bytes_per_token=per_token,
+        kv_bytes_per_sequence=per_sequence, kv_bytes=kv, activation_bytes=activations,
+        overhead_bytes=overhead, total_bytes=working + overhead, fits=tuple(fits),
+        assumptions=assumptions,
+    )  # fmt: skip

@@ -1,0 +1,166 @@
+"""The capacity plan: every catalog option's capacity (measured or projected), fleet and cost.
+
+Which measurement belongs to which option: a measurement made HERE (a load capacity, a bench
+result, or ``--capacity``) is attached to the catalog entry named by ``here`` (``--here TYPE``:
+"this machine is a c7i.2xlarge"); without it, to a synthetic option ``this machine`` that has
+no price (its fleet is sized, its cost is not). Every other option is projected from the
+model's roofline profile, and labelled ``estimate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from accelscope.errors import BadInputError
+from accelscope.plan.capacity import (
+    CapacityEstimate,
+    bench_capacity,
+    given_capacity,
+    measured_capacity,
+    project_capacity,
+)
+from accelscope.plan.catalog import Catalog, Instance
+from accelscope.plan.documents import LoadCapacity, RooflineProfile
+from accelscope.plan.fleet import Option, OptionCost, PlanSettings, Recommendation, plan_fleet
+from accelscope.plan.traffic import Traffic
+
+__all__ = ["PLAN_SCHEMA", "THIS_MACHINE", "BenchFigure", "CapacityPlan", "Evidence", "build_plan"]
+
+THIS_MACHINE = "this machine"
+PLAN_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class BenchFigure:
+    """One bench configuration's closed-loop throughput and per-call p99 (measured here)."""
+
+    label: str
+    items_per_s: float
+    p99_s: float
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What was measured on this machine for the model (any part may be missing)."""
+
+    profile: RooflineProfile | None = None
+    capacities: tuple[LoadCapacity, ...] = ()
+    bench: tuple[BenchFigure, ...] = ()
+    given_qps: float | None = None
+    sources: tuple[str, ...] = ()
+
+    @property
+    def device(self) -> str | None:
+        """The device the measurements ran on (``cpu``/``cuda``), if any says."""
+        for device in ([c.device for c in self.capacities] + [b.device for b in self.bench]
+                       + ([self.profile.device] if self.profile else [])):  # fmt: skip
+            return device
+        return None
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """The ranked options, the recommendation and everything they were derived from."""
+
+    model: str
+    traffic: Traffic
+    settings: PlanSettings
+    options: tuple[OptionCost, ...]
+    recommendation: Recommendation
+    here: str | None
+    catalog_files: tuple[str, ...]
+    sources: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored ``plan`` document (JSON-ready); the views render this form."""
+        return {
+            "schema": PLAN_SCHEMA, "mode": "capacity", "model": self.model,
+            "traffic": self.traffic.to_dict(), "settings": self.settings.to_dict(),
+            "options": [o.to_dict() for o in self.options],
+            "recommendation": self.recommendation.to_dict(), "here": self.here,
+            "catalog_files": list(self.catalog_files), "sources": list(self.sources),
+        }  # fmt: skip
+
+
+def _here_capacity(evidence: Evidence, settings: PlanSettings, devices: int) -> (
+        CapacityEstimate | None):  # fmt: skip
+    """The best capacity measured here: given > load (SLA-tested) > bench."""
+    if evidence.given_qps is not None:
+        return given_capacity(evidence.given_qps)
+    loads = [measured_capacity(c, settings.sla_p99_s, devices) for c in evidence.capacities]
+    usable = [c for c in loads if c.meets_sla]
+    if usable:
+        return max(usable, key=lambda c: c.qps_per_instance)
+    benches = [bench_capacity(b.items_per_s, b.p99_s, b.label, settings.sla_p99_s)
+               for b in evidence.bench]  # fmt: skip
+    fitting = [b for b in benches if b.meets_sla]
+    if fitting:
+        return max(fitting, key=lambda c: c.qps_per_instance)
+    return loads[0] if loads else benches[0] if benches else None
+
+
+def _check_here(here: Instance, evidence: Evidence) -> None:
+    device = evidence.device
+    if device is None:
+        return
+    expected = "gpu" if device == "cuda" else "cpu"
+    if here.kind != expected:
+        raise BadInputError(f"--here {here.type} is a {here.kind} instance, but the measurements "
+                            f"here ran on {device}")  # fmt: skip
+
+
+def _option(instance: Instance, capacity: CapacityEstimate | None, reason: str = "") -> Option:
+    if instance.kind == "gpu":
+        description = f"{instance.accelerator_count}x {instance.accelerator}"
+    else:
+        description = f"{instance.accelerator.split(' (')[0]}, {instance.vcpus} vCPU"
+    return Option(instance.type, instance.kind, description, instance.price_per_hour, capacity,
+                  reason, instance.spot_price_per_hour)  # fmt: skip
+
+
+def build_plan(
+    model: str,
+    catalog: Catalog,
+    traffic: Traffic,
+    settings: PlanSettings,
+    evidence: Evidence,
+    here: str | None = None,
+    only: Sequence[str] = (),
+) -> CapacityPlan:
+    """Capacity, fleet and cost of every catalog option (or of ``only`` these types)."""
+    here_instance = catalog.get(here) if here else None
+    if here_instance is not None:
+        _check_here(here_instance, evidence)
+    instances = [catalog.get(name) for name in only] if only else list(catalog.instances)
+    if here_instance is not None and here_instance not in instances:
+        instances.insert(0, here_instance)
+    here_cap = _here_capacity(evidence, settings, here_instance.devices if here_instance else 1)
+    profile = evidence.profile
+    options: list[Option] = []
+    if here_instance is None and here_cap is not None:
+        options.append(Option(THIS_MACHINE, evidence.device or "cpu",
+                              "where the measurements ran (give --here TYPE to price it)",
+                              None, here_cap))  # fmt: skip
+    for instance in instances:
+        if instance is here_instance and here_cap is not None:
+            options.append(_option(instance, here_cap))
+        elif profile is not None:
+            options.append(
+                _option(
+                    instance, project_capacity(profile, instance, settings.sla_p99_s, here_instance)
+                )
+            )
+        else:
+            options.append(_option(instance, None, f"no roofline profile of {model} to project "
+                                   f"from (run: accelscope roofline {model})"))  # fmt: skip
+    if not any(o.capacity is not None for o in options):
+        raise BadInputError(
+            f"nothing known about {model}'s capacity: no roofline profile, load capacity or bench "
+            "result in the store for it (run accelscope roofline/load/bench, or give --capacity)"
+        )
+    ranked, recommendation = plan_fleet(options, traffic, settings)
+    return CapacityPlan(model, traffic, settings, ranked, recommendation, here,
+                        catalog.files, evidence.sources)  # fmt: skip

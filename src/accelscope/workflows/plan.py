@@ -1,0 +1,300 @@
+"""``accelscope plan``: gather what was measured for a model, plan the fleet, store, report.
+
+Evidence comes from the results store: the newest ``roofline`` document of the model, the
+``capacity`` documents of its newest load run, and its newest bench run's results (or exactly
+the run given with ``--run``). ``--profile FILE`` supplies a roofline payload (contracts.md)
+from a JSON file instead. Everything the user gives is validated before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accelscope.errors import BadInputError
+from accelscope.hardware.fingerprint import Environment, collect_environment
+from accelscope.plan.api_cost import compare_api
+from accelscope.plan.catalog import Catalog, load_catalog
+from accelscope.plan.documents import LoadCapacity, RooflineProfile
+from accelscope.plan.fleet import PlanSettings
+from accelscope.plan.llm_memory import estimate_memory, load_config, shape_from_config
+from accelscope.plan.service import BenchFigure, Evidence, build_plan
+from accelscope.plan.traffic import load_traffic
+from accelscope.report.html import write_report
+from accelscope.report.plan_html import render_plan_report
+from accelscope.result import Result, Status
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord, check_store_path
+
+__all__ = [
+    "ApiRequest",
+    "MemoryRequest",
+    "PlanOutcome",
+    "PlanRequest",
+    "plan_api",
+    "plan_capacity",
+    "plan_memory",
+]
+
+RUN_KIND = "plan"
+DOCUMENT_KIND = "plan"
+_SCAN_RUNS = 500
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Capacity mode: which model (or run), the traffic, the SLA and the fleet rules."""
+
+    traffic: str
+    sla_p99_s: float
+    model: str | None = None
+    run_id: str | None = None
+    headroom: float = 0.2
+    min_instances: int = 1
+    catalog_files: tuple[Path, ...] = ()
+    here: str | None = None
+    capacity_qps: float | None = None
+    profile_file: Path | None = None
+    only: tuple[str, ...] = ()
+    report_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class MemoryRequest:
+    """Memory mode: a local config.json, the context, the batch and the precision."""
+
+    config: Path
+    context_tokens: int
+    batch: int = 1
+    precision: str = "bf16"
+    kv_precision: str | None = None
+    catalog_files: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    """API mode: monthly volume, the API's prices, and the own instance and its throughput."""
+
+    tokens_per_month: float
+    input_price: float
+    output_price: float
+    instance: str
+    throughput_tokens_per_s: float
+    output_share: float = 0.25
+    headroom: float = 0.2
+    catalog_files: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """The plan document and where it was stored and reported."""
+
+    document: dict[str, Any]
+    run_id: str | None = None
+    store_path: Path | None = None
+    report_path: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _command() -> str:
+    return "accelscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _check_report_path(path: Path) -> None:
+    if path.is_dir():
+        raise BadInputError(f"report path {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise BadInputError(f"cannot write the report to {path}: {path.parent} does not exist")
+
+
+def _profile_from_file(path: Path) -> RooflineProfile:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInputError(f"profile {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInputError(f"profile {path}: not a readable JSON file: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("documents"), list):  # runs show --json
+        found = [d.get("payload") for d in data["documents"]
+                 if isinstance(d, dict) and d.get("kind") == "roofline"]  # fmt: skip
+        if not found:
+            raise BadInputError(f"profile {path}: the run export holds no roofline document")
+        data = found[-1]
+    return RooflineProfile.from_payload(data, f"profile {path}")
+
+
+def _bench_figures(results: Sequence[Result]) -> tuple[BenchFigure, ...]:
+    figures = []
+    for result in results:
+        m = result.measurement
+        if result.status is Status.OK and m is not None:
+            figures.append(BenchFigure(result.spec.label(), m.throughput_items_per_s,
+                                       m.summary.p99_s, result.spec.device.value))  # fmt: skip
+    return tuple(figures)
+
+
+def _evidence_of_run(run: RunRecord) -> Evidence:
+    profiles = run.documents_of("roofline")
+    profile = (RooflineProfile.from_payload(profiles[-1], f"run {run.id} roofline document")
+               if profiles else None)  # fmt: skip
+    capacities = tuple(LoadCapacity.from_payload(p, f"run {run.id} capacity document")
+                       for p in run.documents_of("capacity"))  # fmt: skip
+    bench = _bench_figures(run.results) if run.kind == "bench" else ()
+    return Evidence(profile, capacities, bench, sources=(f"{run.kind} run {run.id}",))
+
+
+def _model_matches(run: RunRecord, model: str) -> bool:
+    return run.model == model or Path(run.model).name == model
+
+
+def _gather(store: ResultStore, request: PlanRequest) -> tuple[str, Evidence]:
+    if request.run_id:
+        run = store.get_run(request.run_id)
+        return run.model, _evidence_of_run(run)
+    model = request.model or ""
+    profile: RooflineProfile | None = None
+    capacities: tuple[LoadCapacity, ...] = ()
+    bench: tuple[BenchFigure, ...] = ()
+    sources: list[str] = []
+    for head in store.list_runs(_SCAN_RUNS):  # newest first
+        if head.status != "complete" or not _model_matches(head, model):
+            continue
+        wanted = ((head.kind == "roofline" and profile is None)
+                  or (head.kind == "load" and not capacities)
+                  or (head.kind == "bench" and not bench))  # fmt: skip
+        if not wanted:
+            continue
+        found = _evidence_of_run(store.get_run(head.id))
+        if found.profile is not None and profile is None:
+            profile, sources = found.profile, [*sources, f"roofline run {head.id}"]
+        if found.capacities and not capacities:
+            capacities, sources = found.capacities, [*sources, f"load run {head.id}"]
+        if found.bench and not bench:
+            bench, sources = found.bench, [*sources, f"bench run {head.id}"]
+    return model, Evidence(profile, capacities, bench, sources=tuple(sources))
+
+
+def _validate(request: PlanRequest) -> None:
+    if not request.model and not request.run_id:
+        raise BadInputError("name the model (--model NAME) or a stored run (--run ID)")
+    if request.model and request.run_id:
+        raise BadInputError("give --model or --run, not both")
+    if request.min_instances < 0:
+        raise BadInputError(f"--min-instances must be 0 or more, got {request.min_instances}")
+    if request.sla_p99_s <= 0:
+        raise BadInputError("the p99 SLA must be positive")
+
+
+def _store_document(store_path: Path, kind_model: str, settings: dict[str, Any],
+                    document: dict[str, Any], environment: Environment | None) -> str:  # fmt: skip
+    env = environment or collect_environment()
+    with ResultStore(store_path) as store:
+        run_id = store.start_run(RUN_KIND, kind_model, _command(), env, settings)
+        try:
+            store.add_document(run_id, DOCUMENT_KIND, document)
+        except BaseException:
+            store.finish_run(run_id, "failed")
+            raise
+        store.finish_run(run_id, "complete")
+    return run_id
+
+
+def plan_capacity(request: PlanRequest, *, store_path: Path | None = DEFAULT_STORE_PATH,
+                  save: bool = True, environment: Environment | None = None,
+                  catalog: Catalog | None = None) -> PlanOutcome:  # fmt: skip
+    """Plan the fleet for a model from what the store (or ``--profile``) knows about it."""
+    _validate(request)
+    traffic = load_traffic(request.traffic)
+    catalog = catalog or load_catalog(request.catalog_files)
+    for name in (*request.only, *((request.here,) if request.here else ())):
+        catalog.get(name)
+    if request.report_path is not None:
+        _check_report_path(request.report_path)
+    if store_path is not None:
+        check_store_path(store_path)
+    model, evidence = request.model or "", Evidence()
+    if store_path is not None and store_path.exists():
+        with ResultStore(store_path) as store:
+            model, evidence = _gather(store, request)
+    elif request.run_id:
+        raise BadInputError(f"no results store at {store_path}: cannot read run {request.run_id}")
+    if request.profile_file is not None:
+        profile = _profile_from_file(request.profile_file)
+        evidence = Evidence(
+            profile,
+            evidence.capacities,
+            evidence.bench,
+            evidence.given_qps,
+            (*evidence.sources, f"profile file {request.profile_file}"),
+        )
+    if request.capacity_qps is not None:
+        evidence = Evidence(evidence.profile, evidence.capacities, evidence.bench,
+                            request.capacity_qps, (*evidence.sources, "--capacity"))  # fmt: skip
+    settings = PlanSettings(request.sla_p99_s, request.headroom, request.min_instances)
+    plan = build_plan(model, catalog, traffic, settings, evidence, request.here, request.only)
+    document = plan.to_dict()
+    run_id = None
+    if store_path is not None and save:
+        run_id = _store_document(store_path, model, settings.to_dict(), document, environment)
+    report = request.report_path
+    if report is None and run_id is not None:
+        report = store_path.parent / "reports" / f"plan-{run_id}.html"  # type: ignore[union-attr]
+        try:
+            report.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInputError(f"cannot create {report.parent}: {exc.strerror}") from exc
+    if report is not None:
+        write_report(render_plan_report(document, title=f"accelscope plan: {model}"), report)
+    return PlanOutcome(document, run_id, store_path if run_id else None, report)
+
+
+def plan_memory(request: MemoryRequest, *, store_path: Path | None = None,
+                environment: Environment | None = None) -> PlanOutcome:  # fmt: skip
+    """Memory to serve an LLM config at a context and batch; GPU fit and max concurrency."""
+    if request.batch <= 0:
+        raise BadInputError(f"--batch must be positive, got {request.batch}")
+    config = load_config(request.config)
+    shape = shape_from_config(config, str(request.config))
+    catalog = load_catalog(request.catalog_files)
+    if store_path is not None:
+        check_store_path(store_path)
+    estimate = estimate_memory(
+        shape,
+        context=request.context_tokens,
+        batch=request.batch,
+        precision=request.precision,
+        catalog=catalog,
+        kv_precision=request.kv_precision,
+        origin=str(request.config),
+    )
+    document = estimate.to_dict()
+    run_id = None
+    if store_path is not None:
+        name = str(config.get("_name_or_path") or request.config)
+        run_id = _store_document(store_path, name, {"mode": "memory"}, document, environment)
+    return PlanOutcome(document, run_id, store_path if run_id else None)
+
+
+def plan_api(request: ApiRequest, *, store_path: Path | None = None,
+             environment: Environment | None = None) -> PlanOutcome:  # fmt: skip
+    """API bill vs renting ``request.instance`` at the measured throughput; break-even."""
+    catalog = load_catalog(request.catalog_files)
+    instance = catalog.get(request.instance)
+    if store_path is not None:
+        check_store_path(store_path)
+    comparison = compare_api(
+        tokens_per_month=request.tokens_per_month, output_share=request.output_share,
+        input_price=request.input_price, output_price=request.output_price,
+        instance=instance.type, price_per_hour=instance.price_per_hour,
+        throughput_tokens_per_s=request.throughput_tokens_per_s,
+        throughput_basis="given (--throughput), measured by you", headroom=request.headroom,
+    )  # fmt: skip
+    document = comparison.to_dict()
+    run_id = None
+    if store_path is not None:
+        run_id = _store_document(store_path, instance.type, {"mode": "api"}, document, environment)
+    return PlanOutcome(document, run_id, store_path if run_id else None)
