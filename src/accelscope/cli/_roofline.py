@@ -1,1 +1,137 @@
-"""The ``ceilings`` and ``roofline`` command(s)."""
+"""The ``ceilings`` and ``roofline`` commands."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
+from accelscope.cli._runs import register_show
+from accelscope.errors import BadInputError
+from accelscope.report.roofline_view import ceilings_view, roofline_view
+from accelscope.roofline.analysis import RooflineProfile
+from accelscope.roofline.ceilings import Ceilings
+from accelscope.spec import parse_device, parse_precision, parse_tensor_spec
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
+from accelscope.units import parse_duration_s
+from accelscope.workflows.roofline import CeilingsRequest, RooflineRequest, ceilings, roofline
+
+
+def _positive_int(text: str | None, what: str) -> int | None:
+    if text is None:
+        return None
+    if not re.fullmatch(r"\s*\+?\d+\s*", text) or int(text) <= 0:
+        raise BadInputError(f"{what} must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def _say(quiet: bool) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        if not quiet:
+            _err.print(f"[dim]{message} ...[/]")
+
+    return say
+
+
+@app.command("ceilings")
+def ceilings_command(
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    refresh: bool = typer.Option(False, "--refresh", help="Re-measure; ignore the cache."),
+    budget: str = typer.Option("3m", "--budget", help="Search time budget, e.g. 3m."),
+    store: Path = StoreOption,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not record a run."),
+    as_json: bool = JsonOption,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the table."),
+) -> None:
+    """Measure this machine's ceilings: peak matrix rate per dtype and memory bandwidth."""
+    request = CeilingsRequest(parse_device(device), refresh, parse_duration_s(budget))
+    store_path = None if no_store else (store or DEFAULT_STORE_PATH)
+    outcome = ceilings(request, store_path=store_path, events=_say(quiet or as_json))
+    if as_json:
+        _out.print_json(json.dumps(outcome.ceilings.to_dict()))
+        return
+    _out.print(ceilings_view(outcome.ceilings))
+    if quiet:
+        return
+    source = "cached" if outcome.cached else "measured"
+    _out.print(f"[dim]{source}: {outcome.cache_path}[/]")
+    if outcome.run_id:
+        _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")
+
+
+@app.command("roofline")
+def roofline_command(
+    model: str = typer.Argument(..., help="Zoo name, file.py:fn, module:fn or .pt2."),
+    backend: str = typer.Option("eager", "--backend", help="Runtime (eager)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 (autocast) or fp16."),
+    batch: str = typer.Option("8", "--batch", help="Batch size."),
+    threads: str = typer.Option(None, "--threads", help="Threads (default: all usable cores)."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    measure_budget: str = typer.Option("10s", "--measure-budget", help="Model timing budget."),
+    ceilings_budget: str = typer.Option(
+        "3m", "--ceilings-budget", help="Budget if the ceilings must be measured."
+    ),
+    refresh_ceilings: bool = typer.Option(False, "--refresh-ceilings", help="Re-measure them."),
+    inputs: list[str] = typer.Option(None, "--input", help="Input spec NAME:SHAPE:DTYPE."),
+    weights: Path = typer.Option(None, "--weights", help="State dict (.safetensors/.pt)."),
+    trust_model_code: bool = typer.Option(
+        False, "--trust-model-code", help="Allow unpickling model files."
+    ),
+    report: Path = typer.Option(None, "--report", help="HTML report path."),
+    store: Path = StoreOption,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not record a run."),
+    as_json: bool = JsonOption,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the table and summary."),
+) -> None:
+    """Per-operator roofline of a model: FLOPs, bytes, time, class, and the gap to the floor."""
+    request = RooflineRequest(
+        model=model,
+        backend=backend.strip(),
+        precision=parse_precision(precision),
+        batch_size=_positive_int(batch, "batch size") or 8,
+        threads=_positive_int(threads, "threads"),
+        device=parse_device(device),
+        report_path=report,
+        measure_budget_s=parse_duration_s(measure_budget),
+        ceilings_budget_s=parse_duration_s(ceilings_budget),
+        refresh_ceilings=refresh_ceilings,
+        inputs=tuple(parse_tensor_spec(t) for t in inputs) if inputs else None,
+        weights=weights,
+        trust_model_code=trust_model_code,
+    )
+    store_path = None if no_store else (store or DEFAULT_STORE_PATH)
+    outcome = roofline(request, store_path=store_path, events=_say(quiet or as_json))
+    if as_json:
+        _out.print_json(
+            json.dumps(
+                {
+                    "run_id": outcome.run_id,
+                    "report": str(outcome.report_path),
+                    **outcome.profile.to_dict(),
+                }
+            )
+        )
+        return
+    _out.print(roofline_view(outcome.profile))
+    if not quiet:
+        _out.print(f"[dim]report: {outcome.report_path}[/]")
+        if outcome.run_id:
+            _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")
+
+
+def _show_ceilings(run: RunRecord) -> None:
+    for payload in run.documents_of("ceilings"):
+        _out.print(ceilings_view(Ceilings.from_dict(payload)))
+
+
+def _show_roofline(run: RunRecord) -> None:
+    for payload in run.documents_of("roofline"):
+        _out.print(roofline_view(RooflineProfile.from_dict(payload)))
+
+
+register_show("ceilings", _show_ceilings)
+register_show("roofline", _show_roofline)

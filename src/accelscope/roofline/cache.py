@@ -1,0 +1,63 @@
+"""The on-disk ceilings cache: one JSON file per machine fingerprint, device and thread count.
+
+Written atomically (temp file + rename). A cache file that cannot be read or validated is an
+error that says how to refresh it, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from accelscope.errors import BadInputError
+from accelscope.roofline.ceilings import Ceilings
+
+__all__ = ["cache_path", "load_cached", "save_cached"]
+
+
+def cache_path(directory: Path, fingerprint: str, device: str, threads: int) -> Path:
+    """``<directory>/<fingerprint>-<device>[-t<threads>].json`` (threads only on CPU)."""
+    suffix = f"-t{threads}" if device == "cpu" else ""
+    return directory / f"{fingerprint}-{device}{suffix}.json"
+
+
+def load_cached(path: Path) -> Ceilings | None:
+    """The cached ceilings at ``path``; ``None`` when there is no file.
+
+    Raises:
+        BadInputError: the file is unreadable, not JSON, or not a valid ceilings document.
+    """
+    if not path.exists():
+        return None
+    refresh = "rerun with `accelscope ceilings --refresh` to re-measure"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Ceilings.from_dict(data)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInputError(f"corrupt ceilings cache {path} ({exc}); {refresh}") from None
+    except BadInputError as exc:
+        raise BadInputError(f"corrupt ceilings cache {path} ({exc.message}); {refresh}") from None
+
+
+def save_cached(ceilings: Ceilings, path: Path) -> Path:
+    """Write ``ceilings`` to ``path`` atomically, creating the directory."""
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(ceilings.to_dict(), handle, indent=1, allow_nan=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise BadInputError(
+            f"cannot write the ceilings cache {path}: {exc.strerror or exc}"
+        ) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return path

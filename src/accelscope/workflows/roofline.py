@@ -1,0 +1,251 @@
+"""``accelscope ceilings`` and ``accelscope roofline``: validate, measure or load the cached
+ceilings, profile the model, store the run, write the HTML report. Returns data; never prints."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from accelscope.errors import BadInputError, NotAvailableError
+from accelscope.hardware.fingerprint import Environment, collect_environment
+from accelscope.measure.threads import available_cores
+from accelscope.measure.timer import TimerConfig
+from accelscope.models.loading import load_model
+from accelscope.report.html import write_report
+from accelscope.report.roofline_html import render_roofline_report
+from accelscope.roofline.analysis import RooflineProfile
+from accelscope.roofline.cache import cache_path, load_cached, save_cached
+from accelscope.roofline.ceilings import Ceilings
+from accelscope.roofline.measure_ceilings import CeilingsPlan, measure_ceilings
+from accelscope.roofline.model_profile import PROFILED_BACKENDS, profile_model
+from accelscope.spec import Device, Precision, TensorSpec
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
+
+__all__ = [
+    "CeilingsOutcome",
+    "CeilingsRequest",
+    "RooflineOutcome",
+    "RooflineRequest",
+    "ceilings",
+    "roofline",
+]
+
+Events = Callable[[str], None]
+Measure = Callable[..., Ceilings]
+_PRECISIONS = (Precision.FP32, Precision.BF16, Precision.FP16)
+
+
+@dataclass(frozen=True)
+class CeilingsRequest:
+    """Which device to measure, whether to ignore the cache, and the search budget (s)."""
+
+    device: Device = Device.CPU
+    refresh: bool = False
+    budget_s: float = 180.0
+
+
+@dataclass(frozen=True)
+class CeilingsOutcome:
+    """The ceilings, whether they came from the cache, the cache file and the stored run."""
+
+    ceilings: Ceilings
+    cached: bool
+    cache_path: Path
+    run_id: str | None
+    store_path: Path | None
+
+
+@dataclass(frozen=True)
+class RooflineRequest:
+    """What ``accelscope roofline`` should profile."""
+
+    model: str
+    backend: str = "eager"
+    precision: Precision = Precision.FP32
+    batch_size: int = 8
+    threads: int | None = None
+    device: Device = Device.CPU
+    report_path: Path | None = None
+    measure_budget_s: float = 10.0
+    ceilings_budget_s: float = 180.0
+    refresh_ceilings: bool = False
+    iterations: int = 3
+    inputs: tuple[TensorSpec, ...] | None = None
+    weights: Path | None = None
+    trust_model_code: bool = False
+
+
+@dataclass(frozen=True)
+class RooflineOutcome:
+    """The profile, where it was stored and written, and the ceilings used."""
+
+    profile: RooflineProfile
+    ceilings: CeilingsOutcome
+    run_id: str | None
+    store_path: Path | None
+    report_path: Path | None
+
+
+def _command() -> str:
+    return "accelscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _check_device(device: Device, env: Environment) -> None:
+    if device is Device.CUDA and not env.gpus:
+        raise NotAvailableError("device 'cuda' not available: no CUDA device found on this machine")
+
+
+def _cache_dir(store_path: Path | None) -> Path:
+    return (store_path or DEFAULT_STORE_PATH).parent / "ceilings"
+
+
+def _store_ceilings(
+    store_path: Path, found: Ceilings, env: Environment, request: CeilingsRequest
+) -> str:
+    with ResultStore(store_path) as store:
+        run_id = store.start_run(
+            "ceilings",
+            found.device_name,
+            _command(),
+            env,
+            {"device": request.device.value, "budget_s": request.budget_s},
+        )
+        store.add_document(run_id, "ceilings", found.to_dict())
+        store.finish_run(run_id, "complete")
+    return run_id
+
+
+def ceilings(
+    request: CeilingsRequest,
+    *,
+    store_path: Path | None = DEFAULT_STORE_PATH,
+    cache_dir: Path | None = None,
+    environment: Environment | None = None,
+    events: Events | None = None,
+    measure: Measure = measure_ceilings,
+) -> CeilingsOutcome:
+    """The device's ceilings: from the fingerprint cache unless ``refresh``, else measured,
+    cached and stored as a ``ceilings`` run."""
+    if request.budget_s <= 0:
+        raise BadInputError("the ceilings budget must be positive")
+    env = environment or collect_environment()
+    _check_device(request.device, env)
+    if store_path is not None:
+        check_store_path(store_path)
+    threads = available_cores() if request.device is Device.CPU else 0
+    path = cache_path(
+        cache_dir or _cache_dir(store_path), env.fingerprint(), request.device.value, threads
+    )
+    if not request.refresh:
+        cached = load_cached(path)
+        if cached is not None:
+            return CeilingsOutcome(cached, True, path, None, None)
+    plan = CeilingsPlan(device=request.device.value, budget_s=request.budget_s)
+    found = measure(plan, env, events=events)
+    save_cached(found, path)
+    run_id = _store_ceilings(store_path, found, env, request) if store_path is not None else None
+    return CeilingsOutcome(found, False, path, run_id, store_path if run_id else None)
+
+
+def _check_report_path(path: Path) -> None:
+    if path.is_dir():
+        raise BadInputError(f"report path {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise BadInputError(f"cannot write the report to {path}: {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK):
+        raise BadInputError(f"cannot write the report to {path}: {path.parent} is not writable")
+
+
+def _validate(request: RooflineRequest, env: Environment) -> int:
+    if request.backend not in PROFILED_BACKENDS:
+        raise NotAvailableError(
+            f"backend {request.backend!r} not available for roofline: only "
+            f"{', '.join(PROFILED_BACKENDS)} is profiled per operator (compiled and exported "
+            "runtimes fuse operators into kernels that do not map to aten calls)"
+        )
+    if request.precision not in _PRECISIONS:
+        raise NotAvailableError(
+            f"precision {request.precision.value!r} not available for roofline: the eager "
+            "backend runs fp32, bf16 (autocast) and fp16 (CUDA autocast)"
+        )
+    if request.batch_size <= 0:
+        raise BadInputError(f"batch size must be a positive integer, got {request.batch_size}")
+    if request.threads is not None and request.threads <= 0:
+        raise BadInputError(f"threads must be a positive integer, got {request.threads}")
+    if request.measure_budget_s <= 0 or request.iterations <= 0:
+        raise BadInputError("the measure budget and profiler iterations must be positive")
+    _check_device(request.device, env)
+    return request.threads or available_cores()
+
+
+def roofline(
+    request: RooflineRequest,
+    *,
+    store_path: Path | None = DEFAULT_STORE_PATH,
+    cache_dir: Path | None = None,
+    environment: Environment | None = None,
+    events: Events | None = None,
+    measure: Measure = measure_ceilings,
+    profiler: Callable[..., RooflineProfile] = profile_model,
+) -> RooflineOutcome:
+    """Profile ``request.model`` against the device's ceilings; store and report it."""
+    env = environment or collect_environment()
+    threads = _validate(request, env)
+    if store_path is not None:
+        check_store_path(store_path)
+    if request.report_path is not None:
+        _check_report_path(request.report_path)
+    model = load_model(
+        request.model,
+        inputs=request.inputs,
+        weights=request.weights,
+        trust_model_code=request.trust_model_code,
+    )
+    found = ceilings(
+        CeilingsRequest(request.device, request.refresh_ceilings, request.ceilings_budget_s),
+        store_path=store_path,
+        cache_dir=cache_dir,
+        environment=env,
+        events=events,
+        measure=measure,
+    )
+    profile = profiler(
+        model,
+        found.ceilings,
+        env,
+        backend=request.backend,
+        precision=request.precision,
+        batch_size=request.batch_size,
+        threads=threads,
+        device=request.device,
+        timer=TimerConfig(budget_s=request.measure_budget_s),
+        iterations=request.iterations,
+        on_phase=events,
+    )
+    run_id = None
+    if store_path is not None:
+        settings = {
+            "backend": request.backend,
+            "precision": request.precision.value,
+            "batch_size": request.batch_size,
+            "threads": threads,
+            "device": request.device.value,
+        }
+        with ResultStore(store_path) as store:
+            run_id = store.start_run("roofline", model.ref, _command(), env, settings)
+            store.add_document(run_id, "roofline", profile.to_dict())
+            store.finish_run(run_id, "complete")
+    report_path = request.report_path
+    if report_path is None:
+        base = (store_path or DEFAULT_STORE_PATH).parent / "reports"
+        report_path = base / f"roofline-{run_id or 'unsaved'}.html"
+        try:
+            report_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInputError(f"cannot create {report_path.parent}: {exc.strerror}") from None
+    write_report(render_roofline_report(profile), report_path)
+    return RooflineOutcome(profile, found, run_id, store_path if run_id else None, report_path)

@@ -1,0 +1,90 @@
+"""The roofline HTML report: escaped, self-contained, and drawn by plotly in headless chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from accelscope.report.roofline_html import render_roofline_report, roofline_figure
+from accelscope.roofline.analysis import RooflineProfile, build_profile
+from accelscope.roofline.counting import OpRecord
+from roofline.test_analysis import make_ceilings
+
+HOSTILE = (
+    "<img src=x onerror=\"document.title='PWNED'\"></script><script>document.title='PWNED'</script>"
+)
+
+
+def _profile() -> RooflineProfile:
+    records = [
+        OpRecord("aten::conv2d", "conv", "bf16", 4e9, 2_000_000, 1_000_000),
+        OpRecord("aten::relu_", "elementwise", "bf16", 1e6, 2_000_000, 2_000_000),
+        OpRecord("aten::layer_norm", "norm", "fp32", 7e6, 4_000_000, 4_000_000),
+        OpRecord("aten::to", "movement", "bf16", 0.0, 4_000_000, 2_000_000),
+        OpRecord(f"aten::{HOSTILE}", "uncounted", "fp32", None, 100, 100),
+    ]  # fmt: skip
+    return build_profile(model=f"model {HOSTILE}", backend="eager", precision="bf16",
+                         batch_size=8, device="cpu", threads=2, ceilings=make_ceilings(),
+                         records=records, times_s=[5e-3, 1e-3, 2e-3, 1e-3, 1e-5],
+                         measured_time_s=0.012)  # fmt: skip
+
+
+def test_figure_has_both_roofs_per_dtype_and_points_sized_by_time() -> None:
+    figure = roofline_figure(_profile())
+    names = [trace["name"] for trace in figure["data"]]
+    assert "bf16 roof" in names and "fp32 roof" in names
+    points = next(t for t in figure["data"] if t["name"] == "bf16 operators")
+    assert len(points["x"]) == 2  # conv2d and relu_ (to has 0 FLOPs: not on a log axis)
+    assert points["marker"]["size"][0] > points["marker"]["size"][1]  # conv took longer
+    roof = next(t for t in figure["data"] if t["name"] == "bf16 roof")
+    assert max(roof["y"]) == pytest.approx(4e12)  # the bf16 compute roof
+    assert figure["layout"]["xaxis"]["type"] == figure["layout"]["yaxis"]["type"] == "log"
+
+
+def test_report_escapes_user_text_and_is_self_contained() -> None:
+    doc = render_roofline_report(_profile())
+    assert HOSTILE not in doc
+    assert "&lt;img src=x" in doc  # jinja-escaped in markup
+    assert "\\u0026lt;img" in doc  # html-escaped plotly label, then script-safe JSON
+    assert "Content-Security-Policy" in doc
+    assert not re.search(r"<script[^>]+src=", doc) and "<link" not in doc
+
+
+def _chromium() -> str:
+    found = os.environ.get("ACCELSCOPE_CHROMIUM") or shutil.which("chromium")
+    if not found and Path("/usr/bin/chromium").exists():
+        found = "/usr/bin/chromium"
+    if not found:
+        pytest.fail("chromium is needed: apt-get update && apt-get install -y chromium")
+    return found
+
+
+def test_report_draws_in_headless_chromium_without_console_or_network(tmp_path: Path) -> None:
+    page = tmp_path / "roofline.html"
+    page.write_text(render_roofline_report(_profile()), encoding="utf-8")
+    netlog = tmp_path / "netlog.json"
+    command = [
+        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}", "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--log-net-log={netlog}", "--enable-logging=stderr", "--v=0",
+        "--virtual-time-budget=5000", "--dump-dom", page.resolve().as_uri(),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    assert re.search(r'id="chart-roofline"[^>]*class="[^"]*js-plotly-plot', dom) or re.search(
+        r'class="[^"]*js-plotly-plot[^"]*"[^>]*id="chart-roofline"', dom
+    ), "plotly did not draw"
+    assert "bf16 roof" in dom  # legend text drawn by plotly
+    assert "<title>PWNED" not in dom
+    console = [line for line in done.stderr.splitlines() if re.search(r":CONSOLE[:(\]]", line)]
+    assert console == []
+    # chromium's own background probes go to google hosts; the page itself must request nothing
+    urls = re.findall(r'"url":"(https?://[^"]+)"', netlog.read_text(encoding="utf-8"))
+    assert not [u for u in urls if not re.search(r"google|gstatic|gvt1", u)]
