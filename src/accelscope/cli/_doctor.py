@@ -1,1 +1,84 @@
-"""The ``doctor`` command(s)."""
+"""The ``doctor`` command: run a training or inference script under instrumentation, name
+its bottleneck with evidence, and measure candidate fixes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
+from accelscope.cli._runs import register_show
+from accelscope.report.doctor_view import doctor_view
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
+from accelscope.units import parse_duration_s
+from accelscope.workflows.doctor import DoctorRequest, doctor, result_for_run
+
+
+class _Events:
+    """One stderr line per child run and per finished run (unless quiet)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def run_started(self, label: str, total_steps: int) -> None:
+        if not self.quiet:
+            _err.print(f"[dim]doctor: {label}: running {total_steps} steps ...[/]", highlight=False)
+
+    def step(self, label: str, count: int, total_steps: int) -> None:
+        return None
+
+    def run_finished(self, label: str, line: str) -> None:
+        if not self.quiet:
+            _err.print(f"  {label}: {line}", markup=False)
+
+
+@app.command("doctor")
+def doctor_command(
+    script: Path = typer.Argument(..., help="Your training or inference script (.py)."),
+    script_args: list[str] = typer.Argument(None, help="Arguments for the script (after --)."),
+    steps: int = typer.Option(50, "--steps", help="Measured steps."),
+    warmup: int = typer.Option(10, "--warmup", help="Steps run before measuring."),
+    what_if: str = typer.Option(
+        "auto", "--what-if", help="all, auto, none, or a list: workers,bf16,batch=4,cache,..."
+    ),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    timeout: str = typer.Option("300s", "--timeout", help="Wall-clock bound per run."),
+    stall: str = typer.Option("120s", "--stall-timeout", help="Bound on the wait for a step."),
+    report: Path = typer.Option(None, "--report", help="HTML report path."),
+    store: Path = StoreOption,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not write results."),
+    as_json: bool = JsonOption,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary."),
+) -> None:
+    """Run SCRIPT under instrumentation: where each step's time goes, the bottleneck named
+    with its evidence, and candidate fixes measured (accelscope doctor train.py -- --lr 0.1)."""
+    request = DoctorRequest(
+        script=script, args=tuple(script_args or ()), steps=steps, warmup=warmup,
+        what_if=what_if, device=device, timeout_s=parse_duration_s(timeout),
+        stall_s=parse_duration_s(stall), report_path=report, quiet_stdout=as_json,
+    )  # fmt: skip
+    store_path = None if no_store else (store or DEFAULT_STORE_PATH)
+    outcome = doctor(request, store_path=store_path, events=_Events(quiet or as_json))
+    result = outcome.result
+    if as_json:
+        document = {"run_id": outcome.run_id, "store": str(outcome.store_path or ""),
+                    "report": str(outcome.report_path), "trace": str(outcome.trace_path),
+                    "bottleneck": result.diagnosis.bottleneck, "best": result.best,
+                    "recommendation": result.recommendation, **result.documents()}  # fmt: skip
+        _out.print_json(json.dumps(document))
+        return
+    _out.print(doctor_view(result, title=f"doctor: {script.name}"))
+    if not quiet:
+        _out.print(f"[dim]report: {outcome.report_path} · trace: {outcome.trace_path}[/]")
+        if outcome.run_id:
+            _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")
+
+
+def _show(run: RunRecord) -> None:
+    result = result_for_run(run)
+    _out.print(doctor_view(result, title=f"doctor: {Path(result.script).name}"))
+
+
+register_show("doctor", _show)

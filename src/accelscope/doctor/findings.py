@@ -1,0 +1,114 @@
+"""The vocabulary of the verdict: what a rule sees (:class:`RuleContext`) and what it says
+(:class:`Finding`). Rules live one per module in :mod:`accelscope.doctor.rules`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from accelscope.doctor.breakdown import Breakdown
+from accelscope.doctor.profile import Profile
+from accelscope.hardware.fastpaths import PrecisionSupport
+from accelscope.hardware.telemetry import Telemetry
+
+__all__ = ["CLEAR", "FIRED", "NOT_APPLICABLE", "Finding", "Rule", "RuleContext", "severity"]
+
+FIRED, CLEAR, NOT_APPLICABLE = "fired", "clear", "n/a"
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """Everything a rule may look at: the run, its summary, telemetry and the machine."""
+
+    profile: Profile
+    breakdown: Breakdown
+    telemetry: Telemetry | None
+    support: tuple[PrecisionSupport, ...]
+    cores: int
+    memory_bytes: int
+
+    @property
+    def device(self) -> str:
+        """``cuda`` when the loop used CUDA, else ``cpu``."""
+        facts = self.profile.facts
+        if facts is not None and facts.cuda_initialized:
+            return "cuda"
+        probe = self.profile.probe
+        if probe is not None and "cuda" in probe.devices:
+            return "cuda"
+        return "cpu"
+
+    @property
+    def compute_share(self) -> float:
+        """Share of step time in forward + backward + optimizer."""
+        shares = self.breakdown.shares
+        return shares["forward"] + shares["backward"] + shares["optimizer"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule's conclusion about the run.
+
+    Attributes:
+        rule: Rule id (``input-bound``).
+        title: Human name of the bottleneck.
+        status: ``fired``, ``clear`` or ``n/a`` (with ``summary`` saying why).
+        share: Fraction of step time at stake (what ranks fired findings); ``None`` if the rule
+            cannot attribute time.
+        severity: ``high``, ``medium`` or ``low`` when fired.
+        summary: One line with the numbers.
+        threshold: The rule's threshold, in words.
+        evidence: The numbers behind it (names carry their unit; ``estimated`` says so).
+        advice: What to change.
+        what_ifs: What-ifs that would test the advice (names from :mod:`.whatif`).
+    """
+
+    rule: str
+    title: str
+    status: str
+    summary: str
+    threshold: str
+    share: float | None = None
+    severity: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    advice: str = ""
+    what_ifs: tuple[str, ...] = ()
+
+    @property
+    def fired(self) -> bool:
+        """True when the rule's threshold was crossed."""
+        return self.status == FIRED
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"rule": self.rule, "title": self.title, "status": self.status,
+                "summary": self.summary, "threshold": self.threshold, "share": self.share,
+                "severity": self.severity, "evidence": dict(self.evidence),
+                "advice": self.advice, "what_ifs": list(self.what_ifs)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        """Inverse of :meth:`to_dict`."""
+        share = data.get("share")
+        return cls(
+            rule=str(data["rule"]), title=str(data["title"]), status=str(data["status"]),
+            summary=str(data["summary"]), threshold=str(data["threshold"]),
+            share=None if share is None else float(share), severity=str(data.get("severity", "")),
+            evidence=dict(data.get("evidence", {})), advice=str(data.get("advice", "")),
+            what_ifs=tuple(str(w) for w in data.get("what_ifs", [])),
+        )  # fmt: skip
+
+
+class Rule(Protocol):
+    """A rule: a name and a check over a :class:`RuleContext`."""
+
+    name: str
+
+    def check(self, ctx: RuleContext) -> Finding:
+        """Conclude fired / clear / n/a with the evidence."""
+        ...
+
+
+def severity(share: float, high: float) -> str:
+    """``high`` at or above ``high``, else ``medium``."""
+    return "high" if share >= high else "medium"

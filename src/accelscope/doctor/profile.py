@@ -1,0 +1,279 @@
+"""What one instrumented run of the script recorded, as typed data (the child writes it as JSON).
+
+:class:`Profile` holds every committed step (warm-up included) with its exclusive phase times
+and counters, the operator census of the last warm-up step, the device timeline where CUDA was
+in use, facts about the loop (DataLoaders, threads, the main model) and how the run ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "PHASES",
+    "DeviceStep",
+    "LoaderFacts",
+    "OpSummary",
+    "Profile",
+    "RunFacts",
+    "ScriptError",
+    "Span",
+    "Step",
+]
+
+PHASES: tuple[str, ...] = ("input", "copy", "forward", "backward", "optimizer", "sync")
+"""The instrumented phases; a step's remainder is ``other``."""
+COUNTERS: tuple[str, ...] = (
+    "syncs",
+    "copies",
+    "pageable_copies",
+    "copy_bytes",
+    "forwards",
+    "items",
+)
+
+
+def _f(data: dict[str, Any], key: str) -> float:
+    return float(data[key])
+
+
+@dataclass(frozen=True)
+class DeviceStep:
+    """One step on the CUDA timeline (seconds, measured with CUDA events)."""
+
+    device_s: float
+    idle_s: float
+    busy_s: float
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: wall duration, exclusive seconds per phase, counters (see :data:`COUNTERS`)."""
+
+    start_s: float
+    duration_s: float
+    phases_s: dict[str, float]
+    counts: dict[str, int]
+    device: DeviceStep | None = None
+
+    @property
+    def other_s(self) -> float:
+        """The part of the step outside every instrumented phase (the script's own code)."""
+        return max(0.0, self.duration_s - sum(self.phases_s.values()))
+
+    @property
+    def items(self) -> int:
+        """Samples the main model processed in this step (its forwards' batch sizes)."""
+        return self.counts.get("items", 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"start_s": self.start_s, "duration_s": self.duration_s,
+                "phases_s": dict(self.phases_s), "counts": dict(self.counts),
+                "device": None if self.device is None else asdict(self.device)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Step:
+        """Inverse of :meth:`to_dict` (validates the phase and counter names)."""
+        phases = {name: float(data["phases_s"][name]) for name in PHASES}
+        counts = {name: int(data["counts"].get(name, 0)) for name in COUNTERS}
+        device = data.get("device")
+        return cls(
+            start_s=_f(data, "start_s"),
+            duration_s=_f(data, "duration_s"),
+            phases_s=phases,
+            counts=counts,
+            device=None if device is None else DeviceStep(
+                _f(device, "device_s"), _f(device, "idle_s"), _f(device, "busy_s")),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Span:
+    """One traced span (µs from the first step's start); ``name`` is a phase or ``step``."""
+
+    name: str
+    start_us: float
+    duration_us: float
+    depth: int
+
+
+@dataclass(frozen=True)
+class OpSummary:
+    """The operator census of one warm-up step (see :mod:`.probe`)."""
+
+    ops: int
+    forward_ops: int
+    op_time_s: float
+    matmul_calls: int
+    matmul_time_s: dict[str, float]
+    matmul_flops: dict[str, float]
+    devices: tuple[str, ...]
+    autocast: dict[str, str]
+    top_ops: tuple[dict[str, Any], ...]
+    forward_op_time_s: float = 0.0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OpSummary:
+        """Read a census written by :meth:`OpCensus.summary`."""
+        return cls(
+            ops=int(data["ops"]), forward_ops=int(data["forward_ops"]),
+            op_time_s=_f(data, "op_time_s"), matmul_calls=int(data["matmul_calls"]),
+            matmul_time_s={str(k): float(v) for k, v in data["matmul_time_s"].items()},
+            matmul_flops={str(k): float(v) for k, v in data["matmul_flops"].items()},
+            devices=tuple(str(d) for d in data["devices"]),
+            autocast={str(k): str(v) for k, v in data["autocast"].items()},
+            top_ops=tuple(dict(op) for op in data.get("top_ops", [])),
+            forward_op_time_s=float(data.get("forward_op_time_s", 0.0)),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LoaderFacts:
+    """A ``DataLoader`` the script built, with the settings it ended up with."""
+
+    num_workers: int
+    pin_memory: bool
+    batch_size: int | None
+    persistent_workers: bool
+    prefetch_factor: int | None
+    dataset: str
+    dataset_len: int | None
+    iterable: bool
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoaderFacts:
+        """Read one loader record."""
+        size, prefetch, length = (data.get(k) for k in ("batch_size", "prefetch_factor",
+                                                         "dataset_len"))  # fmt: skip
+        return cls(
+            num_workers=int(data["num_workers"]), pin_memory=bool(data["pin_memory"]),
+            batch_size=None if size is None else int(size),
+            persistent_workers=bool(data["persistent_workers"]),
+            prefetch_factor=None if prefetch is None else int(prefetch),
+            dataset=str(data.get("dataset", "")),
+            dataset_len=None if length is None else int(length),
+            iterable=bool(data.get("iterable", False)),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """Facts about the loop, read in the instrumented process."""
+
+    torch: str
+    torch_threads: int
+    interop_threads: int
+    loaders: tuple[LoaderFacts, ...]
+    main_model: dict[str, Any]
+    autocast: str | None
+    cuda_initialized: bool
+    optimizer_seen: bool
+    backward_seen: bool
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunFacts:
+        """Read the facts record."""
+        return cls(
+            torch=str(data["torch"]), torch_threads=int(data["torch_threads"]),
+            interop_threads=int(data["interop_threads"]),
+            loaders=tuple(LoaderFacts.from_dict(x) for x in data.get("loaders", [])),
+            main_model=dict(data.get("main_model") or {}),
+            autocast=None if data.get("autocast") is None else str(data["autocast"]),
+            cuda_initialized=bool(data.get("cuda_initialized", False)),
+            optimizer_seen=bool(data.get("optimizer_seen", False)),
+            backward_seen=bool(data.get("backward_seen", False)),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ScriptError:
+    """How the script failed: exception type, first line of its message, file:line."""
+
+    type: str
+    message: str
+    where: str
+
+    def describe(self) -> str:
+        """``ValueError: bad shape (at train.py:42)``."""
+        text = f"{self.type}: {self.message}" if self.message else self.type
+        return f"{text} (at {self.where})" if self.where else text
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One instrumented run of the script (see the module doc).
+
+    ``status``: ``done`` (reached warm-up + steps), ``ended`` (the script finished first),
+    ``exited`` (``sys.exit`` with a non-zero code), ``error`` (it raised), ``stopped`` (the
+    parent's timeout asked for what there was).
+    """
+
+    status: str
+    mode: str | None
+    warmup: int
+    target_steps: int
+    steps: tuple[Step, ...]
+    spans: tuple[Span, ...] = ()
+    probe: OpSummary | None = None
+    op_overhead_s: float | None = None
+    device_status: str = "not available: no CUDA device"
+    facts: RunFacts | None = None
+    exit_code: int | None = None
+    error: ScriptError | None = None
+    whatif: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def measured(self) -> tuple[Step, ...]:
+        """The steps after the warm-up."""
+        return self.steps[self.warmup :]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Profile:
+        """Read the child's JSON; raises ``KeyError``/``ValueError``/``TypeError`` if malformed."""
+        error = data.get("error")
+        probe = data.get("probe")
+        facts = data.get("facts")
+        overhead = data.get("op_overhead_s")
+        return cls(
+            status=str(data["status"]),
+            mode=None if data.get("mode") is None else str(data["mode"]),
+            warmup=int(data["warmup"]),
+            target_steps=int(data["target_steps"]),
+            steps=tuple(Step.from_dict(s) for s in data["steps"]),
+            spans=tuple(
+                Span(str(s["name"]), float(s["start_us"]), float(s["duration_us"]), int(s["depth"]))
+                for s in data.get("spans", [])
+            ),
+            probe=None if probe is None else OpSummary.from_dict(probe),
+            op_overhead_s=None if overhead is None else float(overhead),
+            device_status=str(data.get("device_status", "")),
+            facts=None if facts is None else RunFacts.from_dict(facts),
+            exit_code=None if data.get("exit_code") is None else int(data["exit_code"]),
+            error=None
+            if error is None
+            else ScriptError(
+                str(error.get("type", "")),
+                str(error.get("message", "")),
+                str(error.get("where", "")),
+            ),
+            whatif=dict(data.get("whatif") or {}),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict that :meth:`from_dict` reads back."""
+        return {
+            "status": self.status, "mode": self.mode, "warmup": self.warmup,
+            "target_steps": self.target_steps, "steps": [s.to_dict() for s in self.steps],
+            "spans": [asdict(s) for s in self.spans],
+            "probe": None if self.probe is None else {**asdict(self.probe),
+                                                      "devices": list(self.probe.devices),
+                                                      "top_ops": list(self.probe.top_ops)},
+            "op_overhead_s": self.op_overhead_s, "device_status": self.device_status,
+            "facts": None if self.facts is None else {
+                **asdict(self.facts), "loaders": [asdict(x) for x in self.facts.loaders]},
+            "exit_code": self.exit_code,
+            "error": None if self.error is None else asdict(self.error),
+            "whatif": dict(self.whatif),
+        }  # fmt: skip

@@ -1,0 +1,302 @@
+"""Per-step time accounting inside the instrumented process: exclusive phase spans, step
+boundaries, and what to do when enough steps have been seen.
+
+The recorder is fed events by the instrumentation (DataLoader waits, forwards, backwards,
+optimizer steps, syncs, copies) and keeps, per step, the *exclusive* nanoseconds of each phase
+(a sync inside a forward counts as sync, not forward), so the phases of a step never add up to
+more than the step. It is written for a tiny per-event cost: integer clocks, lists, no
+allocation beyond one small list per open span.
+
+Step boundaries, in order of precedence:
+
+* ``optimizer``: the end of every ``optimizer.step()`` (training);
+* ``forward``: the start of the main model's next top-level forward once one has finished
+  (inference loops, or training without an optimizer);
+* ``dataloader``: the next ``DataLoader`` batch, when no model forward is ever seen;
+* ``manual``: explicit :meth:`Recorder.manual_step` calls (API mode).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+__all__ = [
+    "BACKWARD",
+    "COPY",
+    "FORWARD",
+    "INPUT",
+    "OPTIMIZER",
+    "PHASES",
+    "SYNC",
+    "DeviceTimeline",
+    "OpProbe",
+    "Recorder",
+]
+
+INPUT, COPY, FORWARD, BACKWARD, OPTIMIZER, SYNC = range(6)
+PHASES: tuple[str, ...] = ("input", "copy", "forward", "backward", "optimizer", "sync")
+"""Instrumented phases, by index; ``other`` (the rest of the step) is derived."""
+
+# per-step counters, by index
+N_SYNC, N_COPY, N_PAGEABLE, COPY_BYTES, N_FORWARD, ITEMS = range(6)
+COUNTERS: tuple[str, ...] = (
+    "syncs",
+    "copies",
+    "pageable_copies",
+    "copy_bytes",
+    "forwards",
+    "items",
+)
+
+
+class DeviceTimeline(Protocol):
+    """Device-side marks (CUDA events) at step boundaries and around host waits."""
+
+    def boundary(self, index: int) -> None:
+        """The host reached the start of step ``index``."""
+
+    def idle_begin(self) -> None:
+        """The host starts waiting for something that queues no device work (input)."""
+
+    def idle_end(self) -> None:
+        """The wait started by :meth:`idle_begin` is over."""
+
+
+class OpProbe(Protocol):
+    """Counts and times the operators of one step (a dispatch mode, in practice)."""
+
+    def start(self, recorder: Recorder) -> None:
+        """Begin counting."""
+
+    def stop(self) -> None:
+        """Stop counting; the summary stays on the probe."""
+
+
+class Recorder:
+    """Accumulates exclusive phase time per step and commits steps at boundaries.
+
+    Args:
+        target_steps: Stop (call ``on_done``) once this many steps are committed; 0: never.
+        warmup: Steps before the measured ones (traced steps and the probe are placed by it).
+        clock_ns: Monotonic clock in integer nanoseconds.
+        trace_steps: How many measured steps keep their individual spans for the trace.
+        on_step: Called with the number of committed steps after each commit.
+        on_done: Called once ``target_steps`` steps are committed.
+        device: Optional device timeline fed at boundaries and around input waits.
+        probe: Optional operator probe run over the last warm-up step.
+        manual: Only :meth:`manual_step` commits steps (API mode).
+    """
+
+    def __init__(
+        self,
+        *,
+        target_steps: int = 0,
+        warmup: int = 0,
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+        trace_steps: int = 0,
+        on_step: Callable[[int], None] | None = None,
+        on_done: Callable[[], None] | None = None,
+        device: DeviceTimeline | None = None,
+        probe: OpProbe | None = None,
+        manual: bool = False,
+    ) -> None:
+        self.clock_ns = clock_ns
+        self.target_steps = target_steps
+        self.warmup = warmup
+        self.trace_steps = trace_steps
+        self.on_step = on_step
+        self.on_done = on_done
+        self.device = device
+        self.probe = probe
+        self.probe_step = warmup - 1 if probe is not None and warmup >= 1 else -1
+        self.mode: str | None = "manual" if manual else None
+        self.steps: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
+        self.spans: list[tuple[int, int, int, int]] = []  # (phase or -1 = step, start, end, depth)
+        self.forward_depth = 0
+        self.optimizer_seen = False
+        self.backward_seen = False
+        self._stack: list[list[int]] = []  # [phase, start_ns, child_ns]
+        self._acc = [0] * len(PHASES)
+        self._cnt = [0] * len(COUNTERS)
+        self._step_start: int | None = None
+        self._forward_done = False
+        self._forward_ever = False
+        self._dl_seen = False
+        self._tracing = False
+        self._probing = False
+        self._done = False
+
+    # -- spans -------------------------------------------------------------------------------
+
+    def _touch(self, now: int) -> None:
+        if self._step_start is None:
+            self._step_start = now
+            if self.device is not None:
+                self.device.boundary(0)
+            self._set_modes(0)
+
+    def begin(self, phase: int) -> None:
+        """Open a span of ``phase`` now."""
+        now = self.clock_ns()
+        if self._step_start is None:
+            self._touch(now)
+        self._stack.append([phase, now, 0])
+
+    def end(self) -> None:
+        """Close the innermost open span (no-op if none is open)."""
+        if not self._stack:
+            return
+        now = self.clock_ns()
+        phase, start, child = self._stack.pop()
+        elapsed = now - start
+        self._acc[phase] += elapsed - child
+        if self._stack:
+            self._stack[-1][2] += elapsed
+        if self._tracing:
+            self.spans.append((phase, start, now, len(self._stack)))
+
+    def leaf(self, phase: int, start: int, end: int) -> None:
+        """Record a span with no instrumented calls inside it (a sync, a copy)."""
+        if self._step_start is None:
+            self._touch(start)
+        elapsed = end - start
+        self._acc[phase] += elapsed
+        if self._stack:
+            self._stack[-1][2] += elapsed
+        if self._tracing:
+            self.spans.append((phase, start, end, len(self._stack)))
+
+    def count(self, counter: int, amount: int = 1) -> None:
+        """Add to one of the current step's counters."""
+        self._cnt[counter] += amount
+
+    # -- events that may be step boundaries -----------------------------------------------------
+
+    def input_begin(self) -> None:
+        """The loop asks the DataLoader for a batch."""
+        if self.mode in (None, "dataloader") and not self._forward_ever and self._dl_seen:
+            self._commit(self.clock_ns(), "dataloader")
+        self._dl_seen = True
+        self.begin(INPUT)
+        if self.device is not None:
+            self.device.idle_begin()
+
+    def input_end(self) -> None:
+        """The batch arrived."""
+        if self.device is not None:
+            self.device.idle_end()
+        self.end()
+
+    def forward_begin(self, main: bool, items: int) -> None:
+        """A top-level module forward starts; ``main`` marks the model that drives steps."""
+        if main:
+            if self._forward_done and self.mode not in ("optimizer", "manual"):
+                self._commit(self.clock_ns(), "forward")
+            self._forward_done = False
+            self._forward_ever = True
+            self._cnt[N_FORWARD] += 1
+            self._cnt[ITEMS] += items
+        self.forward_depth += 1
+        self.begin(FORWARD)
+
+    def forward_end(self, main: bool) -> None:
+        """The top-level forward opened by :meth:`forward_begin` returned."""
+        self.end()
+        self.forward_depth = max(0, self.forward_depth - 1)
+        if main:
+            self._forward_done = True
+
+    def backward_begin(self) -> None:
+        """A backward pass starts."""
+        self.backward_seen = True
+        self.begin(BACKWARD)
+
+    def backward_end(self) -> None:
+        """The backward pass returned."""
+        self.end()
+
+    def optimizer_begin(self) -> None:
+        """``optimizer.step()`` (or ``zero_grad``) starts."""
+        self.begin(OPTIMIZER)
+
+    def optimizer_end(self, step: bool) -> None:
+        """``optimizer.step()`` (``step=True``) or ``zero_grad`` returned."""
+        self.end()
+        if step:
+            self.optimizer_seen = True
+            if self.mode != "manual" and not self._stack:
+                self._commit(self.clock_ns(), "optimizer")
+
+    def manual_step(self) -> None:
+        """An explicit step boundary (API mode)."""
+        now = self.clock_ns()
+        if self._step_start is None:
+            self._touch(now)
+            return
+        self._commit(now, "manual")
+
+    # -- commits -----------------------------------------------------------------------------
+
+    def _set_modes(self, index: int) -> None:
+        """Turn tracing and the probe on or off for step ``index`` (about to start)."""
+        first = self.warmup
+        self._tracing = first <= index < first + self.trace_steps
+        if self.probe is not None:
+            if index == self.probe_step:
+                self.probe.start(self)
+                self._probing = True
+            elif self._probing:
+                self.probe.stop()
+                self._probing = False
+
+    def _commit(self, now: int, mode: str) -> None:
+        if self._done:
+            return
+        if self.mode in (None, "dataloader", "forward") and mode != self.mode:
+            self.mode = mode
+        start = self._step_start if self._step_start is not None else now
+        if self._tracing:
+            self.spans.append((-1, start, now, 0))
+        self.steps.append((start, now, tuple(self._acc), tuple(self._cnt)))
+        self._acc = [0] * len(PHASES)
+        self._cnt = [0] * len(COUNTERS)
+        self._step_start = now
+        index = len(self.steps)
+        if self.device is not None:
+            self.device.boundary(index)
+        self._set_modes(index)
+        if self.on_step is not None:
+            self.on_step(index)
+        if self.target_steps and index >= self.target_steps:
+            self._done = True
+            if self._probing and self.probe is not None:
+                self.probe.stop()
+                self._probing = False
+            if self.on_done is not None:
+                self.on_done()
+
+    # -- output ------------------------------------------------------------------------------
+
+    def steps_payload(self) -> list[dict[str, Any]]:
+        """Every committed step as JSON-ready dicts (seconds; warm-up steps included)."""
+        origin = self.steps[0][0] if self.steps else 0
+        out = []
+        for start, end, acc, cnt in self.steps:
+            out.append({
+                "start_s": (start - origin) / 1e9,
+                "duration_s": (end - start) / 1e9,
+                "phases_s": {name: acc[i] / 1e9 for i, name in enumerate(PHASES)},
+                "counts": {name: cnt[i] for i, name in enumerate(COUNTERS)},
+            })  # fmt: skip
+        return out
+
+    def spans_payload(self) -> list[dict[str, Any]]:
+        """The traced spans (µs since the first step's start), for the Chrome trace."""
+        origin = self.steps[0][0] if self.steps else 0
+        return [
+            {"name": "step" if phase < 0 else PHASES[phase], "start_us": (start - origin) / 1e3,
+             "duration_us": (end - start) / 1e3, "depth": depth}
+            for phase, start, end, depth in self.spans
+        ]  # fmt: skip

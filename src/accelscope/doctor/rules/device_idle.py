@@ -1,0 +1,44 @@
+"""Device idle between steps: the GPU waits for the host (measured with CUDA events)."""
+
+from __future__ import annotations
+
+from accelscope.doctor.findings import CLEAR, FIRED, NOT_APPLICABLE, Finding, RuleContext, severity
+
+THRESHOLD = 0.20
+HIGH = 0.50
+
+
+class DeviceIdle:
+    """Fires when the device is idle >= 20 % of its step time while the host waits for input."""
+
+    name = "device-idle"
+
+    def check(self, ctx: RuleContext) -> Finding:
+        """Idle share of the device timeline against the threshold."""
+        threshold = f"GPU idle while the host waits for input >= {THRESHOLD:.0%} of step time"
+        share = ctx.breakdown.device_idle_share
+        if share is None:
+            status = ctx.profile.device_status or "not available: no CUDA device"
+            return Finding(self.name, "device idle between steps", NOT_APPLICABLE, status,
+                           threshold)  # fmt: skip
+        step_s = ctx.breakdown.device_step_mean_s or 0.0
+        evidence = {
+            "device_idle_share": share,
+            "device_step_mean_s": step_s,
+            "device_idle_per_step_s": share * step_s,
+        }
+        if share < THRESHOLD:
+            return Finding(self.name, "device idle between steps", CLEAR,
+                           f"the GPU is idle {share:.0%} of each step (measured)", threshold,
+                           share, evidence=evidence)  # fmt: skip
+        return Finding(
+            self.name, "device idle between steps", FIRED,
+            f"the GPU sits idle {share * step_s * 1e3:.1f} ms per step ({share:.0%}) while the "
+            "host waits for the next batch (measured with CUDA events)", threshold, share,
+            severity(share, HIGH), evidence,
+            "Feed the device faster: more DataLoader workers, pinned memory and non-blocking "
+            "copies, or prefetch the next batch to the device.", ("workers", "pin_memory"),
+        )  # fmt: skip
+
+
+RULE = DeviceIdle()

@@ -1,0 +1,64 @@
+"""Input-bound: the loop waits for the DataLoader for a large share of each step."""
+
+from __future__ import annotations
+
+from accelscope.doctor.findings import CLEAR, FIRED, Finding, RuleContext, severity
+
+THRESHOLD = 0.20
+HIGH = 0.50
+
+
+class InputBound:
+    """Fires when time blocked in the DataLoader iterator is >= 20 % of step time."""
+
+    name = "input-bound"
+
+    def check(self, ctx: RuleContext) -> Finding:
+        """Input wait share against the threshold, with the loader's settings."""
+        share = ctx.breakdown.shares["input"]
+        wait_s = ctx.breakdown.phase_mean_s["input"]
+        facts = ctx.profile.facts
+        loaders = facts.loaders if facts is not None else ()
+        evidence: dict[str, object] = {
+            "input_wait_share": share, "input_wait_per_step_s": wait_s,
+            "step_median_s": ctx.breakdown.step_median_s,
+        }  # fmt: skip
+        threshold = f"time waiting for input >= {THRESHOLD:.0%} of step time"
+        if share < THRESHOLD:
+            return Finding(self.name, "input-bound", CLEAR,
+                           f"input wait is {share:.0%} of step time", threshold, share)  # fmt: skip
+        what_ifs: list[str] = []
+        loader = loaders[0] if loaders else None
+        if loader is not None:
+            evidence |= {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
+                         "batch_size": loader.batch_size, "dataset": loader.dataset}  # fmt: skip
+            if loader.num_workers < 2 * ctx.cores:
+                what_ifs.append("workers")
+            if not loader.iterable:
+                what_ifs.append("cache")
+            if loader.num_workers > 0:
+                what_ifs += ["prefetch"] + ([] if loader.persistent_workers else ["persistent"])
+            if ctx.device == "cuda" and not loader.pin_memory:
+                what_ifs.append("pin_memory")
+        if ctx.telemetry is not None and ctx.telemetry.samples:
+            samples = ctx.telemetry.samples
+            evidence["script_cpu_cores_mean"] = sum(s.process_cpu_cores for s in samples) / len(
+                samples
+            )
+        workers = loader.num_workers if loader is not None else 0
+        advice = (
+            f"Prepare batches in parallel with the loop: DataLoader(num_workers={ctx.cores}) "
+            "(one per core), or cache decoded samples if __getitem__ is deterministic."
+            if workers == 0
+            else "Give the DataLoader more workers or a deeper prefetch, or cache decoded "
+            "samples; move heavy decoding off the critical path."
+        )
+        summary = (
+            f"the loop waits {wait_s * 1e3:.1f} ms per step for input: {share:.0%} of step "
+            f"time" + (f" (DataLoader num_workers={workers})" if loader is not None else "")
+        )
+        return Finding(self.name, "input-bound", FIRED, summary, threshold, share,
+                       severity(share, HIGH), evidence, advice, tuple(what_ifs))  # fmt: skip
+
+
+RULE = InputBound()

@@ -1,0 +1,76 @@
+"""Overhead/launch-bound: steps made of many tiny operators, where the fixed cost of each
+operator (Python, dispatch, autograd bookkeeping, kernel launch) outweighs its arithmetic."""
+
+from __future__ import annotations
+
+from accelscope.doctor.findings import (
+    CLEAR,
+    FIRED,
+    NOT_APPLICABLE,
+    Finding,
+    RuleContext,
+    severity,
+)
+
+TINY_OP_S = 20e-6
+"""Average host wall time per operator below which fixed per-op costs dominate."""
+THRESHOLD = 0.25
+HIGH = 0.50
+SMALL_BATCH = 8
+
+
+def wall_per_op_s(ctx: RuleContext) -> float | None:
+    """Step time outside input waits, copies and syncs, per operator of the census step."""
+    probe = ctx.profile.probe
+    if probe is None or probe.ops == 0:
+        return None
+    b = ctx.breakdown
+    busy = b.step_mean_s - b.phase_mean_s["input"] - b.phase_mean_s["sync"] - b.phase_mean_s["copy"]
+    return max(0.0, busy) / probe.ops
+
+
+class OverheadBound:
+    """Fires when operators average < 20 us of wall time each (measured step time over the
+    census' operator count) and the operator-running part of the step is >= 25 % of it."""
+
+    name = "overhead-bound"
+
+    def check(self, ctx: RuleContext) -> Finding:
+        """Wall time per operator and the share of step time it concerns."""
+        threshold = (f"operators average < {TINY_OP_S * 1e6:.0f} us of wall time each, over "
+                     f">= {THRESHOLD:.0%} of step time")  # fmt: skip
+        probe = ctx.profile.probe
+        per_op = wall_per_op_s(ctx)
+        if probe is None or per_op is None:
+            return Finding(self.name, "overhead-bound", NOT_APPLICABLE,
+                           "no operator census (use --warmup >= 1)", threshold)  # fmt: skip
+        shares = ctx.breakdown.shares
+        share = 1.0 - shares["input"] - shares["sync"] - shares["copy"]
+        items = ctx.breakdown.items_per_step
+        evidence: dict[str, object] = {
+            "ops_per_step": probe.ops, "forward_ops": probe.forward_ops,
+            "wall_per_op_us": per_op * 1e6, "operator_share": share, "items_per_step": items,
+        }  # fmt: skip
+        if ctx.profile.op_overhead_s is not None:
+            evidence["trivial_op_cost_us"] = ctx.profile.op_overhead_s * 1e6
+        if per_op >= TINY_OP_S or share < THRESHOLD:
+            why = (f"operators average {per_op * 1e6:.0f} us each" if per_op >= TINY_OP_S
+                   else f"operator work is {share:.0%} of step time")  # fmt: skip
+            return Finding(self.name, "overhead-bound", CLEAR, why, threshold, share,
+                           evidence=evidence)  # fmt: skip
+        what_ifs = ["batch"] if items <= 64 else []
+        what_ifs.append("compile")
+        small = f" at batch size {items:g}" if items <= SMALL_BATCH else ""
+        trivial = (f"; a trivial op alone costs {ctx.profile.op_overhead_s * 1e6:.1f} us here"
+                   if ctx.profile.op_overhead_s else "")  # fmt: skip
+        return Finding(
+            self.name, "overhead-bound", FIRED,
+            f"{probe.ops} operators per step{small} average {per_op * 1e6:.1f} us of wall time "
+            f"each{trivial}: fixed per-operator costs, not arithmetic, set the pace of "
+            f"{share:.0%} of the step", threshold, share, severity(share, HIGH), evidence,
+            "Give each operator more work: batch requests together, or fuse operators with "
+            "torch.compile (on CUDA, CUDA graphs remove launch overhead too).", tuple(what_ifs),
+        )  # fmt: skip
+
+
+RULE = OverheadBound()

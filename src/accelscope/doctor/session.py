@@ -1,0 +1,105 @@
+"""One instrumented session in the process that runs the loop: the recorder, the torch patches,
+the operator census, the CUDA timeline and the what-if injector, and the JSON they produce.
+
+Shared by the zero-code child (:mod:`._bootstrap`) and API mode (:mod:`.watch`), so both
+produce the same :class:`~accelscope.doctor.profile.Profile`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from accelscope.doctor.device import CudaTimeline, cuda_timeline
+from accelscope.doctor.inject import Injector
+from accelscope.doctor.instrument import Instrumentation
+from accelscope.doctor.probe import OpCensus, measure_op_overhead_s
+from accelscope.doctor.recorder import Recorder
+
+__all__ = ["PROGRESS_FD_ENV", "SCHEMA", "Session"]
+
+SCHEMA = 1
+PROGRESS_FD_ENV = "ACCELSCOPE_DOCTOR_PROGRESS_FD"
+"""Environment variable naming the pipe descriptor the child writes one byte per step to."""
+
+
+class Session:
+    """Build and hold the instrumentation of one run (see the module doc).
+
+    Args:
+        warmup: Warm-up steps (the census runs over the last one).
+        steps: Measured steps; 0 means unbounded (API mode).
+        full: Wrap copies and syncs too (the diagnosis run); what-if runs only time steps.
+        probe: Run the operator census.
+        trace_steps: Measured steps whose spans are kept for the trace.
+        whatif: Injection spec, or ``None``.
+        on_step / on_done: Recorder callbacks.
+        main_model: The model driving steps (API mode), found automatically otherwise.
+        manual: Steps are marked by the caller (API mode).
+    """
+
+    def __init__(
+        self,
+        *,
+        warmup: int,
+        steps: int,
+        full: bool = True,
+        probe: bool = True,
+        trace_steps: int = 0,
+        whatif: dict[str, Any] | None = None,
+        on_step: Callable[[int], None] | None = None,
+        on_done: Callable[[], None] | None = None,
+        main_model: Any = None,
+        manual: bool = False,
+    ) -> None:
+        kind = (whatif or {}).get("kind", "none")
+        self.injector = Injector(whatif or {}, warmup + steps) if kind != "none" else None
+        self.census = OpCensus() if full and probe else None
+        self.timeline, self.device_status = cuda_timeline()
+        self.op_overhead_s = measure_op_overhead_s() if full else None
+        self.recorder = Recorder(
+            target_steps=warmup + steps if steps else 0, warmup=warmup, trace_steps=trace_steps,
+            on_step=on_step, on_done=on_done, device=self.timeline, probe=self.census,
+            manual=manual,
+        )  # fmt: skip
+        self.instrumentation = Instrumentation(
+            self.recorder, full=full, injector=self.injector, main_model=main_model
+        )
+
+    def payload(self, status: str, exit_code: int | None = None,
+                error: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+        """Everything recorded, JSON-ready (the :class:`Profile` schema)."""
+        import torch
+
+        rec = self.recorder
+        if self.census is not None and not self.census.done and rec.steps:
+            self.census.stop()
+        steps = rec.steps_payload()
+        device_steps: list[dict[str, float] | None] = [None] * len(steps)
+        if isinstance(self.timeline, CudaTimeline):
+            try:
+                device_steps = self.timeline.collect(len(steps))
+            except Exception as exc:  # noqa: BLE001 - a broken CUDA context must not lose the run
+                self.device_status = f"not available: reading CUDA events failed: {exc}"
+        for step, device in zip(steps, device_steps, strict=True):
+            step["device"] = device
+        inst = self.instrumentation
+        census = self.census
+        return {
+            "schema": SCHEMA, "status": status, "exit_code": exit_code, "error": error,
+            "mode": rec.mode, "warmup": rec.warmup, "target_steps": rec.target_steps,
+            "steps": steps, "spans": rec.spans_payload(),
+            "probe": census.summary() if census is not None and census.done else None,
+            "op_overhead_s": self.op_overhead_s, "device_status": self.device_status,
+            "facts": {
+                "torch": str(torch.__version__), "torch_threads": torch.get_num_threads(),
+                "interop_threads": torch.get_num_interop_threads(), "loaders": inst.loaders,
+                "main_model": inst.main_facts, "autocast": inst.autocast_seen,
+                "cuda_initialized": bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]
+                "optimizer_seen": rec.optimizer_seen, "backward_seen": rec.backward_seen,
+            },
+            "whatif": None if self.injector is None else {
+                "kind": self.injector.kind, "applied": self.injector.applied,
+                "notes": self.injector.notes, "details": self.injector.details,
+            },
+        }  # fmt: skip

@@ -1,0 +1,110 @@
+"""The verdict: run every rule, rank what fired by the share of step time at stake, and name
+one bottleneck with its evidence. When nothing fires, say where the time is instead."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from accelscope.doctor.breakdown import Breakdown
+from accelscope.doctor.findings import Finding, Rule, RuleContext
+from accelscope.doctor.rules import all_rules
+from accelscope.measure.stats import NOISE_IQR_RATIO
+
+__all__ = ["Diagnosis", "diagnose", "machine_notes"]
+
+_SEVERITY = {"high": 2, "medium": 1, "low": 0, "": 0}
+_BUSY_CORES = 0.5
+"""Other processes using this many cores on average make the run's timings noisy."""
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The named bottleneck, its one-line headline, and every rule's finding (fired first,
+    ranked; then clear and not-applicable ones, so the thresholds checked are on record)."""
+
+    bottleneck: str
+    title: str
+    headline: str
+    findings: tuple[Finding, ...]
+    breakdown: Breakdown
+    notes: tuple[str, ...] = ()
+
+    @property
+    def fired(self) -> tuple[Finding, ...]:
+        """The findings whose rule fired, ranked."""
+        return tuple(f for f in self.findings if f.fired)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"bottleneck": self.bottleneck, "title": self.title, "headline": self.headline,
+                "findings": [f.to_dict() for f in self.findings],
+                "breakdown": self.breakdown.to_dict(), "notes": list(self.notes)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
+        """Inverse of :meth:`to_dict`."""
+        return cls(str(data["bottleneck"]), str(data["title"]), str(data["headline"]),
+                   tuple(Finding.from_dict(f) for f in data["findings"]),
+                   Breakdown.from_dict(data["breakdown"]),
+                   tuple(str(n) for n in data.get("notes", [])))  # fmt: skip
+
+
+def _rank(finding: Finding) -> tuple[float, int]:
+    return (finding.share if finding.share is not None else 0.0, _SEVERITY[finding.severity])
+
+
+def machine_notes(ctx: RuleContext) -> list[str]:
+    """Warnings about the measurement itself: step-time noise, a busy machine, early end."""
+    notes: list[str] = []
+    b = ctx.breakdown
+    if b.iqr_ratio > NOISE_IQR_RATIO:
+        notes.append(f"noisy: step-time IQR is {b.iqr_ratio:.0%} of the median")
+    telemetry = ctx.telemetry
+    if telemetry is not None and telemetry.samples:
+        samples = telemetry.samples
+        system = sum(sum(s.cpu_percent) / 100.0 for s in samples) / len(samples)
+        script = sum(s.process_cpu_cores for s in samples) / len(samples)
+        if system - script >= _BUSY_CORES:
+            notes.append(
+                f"the machine was busy: other processes used ~{system - script:.1f} of "
+                f"{ctx.cores} cores during the run, so the timings are noisy"
+            )
+    profile = ctx.profile
+    if profile.status != "done" and profile.target_steps:
+        measured = len(profile.measured)
+        asked = profile.target_steps - profile.warmup
+        why = {"ended": "the script finished", "stopped": "the run hit its time limit"}.get(
+            profile.status, "the run stopped"
+        )
+        notes.append(f"{why} after {measured} of {asked} measured steps")
+    return notes
+
+
+def diagnose(ctx: RuleContext, rules: Sequence[Rule] | None = None) -> Diagnosis:
+    """Run ``rules`` (default: every rule in :mod:`accelscope.doctor.rules`) over ``ctx``."""
+    findings = [rule.check(ctx) for rule in (all_rules() if rules is None else rules)]
+    fired = sorted((f for f in findings if f.fired), key=_rank, reverse=True)
+    rest = [f for f in findings if not f.fired]
+    ordered = tuple(fired + sorted(rest, key=lambda f: (f.status != "clear", f.rule)))
+    b = ctx.breakdown
+    if fired:
+        top = fired[0]
+        bottleneck, title = top.rule, top.title
+        headline = f"{top.title}: {top.summary}"
+    elif ctx.compute_share >= 0.5:
+        bottleneck, title = "compute", "compute-bound"
+        headline = (
+            f"compute-bound with no fixable bottleneck found: forward + backward + optimizer "
+            f"take {ctx.compute_share:.0%} of step time"
+        )
+    else:
+        largest = max(b.shares, key=lambda p: b.shares[p])
+        bottleneck, title = largest, f"{largest} time"
+        where = ("outside every instrumented call (the script's own Python code)"
+                 if largest == "other" else f"in {largest}")  # fmt: skip
+        headline = (
+            f"no rule fired; the largest share of step time, {b.shares[largest]:.0%}, is {where}"
+        )
+    return Diagnosis(bottleneck, title, headline, ordered, b, tuple(machine_notes(ctx)))

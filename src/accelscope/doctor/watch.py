@@ -1,0 +1,98 @@
+"""API mode: ``with accelscope.doctor.watch(model=..., loader=...) as w:`` around your own
+loop, ``w.step()`` at the end of each step; ``w.result`` is the same
+:class:`~accelscope.doctor.run.DoctorResult` the command produces (without what-ifs, which
+need the script to be re-run).
+
+Telemetry is sampled from a thread of this process here (there is no separate parent), at the
+same rate; the instrumentation is removed on exit, leaving torch as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from accelscope.doctor.breakdown import breakdown
+from accelscope.doctor.findings import RuleContext
+from accelscope.doctor.profile import Profile
+from accelscope.doctor.run import DoctorResult
+from accelscope.doctor.session import Session
+from accelscope.doctor.verdict import diagnose
+from accelscope.errors import MeasurementError
+from accelscope.hardware.fingerprint import collect_environment
+from accelscope.hardware.telemetry import NvmlSource, TelemetrySampler
+from accelscope.measure.threads import available_cores
+
+__all__ = ["Watch", "watch"]
+
+
+class Watch:
+    """The context manager returned by :func:`watch`."""
+
+    def __init__(self, model: Any = None, loader: Any = None, *, warmup: int = 1,
+                 trace_steps: int = 3, telemetry: bool = True) -> None:  # fmt: skip
+        if warmup < 0:
+            raise ValueError("warmup must be 0 or more")
+        self.model = model
+        self.loader = loader
+        self.warmup = warmup
+        self.trace_steps = trace_steps
+        self.telemetry = telemetry
+        self.session: Session | None = None
+        self._sampler: TelemetrySampler | None = None
+        self._result: DoctorResult | None = None
+
+    def __enter__(self) -> Watch:
+        self.session = Session(warmup=self.warmup, steps=0, trace_steps=self.trace_steps,
+                               main_model=self.model, manual=True)  # fmt: skip
+        self.session.instrumentation.install()
+        if self.loader is not None:
+            self.session.instrumentation._loader_facts(self.loader)
+        self.session.recorder.manual_step()  # the first step starts now
+        if self.telemetry:
+            self._sampler = TelemetrySampler(os.getpid(), gpu=NvmlSource())
+            self._sampler.start()
+        return self
+
+    def step(self) -> None:
+        """Mark the end of one step (and the start of the next)."""
+        if self.session is None:
+            raise RuntimeError("step() outside the watch block")
+        self.session.recorder.manual_step()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
+        session = self.session
+        if session is None:
+            return
+        session.instrumentation.uninstall()
+        telemetry = self._sampler.stop() if self._sampler is not None else None
+        if kind is not None:
+            return
+        profile = Profile.from_dict(session.payload("ended", 0))
+        if not profile.measured:
+            raise MeasurementError(
+                f"watch saw {len(profile.steps)} step(s), all inside the warm-up "
+                f"({self.warmup}); call step() more often or lower warmup"
+            )
+        env = collect_environment()
+        ctx = RuleContext(profile, breakdown(profile.measured), telemetry,
+                          env.precision_support(), available_cores(), env.memory_bytes)  # fmt: skip
+        name = type(self.model).__name__ if self.model is not None else "loop"
+        self._result = DoctorResult(str(Path(f"<watch:{name}>")), (), profile, telemetry,
+                                    diagnose(ctx))  # fmt: skip
+
+    @property
+    def result(self) -> DoctorResult:
+        """The diagnosis (available after the block)."""
+        if self._result is None:
+            raise RuntimeError("the result exists once the watch block has ended without error")
+        return self._result
+
+
+def watch(model: Any = None, loader: Any = None, *, warmup: int = 1, trace_steps: int = 3,
+          telemetry: bool = True) -> Watch:  # fmt: skip
+    """Diagnose your own loop in this process; see the module doc."""
+    return Watch(model, loader, warmup=warmup, trace_steps=trace_steps, telemetry=telemetry)

@@ -1,0 +1,279 @@
+"""What-ifs: the catalogue of single changes, which ones to run, and how to compare them.
+
+``--what-if`` takes ``all``, ``auto`` (the ones the fired findings point to), ``none``, or a
+comma-separated list of ``NAME[=VALUE]``: ``workers[=N]``, ``pin_memory``, ``persistent``,
+``prefetch[=N]``, ``bf16``, ``fp16``, ``compile``, ``batch[=K]``, ``cache``, ``threads[=N]``.
+Each is turned into an injection spec (:mod:`.inject`) from what the baseline run recorded;
+one that cannot apply (no DataLoader to change, no CUDA to pin for) is skipped with the reason.
+
+Results are compared on items/s (so ``batch=K`` is not flattered by fewer, bigger steps) as a
+ratio of medians, with bounds from the medians' 95 % intervals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from accelscope.doctor.breakdown import Rate
+from accelscope.doctor.findings import RuleContext
+from accelscope.doctor.inject import describe
+from accelscope.errors import BadInputError
+from accelscope.spec import Device, Precision
+
+__all__ = [
+    "NAMES",
+    "PlannedWhatIf",
+    "WhatIfResult",
+    "caveat_for",
+    "parse_what_ifs",
+    "plan_what_ifs",
+    "recommend",
+    "speedup",
+]
+
+NAMES: dict[str, str] = {
+    "workers": "DataLoader num_workers (default: one per core, or double the current)",
+    "pin_memory": "DataLoader pin_memory=True (CUDA only)",
+    "persistent": "DataLoader persistent_workers=True (needs workers)",
+    "prefetch": "DataLoader prefetch_factor (default 4; needs workers)",
+    "bf16": "torch.autocast bf16 around the model's forward",
+    "fp16": "torch.autocast fp16 around the model's forward",
+    "compile": "torch.compile of the model",
+    "batch": "batch size x K (default 4), compared as items/s",
+    "cache": "dataset samples cached in memory before the timed steps",
+    "threads": "torch intra-op threads (default: cores minus workers)",
+}
+_VALUED = {"workers", "prefetch", "batch", "threads"}
+_CHANGES_RESULTS = {"bf16": "changes numerics: check accuracy",
+                    "fp16": "changes numerics: check accuracy (and use a GradScaler)",
+                    "batch": "changes the batch size the script was written for"}  # fmt: skip
+
+
+def parse_what_ifs(text: str) -> tuple[str, tuple[tuple[str, int | None], ...]]:
+    """``"auto"`` -> ``("auto", ())``; ``"workers=4,bf16"`` -> ``("list", (...))``."""
+    value = text.strip().lower()
+    if value in ("all", "auto", "none"):
+        return value, ()
+    chosen: list[tuple[str, int | None]] = []
+    for part in (p.strip() for p in value.split(",")):
+        if not part:
+            continue
+        name, _, raw = part.partition("=")
+        name = name.strip()
+        if name not in NAMES:
+            raise BadInputError(f"unknown what-if {name!r}; choose all, auto, none or a list of: "
+                                f"{', '.join(NAMES)}")  # fmt: skip
+        number: int | None = None
+        if raw:
+            if name not in _VALUED:
+                raise BadInputError(f"what-if {name!r} takes no value (got {part!r})")
+            if not raw.strip().isdigit() or int(raw) <= 0:
+                raise BadInputError(f"what-if {name} needs a positive integer, got {raw!r}")
+            number = int(raw)
+        chosen.append((name, number))
+    if not chosen:
+        raise BadInputError("--what-if is empty; use all, auto, none or a list like workers,bf16")
+    return "list", tuple(chosen)
+
+
+@dataclass(frozen=True)
+class PlannedWhatIf:
+    """A what-if ready to run (``spec`` set) or skipped (``reason`` set)."""
+
+    name: str
+    label: str
+    spec: dict[str, Any] | None
+    reason: str = ""
+
+
+def _plan_one(name: str, value: int | None, ctx: RuleContext, explicit: bool) -> PlannedWhatIf:
+    facts = ctx.profile.facts
+    loaders = facts.loaders if facts is not None else ()
+    loader = loaders[0] if loaders else None
+    main = facts.main_model if facts is not None else {}
+
+    def skip(reason: str) -> PlannedWhatIf:
+        return PlannedWhatIf(name, name, None, reason)
+
+    def plan(spec: dict[str, Any]) -> PlannedWhatIf:
+        return PlannedWhatIf(name, describe(spec), spec)
+
+    if name in ("workers", "pin_memory", "persistent", "prefetch", "cache") and loader is None:
+        return skip("the script builds no DataLoader")
+    if name == "workers":
+        assert loader is not None
+        workers = value or (ctx.cores if loader.num_workers == 0 else 2 * loader.num_workers)
+        if workers == loader.num_workers:
+            return skip(f"the DataLoader already has {workers} workers")
+        return plan({"kind": "dataloader", "set": {"num_workers": workers}})
+    if name == "pin_memory":
+        assert loader is not None
+        if ctx.device != "cuda":
+            return skip("not applicable: no CUDA device (pinning only speeds host->GPU copies)")
+        if loader.pin_memory:
+            return skip("pin_memory is already on")
+        return plan({"kind": "dataloader", "set": {"pin_memory": True}})
+    if name in ("persistent", "prefetch"):
+        assert loader is not None
+        if loader.num_workers == 0:
+            return skip(f"{name} needs DataLoader workers (num_workers=0)")
+        if name == "persistent":
+            if loader.persistent_workers:
+                return skip("persistent_workers is already on")
+            return plan({"kind": "dataloader", "set": {"persistent_workers": True}})
+        factor = value or 4
+        return plan({"kind": "dataloader", "set": {"prefetch_factor": factor}})
+    if name in ("bf16", "fp16"):
+        if not main:
+            return skip("no model forward was seen")
+        device = Device.CUDA if ctx.device == "cuda" else Device.CPU
+        precision = Precision(name)
+        support = next((s for s in ctx.support if s.device is device
+                        and s.precision is precision), None)  # fmt: skip
+        if support is not None and not support.fast and not explicit:
+            return skip(f"no {name} fast path: {support.reason}")
+        if facts is not None and facts.autocast:
+            return skip(f"autocast is already on ({facts.autocast})")
+        dtype = "bfloat16" if name == "bf16" else "float16"
+        return plan({"kind": "autocast", "dtype": dtype})
+    if name == "compile":
+        if not main:
+            return skip("no model forward was seen")
+        if main.get("compiled"):
+            return skip("the model is already compiled")
+        return plan({"kind": "compile"})
+    if name == "batch":
+        return plan({"kind": "batch", "factor": value or 4})
+    if name == "cache":
+        assert loader is not None
+        if loader.iterable:
+            return skip("the dataset is iterable-style (no indexing to cache)")
+        return plan({"kind": "cache"})
+    if name == "threads":
+        workers = sum(x.num_workers for x in loaders)
+        threads = value or max(1, ctx.cores - workers)
+        if facts is not None and threads == facts.torch_threads:
+            return skip(f"torch already uses {threads} threads")
+        return plan({"kind": "threads", "threads": threads})
+    raise BadInputError(f"unknown what-if {name!r}")  # pragma: no cover - parse rejects it
+
+
+def plan_what_ifs(
+    mode: str, chosen: tuple[tuple[str, int | None], ...], ctx: RuleContext,
+    pointed: tuple[str, ...],
+) -> list[PlannedWhatIf]:  # fmt: skip
+    """The what-ifs to run for ``mode`` (``pointed``: what the fired findings suggest)."""
+    if mode == "none":
+        return []
+    if mode == "all":
+        items: list[tuple[str, int | None]] = [(n, None) for n in NAMES]
+    elif mode == "auto":
+        items = []
+        for text in dict.fromkeys(pointed):  # a finding may suggest a value: "threads=1"
+            name, _, value = text.partition("=")
+            items.append((name, int(value) if value.isdigit() else None))
+    else:
+        items = list(chosen)
+    return [_plan_one(name, value, ctx, explicit=mode == "list") for name, value in items]
+
+
+def speedup(base: Rate, other: Rate) -> tuple[float, float, float]:
+    """Ratio of medians and its bounds from the two 95 % intervals."""
+    if base.median <= 0:
+        return 0.0, 0.0, 0.0
+    low = other.low / base.high if base.high > 0 else 0.0
+    high = other.high / base.low if base.low > 0 else float("inf")
+    return other.median / base.median, low, high
+
+
+@dataclass(frozen=True)
+class WhatIfResult:
+    """One measured (or failed, or skipped) what-if.
+
+    ``status``: ``ok``, ``failed`` (the run broke; ``reason`` says how), ``not applied`` (the
+    run found nothing to change) or ``skipped`` (not run; ``reason``). Speedups are items/s
+    relative to the re-measured baseline.
+    """
+
+    name: str
+    label: str
+    status: str
+    reason: str = ""
+    notes: tuple[str, ...] = ()
+    steps: int = 0
+    steps_per_s: Rate | None = None
+    items_per_s: Rate | None = None
+    items_per_step: float = 0.0
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    caveat: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (infinite bounds become ``None``)."""
+
+        def finite(x: float | None) -> float | None:
+            return None if x is None or x != x or x in (float("inf"), float("-inf")) else x
+
+        return {
+            "name": self.name, "label": self.label, "status": self.status,
+            "reason": self.reason, "notes": list(self.notes), "steps": self.steps,
+            "steps_per_s": None if self.steps_per_s is None else self.steps_per_s.to_dict(),
+            "items_per_s": None if self.items_per_s is None else self.items_per_s.to_dict(),
+            "items_per_step": self.items_per_step, "speedup": finite(self.speedup),
+            "speedup_low": finite(self.speedup_low), "speedup_high": finite(self.speedup_high),
+            "caveat": self.caveat, "details": dict(self.details),
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WhatIfResult:
+        """Inverse of :meth:`to_dict`."""
+
+        def opt(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(value)
+
+        steps_rate, items_rate = data.get("steps_per_s"), data.get("items_per_s")
+        return cls(
+            name=str(data["name"]), label=str(data["label"]), status=str(data["status"]),
+            reason=str(data.get("reason", "")), notes=tuple(str(n) for n in data.get("notes", [])),
+            steps=int(data.get("steps", 0)),
+            steps_per_s=None if steps_rate is None else Rate.from_dict(steps_rate),
+            items_per_s=None if items_rate is None else Rate.from_dict(items_rate),
+            items_per_step=float(data.get("items_per_step", 0.0)), speedup=opt("speedup"),
+            speedup_low=opt("speedup_low"), speedup_high=opt("speedup_high"),
+            caveat=str(data.get("caveat", "")), details=dict(data.get("details", {})),
+        )  # fmt: skip
+
+
+def caveat_for(name: str, details: dict[str, Any]) -> str:
+    """What a what-if changes besides speed ("" when it changes nothing else)."""
+    if name == "cache" and details.get("deterministic") is False:
+        return "changes results: freezes random augmentation in __getitem__"
+    return _CHANGES_RESULTS.get(name, "")
+
+
+def recommend(results: list[WhatIfResult]) -> tuple[str | None, str]:
+    """The measured best what-if and the sentence saying so.
+
+    Eligible: measured, its speedup's lower bound above 1 (a real gain, not noise), and not
+    one that changes the script's results (a cache that freezes random augmentation).
+    """
+    eligible = [r for r in results if r.status == "ok" and r.name != "baseline"
+                and r.speedup is not None and (r.speedup_low or 0.0) > 1.0
+                and not r.caveat.startswith("changes results")]  # fmt: skip
+    measured = [r for r in results if r.status == "ok" and r.name != "baseline"]
+    if not eligible:
+        if not measured:
+            return None, "no what-if was measured"
+        return None, "no what-if measurably beat the baseline (every gain was within the noise)"
+    best = max(eligible, key=lambda r: r.speedup or 0.0)
+    low, high = best.speedup_low or 0.0, best.speedup_high
+    bounds = f"{low:.2f}-{high:.2f}x" if high is not None else f">= {low:.2f}x"
+    extra = f"; {best.caveat}" if best.caveat else ""
+    return best.name, (
+        f"measured best: {best.label}: {best.speedup:.2f}x items/s vs the baseline "
+        f"(95 % bounds {bounds}){extra}"
+    )

@@ -1,0 +1,414 @@
+"""Cheap system telemetry sampled from *outside* the measured process, at 10 Hz or more.
+
+Sampling from the parent keeps the instrumented process free of an extra thread fighting for
+its GIL. Per sample: per-core CPU utilisation and iowait (from ``/proc/stat`` deltas), the run
+queue (``procs_running``), the measured process tree's resident memory and CPU use (the script
+and its DataLoader workers, via psutil), available memory and swap; per GPU, through NVML when
+present: utilisation, memory, power, clocks, and SM / tensor-core activity from GPM (Hopper and
+newer) where the driver offers it. What is missing is said (``"not available: ..."``), never
+guessed.
+
+Every source is a seam: the ``/proc/stat`` text, the process probe and the NVML module can be
+replaced, so the arithmetic is tested without the hardware.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CpuTimes",
+    "GpuSample",
+    "NvmlSource",
+    "ProcessTree",
+    "Telemetry",
+    "TelemetrySample",
+    "TelemetrySampler",
+    "cpu_utilisation",
+    "parse_proc_stat",
+]
+
+_PROC_STAT = Path("/proc/stat")
+_CHILDREN_REFRESH_S = 1.0
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """Cumulative jiffies from ``/proc/stat``: per core ``(busy, total)``, aggregate iowait."""
+
+    cores: tuple[tuple[int, int], ...]
+    iowait: int
+    total: int
+    procs_running: int
+
+
+def parse_proc_stat(text: str) -> CpuTimes:
+    """Parse ``/proc/stat``: busy = total - idle - iowait (guest time is inside user)."""
+    cores: list[tuple[int, int]] = []
+    iowait = total = running = 0
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0].startswith("cpu"):
+            values = [int(v) for v in parts[1:9]] + [0] * max(0, 8 - len(parts[1:9]))
+            user, nice, system, idle, io, irq, softirq, steal = values[:8]
+            line_total = user + nice + system + idle + io + irq + softirq + steal
+            busy = line_total - idle - io
+            if parts[0] == "cpu":
+                iowait, total = io, line_total
+            else:
+                cores.append((busy, line_total))
+        elif parts[0] == "procs_running" and len(parts) > 1:
+            running = int(parts[1])
+    return CpuTimes(tuple(cores), iowait, total, running)
+
+
+def cpu_utilisation(before: CpuTimes, after: CpuTimes) -> tuple[tuple[float, ...], float]:
+    """Per-core busy % and the aggregate iowait % between two readings."""
+    per_core = []
+    for (b0, t0), (b1, t1) in zip(before.cores, after.cores, strict=False):
+        span = t1 - t0
+        per_core.append(100.0 * (b1 - b0) / span if span > 0 else 0.0)
+    span = after.total - before.total
+    iowait = 100.0 * (after.iowait - before.iowait) / span if span > 0 else 0.0
+    return tuple(per_core), iowait
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one instant (NVML). ``None`` where the driver does not report the value."""
+
+    index: int
+    utilisation_percent: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    power_w: float | None
+    sm_clock_mhz: float | None
+    memory_clock_mhz: float | None
+    sm_active_percent: float | None = None
+    tensor_active_percent: float | None = None
+
+
+@dataclass(frozen=True)
+class TelemetrySample:
+    """One telemetry sample; ``t_s`` is seconds since sampling started."""
+
+    t_s: float
+    cpu_percent: tuple[float, ...]
+    iowait_percent: float
+    procs_running: int
+    process_rss_bytes: int
+    process_cpu_cores: float
+    processes: int
+    available_bytes: int
+    swap_used_bytes: int
+    gpus: tuple[GpuSample, ...] = ()
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """Samples of one run with what was and was not available."""
+
+    interval_s: float
+    samples: tuple[TelemetrySample, ...]
+    gpu_status: str
+    sm_activity_status: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, columnar (one list per field) to stay small."""
+        samples = self.samples
+        return {
+            "interval_s": self.interval_s, "gpu_status": self.gpu_status,
+            "sm_activity_status": self.sm_activity_status,
+            "t_s": [s.t_s for s in samples],
+            "cpu_percent": [list(s.cpu_percent) for s in samples],
+            "iowait_percent": [s.iowait_percent for s in samples],
+            "procs_running": [s.procs_running for s in samples],
+            "process_rss_bytes": [s.process_rss_bytes for s in samples],
+            "process_cpu_cores": [s.process_cpu_cores for s in samples],
+            "processes": [s.processes for s in samples],
+            "available_bytes": [s.available_bytes for s in samples],
+            "swap_used_bytes": [s.swap_used_bytes for s in samples],
+            "gpus": [[asdict(g) for g in s.gpus] for s in samples],
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Telemetry:
+        """Inverse of :meth:`to_dict`."""
+        count = len(data["t_s"])
+        samples = tuple(
+            TelemetrySample(
+                t_s=float(data["t_s"][i]),
+                cpu_percent=tuple(float(v) for v in data["cpu_percent"][i]),
+                iowait_percent=float(data["iowait_percent"][i]),
+                procs_running=int(data["procs_running"][i]),
+                process_rss_bytes=int(data["process_rss_bytes"][i]),
+                process_cpu_cores=float(data["process_cpu_cores"][i]),
+                processes=int(data["processes"][i]),
+                available_bytes=int(data["available_bytes"][i]),
+                swap_used_bytes=int(data["swap_used_bytes"][i]),
+                gpus=tuple(GpuSample(**g) for g in data["gpus"][i]),
+            )
+            for i in range(count)
+        )
+        return cls(float(data["interval_s"]), samples, str(data["gpu_status"]),
+                   str(data["sm_activity_status"]))  # fmt: skip
+
+
+class ProcessTree:
+    """Resident memory and CPU use of a process and its descendants (psutil)."""
+
+    def __init__(self, pid: int, clock: Callable[[], float] = time.monotonic) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._clock = clock
+        self._root = psutil.Process(pid)
+        self._members: list[Any] = [self._root]
+        self._refreshed = -1e9
+        self._cpu: dict[int, float] = {}
+        self._last_t: float | None = None
+
+    def _refresh(self, now: float) -> None:
+        if now - self._refreshed < _CHILDREN_REFRESH_S:
+            return
+        self._refreshed = now
+        try:
+            self._members = [self._root, *self._root.children(recursive=True)]
+        except self._psutil.Error:
+            self._members = [self._root]
+
+    def sample(self) -> tuple[int, float, int]:
+        """``(rss_bytes, cpu_cores_used_since_last_sample, process_count)``."""
+        now = self._clock()
+        self._refresh(now)
+        rss, cpu_total, alive = 0, 0.0, 0
+        seen: dict[int, float] = {}
+        for proc in self._members:
+            try:
+                with proc.oneshot():
+                    rss += int(proc.memory_info().rss)
+                    times = proc.cpu_times()
+            except self._psutil.Error:
+                continue
+            alive += 1
+            used = float(times.user + times.system)
+            seen[proc.pid] = used
+            if proc.pid in self._cpu:
+                cpu_total += max(0.0, used - self._cpu[proc.pid])
+        elapsed = None if self._last_t is None else now - self._last_t
+        self._cpu, self._last_t = seen, now
+        cores = cpu_total / elapsed if elapsed else 0.0
+        return rss, cores, alive
+
+
+class NvmlSource:
+    """GPU samples through NVML (``pynvml`` from the nvidia-ml-py distribution).
+
+    ``nvml`` is the module (a seam for tests); by default ``pynvml`` is imported. ``status``
+    says what is measured or why not; ``sm_status`` the same for GPM SM/tensor activity.
+    """
+
+    def __init__(self, nvml: Any = None, indices: tuple[int, ...] | None = None) -> None:
+        self.handles: list[tuple[int, Any]] = []
+        self.status = "not available: no NVIDIA GPU"
+        self.sm_status = "not available: no NVIDIA GPU"
+        self._gpm: dict[int, Any] = {}
+        if nvml is None:
+            try:
+                import pynvml as nvml_module
+            except ImportError:
+                self.status = "not available: pynvml (nvidia-ml-py) is not installed"
+                self.sm_status = self.status
+                return
+            nvml = nvml_module
+        self.nvml = nvml
+        try:
+            nvml.nvmlInit()
+            count = int(nvml.nvmlDeviceGetCount())
+        except Exception as exc:  # noqa: BLE001 - NVMLError: no driver, no permission
+            self.status = f"not available: NVML did not initialise ({exc})"
+            self.sm_status = self.status
+            return
+        wanted = range(count) if indices is None else [i for i in indices if i < count]
+        self.handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in wanted]
+        if not self.handles:
+            self.status = self.sm_status = "not available: NVML sees no GPU"
+            return
+        self.status = f"measured: NVML, {len(self.handles)} GPU(s)"
+        self._start_gpm()
+
+    def _start_gpm(self) -> None:
+        nvml = self.nvml
+        reasons = []
+        for index, handle in self.handles:
+            try:
+                support = nvml.nvmlGpmQueryDeviceSupport(handle)
+                if not getattr(support, "isSupportedDevice", 0):
+                    reasons.append(f"GPU {index} has no GPM (needs Hopper or newer)")
+                    continue
+                sample = nvml.nvmlGpmSampleAlloc()
+                nvml.nvmlGpmSampleGet(handle, sample)
+                self._gpm[index] = sample
+            except Exception as exc:  # noqa: BLE001 - old driver or pynvml without GPM
+                reasons.append(f"GPM unavailable on GPU {index} ({exc})")
+        if self._gpm:
+            self.sm_status = "measured: NVML GPM SM and tensor activity"
+        else:
+            self.sm_status = "not available: " + "; ".join(reasons or ["no GPM support"])
+
+    def _gpm_read(self, index: int, handle: Any) -> tuple[float | None, float | None]:
+        nvml = self.nvml
+        previous = self._gpm.get(index)
+        if previous is None:
+            return None, None
+        try:
+            current = nvml.nvmlGpmSampleAlloc()
+            nvml.nvmlGpmSampleGet(handle, current)
+            request = nvml.c_nvmlGpmMetricsGet_t()
+            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = 2
+            request.sample1, request.sample2 = previous, current
+            request.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
+            request.metrics[1].metricId = nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+            nvml.nvmlGpmMetricsGet(request)
+            nvml.nvmlGpmSampleFree(previous)
+            self._gpm[index] = current
+            return float(request.metrics[0].value), float(request.metrics[1].value)
+        except Exception:  # noqa: BLE001 - one failed read is a gap, not a crash
+            return None, None
+
+    def sample(self) -> tuple[GpuSample, ...]:
+        """One sample per GPU; values the driver refuses are ``None``."""
+        if not self.handles:
+            return ()
+        nvml: Any = self.nvml
+        out = []
+
+        def read(name: str, *args: Any) -> Any:
+            try:
+                return getattr(nvml, name)(*args)
+            except Exception:  # noqa: BLE001 - NVML_ERROR_NOT_SUPPORTED and friends
+                return None
+
+        for index, handle in self.handles:
+            rates = read("nvmlDeviceGetUtilizationRates", handle)
+            util = None if rates is None else rates.gpu
+            memory = read("nvmlDeviceGetMemoryInfo", handle)
+            power = read("nvmlDeviceGetPowerUsage", handle)
+            sm_clock = read("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM)
+            mem_clock = read("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM)
+            sm_active, tensor_active = self._gpm_read(index, handle)
+            out.append(GpuSample(
+                index=index,
+                utilisation_percent=None if util is None else float(util),
+                memory_used_bytes=None if memory is None else int(memory.used),
+                memory_total_bytes=None if memory is None else int(memory.total),
+                power_w=None if power is None else float(power) / 1000.0,
+                sm_clock_mhz=None if sm_clock is None else float(sm_clock),
+                memory_clock_mhz=None if mem_clock is None else float(mem_clock),
+                sm_active_percent=sm_active, tensor_active_percent=tensor_active,
+            ))  # fmt: skip
+        return tuple(out)
+
+    def close(self) -> None:
+        """Free GPM samples and shut NVML down."""
+        if not self.handles:
+            return
+        for sample in self._gpm.values():
+            with contextlib.suppress(Exception):  # best effort at shutdown
+                self.nvml.nvmlGpmSampleFree(sample)
+        with contextlib.suppress(Exception):
+            self.nvml.nvmlShutdown()
+
+
+def _read_proc_stat() -> str:
+    return _PROC_STAT.read_text(encoding="ascii")
+
+
+class TelemetrySampler:
+    """Samples a process tree and the machine in a background thread (see the module doc).
+
+    Args:
+        pid: The measured process (its descendants are included).
+        interval_s: Time between samples (0.1 s = 10 Hz).
+        gpu: An :class:`NvmlSource`, or ``None`` for none.
+        proc_stat: Returns the text of ``/proc/stat`` (seam).
+        clock: Monotonic seconds (seam).
+    """
+
+    def __init__(
+        self,
+        pid: int,
+        interval_s: float = 0.1,
+        gpu: NvmlSource | None = None,
+        proc_stat: Callable[[], str] = _read_proc_stat,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval_s = interval_s
+        self.gpu = gpu
+        self._proc_stat = proc_stat
+        self._clock = clock
+        self._tree = ProcessTree(pid, clock)
+        self._samples: list[TelemetrySample] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start = clock()
+        self._previous: CpuTimes | None = None
+
+    def sample_once(self) -> TelemetrySample | None:
+        """Take one sample (the first call only primes the CPU counters and returns None)."""
+        import psutil
+
+        try:
+            current = parse_proc_stat(self._proc_stat())
+        except OSError:
+            current = None
+        rss, cores, alive = self._tree.sample()
+        if current is None or self._previous is None:
+            self._previous = current
+            return None
+        per_core, iowait = cpu_utilisation(self._previous, current)
+        self._previous = current
+        memory, swap = psutil.virtual_memory(), psutil.swap_memory()
+        sample = TelemetrySample(
+            t_s=self._clock() - self._start, cpu_percent=per_core, iowait_percent=iowait,
+            procs_running=current.procs_running, process_rss_bytes=rss,
+            process_cpu_cores=cores, processes=alive, available_bytes=int(memory.available),
+            swap_used_bytes=int(swap.used),
+            gpus=self.gpu.sample() if self.gpu is not None else (),
+        )  # fmt: skip
+        self._samples.append(sample)
+        return sample
+
+    def _loop(self) -> None:
+        next_at = self._clock()
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):  # the process may vanish between calls
+                self.sample_once()
+            next_at += self.interval_s
+            self._stop.wait(max(0.0, next_at - self._clock()))
+
+    def start(self) -> None:
+        """Start sampling in a daemon thread."""
+        self._thread = threading.Thread(target=self._loop, name="accelscope-telemetry",
+                                        daemon=True)  # fmt: skip
+        self._thread.start()
+
+    def stop(self) -> Telemetry:
+        """Stop sampling and return what was sampled."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        gpu_status = self.gpu.status if self.gpu is not None else "not available: no NVIDIA GPU"
+        sm_status = self.gpu.sm_status if self.gpu is not None else gpu_status
+        if self.gpu is not None:
+            self.gpu.close()
+        return Telemetry(self.interval_s, tuple(self._samples), gpu_status, sm_status)

@@ -1,0 +1,186 @@
+"""Self-contained offline HTML report of a doctor run: verdict, stacked step-time breakdown,
+telemetry timeline, findings with thresholds, what-if bars. Same safety rules as the bench
+report (:mod:`accelscope.report.html`): plotly inlined, CSP forbids fetching, every user string
+escaped (jinja autoescape; ``html.escape`` for plotly labels; script-safe JSON)."""
+
+from __future__ import annotations
+
+import functools
+import html
+import re
+from importlib import resources
+from typing import Any
+
+import jinja2
+from plotly.offline import get_plotlyjs
+
+from accelscope.doctor.breakdown import ALL_PHASES
+from accelscope.doctor.run import DoctorResult
+from accelscope.hardware.fingerprint import Environment
+from accelscope.report.html import script_safe_json
+from accelscope.units import format_bytes, format_seconds
+
+__all__ = ["render_doctor_report"]
+
+PHASE_COLORS = {"input": "#dc2626", "copy": "#c026d3", "forward": "#2563eb",
+                "backward": "#0891b2", "optimizer": "#16a34a", "sync": "#d97706",
+                "other": "#9ca3af"}  # fmt: skip
+_FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
+
+
+def _esc(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
+def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "title": {"text": f"<b>{_esc(title)}</b>", "x": 0.01, "font": {"size": 15}},
+        "template": "plotly_white", "font": {"family": _FONT, "size": 12}, "height": 380,
+        "margin": {"l": 70, "r": 70, "t": 50, "b": 50}, "barmode": "stack",
+        "legend": {"orientation": "h", "y": -0.2, "x": 0},
+        "xaxis": {"title": {"text": _esc(x_title)}}, "yaxis": {"title": {"text": _esc(y_title)}},
+        **extra,
+    }  # fmt: skip
+
+
+def _breakdown_figure(result: DoctorResult) -> dict[str, Any]:
+    steps = result.profile.measured
+    first = result.profile.warmup
+    xs = [first + i for i in range(len(steps))]
+    traces = []
+    for phase in ALL_PHASES:
+        ys = [(s.other_s if phase == "other" else s.phases_s[phase]) * 1e3 for s in steps]
+        if not any(ys):
+            continue
+        traces.append(
+            {
+                "type": "bar",
+                "name": phase,
+                "x": xs,
+                "y": ys,
+                "marker": {"color": PHASE_COLORS[phase]},
+                "hovertemplate": f"{phase}: %{{y:.3f}} ms<extra>step %{{x}}</extra>",
+            }
+        )
+    return {
+        "data": traces,
+        "layout": _layout("step-time breakdown (measured steps)", "step", "ms", bargap=0.1),
+    }
+
+
+def _telemetry_figure(result: DoctorResult) -> dict[str, Any] | None:
+    telemetry = result.telemetry
+    if telemetry is None or not telemetry.samples:
+        return None
+    samples = telemetry.samples
+    ts = [s.t_s for s in samples]
+    cores = len(samples[0].cpu_percent)
+    traces: list[dict[str, Any]] = [
+        {"type": "scatter", "mode": "lines", "name": f"cpu{i} %", "x": ts,
+         "y": [s.cpu_percent[i] if i < len(s.cpu_percent) else None for s in samples],
+         "line": {"width": 1}}
+        for i in range(cores)
+    ]  # fmt: skip
+    traces.append({"type": "scatter", "mode": "lines", "name": "script CPU (cores x 100)",
+                   "x": ts, "y": [s.process_cpu_cores * 100 for s in samples],
+                   "line": {"width": 2, "color": "#111827"}})  # fmt: skip
+    traces.append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "iowait %",
+            "x": ts,
+            "y": [s.iowait_percent for s in samples],
+            "line": {"dash": "dot"},
+        }
+    )
+    traces.append({"type": "scatter", "mode": "lines", "name": "script RSS (MiB)", "x": ts,
+                   "y": [s.process_rss_bytes / 2**20 for s in samples], "yaxis": "y2",
+                   "line": {"color": "#7c3aed"}})  # fmt: skip
+    for gpu in range(len(samples[0].gpus)):
+        traces.append({"type": "scatter", "mode": "lines", "name": f"GPU{gpu} util %", "x": ts,
+                       "y": [s.gpus[gpu].utilisation_percent if gpu < len(s.gpus) else None
+                             for s in samples]})  # fmt: skip
+    layout = _layout(f"telemetry ({1 / telemetry.interval_s:.0f} Hz, sampled outside the script)",
+                     "seconds", "% / cores x 100")  # fmt: skip
+    layout["yaxis2"] = {"title": {"text": "MiB"}, "overlaying": "y", "side": "right",
+                        "showgrid": False}  # fmt: skip
+    return {"data": traces, "layout": layout}
+
+
+def _what_if_figure(result: DoctorResult) -> dict[str, Any] | None:
+    rows = [w for w in result.what_ifs if w.status == "ok" and w.speedup is not None]
+    if not rows:
+        return None
+    rows.sort(key=lambda w: w.speedup or 0.0)
+    labels = [_esc(w.label) for w in rows]
+    speed = [w.speedup or 0.0 for w in rows]
+    plus = [max(0.0, (w.speedup_high or w.speedup or 0.0) - (w.speedup or 0.0)) for w in rows]
+    minus = [max(0.0, (w.speedup or 0.0) - (w.speedup_low or 0.0)) for w in rows]
+    colors = ["#facc15" if w.name == result.best else "#9ca3af" if w.name == "baseline"
+              else "#2563eb" for w in rows]  # fmt: skip
+    trace = {
+        "type": "bar",
+        "orientation": "h",
+        "x": speed,
+        "y": list(range(len(rows))),
+        "marker": {"color": colors},
+        "error_x": {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus},
+        "text": [f"{s:.2f}\u00d7" for s in speed],
+        "textposition": "outside",
+        "hovertext": labels,
+        "hovertemplate": "%{hovertext}: %{x:.2f}\u00d7<extra></extra>",
+    }
+    layout = _layout("what-ifs: items/s vs the re-measured baseline (95 % bounds)",
+                     "\u00d7 baseline items/s", "", showlegend=False,
+                     height=max(300, 100 + 40 * len(rows)))  # fmt: skip
+    layout["yaxis"].update(tickvals=list(range(len(rows))), ticktext=labels, automargin=True)
+    layout["shapes"] = [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": 1,
+            "x1": 1,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": "#6b7280", "dash": "dot"},
+        }
+    ]
+    return {"data": [trace], "layout": layout}
+
+
+@functools.cache
+def _plotly_js() -> str:
+    return re.sub(r"</(script)", r"<\\/\1", get_plotlyjs(), flags=re.IGNORECASE)
+
+
+@functools.cache
+def _template() -> jinja2.Template:
+    source = resources.files("accelscope.report").joinpath("templates", "doctor.html.j2")
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(seconds=format_seconds, bytes=format_bytes, pct="{:.1%}".format,
+                       rate="{:,.2f}".format)  # fmt: skip
+    return env.from_string(source.read_text(encoding="utf-8"))
+
+
+def render_doctor_report(result: DoctorResult, env: Environment | None, *,
+                         trace_name: str = "") -> str:  # fmt: skip
+    """One self-contained, offline HTML document for a doctor run."""
+    charts = [
+        ("chart-breakdown", "Step-time breakdown", "no measured steps", _breakdown_figure(result)),
+        ("chart-telemetry", "Telemetry", "no telemetry was sampled", _telemetry_figure(result)),
+        ("chart-whatif", "What-ifs", "no what-if was measured", _what_if_figure(result)),
+    ]  # fmt: skip
+    figures = [{"id": cid, **fig} for cid, _, _, fig in charts if fig is not None]
+    d = result.diagnosis
+    return _template().render(
+        title=f"accelscope doctor: {result.script.rsplit('/', 1)[-1]}",
+        result=result, diagnosis=d, breakdown=d.breakdown, phases=ALL_PHASES,
+        colors=PHASE_COLORS, env=env, trace_name=trace_name,
+        telemetry=result.telemetry,
+        charts=[(cid, heading, note, fig is not None) for cid, heading, note, fig in charts],
+        figures_json=script_safe_json(figures),
+        plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),
+        plotly_js=_plotly_js(),
+    )  # fmt: skip

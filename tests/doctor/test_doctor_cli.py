@@ -1,0 +1,117 @@
+"""``accelscope doctor`` through the real CLI: bad input (one line, exit 2, nothing written),
+and one full run: store documents, ``runs show``, the Chrome trace and the offline HTML report
+checked in headless chromium (same detectors as tests/report/test_html_report.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from accelscope.cli import main
+from accelscope.store.sqlite import ResultStore
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "doctor"
+HOSTILE = "<img src=x onerror=\"document.title='PWNED'\">"
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # see test_doctor_examples.py
+
+
+def _run(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str, str]:
+    code = main(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    ("args", "mention"),
+    [
+        (["missing.py"], "not found"),
+        (["{dir}"], "is not a file"),
+        (["{txt}"], "not a Python file"),
+        (["{py}", "--steps", "0"], "--steps must be a positive integer"),
+        (["{py}", "--steps", "x"], "Invalid value for '--steps'"),
+        (["{py}", "--warmup", "-1"], "--warmup must be 0 or more"),
+        (["{py}", "--what-if", "warp-drive"], "unknown what-if 'warp-drive'"),
+        (["{py}", "--what-if", "bf16=3"], "takes no value"),
+        (["{py}", "--device", "tpu"], "unknown device"),
+        (["{py}", "--device", "cuda"], "not available"),
+        (["{py}", "--timeout", "soon"], "not understood"),
+        (["{py}", "--report", "{dir}/no/such/r.html"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      args: list[str], mention: str) -> None:  # fmt: skip
+    (tmp_path / "train.txt").write_text("x", encoding="utf-8")
+    (tmp_path / "train.py").write_text("print('never run')\n", encoding="utf-8")
+    names = {"dir": str(tmp_path), "txt": str(tmp_path / "train.txt"),
+             "py": str(tmp_path / "train.py")}  # fmt: skip
+    store = tmp_path / "r.db"
+    code, out, err = _run(capsys, ["doctor", *[a.format(**names) for a in args],
+                                   "--store", str(store)])  # fmt: skip
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and mention in err and "Traceback" not in err
+    assert "never run" not in out
+    assert not store.exists() and not (tmp_path / "cwd" / ".accelscope").exists()
+
+
+def _chromium() -> str:
+    found = os.environ.get("ACCELSCOPE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(found).exists():
+        pytest.fail("chromium is needed: apt-get update && apt-get install -y chromium")
+    return found
+
+
+def test_full_run_store_show_trace_and_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / f"sync{HOSTILE[:4]}.py"  # a name with markup characters
+    shutil.copy(EXAMPLES / "sync_bound.py", script)
+    store = tmp_path / "results.db"
+    report = tmp_path / "doctor.html"
+    code, out, err = _run(capsys, ["doctor", str(script), "--steps", "6", "--warmup", "2",
+                                   "--what-if", "none", "--store", str(store), "--report",
+                                   str(report), "--", "--steps", "40"])  # fmt: skip
+    assert code == 0, err
+    assert "bottleneck: sync" in out and "synchronisation-bound" in out
+    with ResultStore(store) as opened:
+        run = opened.get_run("latest")
+    assert run.kind == "doctor" and run.status == "complete"
+    (diagnosis,) = run.documents_of("diagnosis")
+    assert diagnosis["diagnosis"]["bottleneck"] == "sync-bound"
+    assert diagnosis["args"] == ["--steps", "40"] and run.documents_of("telemetry")
+    code, out, _ = _run(capsys, ["runs", "show", run.id, "--store", str(store)])
+    assert code == 0 and "synchronisation-bound" in out
+
+    trace = json.loads(report.with_name("doctor.trace.json").read_text(encoding="utf-8"))
+    complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert [e["name"] for e in complete if e["tid"] == 1] == ["step 2", "step 3", "step 4"]
+    assert {e["name"] for e in complete} >= {"forward", "backward", "optimizer", "sync"}
+
+    doc = report.read_text(encoding="utf-8")
+    assert "<img src" not in doc and "connect-src 'none'" in doc
+    profile_dir = tmp_path / "chromium"
+    done = subprocess.run(
+        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={profile_dir}", "--host-resolver-rules=MAP * ~NOTFOUND",
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", "--dump-dom",
+         report.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if re.search(r":CONSOLE[:(\]]", line)]
+    assert console == []
+    for chart in ("chart-breakdown", "chart-telemetry"):
+        assert re.search(rf'id="{chart}"[^>]*class="[^"]*js-plotly-plot', done.stdout), chart
+    assert "PWNED" not in re.search(r"<title>(.*?)</title>", done.stdout).group(1)  # type: ignore[union-attr]

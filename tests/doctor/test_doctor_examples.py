@@ -1,0 +1,131 @@
+"""The shipped examples, each run under the real doctor (instrumented child processes), are
+diagnosed with the bottleneck they were written to show; failing scripts give one clear line.
+
+The children run with ``OMP_NUM_THREADS=1``: on a shared 2-core test machine, multi-threaded
+operators wait for cores held by other processes, which (rightly) adds a thread-oversubscription
+finding and inflates compute times 10-50x; single-threaded operators keep the examples' own
+bottleneck on top. ``benchmarks/doctor_examples.py`` runs them with the default threads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accelscope.doctor.launcher import ChildRun, Launcher
+from accelscope.doctor.profile import Profile
+from accelscope.doctor.run import DoctorPlan, DoctorResult, failure_message, run_doctor
+from accelscope.errors import MeasurementError
+from accelscope.hardware.fingerprint import collect_environment
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "doctor"
+ENV = {"OMP_NUM_THREADS": "1"}
+
+
+def _doctor(script: Path, *, steps: int = 8, warmup: int = 2, what_if: str = "none",
+            stall_s: float = 60.0) -> DoctorResult:  # fmt: skip
+    env = collect_environment()
+    launcher = Launcher(env=ENV, stall_s=stall_s, timeout_s=120, telemetry_interval_s=0.1)
+    plan = DoctorPlan(script, warmup=warmup, steps=steps, what_if=what_if)
+    return run_doctor(plan, launcher, support=env.precision_support(), cores=2,
+                      memory_bytes=env.memory_bytes)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("example", "bottleneck"),
+    [
+        ("input_bound.py", "input-bound"),
+        ("sync_bound.py", "sync-bound"),
+        ("batch1_inference.py", "overhead-bound"),
+        ("compute_bound.py", "missing-mixed-precision"),
+    ],
+)
+def test_example_is_diagnosed(example: str, bottleneck: str) -> None:
+    steps = 4 if example == "compute_bound.py" else 8
+    result = _doctor(EXAMPLES / example, steps=steps)
+    assert result.diagnosis.bottleneck == bottleneck, result.diagnosis.headline
+    assert result.diagnosis.breakdown.steps == steps
+    assert result.telemetry is not None and result.telemetry.samples
+    assert result.profile.spans  # traced steps for the Chrome trace
+
+
+def test_batch_what_if_is_measured_as_items(capfd: pytest.CaptureFixture[str]) -> None:
+    result = _doctor(EXAMPLES / "batch1_inference.py", steps=8, what_if="batch=4")
+    by_name = {w.name: w for w in result.what_ifs}
+    assert by_name["baseline"].status == "ok" and by_name["baseline"].items_per_step == 1
+    batch = by_name["batch"]
+    assert batch.status == "ok" and batch.items_per_step == 4, batch
+    assert batch.speedup is not None and batch.speedup_low is not None
+
+
+CRASH = """\
+import torch
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+print("output from the script before it fails")
+for step in range(100):
+    loss = model(torch.randn(8, 4)).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if step == 2:
+        raise ValueError("corrupt batch at step 2")
+"""
+NO_STEP = """\
+import time
+print("loading forever")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_crashing_script(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(CRASH, encoding="utf-8")
+    with pytest.raises(MeasurementError) as raised:
+        _doctor(script, steps=10)
+    message = str(raised.value)
+    assert message == "your script raised ValueError: corrupt batch at step 2 (at train.py:11) " \
+        "after 3 steps"  # fmt: skip
+    out, err = capfd.readouterr()
+    assert "output from the script before it fails" in out  # the script's output is shown
+    assert "Traceback" in err and "corrupt batch" in err  # and so is its traceback
+
+
+def test_script_that_never_reaches_a_step(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "setup.py"
+    script.write_text(NO_STEP, encoding="utf-8")
+    with pytest.raises(MeasurementError, match=r"no step within 8 s: the script never called"):
+        _doctor(script, stall_s=8.0)
+    assert "loading forever" in capfd.readouterr().out
+
+
+def _profile(steps: int, warmup: int, status: str = "stopped") -> Profile:
+    from test_doctor_rules import _step
+
+    return Profile(status, "optimizer", warmup, warmup + 10, tuple([_step(0.01)] * steps))
+
+
+@pytest.mark.parametrize(
+    ("run", "expected"),
+    [
+        (ChildRun(_profile(5, 2), None, "stall", -9, 5, 70.0),
+         "the script stopped making progress: no step for 60 s after 5 steps (hung?)"),
+        (ChildRun(_profile(5, 2), None, "timeout", -9, 5, 300.0),
+         "the run hit --timeout 300 s after 5 steps; lower --steps or raise --timeout"),
+        (ChildRun(None, None, "exit", -9, 3, 5.0),
+         "the instrumented process was killed by signal 9 after 3 steps without writing results"),
+        (ChildRun(_profile(0, 2, "ended"), None, "exit", 0, 0, 5.0),
+         "the script finished without a single step: no optimizer.step(), model forward or "
+         "DataLoader batch was seen"),
+        (ChildRun(_profile(2, 2, "ended"), None, "exit", 0, 2, 5.0),
+         "the script finished after 2 steps, all inside the warm-up (--warmup 2); lower --warmup "
+         "or let the script run longer"),
+        (ChildRun(_profile(5, 2, "ended"), None, "exit", 0, 5, 5.0), None),
+    ],
+)  # fmt: skip
+def test_failure_messages(run: ChildRun, expected: str | None) -> None:
+    assert failure_message(run, 2, 60.0, 300.0) == expected

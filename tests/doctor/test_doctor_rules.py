@@ -1,0 +1,106 @@
+"""Each rule fires on the pattern it names and stays clear (or n/a) otherwise; the verdict
+ranks by share of step time; the registry finds every rule module."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from accelscope.doctor.breakdown import breakdown
+from accelscope.doctor.findings import RuleContext
+from accelscope.doctor.profile import PHASES, LoaderFacts, OpSummary, Profile, RunFacts, Step
+from accelscope.doctor.rules import all_rules
+from accelscope.doctor.verdict import diagnose
+from accelscope.hardware.cpu import CpuInfo
+from accelscope.hardware.fastpaths import cpu_support
+from accelscope.hardware.telemetry import Telemetry, TelemetrySample
+
+SPR = CpuInfo("Xeon", "GenuineIntel", "x86_64", 2, 1, 2, 1, None, None, None,
+              ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "fma"))  # fmt: skip
+OLD = replace(SPR, isa=("avx2", "fma"))
+
+
+def _step(duration_s: float, items: int = 16, **phases: float) -> Step:
+    counts = {"syncs": int(phases.pop("syncs", 0)), "copies": 0, "pageable_copies": 0,
+              "copy_bytes": 0, "forwards": 1, "items": items}  # fmt: skip
+    return Step(0.0, duration_s, {p: phases.get(p, 0.0) for p in PHASES}, counts)
+
+
+def _facts(workers: int = 0, threads: int = 1) -> RunFacts:
+    loader = LoaderFacts(workers, False, 16, False, None, "Images", 1000, False)
+    return RunFacts("2.x", threads, 1, (loader,), {"parameter_dtypes": {"float32": 10}}, None,
+                    False, True, True)  # fmt: skip
+
+
+def _probe(ops: int, op_time_s: float, fp32_s: float) -> OpSummary:
+    return OpSummary(ops, ops // 3, op_time_s, 4, {"float32": fp32_s}, {"float32": 1e9},
+                     ("cpu",), {"cpu": "off"}, ())  # fmt: skip
+
+
+def _ctx(
+    steps: list[Step], probe: OpSummary | None = None, cpu: CpuInfo = SPR,
+    facts: RunFacts | None = None, telemetry: Telemetry | None = None,
+) -> RuleContext:  # fmt: skip
+    profile = Profile("done", "optimizer", 0, len(steps), tuple(steps), probe=probe,
+                      op_overhead_s=1e-6, facts=facts or _facts())  # fmt: skip
+    return RuleContext(profile, breakdown(steps), telemetry, cpu_support(cpu), 2, 24 * 2**30)
+
+
+def _fired(ctx: RuleContext) -> list[str]:
+    return [f.rule for f in diagnose(ctx).fired]
+
+
+def test_registry_finds_one_rule_per_module() -> None:
+    names = {rule.name for rule in all_rules()}
+    assert names == {"input-bound", "pageable-copies", "sync-bound", "overhead-bound",
+                     "missing-mixed-precision", "thread-oversubscription", "memory-pressure",
+                     "device-idle"}  # fmt: skip
+
+
+def test_input_bound() -> None:
+    steps = [_step(0.020, input=0.015, forward=0.002, backward=0.002)] * 5
+    diagnosis = diagnose(_ctx(steps, _probe(30, 0.004, 0.001)))
+    assert diagnosis.bottleneck == "input-bound"
+    top = diagnosis.fired[0]
+    assert top.share is not None and abs(top.share - 0.75) < 1e-9
+    assert "workers" in top.what_ifs and "cache" in top.what_ifs
+    assert top.evidence["num_workers"] == 0 and "20%" in top.threshold
+
+
+def test_sync_bound() -> None:
+    steps = [_step(0.010, forward=0.003, backward=0.002, sync=0.005, syncs=4)] * 5
+    assert _fired(_ctx(steps, _probe(30, 0.004, 0.0)))[0] == "sync-bound"
+
+
+def test_overhead_bound_small_ops_and_batch() -> None:
+    steps = [_step(150e-6, items=1, forward=100e-6, sync=2e-6)] * 5
+    diagnosis = diagnose(_ctx(steps, _probe(11, 60e-6, 20e-6)))
+    assert diagnosis.bottleneck == "overhead-bound"
+    assert diagnosis.fired[0].what_ifs == ("batch", "compile")
+
+
+def test_missing_mixed_precision_needs_a_fast_path() -> None:
+    steps = [_step(0.060, forward=0.020, backward=0.035, optimizer=0.004)] * 5
+    probe = _probe(30, 0.058, 0.050)
+    assert _fired(_ctx(steps, probe))[0] == "missing-mixed-precision"
+    old = diagnose(_ctx(steps, probe, cpu=OLD))
+    finding = next(f for f in old.findings if f.rule == "missing-mixed-precision")
+    assert finding.status == "n/a" and "AVX512-BF16" in finding.summary
+    assert old.bottleneck == "compute"  # nothing fixable: say where the time is
+
+
+def test_oversubscription_and_memory_pressure_from_telemetry() -> None:
+    steps = [_step(0.010, forward=0.008)] * 5
+    sample = TelemetrySample(0.1, (100.0, 100.0), 0.0, 5, 23 * 2**30, 1.0, 3, 2**28, 2**30)
+    swapped = replace(sample, swap_used_bytes=2**31)
+    telemetry = Telemetry(0.1, (sample, swapped), "n/a", "n/a")
+    fired = _fired(_ctx(steps, _probe(3, 0.008, 0.0), facts=_facts(workers=2, threads=2),
+                        telemetry=telemetry))  # fmt: skip
+    assert "thread-oversubscription" in fired and "memory-pressure" in fired
+
+
+def test_device_rules_are_not_applicable_on_cpu() -> None:
+    steps = [_step(0.010, forward=0.008)] * 3
+    by_rule: dict[str, Any] = {f.rule: f for f in diagnose(_ctx(steps)).findings}
+    assert by_rule["device-idle"].status == "n/a"
+    assert by_rule["pageable-copies"].status == "n/a"
