@@ -8,12 +8,12 @@ import accelscope
 
 EXPECTED = {
     "AccelscopeError", "Accuracy", "Availability", "Backend", "BadInputError", "ConfigError",
-    "Device", "Environment", "InterruptedRunError", "LoadedModel", "MeasureOutcome",
+    "Device", "DoctorResult", "Environment", "InterruptedRunError", "LoadedModel", "MeasureOutcome",
     "MeasureRequest", "Measurement", "MeasurementError", "ModelLoadError", "NotAvailableError",
     "Precision", "Result", "ResultStore", "RunRecord", "RunSpec", "Runner", "Status",
     "StopReason", "StoreError", "Summary", "TensorSpec", "Timer", "TimerConfig",
     "UnsafeModelError", "__version__", "all_backends", "collect_environment", "get_backend",
-    "load_model", "measure", "register_backend", "summarize",
+    "load_model", "measure", "register_backend", "summarize", "watch",
 }  # fmt: skip
 
 

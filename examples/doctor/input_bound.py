@@ -1,6 +1,8 @@
-"""An input-bound training loop: every sample is decoded and augmented on the CPU in
+"""An input-bound training loop: every sample is decoded and pre-processed on the CPU in
 ``__getitem__`` and the DataLoader runs in the main process (``num_workers=0``), so the small
-model waits for its data most of the time.
+model waits for its data most of the time. The random augmentation (a horizontal flip) is done
+on the batch in the loop, as pipelines that augment on the device do, so the decoded samples
+are deterministic and may be cached.
 
 Run it alone (``python input_bound.py``) or under the doctor::
 
@@ -21,7 +23,7 @@ SIDE = 48
 
 
 class CompressedImages(Dataset[tuple[torch.Tensor, int]]):
-    """Images stored compressed, as on disk: decoding and augmenting each one costs CPU time."""
+    """Images stored compressed, as on disk: decoding each one costs CPU time."""
 
     def __init__(self, count: int, seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
@@ -46,8 +48,6 @@ class CompressedImages(Dataset[tuple[torch.Tensor, int]]):
                 plane[line] = np.convolve(plane[line], kernel, mode="same")
                 plane[:, line] = np.convolve(plane[:, line], kernel, mode="same")
         image = image.reshape(SIDE // 3, 3, SIDE // 3, 3, 3).mean(axis=(1, 3))  # resize to 16x16
-        if np.random.rand() < 0.5:  # random horizontal flip
-            image = image[:, ::-1]
         tensor = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))
         return (tensor - 0.5) / 0.25, int(self.labels[index])
 
@@ -66,6 +66,8 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     for epoch in range(args.epochs):
         for step, (images, labels) in enumerate(loader):
+            flip = torch.rand(images.shape[0], 1, 1, 1) < 0.5  # random horizontal flip
+            images = torch.where(flip, images.flip(-1), images)
             loss = nn.functional.cross_entropy(model(images), labels)
             optimizer.zero_grad()
             loss.backward()

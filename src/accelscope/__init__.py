@@ -6,6 +6,7 @@ The public, typed API. Everything not listed in ``__all__`` is internal.
 from accelscope.api import MeasureOutcome, MeasureRequest, measure
 from accelscope.backends.base import Availability, Backend, Runner
 from accelscope.backends.registry import all_backends, get_backend, register_backend
+from accelscope.doctor import DoctorResult, watch
 from accelscope.errors import (
     AccelscopeError,
     BadInputError,
@@ -37,6 +38,7 @@ __all__ = [
     "BadInputError",
     "ConfigError",
     "Device",
+    "DoctorResult",
     "Environment",
     "InterruptedRunError",
     "LoadedModel",
@@ -68,4 +70,5 @@ __all__ = [
     "measure",
     "register_backend",
     "summarize",
+    "watch",
 ]
