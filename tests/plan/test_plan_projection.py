@@ -55,7 +55,7 @@ def test_measured_ceilings_are_used_only_as_a_last_resort() -> None:
     del payload["ceilings"]["theoretical"]
     profile = RooflineProfile.from_payload(payload)
     estimate = project_capacity(profile, load_catalog().get("g6.xlarge"), sla_p99_s=0.1)
-    assert any("MEASURED ceilings" in a for a in estimate.assumptions)
+    assert any("MEASURED peaks" in a and "MEASURED bandwidth" in a for a in estimate.assumptions)
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
 """``accelscope plan``: from measured capacity to instances, dollars and memory fit.
 
 Layer 8: pure analysis over the catalog (``catalog``), the traffic (``traffic``), the other
-analyses' documents (``documents``), capacities (``capacity``), fleet cost (``fleet``), the
-plan that joins them (``service``), LLM memory (``llm_memory``) and API break-even
-(``api_cost``). It never prints, draws, or touches the store.
+analyses' documents (``documents``), capacities (``capacity``) and the fused floor they are
+projected with (``fusion``), fleet cost (``fleet``), the plan that joins them (``service``),
+LLM memory (``llm_memory``) and API break-even (``api_cost``). It never prints, draws, or
+touches the store.
 """
 
 from accelscope.plan.api_cost import ApiComparison, compare_api

@@ -1,11 +1,13 @@
 """Capacity per instance at the SLA: measured where it was measured, otherwise projected.
 
-Projection (always labelled ``estimate``): the roofline floor of one batch on the target is
-``Σ_ops max(flops / peak[dtype], bytes / bandwidth)`` with the catalog's spec peaks; the
-efficiency measured here (``floor_here / measured_time_here``, both on spec peaks) is assumed
-to carry over, so ``time_target = floor_target / efficiency``. One request's latency under
-dynamic batching is taken as two batch times (wait for the running batch, then its own), which
-must fit the p99 SLA.
+Projection (always labelled ``estimate``): the roofline floor of one batch is
+``Σ_ops max(flops / peak[dtype], bytes / bandwidth)``; the efficiency measured here
+(``floor_here / measured_batch_time_here``, spec peaks on both sides where known) is assumed
+to carry over, so ``time_target = floor_target / efficiency``. The calibrating measurement is
+the fastest bench configuration here when there is one (its precision, batch, and a FUSED
+floor when its runtime fuses: :mod:`accelscope.plan.fusion`), else the roofline profile's own
+eager run against the unfused floor. One request's latency under dynamic batching is taken as
+two batch times (wait for the running batch, then its own), which must fit the p99 SLA.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from typing import Any
 
 from accelscope.plan.catalog import Instance
 from accelscope.plan.documents import LoadCapacity, Operator, RooflineProfile, normalise_dtype
+from accelscope.plan.fusion import ELEMENT_BYTES, FUSION_RULE, at_precision, fuse
 
 __all__ = [
     "BATCH_LATENCY_FACTOR",
+    "Calibration",
     "CapacityEstimate",
     "bench_capacity",
+    "best_calibration",
     "floor_time_s",
     "given_capacity",
     "measured_capacity",
@@ -137,58 +142,148 @@ def floor_time_s(operators: Sequence[Operator], peaks: Mapping[str, float],
     return total, tuple(notes)
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """A configuration measured here that calibrates projections: the fastest bench result.
+
+    ``batch_time_s`` is its median time per call (one batch of ``batch_size`` items) on
+    ``device``; ``backend`` says whether it ran eagerly (unfused) or through an optimising
+    runtime (fused).
+    """
+
+    label: str
+    backend: str
+    precision: str
+    batch_size: int
+    batch_time_s: float
+    device: str = "cpu"
+
+    @property
+    def fused(self) -> bool:
+        """True when the runtime fuses operators (anything but eager PyTorch)."""
+        return self.backend != "eager"
+
+
+def best_calibration(candidates: Sequence[Calibration], device: str) -> Calibration | None:
+    """The fastest (items/s) configuration measured on ``device``; ``None`` if there is none."""
+    usable = [c for c in candidates if c.device == device and c.batch_time_s > 0]
+    return max(usable, key=lambda c: c.batch_size / c.batch_time_s) if usable else None
+
+
 def _reference(profile: RooflineProfile, here: Instance | None) -> tuple[
         Mapping[str, float], float, str]:  # fmt: skip
-    """Peaks and bandwidth of THIS machine on the same footing as the catalog's spec figures."""
+    """Peaks and bandwidth of THIS machine, as close as possible to the footing of the
+    catalog's spec figures: the ``--here`` entry, else the roofline's theoretical ceilings,
+    else (each part separately) the measured ones."""
     if here is not None:
         return (dict(here.peak_ops_per_s), here.memory_bandwidth_bytes_per_s,
                 f"this machine's spec peaks from its catalog entry {here.type}")  # fmt: skip
-    if profile.theoretical_peaks and profile.theoretical_bandwidth_bytes_per_s:
-        return (dict(profile.theoretical_peaks), profile.theoretical_bandwidth_bytes_per_s,
-                "this machine's theoretical peaks from the roofline ceilings")  # fmt: skip
-    return (
-        dict(profile.measured_peaks),
-        profile.measured_bandwidth_bytes_per_s,
-        "this machine's MEASURED ceilings against the target's SPEC peaks: optimistic by "
-        "the target's achievable/spec ratio (give --here TYPE to compare spec with spec)",
-    )
+    if profile.theoretical_peaks:
+        peaks, peak_note = dict(profile.theoretical_peaks), "theoretical peaks"
+    else:
+        peaks = dict(profile.measured_peaks)
+        peak_note = ("MEASURED peaks (optimistic against the target's spec peaks by its "
+                     "achievable/spec ratio)")  # fmt: skip
+    if profile.theoretical_bandwidth_bytes_per_s:
+        bandwidth, bw_note = profile.theoretical_bandwidth_bytes_per_s, "theoretical bandwidth"
+    else:
+        bandwidth = profile.measured_bandwidth_bytes_per_s
+        bw_note = "MEASURED bandwidth (optimistic against a spec bandwidth there)"
+    return peaks, bandwidth, (f"this machine's {peak_note} and {bw_note} from the roofline "
+                              "ceilings; give --here TYPE to compare spec with spec")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Method:
+    """How one projection is made: the work per batch, the time it took here, and why."""
+
+    operators: tuple[Operator, ...]
+    batch_size: int
+    measured_here_s: float
+    floor: str
+    notes: tuple[str, ...]
+
+
+def _method(profile: RooflineProfile, calibration: Calibration | None) -> _Method:
+    if calibration is None:
+        return _Method(profile.operators, profile.batch_size, profile.measured_time_s,
+                       "unfused", (
+            f"calibrated by the roofline profile's own eager run ({profile.precision}, batch "
+            f"{profile.batch_size}, {profile.measured_time_s * 1e3:.4g} ms per batch); no bench "
+            "result of an optimised configuration to calibrate with (run accelscope bench)",
+            "unfused floor: every operator's inputs and outputs cross memory (eager PyTorch)",
+        ))  # fmt: skip
+    scale = calibration.batch_size / profile.batch_size
+    operators = at_precision(profile.operators, calibration.precision, scale)
+    notes = [
+        f"calibrated by the fastest configuration measured here, bench '{calibration.label}' "
+        f"({calibration.batch_time_s * 1e3:.4g} ms per batch of {calibration.batch_size}); the "
+        f"same runtime quality assumed there at {calibration.precision}",
+        f"work of the {profile.precision} batch-{profile.batch_size} roofline profile mapped to "
+        f"{calibration.precision} (matrix/conv/attention at its peak, "
+        f"{ELEMENT_BYTES.get(calibration.precision, '?')} byte(s) per element)"
+        + (f" and scaled linearly to batch {calibration.batch_size}" if scale != 1 else ""),
+    ]
+    if calibration.precision not in ELEMENT_BYTES:
+        notes.append(f"element size of {calibration.precision} unknown: bytes kept as profiled")
+    if calibration.fused:
+        notes.append(FUSION_RULE + f" ({calibration.backend} fuses)")
+        return _Method(fuse(operators), calibration.batch_size, calibration.batch_time_s,
+                       "fused", tuple(notes))  # fmt: skip
+    notes.append("unfused floor: the calibrating configuration runs eagerly")
+    return _Method(operators, calibration.batch_size, calibration.batch_time_s, "unfused",
+                   tuple(notes))  # fmt: skip
 
 
 def project_capacity(profile: RooflineProfile, target: Instance, sla_p99_s: float,
-                     here: Instance | None = None) -> CapacityEstimate:  # fmt: skip
-    """Project ``profile`` (measured here) onto ``target``; always an ``estimate``."""
+                     here: Instance | None = None,
+                     calibration: Calibration | None = None) -> CapacityEstimate:  # fmt: skip
+    """Project the model onto ``target``; always an ``estimate``.
+
+    With a ``calibration`` (the fastest bench configuration here), the profile's work is mapped
+    to its precision and batch, fused when its runtime fuses, and its measured batch time sets
+    the efficiency; without one, the eager roofline run does (unfused).
+    """
+    method = _method(profile, calibration)
     ref_peaks, ref_bw, ref_note = _reference(profile, here)
-    floor_here, _ = floor_time_s(profile.operators, ref_peaks, ref_bw)
-    efficiency = min(1.0, floor_here / profile.measured_time_s)
-    floor_there, notes = floor_time_s(profile.operators, dict(target.peak_ops_per_s),
+    floor_here, here_notes = floor_time_s(method.operators, ref_peaks, ref_bw)
+    efficiency = min(1.0, floor_here / method.measured_here_s)
+    floor_there, notes = floor_time_s(method.operators, dict(target.peak_ops_per_s),
                                       target.memory_bandwidth_bytes_per_s)  # fmt: skip
     batch_time = floor_there / efficiency if efficiency > 0 else float("inf")
-    per_device = profile.batch_size / batch_time if batch_time > 0 else 0.0
+    per_device = method.batch_size / batch_time if batch_time > 0 else 0.0
     latency = BATCH_LATENCY_FACTOR * batch_time
     meets = latency <= sla_p99_s
     assumptions = (
         f"projected from a roofline profile of {profile.model} ({profile.precision}, batch "
         f"{profile.batch_size}) measured on {profile.device_name}",
-        f"efficiency here {efficiency:.1%} of the roofline floor ({ref_note}) assumed to carry "
-        f"over to {target.accelerator}",
+        *method.notes,
+        f"efficiency here {efficiency:.1%} of the {method.floor} roofline floor ({ref_note}) "
+        f"assumed to carry over to {target.accelerator}",
         f"one replica per device ({target.devices}); request p99 ≈ {BATCH_LATENCY_FACTOR:g} x "
         "batch time (dynamic batching); no host, network or pre-processing cost",
+        *(f"here: {n}" for n in here_notes),
         *notes,
     )
     if (profile.device == "cpu") != (target.kind == "cpu"):
-        assumptions += (f"efficiency carried across device types ({profile.device} here, "
-                        f"{target.kind} there): large errors are likely (ResNet-50 from a CPU "
-                        "eager profile to published L4/H100 figures: -86% to -99%)",)  # fmt: skip
+        assumptions += (
+            f"efficiency carried across device types ({profile.device} here, {target.kind} "
+            "there): large errors are likely (the ResNet-50 CPU-to-GPU error is measured by "
+            "benchmarks/plan_projection.py)",
+        )
     if not meets:
         assumptions += (
-            f"batch {profile.batch_size} takes {batch_time * 1e3:.3g} ms there: "
-            f"p99 ≈ {latency * 1e3:.3g} ms > SLA (profile a smaller batch)",
+            f"batch {method.batch_size} takes {batch_time * 1e3:.3g} ms there: "
+            f"p99 ≈ {latency * 1e3:.3g} ms > SLA (calibrate with a smaller batch)",
         )
     return CapacityEstimate(
         qps_per_instance=per_device * target.devices if meets else 0.0, basis="projected",
         label=ESTIMATE, meets_sla=meets, latency_s=latency, assumptions=assumptions,
-        detail={"floor_here_s": floor_here, "measured_here_s": profile.measured_time_s,
+        detail={"floor": method.floor,
+                "calibration": calibration.label if calibration else "roofline eager run",
+                "precision": calibration.precision if calibration else profile.precision,
+                "floor_here_s": floor_here, "measured_here_s": method.measured_here_s,
                 "efficiency": efficiency, "floor_target_s": floor_there,
-                "batch_time_target_s": batch_time, "batch_size": profile.batch_size,
+                "batch_time_target_s": batch_time, "batch_size": method.batch_size,
                 "per_device_items_per_s": per_device},
     )  # fmt: skip

@@ -15,8 +15,10 @@ from typing import Any
 
 from accelscope.errors import BadInputError
 from accelscope.plan.capacity import (
+    Calibration,
     CapacityEstimate,
     bench_capacity,
+    best_calibration,
     given_capacity,
     measured_capacity,
     project_capacity,
@@ -40,6 +42,18 @@ class BenchFigure:
     items_per_s: float
     p99_s: float
     device: str = "cpu"
+    backend: str = ""
+    precision: str = ""
+    batch_size: int = 0
+    batch_time_s: float = 0.0
+
+    def calibration(self) -> Calibration | None:
+        """This figure as a projection calibration (``None`` without its configuration)."""
+        if not self.backend or not self.precision or self.batch_size <= 0 or (
+                self.batch_time_s <= 0):  # fmt: skip
+            return None
+        return Calibration(self.label, self.backend, self.precision, self.batch_size,
+                           self.batch_time_s, self.device)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -139,6 +153,10 @@ def build_plan(
         instances.insert(0, here_instance)
     here_cap = _here_capacity(evidence, settings, here_instance.devices if here_instance else 1)
     profile = evidence.profile
+    calibration = None
+    if profile is not None:
+        found = (b.calibration() for b in evidence.bench)
+        calibration = best_calibration([c for c in found if c is not None], profile.device)
     options: list[Option] = []
     if here_instance is None and here_cap is not None:
         options.append(Option(THIS_MACHINE, evidence.device or "cpu",
@@ -148,11 +166,10 @@ def build_plan(
         if instance is here_instance and here_cap is not None:
             options.append(_option(instance, here_cap))
         elif profile is not None:
-            options.append(
-                _option(
-                    instance, project_capacity(profile, instance, settings.sla_p99_s, here_instance)
-                )
+            projected = project_capacity(
+                profile, instance, settings.sla_p99_s, here_instance, calibration
             )
+            options.append(_option(instance, projected))
         else:
             options.append(_option(instance, None, f"no roofline profile of {model} to project "
                                    f"from (run: accelscope roofline {model})"))  # fmt: skip

@@ -35,6 +35,7 @@ __all__ = [
     "MemoryRequest",
     "PlanOutcome",
     "PlanRequest",
+    "bench_figures",
     "plan_api",
     "plan_capacity",
     "plan_memory",
@@ -127,13 +128,19 @@ def _profile_from_file(path: Path) -> RooflineProfile:
     return RooflineProfile.from_payload(data, f"profile {path}")
 
 
-def _bench_figures(results: Sequence[Result]) -> tuple[BenchFigure, ...]:
+def bench_figures(results: Sequence[Result]) -> tuple[BenchFigure, ...]:
+    """The successful bench results as plan evidence (throughput, p99, and the configuration
+    that calibrates projections)."""
     figures = []
     for result in results:
         m = result.measurement
         if result.status is Status.OK and m is not None:
-            figures.append(BenchFigure(result.spec.label(), m.throughput_items_per_s,
-                                       m.summary.p99_s, result.spec.device.value))  # fmt: skip
+            spec = result.spec
+            figures.append(BenchFigure(
+                spec.label(), m.throughput_items_per_s, m.summary.p99_s, spec.device.value,
+                backend=spec.backend, precision=spec.precision.value,
+                batch_size=spec.batch_size, batch_time_s=m.summary.median_s,
+            ))  # fmt: skip
     return tuple(figures)
 
 
@@ -143,7 +150,7 @@ def _evidence_of_run(run: RunRecord) -> Evidence:
                if profiles else None)  # fmt: skip
     capacities = tuple(LoadCapacity.from_payload(p, f"run {run.id} capacity document")
                        for p in run.documents_of("capacity"))  # fmt: skip
-    bench = _bench_figures(run.results) if run.kind == "bench" else ()
+    bench = bench_figures(run.results) if run.kind == "bench" else ()
     return Evidence(profile, capacities, bench, sources=(f"{run.kind} run {run.id}",))
 
 

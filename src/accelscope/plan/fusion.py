@@ -1,0 +1,125 @@
+"""The fused roofline floor: what an optimising runtime's memory traffic looks like.
+
+An eager profile counts every operator's inputs and outputs as DRAM traffic. An optimising
+runtime (TensorRT, ``torch.compile``/inductor, OpenVINO, ONNX Runtime) folds batch norm into
+the convolution weights and runs activations, residual adds, casts and views in the epilogue
+of the neighbouring matrix kernel, so those intermediate tensors never reach DRAM. The rule,
+by operator name (``aten::add_.Tensor`` → ``add``):
+
+- **anchor** (convolutions, ``mm``/``addmm``/``bmm``/``linear``/``matmul``, scaled-dot-product
+  attention): a real kernel; FLOPs and bytes kept, and it runs at the configuration's
+  precision (tensor cores / AMX / VNNI);
+- **fused** (elementwise ops and activations, batch/layer/group/RMS norm, softmax, casts,
+  views and layout copies): FLOPs kept at the operator's own dtype, bytes 0;
+- **kept** (everything else: pooling, reductions, concatenation, embedding and index ops, and
+  any name not listed): FLOPs and bytes kept, unfused.
+
+This is a lower bound on traffic (a residual add's second input, a norm that a runtime runs as
+its own reduction kernel, and re-reads of the anchor's weights are not counted); it is labelled
+an estimate wherever it is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from accelscope.plan.documents import Operator, normalise_dtype
+
+__all__ = [
+    "ANCHOR",
+    "ELEMENT_BYTES",
+    "FUSED",
+    "FUSION_RULE",
+    "KEPT",
+    "at_precision",
+    "fuse",
+    "fusion_role",
+    "op_base_name",
+]
+
+ANCHOR, FUSED, KEPT = "anchor", "fused", "kept"
+
+FUSION_RULE = (
+    "fused floor: convolution/matmul/attention kernels keep their bytes; elementwise, "
+    "activation, norm, softmax, cast and view operators are fused into them (FLOPs kept, "
+    "bytes 0); pooling, reductions and data movement stay unfused"
+)
+
+ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1}
+"""Bytes per element of each precision a configuration runs in."""
+
+_ANCHORS = frozenset({
+    "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+    "conv_transpose2d", "conv_transpose3d", "mkldnn_convolution", "_mkldnn_convolution",
+    "cudnn_convolution", "cudnn_convolution_transpose", "_convolution_mode",
+    "mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "linear", "_linear", "mkldnn_linear",
+    "matmul", "_int_mm", "mv", "addmv", "einsum",
+    "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_attention_math", "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable",
+})  # fmt: skip
+
+_FUSED = frozenset({
+    # elementwise and activations
+    "add", "sub", "mul", "div", "rsub", "neg", "abs", "relu", "relu6", "gelu", "silu",
+    "sigmoid", "tanh", "exp", "exp2", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "pow",
+    "hardtanh", "hardswish", "hardsigmoid", "clamp", "clamp_min", "clamp_max", "leaky_relu",
+    "elu", "selu", "celu", "erf", "erfc", "where", "maximum", "minimum", "masked_fill",
+    "reciprocal", "square", "softplus", "mish", "threshold", "prelu", "glu", "_add_relu",
+    "addcmul", "addcdiv", "lerp", "sin", "cos",
+    # norms and softmax
+    "batch_norm", "native_batch_norm", "_batch_norm_impl_index",
+    "_native_batch_norm_legit_no_training", "_native_batch_norm_legit", "_batch_norm_no_update",
+    "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "instance_norm",
+    "rms_norm", "_fused_rms_norm", "softmax", "_softmax", "log_softmax", "_log_softmax",
+    "_safe_softmax",
+    # casts, views, layout copies, inference no-ops
+    "to", "_to_copy", "type_as", "contiguous", "view", "view_as", "_unsafe_view", "reshape",
+    "_reshape_alias", "flatten", "unflatten", "permute", "transpose", "t", "expand",
+    "squeeze", "unsqueeze", "detach", "alias", "lift_fresh", "dropout", "native_dropout",
+    "feature_dropout", "alpha_dropout", "quantize_per_tensor", "dequantize",
+})  # fmt: skip
+
+
+def op_base_name(name: str) -> str:
+    """``aten::add_.Tensor`` → ``add``: namespace, overload and in-place suffix removed."""
+    base = name.split("::", 1)[-1].split(".", 1)[0].strip().lower()
+    if base.endswith("_") and not base.endswith("__"):
+        base = base[:-1]
+    return base
+
+
+def fusion_role(name: str) -> str:
+    """``anchor``, ``fused`` or ``kept`` for an operator name (see the module docstring)."""
+    base = op_base_name(name)
+    if base in _ANCHORS:
+        return ANCHOR
+    return FUSED if base in _FUSED else KEPT
+
+
+def fuse(operators: Sequence[Operator]) -> tuple[Operator, ...]:
+    """The operators as an optimising runtime runs them: fused operators move 0 bytes."""
+    return tuple(replace(op, bytes=0.0) if fusion_role(op.name) == FUSED else op
+                 for op in operators)  # fmt: skip
+
+
+def at_precision(operators: Sequence[Operator], precision: str, scale: float = 1.0) -> (
+        tuple[Operator, ...]):  # fmt: skip
+    """The same work run in ``precision`` and scaled ``scale`` times (batch ratio).
+
+    FLOPs and bytes scale linearly with the batch (so weight traffic is scaled too: an
+    approximation). Every operator's bytes are rescaled to ``precision``'s element size (the
+    activations are stored in it; an operator of unknown element size keeps its bytes); anchor
+    operators also take ``precision`` as their dtype, so they run at its peak.
+    """
+    size = ELEMENT_BYTES.get(precision)
+    converted = []
+    for op in operators:
+        own = ELEMENT_BYTES.get(normalise_dtype(op.dtype) or "")
+        ratio = size / own if size and own else 1.0
+        dtype = precision if fusion_role(op.name) == ANCHOR else op.dtype
+        converted.append(replace(op, dtype=dtype, flops=op.flops * scale,
+                                 bytes=op.bytes * scale * ratio))  # fmt: skip
+    return tuple(converted)
