@@ -8,7 +8,6 @@ writes the offline HTML report.
 from __future__ import annotations
 
 import importlib
-import os
 import shlex
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from accelscope.measure.threads import available_cores
 from accelscope.measure.timer import TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.loading import load_model
-from accelscope.report.html import render_bench_report, write_report
+from accelscope.report.html import check_report_path, render_bench_report, write_report
 from accelscope.result import Result
 from accelscope.spec import Device, Precision, TensorSpec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
@@ -118,16 +117,6 @@ def _validate(request: BenchRequest) -> None:
             raise BadInputError(f"cannot import plugin {plugin!r}: {exc}") from exc
 
 
-def _check_report_path(path: Path) -> None:
-    """Refuse a report path that cannot be written, before the sweep spends any time."""
-    if path.is_dir():
-        raise BadInputError(f"report path {path} is a directory; give a file name")
-    if not path.parent.is_dir():
-        raise BadInputError(f"cannot write the report to {path}: {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK):
-        raise BadInputError(f"cannot write the report to {path}: {path.parent} is not writable")
-
-
 def _default_report_path(store_path: Path | None, run_id: str | None) -> Path:
     base = store_path.parent if store_path is not None else DEFAULT_STORE_PATH.parent
     return base / "reports" / f"bench-{run_id or 'unsaved'}.html"
@@ -207,7 +196,7 @@ def bench(
     if store_path is not None:
         check_store_path(store_path)
     if request.report_path is not None:
-        _check_report_path(request.report_path)
+        check_report_path(request.report_path)
     model = load_model(
         request.model,
         inputs=request.inputs,

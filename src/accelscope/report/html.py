@@ -30,7 +30,13 @@ from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Device
 from accelscope.units import format_bytes
 
-__all__ = ["pareto_front", "render_bench_report", "script_safe_json", "write_report"]
+__all__ = [
+    "check_report_path",
+    "pareto_front",
+    "render_bench_report",
+    "script_safe_json",
+    "write_report",
+]
 
 _TIMES, _MINUS = "\u00d7", "\u2212"
 _COLORS = {Status.OK: "#2563eb", Status.REJECTED: "#d97706", Status.FAILED: "#dc2626"}
@@ -63,6 +69,16 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
     front = [i for i in finite if not dominated(i)]
     return sorted(front, key=lambda i: (points[i][1], -points[i][0], i))
+
+
+def check_report_path(path: Path) -> None:
+    """Refuse a report path that cannot be written, before any measuring time is spent."""
+    if path.is_dir():
+        raise BadInputError(f"report path {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise BadInputError(f"cannot write the report to {path}: {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK):
+        raise BadInputError(f"cannot write the report to {path}: {path.parent} is not writable")
 
 
 def script_safe_json(obj: Any) -> str:

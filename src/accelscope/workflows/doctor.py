@@ -22,7 +22,7 @@ from accelscope.errors import BadInputError, NotAvailableError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measure.threads import available_cores
 from accelscope.report.doctor_html import render_doctor_report
-from accelscope.report.html import write_report
+from accelscope.report.html import check_report_path, write_report
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
 
 __all__ = ["DoctorOutcome", "DoctorRequest", "doctor", "result_for_run"]
@@ -103,15 +103,6 @@ def _validate(request: DoctorRequest, env: Environment) -> dict[str, str]:
     return {}
 
 
-def _check_report_path(path: Path) -> None:
-    if path.is_dir():
-        raise BadInputError(f"report path {path} is a directory; give a file name")
-    if not path.parent.is_dir():
-        raise BadInputError(f"cannot write the report to {path}: {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK):
-        raise BadInputError(f"cannot write the report to {path}: {path.parent} is not writable")
-
-
 def _write_json(payload: dict[str, Any], path: Path) -> None:
     tmp: str | None = None
     try:
@@ -175,7 +166,7 @@ def doctor(
     if store_path is not None:
         check_store_path(store_path)
     if request.report_path is not None:
-        _check_report_path(request.report_path)
+        check_report_path(request.report_path)
     runner = launcher or Launcher(
         timeout_s=request.timeout_s, stall_s=request.stall_s,
         env={**request.env, **device_env}, stdout=2 if request.quiet_stdout else None,

@@ -25,7 +25,7 @@ from accelscope.plan.fleet import PlanSettings
 from accelscope.plan.llm_memory import estimate_memory, load_config, shape_from_config
 from accelscope.plan.service import BenchFigure, Evidence, build_plan
 from accelscope.plan.traffic import load_traffic
-from accelscope.report.html import write_report
+from accelscope.report.html import check_report_path, write_report
 from accelscope.report.plan_html import render_plan_report
 from accelscope.result import Result, Status
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord, check_store_path
@@ -103,13 +103,6 @@ class PlanOutcome:
 
 def _command() -> str:
     return "accelscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-
-
-def _check_report_path(path: Path) -> None:
-    if path.is_dir():
-        raise BadInputError(f"report path {path} is a directory; give a file name")
-    if not path.parent.is_dir():
-        raise BadInputError(f"cannot write the report to {path}: {path.parent} does not exist")
 
 
 def _profile_from_file(path: Path) -> RooflineProfile:
@@ -220,7 +213,7 @@ def plan_capacity(request: PlanRequest, *, store_path: Path | None = DEFAULT_STO
     for name in (*request.only, *((request.here,) if request.here else ())):
         catalog.get(name)
     if request.report_path is not None:
-        _check_report_path(request.report_path)
+        check_report_path(request.report_path)
     if store_path is not None:
         check_store_path(store_path)
     model, evidence = request.model or "", Evidence()

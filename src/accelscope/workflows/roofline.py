@@ -3,7 +3,6 @@ ceilings, profile the model, store the run, write the HTML report. Returns data;
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measure.threads import available_cores
 from accelscope.measure.timer import TimerConfig
 from accelscope.models.loading import load_model
-from accelscope.report.html import write_report
+from accelscope.report.html import check_report_path, write_report
 from accelscope.report.roofline_html import render_roofline_report
 from accelscope.roofline.analysis import RooflineProfile
 from accelscope.roofline.cache import cache_path, load_cached, save_cached
@@ -151,15 +150,6 @@ def ceilings(
     return CeilingsOutcome(found, False, path, run_id, store_path if run_id else None)
 
 
-def _check_report_path(path: Path) -> None:
-    if path.is_dir():
-        raise BadInputError(f"report path {path} is a directory; give a file name")
-    if not path.parent.is_dir():
-        raise BadInputError(f"cannot write the report to {path}: {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK):
-        raise BadInputError(f"cannot write the report to {path}: {path.parent} is not writable")
-
-
 def _validate(request: RooflineRequest, env: Environment) -> int:
     if request.backend not in PROFILED_BACKENDS:
         raise NotAvailableError(
@@ -198,7 +188,7 @@ def roofline(
     if store_path is not None:
         check_store_path(store_path)
     if request.report_path is not None:
-        _check_report_path(request.report_path)
+        check_report_path(request.report_path)
     model = load_model(
         request.model,
         inputs=request.inputs,
