@@ -15,6 +15,16 @@ device = "cpu"
 budget = "10s"
 target_ci = "2%"
 store = ".accelscope/results.db"
+
+[load]                                  # accelscope load (flags win; same names, _ for -)
+scenario = "server"
+sla_p99 = "100ms"
+backend = "compile"
+precision = "int8"
+batch = 8                               # the dynamic batcher's maximum batch
+options = ["channels_last=true"]
+min_duration = "10s"
+min_queries = 1000
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from typing import Any
 from accelscope.errors import BadInputError, ConfigError
 from accelscope.spec import TensorSpec, parse_batch_sizes, parse_tensor_spec
 
-__all__ = ["CONFIG_KEYS", "load_bench_config", "load_config"]
+__all__ = ["CONFIG_KEYS", "load_bench_config", "load_config", "load_load_config"]
 
 CONFIG_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
     "model": {
@@ -67,6 +77,28 @@ CONFIG_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
         "seed": (int,),
         "eval_data": (str,),
         "metric": (str,),
+    },
+    "load": {
+        "scenario": (str,),
+        "sla_p99": (str, int, float),
+        "backend": (str,),
+        "precision": (str,),
+        "batch": (int,),
+        "threads": (int,),
+        "device": (str,),
+        "options": (list,),
+        "from_run": (str,),
+        "rate": (int, float),
+        "search": (bool,),
+        "batching": (bool,),
+        "max_delay": (str, int, float),
+        "min_duration": (str, int, float),
+        "min_queries": (int,),
+        "seed": (int,),
+        "burstiness_cv": (int, float),
+        "query_timeout": (str, int, float),
+        "report": (str,),
+        "store": (str,),
     },
 }
 
@@ -144,6 +176,23 @@ def load_bench_config(path: Path) -> dict[str, Any]:
         elif key in ("backends", "precisions", "batch", "threads"):
             flat[key] = _csv(value)
         elif key in ("report", "store", "eval_data"):
+            flat[key] = Path(value)
+        else:
+            flat[key] = value
+    return flat
+
+
+def load_load_config(path: Path) -> dict[str, Any]:
+    """The ``[model]`` and ``[load]`` sections as flat keys for ``accelscope load`` (the flag
+    names with ``_`` for ``-``; paths as ``Path``)."""
+    data = _read(path)
+    flat = _model_keys(path, data.get("model", {}))
+    for key, value in data.get("load", {}).items():
+        if key == "options":
+            if not all(isinstance(item, str) for item in value):
+                raise ConfigError(f"{path}: load.options must be a list of strings")
+            flat[key] = tuple(value)
+        elif key in ("report", "store"):
             flat[key] = Path(value)
         else:
             flat[key] = value

@@ -1,0 +1,74 @@
+"""The three LoadGen scenarios on one executor: single-stream, offline and server.
+
+Each builds its query source (seeded), runs one trial through the shared loop and summarises
+it. The executor (real threads or simulation) and its system under test are the caller's.
+"""
+
+from __future__ import annotations
+
+import math
+
+from accelscope.load.batcher import NO_BATCHING, BatchPolicy
+from accelscope.load.executor import Executor
+from accelscope.load.schedule import arrival_offsets_s, sample_indices
+from accelscope.load.sources import ClosedLoop, OpenSchedule
+from accelscope.load.summary import Scenario, TrialSettings, TrialSummary, summarize_trial
+from accelscope.load.trial import TrialLimits, run_trial
+
+__all__ = ["run_offline", "run_server", "run_single_stream"]
+
+
+def _limits(settings: TrialSettings, sla_s: float | None, stop_when_failed: bool) -> TrialLimits:
+    return TrialLimits(
+        query_timeout_s=settings.query_timeout_s,
+        stall_limit_s=settings.stall_limit_s,
+        sla_s=sla_s,
+        stop_when_failed=stop_when_failed,
+        percentile=settings.percentile,
+        confidence=settings.confidence,
+    )
+
+
+def run_single_stream(executor: Executor, settings: TrialSettings) -> TrialSummary:
+    """One query at a time, the next issued when the previous is done; p90 and p99 with their
+    early-stopping estimates. No batching (a batch can only ever hold one query)."""
+    source = ClosedLoop(settings.pool_size, settings.seed, settings.min_queries,
+                        settings.min_duration_s)  # fmt: skip
+    record = run_trial(source, executor, NO_BATCHING, _limits(settings, None, False))
+    return summarize_trial(record, Scenario.SINGLE_STREAM, NO_BATCHING, settings)
+
+
+def run_offline(executor: Executor, policy: BatchPolicy, settings: TrialSettings) -> TrialSummary:
+    """Every query at time zero (``min_queries`` of them); throughput. The batcher launches
+    full batches back to back."""
+    count = settings.min_queries
+    source = OpenSchedule([0.0] * count, sample_indices(count, settings.pool_size, settings.seed))
+    offline_settings = TrialSettings(**{**settings.to_dict(), "query_timeout_s": math.inf})
+    record = run_trial(source, executor, policy, _limits(offline_settings, None, False))
+    return summarize_trial(record, Scenario.OFFLINE, policy, settings)
+
+
+def run_server(
+    executor: Executor,
+    rate_per_s: float,
+    policy: BatchPolicy,
+    settings: TrialSettings,
+    sla_p99_s: float | None = None,
+    *,
+    stop_when_failed: bool = False,
+) -> TrialSummary:
+    """Seeded Poisson (or gamma, ``burstiness_cv``) arrivals at ``rate_per_s``, generated up
+    front; latency from each scheduled arrival; p99 against ``sla_p99_s`` with LoadGen's
+    early-stopping rule. ``stop_when_failed`` ends the trial once the bound is surely missed."""
+    offsets = arrival_offsets_s(
+        rate_per_s,
+        min_queries=settings.min_queries,
+        min_duration_s=settings.min_duration_s,
+        seed=settings.seed,
+        cv=settings.burstiness_cv,
+    )
+    samples = sample_indices(len(offsets), settings.pool_size, settings.seed)
+    record = run_trial(OpenSchedule(offsets, samples), executor, policy,
+                       _limits(settings, sla_p99_s, stop_when_failed))  # fmt: skip
+    return summarize_trial(record, Scenario.SERVER, policy, settings,
+                           offered_rate_per_s=rate_per_s, sla_p99_s=sla_p99_s)  # fmt: skip

@@ -1,0 +1,90 @@
+"""Rich terminal view of a load run: one row per trial, then the verdict and notes.
+
+Works on the stored trial and capacity documents (plain dicts), so ``accelscope runs show``
+renders a stored load run the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from accelscope.report.load_html import load_verdict
+
+__all__ = ["load_table", "load_view"]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f}"
+
+
+def _batcher(batching: dict[str, Any]) -> str:
+    if int(batching["max_batch"]) <= 1:
+        return "none"
+    return f"≤{batching['max_batch']} / {float(batching['max_delay_s']) * 1e3:g} ms"
+
+
+def _verdict_cell(trial: dict[str, Any]) -> Text:
+    if trial.get("sla_p99_s") is not None:
+        if trial["meets_sla"]:
+            return Text("meets SLA", style="green")
+        return Text("misses: " + "; ".join(trial["sla_failures"]), style="red")
+    if trial["valid"]:
+        return Text("valid", style="green")
+    return Text("invalid: " + "; ".join(trial["invalid_reasons"]), style="red")
+
+
+def load_table(trials: Sequence[dict[str, Any]], title: str = "") -> Table:
+    """One row per trial: batcher, offered rate, latency percentiles, queue vs compute,
+    errors, timeouts, generator lag and verdict."""
+    table = Table(title=title or None, title_justify="left", header_style="bold")
+    for name in ("batcher", "offered q/s", "queries", "p50 ms", "p90 ms", "p99 ms",
+                 "queue mean/p99 ms", "compute mean/p99 ms", "batch", "err", "t/o", "lag p99 ms",
+                 "done q/s"):  # fmt: skip
+        table.add_column(name, justify="left" if name == "batcher" else "right", no_wrap=True)
+    table.add_column("verdict", overflow="fold")
+    for trial in trials:
+        latency, queue, compute = trial["latency"], trial["queue"], trial["compute"]
+        rate = trial.get("offered_rate_per_s")
+        p99 = _ms(latency["p99_s"]) + ("+" if trial.get("p99_is_lower_bound") else "")
+        table.add_row(
+            _batcher(trial["batching"]),
+            "—" if rate is None else f"{rate:,.1f}",
+            str(trial["issued"]),
+            _ms(latency["p50_s"]),
+            _ms(latency["p90_s"]),
+            p99,
+            f"{_ms(queue['mean_s'])} / {_ms(queue['p99_s'])}",
+            f"{_ms(compute['mean_s'])} / {_ms(compute['p99_s'])}",
+            f"{trial['mean_batch']:.2f}",
+            str(trial["errors"]),
+            str(trial["timeouts"]),
+            _ms(trial["generator_lag"]["p99_s"]),
+            f"{trial['throughput_per_s']:,.1f}",
+            _verdict_cell(trial),
+        )
+    return table
+
+
+def load_view(
+    *,
+    title: str,
+    scenario: str,
+    sla_p99_s: float | None,
+    trials: Sequence[dict[str, Any]],
+    capacity: dict[str, Any] | None,
+    notes: Sequence[str] = (),
+) -> RenderableType:
+    """The table, the verdict (bold) and any notes."""
+    parts: list[RenderableType] = [load_table(trials, title)]
+    parts.append(Text(load_verdict(scenario, sla_p99_s, trials, capacity), style="bold"))
+    errors = sorted({m for t in trials for m in t.get("error_messages", ())})
+    for message in errors[:5]:
+        parts.append(Text(f"error from the system under test: {message}", style="red"))
+    for note in notes:
+        parts.append(Text(f"note: {note}", style="yellow"))
+    return Group(*parts)

@@ -1,0 +1,475 @@
+"""``accelscope load``: validate, build the served configuration, run a scenario or the
+capacity search, commit each trial to the store as it ends, and write the report.
+
+The configuration comes from flags or from a stored bench run's selected best
+(``--from-run``). Nothing touches the store or the report path before every input is checked;
+each trial is its own committed document, so Ctrl-C leaves a consistent, ``interrupted`` run.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from accelscope.backends.registry import get_backend
+from accelscope.errors import BadInputError, InterruptedRunError, MeasurementError
+from accelscope.hardware.fingerprint import Environment, collect_environment
+from accelscope.load.batcher import BatchPolicy
+from accelscope.load.executor import ThreadedExecutor
+from accelscope.load.model_sut import ModelSUT
+from accelscope.load.scenarios import run_offline, run_server, run_single_stream
+from accelscope.load.search import CapacitySearch, PolicyCapacity, policy_grid, search_capacity
+from accelscope.load.summary import Scenario, TrialSettings, TrialSummary
+from accelscope.measure.threads import available_cores, pinned_threads
+from accelscope.models.loading import load_model
+from accelscope.report.html import check_report_path, write_report
+from accelscope.report.load_html import render_load_report
+from accelscope.spec import Device, Precision, RunSpec, TensorSpec
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
+from accelscope.sweep.select import select
+
+__all__ = ["LoadOutcome", "LoadRequest", "capacity_document", "load", "resolve_from_run"]
+
+TRIAL_DOCUMENT = "load-trial"
+CAPACITY_DOCUMENT = "capacity"
+SUMMARY_DOCUMENT = "load-summary"
+_PROBE_QUERIES_PER_BATCH = 24
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What ``accelscope load`` should run. ``max_batch`` is the batcher's maximum;
+    ``search=None`` means: search for a server run with an SLA and no ``rate``."""
+
+    model: str | None
+    scenario: Scenario = Scenario.SERVER
+    sla_p99_s: float | None = None
+    backend: str | None = None
+    precision: Precision | None = None
+    max_batch: int | None = None
+    threads: int | None = None
+    device: Device = Device.CPU
+    options: tuple[tuple[str, str], ...] | None = None
+    from_run: str | None = None
+    rate_per_s: float | None = None
+    search: bool | None = None
+    batching: bool = True
+    max_delay_s: float | None = None
+    min_duration_s: float = 10.0
+    min_queries: int = 1000
+    seed: int = 0
+    burstiness_cv: float = 1.0
+    query_timeout_s: float | None = None
+    max_lag_p99_s: float | None = None
+    inputs: tuple[TensorSpec, ...] | None = None
+    weights: Path | None = None
+    trust_model_code: bool = False
+    report_path: Path | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """What the run's verdict depends on, stored with the run."""
+        return {
+            "scenario": self.scenario.value,
+            "sla_p99_s": self.sla_p99_s,
+            "rate_per_s": self.rate_per_s,
+            "batching": self.batching,
+            "min_duration_s": self.min_duration_s,
+            "min_queries": self.min_queries,
+            "seed": self.seed,
+            "burstiness_cv": self.burstiness_cv,
+            "from_run": self.from_run,
+        }
+
+
+@dataclass
+class LoadOutcome:
+    """Everything ``load`` measured and where it went."""
+
+    model: str
+    spec: RunSpec
+    scenario: Scenario
+    trials: list[TrialSummary]
+    search: CapacitySearch | None
+    capacity: dict[str, Any] | None
+    run_id: str | None
+    store_path: Path | None
+    report_path: Path | None
+    prepare_s: float
+    padded_items: int
+    served_items: int
+    notes: list[str] = field(default_factory=list)
+
+
+class LoadEvents:
+    """Progress callbacks (the CLI prints them); the default does nothing."""
+
+    def preparing(self, spec: RunSpec, buckets: tuple[int, ...]) -> None:
+        """Preparation (compile, quantize) of the served configuration starts."""
+
+    def trial(self, summary: TrialSummary) -> None:
+        """A trial ended."""
+
+    def policy(self, found: PolicyCapacity) -> None:
+        """The rate search for one batcher policy ended."""
+
+
+def _validate(request: LoadRequest) -> None:
+    if request.model is None and request.from_run is None:
+        raise BadInputError("give a MODEL or --from-run BENCH_RUN_ID")
+    if request.min_queries <= 0:
+        raise BadInputError(f"min queries must be a positive integer, got {request.min_queries}")
+    if not math.isfinite(request.min_duration_s) or request.min_duration_s < 0:
+        raise BadInputError("min duration must be a duration >= 0")
+    if not math.isfinite(request.burstiness_cv) or request.burstiness_cv <= 0:
+        raise BadInputError(f"burstiness CV must be positive, got {request.burstiness_cv}")
+    if request.max_batch is not None and request.max_batch <= 0:
+        raise BadInputError(f"max batch must be a positive integer, got {request.max_batch}")
+    if request.threads is not None and request.threads <= 0:
+        raise BadInputError(f"threads must be a positive integer, got {request.threads}")
+    rate = request.rate_per_s
+    if rate is not None and (not math.isfinite(rate) or rate <= 0):
+        raise BadInputError(f"--rate must be a positive number of queries/s, got {rate:g}")
+    sla = request.sla_p99_s
+    if sla is not None and (not math.isfinite(sla) or sla <= 0):
+        raise BadInputError("the p99 SLA must be a positive duration")
+    if request.search and rate is not None:
+        raise BadInputError("give either --rate (one rate) or --search, not both")
+    if request.search and sla is None:
+        raise BadInputError("--search needs --sla-p99 (the bound the capacity must meet)")
+    if request.scenario is not Scenario.SERVER:
+        if rate is not None or request.search:
+            raise BadInputError(
+                f"--rate and --search apply to the server scenario, not {request.scenario.value}"
+            )
+    elif rate is None and sla is None:
+        raise BadInputError("the server scenario needs --rate QPS, or --sla-p99 to search")
+    timeout = request.query_timeout_s
+    if timeout is not None and sla is not None and timeout < sla:
+        raise BadInputError("--query-timeout must be at least the p99 SLA")
+
+
+def resolve_from_run(store_path: Path | None, run_id: str) -> tuple[str, RunSpec]:
+    """The model and the selected best configuration of a stored bench run (``latest``: the
+    most recent bench run)."""
+    path = store_path or DEFAULT_STORE_PATH
+    if not path.exists():
+        raise BadInputError(f"--from-run: no results store at {path}")
+    check_store_path(path)
+    with ResultStore(path) as store:
+        if run_id == "latest":  # the latest *bench* run, whatever ran after it
+            bench_runs = [r for r in store.list_runs(1000) if r.kind == "bench"]
+            if not bench_runs:
+                raise BadInputError(f"--from-run latest: no bench run in {path}")
+            run_id = bench_runs[0].id
+        run = store.get_run(run_id)
+    if run.kind != "bench":
+        raise BadInputError(f"--from-run: run {run.id} is a {run.kind} run, not a bench run")
+    sla = run.settings.get("sla_p99_s")
+    chosen = select(list(run.results), float(sla) if sla is not None else None)
+    best = next((r for r in run.results if r.spec.key == chosen.best_key), None)
+    if best is None:
+        raise BadInputError(f"--from-run: bench run {run.id} selected no configuration")
+    return run.model, best.spec
+
+
+def _served_spec(request: LoadRequest, store_path: Path | None) -> tuple[str, RunSpec]:
+    if request.from_run is not None:
+        model_ref, spec = resolve_from_run(store_path, request.from_run)
+        if request.model is not None and request.model != model_ref:
+            raise BadInputError(
+                f"--from-run: bench run measured {model_ref!r}, not {request.model!r}"
+            )
+        overrides: dict[str, Any] = {}
+        if request.backend is not None:
+            overrides["backend"] = request.backend
+        if request.precision is not None:
+            overrides["precision"] = request.precision
+        if request.threads is not None:
+            overrides["threads"] = request.threads
+        if request.options is not None:
+            overrides["options"] = request.options
+        if request.max_batch is not None:
+            overrides["batch_size"] = request.max_batch
+        return model_ref, replace(spec, **overrides)
+    assert request.model is not None
+    return request.model, RunSpec(
+        model=request.model,
+        backend=(request.backend or "eager").strip().lower(),
+        precision=request.precision or Precision.FP32,
+        batch_size=request.max_batch or 8,
+        threads=request.threads or available_cores(),
+        device=request.device,
+        options=request.options or (),
+    )
+
+
+def _trial_settings(request: LoadRequest) -> TrialSettings:
+    sla = request.sla_p99_s
+    timeout = request.query_timeout_s or max(10.0, 10.0 * (sla or 0.0))
+    lag = request.max_lag_p99_s or (0.05 * sla if sla is not None else 0.005)
+    return TrialSettings(
+        min_duration_s=request.min_duration_s,
+        min_queries=request.min_queries,
+        seed=request.seed,
+        burstiness_cv=request.burstiness_cv,
+        query_timeout_s=timeout,
+        stall_limit_s=3.0 * timeout,
+        max_lag_p99_s=max(lag, 0.001),
+    )
+
+
+def capacity_document(
+    model: str,
+    spec: RunSpec,
+    sla_p99_s: float,
+    env: Environment,
+    trials: list[TrialSummary],
+    search: CapacitySearch | None,
+) -> dict[str, Any]:
+    """The ``capacity`` document (the plan command's contract), with the curve as extras."""
+    passing = [t for t in trials if t.meets_sla]
+    best = max(passing, key=lambda t: t.offered_rate_per_s or 0.0) if passing else None
+    policy = best.policy if best is not None else None
+    served = replace(spec, batch_size=policy.max_batch) if policy is not None else spec
+    return {
+        "model": model,
+        "label": served.label(),
+        "spec": served.to_dict(),
+        "scenario": Scenario.SERVER.value,
+        "sla_p99_s": sla_p99_s,
+        "capacity_qps": float(best.offered_rate_per_s or 0.0) if best is not None else 0.0,
+        "batching": policy.to_dict() if policy is not None and policy.batching else None,
+        "environment_fingerprint": env.fingerprint(),
+        "device": spec.device.value,
+        "valid": best is not None and best.valid,
+        "capacity_trial": best.to_dict() if best is not None else None,
+        "policies": [
+            {
+                "batching": p.policy.to_dict(),
+                "capacity_qps": p.capacity_qps,
+                "ceiling_qps": p.ceiling_qps,
+                "trials": len(p.trials),
+                "note": p.note,
+            }
+            for p in (search.policies if search is not None else ())
+        ],
+        "curve": [
+            {
+                "offered_rate_per_s": t.offered_rate_per_s,
+                "batching": t.policy.to_dict(),
+                "p50_s": t.latency.p50_s,
+                "p90_s": t.latency.p90_s,
+                "p99_s": t.latency.p99_s,
+                "meets_sla": t.meets_sla,
+                "valid": t.valid,
+            }
+            for t in trials
+            if t.offered_rate_per_s is not None
+        ],
+    }
+
+
+class _Sink:
+    """Opens the store and starts the run with the first trial; commits each document."""
+
+    def __init__(
+        self, path: Path | None, model: str, env: Environment, request: LoadRequest, spec: RunSpec
+    ) -> None:
+        self.path = path
+        self.model = model
+        self.env = env
+        self.request = request
+        self.spec = spec
+        self.store: ResultStore | None = None
+        self.run_id: str | None = None
+
+    def add(self, kind: str, payload: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        if self.store is None:
+            self.store = ResultStore(self.path)
+        if self.run_id is None:
+            command = "accelscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+            settings = {**self.request.settings(), "spec": self.spec.to_dict()}
+            self.run_id = self.store.start_run("load", self.model, command, self.env, settings)
+        self.store.add_document(self.run_id, kind, payload)
+
+    def finish(self, status: str) -> None:
+        if self.store is not None and self.run_id is not None:
+            self.store.finish_run(self.run_id, status)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+
+def _run_scenario(
+    request: LoadRequest,
+    sut: ModelSUT,
+    executor: ThreadedExecutor,
+    settings: TrialSettings,
+    record: Callable[[TrialSummary], None],
+    events: LoadEvents,
+) -> CapacitySearch | None:
+    max_batch = sut.max_batch if request.batching else 1
+    sla = request.sla_p99_s
+    delay = (
+        request.max_delay_s
+        if request.max_delay_s is not None
+        else (0.1 * sla if sla is not None else 0.005)
+    )
+    policy = BatchPolicy(max_batch, delay if max_batch > 1 else 0.0)
+    if request.scenario is Scenario.SINGLE_STREAM:
+        record(run_single_stream(executor, settings))
+        return None
+    if request.scenario is Scenario.OFFLINE:
+        record(run_offline(executor, policy, settings))
+        return None
+    if request.rate_per_s is not None:
+        record(run_server(executor, request.rate_per_s, policy, settings, sla))
+        return None
+    assert sla is not None
+
+    def trial(rate: float, trial_policy: BatchPolicy) -> TrialSummary:
+        summary = run_server(executor, rate, trial_policy, settings, sla, stop_when_failed=True)
+        record(summary)
+        return summary
+
+    def throughput(probe_policy: BatchPolicy) -> float:
+        count = max(64, _PROBE_QUERIES_PER_BATCH * probe_policy.max_batch)
+        probe = TrialSettings(**{**settings.to_dict(), "min_queries": count, "min_duration_s": 0.0})
+        summary = run_offline(executor, probe_policy, probe)
+        if summary.errors or summary.stopped_reason:
+            reason = summary.error_messages[0] if summary.error_messages else summary.stopped_reason
+            raise MeasurementError(
+                f"{spec_label} failed its offline probe ({summary.errors} of {summary.issued} "
+                f"queries failed): {reason}"
+            )
+        return summary.throughput_per_s
+
+    spec_label = sut.spec.label()
+    grid = policy_grid(max_batch, sla, batching=request.batching)
+    if request.max_delay_s is not None:
+        grid = replace(grid, max_delays_s=(request.max_delay_s,))
+    return search_capacity(trial, throughput, grid, on_policy=events.policy)
+
+
+def load(
+    request: LoadRequest,
+    *,
+    store_path: Path | None = DEFAULT_STORE_PATH,
+    events: LoadEvents | None = None,
+    environment: Environment | None = None,
+) -> LoadOutcome:
+    """Run ``request``; returns its trials, capacity document and where things went."""
+    events = events or LoadEvents()
+    _validate(request)
+    if store_path is not None:
+        check_store_path(store_path)
+    if request.report_path is not None:
+        check_report_path(request.report_path)
+    model_ref, spec = _served_spec(request, store_path)
+    backend = get_backend(spec.backend)
+    env = environment or collect_environment()
+    model = load_model(
+        model_ref,
+        inputs=request.inputs,
+        weights=request.weights,
+        trust_model_code=request.trust_model_code,
+    )
+    spec = replace(spec, model_digest=model.digest)
+    backend.supports(model, spec, env).require(f"{spec.label()} for {model.ref}")
+    settings = _trial_settings(request)
+    sut = ModelSUT(
+        model,
+        spec,
+        backend,
+        max_batch=spec.batch_size if request.batching else 1,
+        pool_size=settings.pool_size,
+        seed=request.seed,
+    )
+    sink = _Sink(store_path, model.ref, env, request, spec)
+    trials: list[TrialSummary] = []
+
+    def record(summary: TrialSummary) -> None:
+        trials.append(summary)
+        sink.add(TRIAL_DOCUMENT, summary.to_dict())
+        events.trial(summary)
+
+    search: CapacitySearch | None = None
+    capacity: dict[str, Any] | None = None
+    try:
+        with pinned_threads(spec.threads):
+            events.preparing(spec, sut.buckets)
+            executor = ThreadedExecutor([sut], thread_setup=sut.thread_setup)  # prepares
+            try:
+                search = _run_scenario(request, sut, executor, settings, record, events)
+            finally:
+                executor.close()
+                sut.close()
+        if request.scenario is Scenario.SERVER and request.sla_p99_s is not None:
+            capacity = capacity_document(model.ref, spec, request.sla_p99_s, env, trials, search)
+            sink.add(CAPACITY_DOCUMENT, capacity)
+        sink.finish("complete")
+    except KeyboardInterrupt as exc:
+        sink.finish("interrupted")
+        where = f"; trials so far are in run {sink.run_id}" if sink.run_id else ""
+        raise InterruptedRunError("interrupted" + where) from exc
+    except BaseException:
+        sink.finish("failed")
+        raise
+    finally:
+        sink.close()
+    outcome = LoadOutcome(
+        model=model.ref,
+        spec=spec,
+        scenario=request.scenario,
+        trials=trials,
+        search=search,
+        capacity=capacity,
+        run_id=sink.run_id,
+        store_path=store_path if sink.run_id else None,
+        report_path=None,
+        prepare_s=sut.prepare_s,
+        padded_items=sut.padded_items,
+        served_items=sut.served_items,
+    )
+    if search is not None:
+        outcome.notes.extend(search.notes)
+        outcome.notes.extend(f"{p.policy.label()}: {p.note}" for p in search.policies if p.note)
+    if sut.padded_items and sut.served_items:
+        share = sut.padded_items / (sut.padded_items + sut.served_items)
+        outcome.notes.append(
+            f"fixed-batch runtime: batches were padded to prepared sizes {sut.buckets}; "
+            f"{share:.0%} of computed rows were padding"
+        )
+    outcome.report_path = _write_report(request, outcome, store_path)
+    return outcome
+
+
+def _write_report(request: LoadRequest, outcome: LoadOutcome, store_path: Path | None) -> Path:
+    path = request.report_path
+    if path is None:
+        base = store_path.parent if store_path is not None else DEFAULT_STORE_PATH.parent
+        path = base / "reports" / f"load-{outcome.run_id or 'unsaved'}.html"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInputError(f"cannot create {path.parent}: {exc.strerror}") from exc
+    html = render_load_report(
+        title=f"accelscope load: {outcome.model}",
+        model=outcome.model,
+        label=outcome.spec.label(),
+        scenario=outcome.scenario.value,
+        sla_p99_s=request.sla_p99_s,
+        trials=[t.to_dict() for t in outcome.trials],
+        capacity=outcome.capacity,
+        notes=outcome.notes,
+    )
+    write_report(html, path)
+    return path

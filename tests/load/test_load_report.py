@@ -1,0 +1,148 @@
+"""The load HTML report and terminal view: escaping, self-containment, a real browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from rich.console import Console
+
+from accelscope.hardware.fingerprint import Environment
+from accelscope.load.batcher import NO_BATCHING, BatchPolicy
+from accelscope.load.clock import SimClock
+from accelscope.load.executor import SimulatedExecutor
+from accelscope.load.fakes import BatchLinearService, FaultyService
+from accelscope.load.scenarios import run_server
+from accelscope.load.search import CapacitySearch, PolicyCapacity
+from accelscope.load.summary import TrialSettings
+from accelscope.report.load_html import render_load_report
+from accelscope.report.load_view import load_view
+from accelscope.spec import Precision, RunSpec
+from accelscope.workflows.load import capacity_document
+
+HOSTILE = (
+    "<img src=x onerror=\"document.title='PWNED'\"></script><script>document.title='PWNED'</script>"
+)
+INSTALL = "apt-get update && apt-get install -y chromium"
+SETTINGS = TrialSettings(min_queries=600, min_duration_s=1.0, seed=1, query_timeout_s=1.0)
+
+
+def _trials() -> list[Any]:
+    service = FaultyService(BatchLinearService(0.004, 0.001), fail_queries=frozenset({7}))
+    executor = SimulatedExecutor(service, SimClock())
+    clean = SimulatedExecutor(BatchLinearService(0.004, 0.001), SimClock())
+    trials = [run_server(executor, 50.0, NO_BATCHING, SETTINGS, 0.05)]
+    for rate in (80.0, 150.0, 300.0):
+        trials.append(run_server(clean, rate, BatchPolicy(8, 0.005), SETTINGS, 0.05))
+    return trials
+
+
+@pytest.fixture
+def page(environment: Environment) -> tuple[str, dict[str, Any]]:
+    env = environment
+    trials = _trials()
+    spec = RunSpec(HOSTILE, "eager", Precision.FP32, 8, 1)
+    search = CapacitySearch((PolicyCapacity(BatchPolicy(8, 0.005), 150.0, 400.0, tuple(trials)),))
+    capacity = capacity_document(HOSTILE, spec, 0.05, env, trials, search)
+    doc = render_load_report(title="load " + HOSTILE, model=HOSTILE, label=spec.label(),
+                             scenario="server", sla_p99_s=0.05,
+                             trials=[t.to_dict() for t in trials], capacity=capacity,
+                             notes=["note " + HOSTILE])  # fmt: skip
+    return doc, capacity
+
+
+def _figures(doc: str) -> dict[str, Any]:
+    match = re.search(r"var figures = (.*);\n", doc)
+    assert match
+    return {figure["id"]: figure for figure in json.loads(match.group(1))}
+
+
+def test_hostile_text_is_escaped_everywhere(page: tuple[str, dict[str, Any]]) -> None:
+    doc, _capacity = page
+    assert HOSTILE not in doc
+    assert "&lt;img src=x onerror=" in doc
+    body = doc[doc.index("<body>") : doc.index("<script>")]
+    assert "<script" not in body and "<img" not in body
+    assert "</script><script>document.title" not in doc
+    assert "content=\"default-src 'none'" in doc
+    assert "https://" not in re.sub(r"<script>.*?</script>", "", doc, flags=re.S)
+
+
+def test_charts_hold_the_curve_the_sla_and_the_split(page: tuple[str, dict[str, Any]]) -> None:
+    doc, capacity = page
+    figures = _figures(doc)
+    curve = figures["chart-curve"]
+    names = [trace["name"] for trace in curve["data"]]
+    assert any(n.startswith("p99") for n in names) and any(n.startswith("p50") for n in names)
+    sla_lines = [s for s in curve["layout"]["shapes"] if s["yref"] == "y"]
+    assert sla_lines and sla_lines[0]["y0"] == pytest.approx(50.0)
+    assert capacity["capacity_qps"] > 0
+    split = figures["chart-split"]
+    assert [t["name"][:5] for t in split["data"]] == ["queue", "compu"]
+    assert len(split["data"][0]["x"]) > 10
+    assert "Capacity at p99" in doc and "1 queries failed" in doc
+
+
+def test_terminal_view_shows_verdict_errors_and_notes(page: tuple[str, dict[str, Any]]) -> None:
+    _doc, capacity = page
+    console = Console(width=200, record=True)
+    trials = [t.to_dict() for t in _trials()]
+    console.print(load_view(title="t", scenario="server", sla_p99_s=0.05, trials=trials,
+                            capacity=capacity, notes=["padding note"]))  # fmt: skip
+    text = console.export_text()
+    assert "Capacity at p99 ≤ 50 ms" in text
+    assert "injected failure on query 7" in text and "padding note" in text
+
+
+def _chromium() -> str:
+    found = os.environ.get("ACCELSCOPE_CHROMIUM") or shutil.which("chromium")
+    if not found and Path("/usr/bin/chromium").exists():
+        found = "/usr/bin/chromium"
+    if not found:
+        pytest.fail(f"chromium is needed for the browser tests; install it with: {INSTALL}")
+    return found
+
+
+def test_report_draws_in_a_browser_quietly_and_offline(
+    page: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    doc, _capacity = page
+    html = tmp_path / "load.html"
+    html.write_text(doc, encoding="utf-8")
+    netlog = tmp_path / "netlog.json"
+    command = [
+        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}", "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--log-net-log={netlog}", "--enable-logging=stderr", "--v=0",
+        "--virtual-time-budget=5000", "--dump-dom", html.resolve().as_uri(),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    for chart in ("chart-curve", "chart-split"):
+        assert re.search(rf'id="{chart}"[^>]*class="[^"]*js-plotly-plot', dom), chart
+    title = re.findall(r"<title>(.*?)</title>", dom)[0]
+    assert title.startswith("load &lt;img")  # still the escaped text: no payload set it
+    console = [line for line in done.stderr.splitlines() if re.search(r":CONSOLE[:(\]]", line)]
+    assert console == []
+    text = netlog.read_text(encoding="utf-8").rstrip().rstrip(",")
+    log = json.loads(text if text.endswith("}") else text + "]}")
+    start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    requests = []
+    for event in log["events"]:
+        params = event.get("params", {})
+        url = str(params.get("url", ""))
+        if event["type"] != start_job or urlsplit(url).scheme not in ("http", "https"):
+            continue
+        isolation = str(params.get("network_isolation_key", ""))
+        if params.get("initiator") != "not an origin" or "file://" in isolation:
+            requests.append(url)
+    assert requests == []
