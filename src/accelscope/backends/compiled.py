@@ -109,10 +109,12 @@ class _CompiledRunner(TorchRunner):
         spec: RunSpec,
         compiled: Callable[..., Any],
         input_names: tuple[str, ...],
+        freezing: bool = False,
     ) -> None:
 
         super().__init__(spec)
         self._compiled: Callable[..., Any] | None = compiled
+        self._freezing = freezing
         self._names = input_names
         self._channels_last = channels_last_requested(spec)
 
@@ -125,10 +127,17 @@ class _CompiledRunner(TorchRunner):
 
         if self._compiled is None:
             raise MeasurementError("this runner was closed")
+        from torch._inductor import config as inductor_config
+
         # no_grad rather than inference_mode: inductor freezing requires grad mode off, and
         # inference tensors fed to a graph compiled outside inference_mode force recompiles.
         with torch.no_grad():
-            return self._compiled(*feed)
+            if inductor_config.freezing == self._freezing:
+                return self._compiled(*feed)
+            # Dynamo reads the *global* freezing flag when it traces, so a recompile (a new
+            # batch size, say) must see the flag this runner was prepared with.
+            with inductor_config.patch(freezing=self._freezing):
+                return self._compiled(*feed)
 
     def close(self) -> None:
         self._compiled = None
@@ -299,7 +308,7 @@ class CompileBackend(Backend):
         if options["channels_last"] == "true":
             module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         compiled = _compile(_autocast_wrapped(module, spec), spec)
-        runner = _CompiledRunner(spec, compiled, names)
+        runner = _CompiledRunner(spec, compiled, names, freezing=options["freezing"] == "true")
         try:
             # Dynamo reads the *global* freezing flag while tracing (to treat weights as
             # constants); the per-compile options reach inductor only after that, so the

@@ -226,6 +226,7 @@ def measure_ceilings(
         ideal = theoretical or theoretical_cpu(env.cpu, topology, full or cores)
         device_name = env.cpu.model_name
         notes += _smt_notes(peaks, ideal, full or cores)
+        notes += _above_isa_notes(peaks, ideal)
     else:
         device_name = env.gpus[0].name if env.gpus else "cuda"
         ideal = theoretical or _gpu_theoretical(env)[1]
@@ -263,6 +264,32 @@ def _smt_notes(peaks: dict[str, KernelPeak], ideal: Theoretical, cores: int) -> 
             "physical cores, not hyperthreads of one"
         ]
     return []
+
+
+def _above_isa_notes(peaks: dict[str, KernelPeak], ideal: Theoretical) -> list[str]:
+    """Why a measured peak can exceed the ISA peak: the ISA peak uses the nominal clock (the
+    core may run faster), and a 3x3 convolution may use Winograd, doing fewer multiplies than
+    the direct count its FLOPs are credited with."""
+    notes = []
+    for dtype, found in sorted(peaks.items()):
+        limit = ideal.flops_per_s.get(dtype)
+        if not limit or found.flops_per_s <= limit:
+            continue
+        implied = found.flops_per_s / limit
+        reason = (
+            "the cores ran above the clock the ISA peak assumes (turbo), by at least "
+            f"{implied:.2f}x"
+        )
+        if found.family.startswith("conv3x3"):
+            reason += (
+                ", or the 3x3 convolution ran a Winograd algorithm (fewer multiplies than the "
+            )
+            reason += "direct count); model convolutions can do the same, so it stays the ceiling"
+        notes.append(
+            f"{dtype} measured {found.flops_per_s / 1e9:,.0f} GFLOP/s > ISA peak "
+            f"{limit / 1e9:,.0f} GFLOP/s: {reason}"
+        )
+    return notes
 
 
 class _nothing:
