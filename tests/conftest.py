@@ -116,3 +116,12 @@ def tiny_onnx_bytes(batch: int | str = "batch", seed: int = 0) -> bytes:
     onnx.checker.check_model(model)
     data: bytes = model.SerializeToString()
     return data
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child that a test interrupts like a terminal's Ctrl-C: a shell
+    starts background jobs with SIGINT ignored and children inherit that, so a suite run in
+    the background would otherwise test nothing."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -18,6 +18,7 @@ from accelscope.errors import InterruptedRunError
 from accelscope.measure.timer import TimerConfig
 from accelscope.spec import TensorSpec
 from accelscope.store.sqlite import ResultStore
+from conftest import default_sigint
 
 FACTORY = """
 import torch
@@ -63,6 +64,7 @@ def test_sigint_to_the_real_command(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "accelscope.cli", "measure", "digits-cnn", "--batch", "1,2",
                "--budget", "30s", "--target-ci", "0.0001%", "--store", str(store_path)]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=default_sigint,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
     deadline = time.monotonic() + 120
     # wait until the first configuration is committed, then interrupt the second one

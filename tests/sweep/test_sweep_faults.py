@@ -17,6 +17,7 @@ from accelscope.bench import BenchRequest, bench
 from accelscope.result import Status
 from accelscope.spec import Precision, TensorSpec
 from accelscope.store.sqlite import ResultStore
+from conftest import default_sigint
 
 FACTORY = """
 import torch
@@ -142,7 +143,8 @@ def test_ctrl_c_stops_a_sweep_cleanly(tmp_path: Path, factory: str) -> None:
             "--backend", "eager", "--precision", "fp32,bf16", "--batch", "1,2,4,8",
             "--threads", "1", "--measure-budget", "2s", "--accuracy-samples", "16",
             "--store", str(store), "--report", str(tmp_path / "r.html"), "--quiet"]  # fmt: skip
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=default_sigint)  # fmt: skip
     deadline = time.monotonic() + 180
     while _count(store) < 1 and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.2)
