@@ -129,3 +129,29 @@ def _profile(steps: int, warmup: int, status: str = "stopped") -> Profile:
 )  # fmt: skip
 def test_failure_messages(run: ChildRun, expected: str | None) -> None:
     assert failure_message(run, 2, 60.0, 300.0) == expected
+
+
+class _CtrlCOnThirdRun(Launcher):
+    """A real launcher that raises KeyboardInterrupt when its third child would start, as a
+    Ctrl-C during the what-ifs does in the parent's blocking wait."""
+
+    def __init__(self) -> None:
+        super().__init__(env=ENV, stall_s=60.0, timeout_s=120, telemetry_interval_s=0.1)
+        self.runs = 0
+
+    def run(self, *args: object, **kwargs: object) -> ChildRun:
+        self.runs += 1
+        if self.runs == 3:
+            raise KeyboardInterrupt
+        return super().run(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_ctrl_c_during_what_ifs_keeps_the_diagnosis_and_what_was_measured() -> None:
+    env = collect_environment()
+    plan = DoctorPlan(EXAMPLES / "batch1_inference.py", warmup=2, steps=8,
+                      what_if="batch=4,compile")  # fmt: skip
+    result = run_doctor(plan, _CtrlCOnThirdRun(), support=env.precision_support(), cores=2,
+                        memory_bytes=env.memory_bytes)  # fmt: skip
+    assert result.interrupted
+    assert result.diagnosis.bottleneck == "overhead-bound"
+    assert [w.name for w in result.what_ifs] == ["baseline"]  # the baseline re-run finished

@@ -71,6 +71,8 @@ class DoctorResult:
     what_ifs: tuple[WhatIfResult, ...] = ()
     best: str | None = None
     recommendation: str = ""
+    interrupted: bool = False
+    """Ctrl-C arrived during the what-ifs: ``what_ifs`` holds those measured before it."""
 
     def documents(self) -> dict[str, Any]:
         """The store documents: ``diagnosis``, ``telemetry`` and one ``whatif`` each."""
@@ -207,33 +209,37 @@ def run_doctor(
     planned = plan_what_ifs(mode, chosen, ctx, pointed)
     results: list[WhatIfResult] = []
     runnable = [p for p in planned if p.spec is not None]
-    baseline: WhatIfResult | None = None
-    if runnable:
-        light = ChildConfig(plan.script, plan.args, plan.warmup, plan.steps, full=False,
-                            trace_steps=0, probe=False)  # fmt: skip
-        base_planned = PlannedWhatIf("baseline", "baseline (re-measured alike)", None)
-        base_run = _run(launcher, light, "baseline (re-measured)", events)
-        baseline = _measure_what_if(base_planned, base_run, None, plan.warmup, launcher)
-        if baseline.status == "ok":
-            baseline = WhatIfResult(**{**baseline.__dict__, "speedup": 1.0, "speedup_low": 1.0,
-                                       "speedup_high": 1.0})  # fmt: skip
-        else:
-            baseline = None
-        results.append(baseline or WhatIfResult("baseline", "baseline", "failed",
-                                                "the baseline re-run failed"))  # fmt: skip
-    for item in planned:
-        if item.spec is None:
-            results.append(WhatIfResult(item.name, item.label, "skipped", item.reason))
-            continue
-        config = ChildConfig(plan.script, plan.args, plan.warmup, plan.steps, full=False,
-                             trace_steps=0, probe=False, whatif=item.spec)  # fmt: skip
-        child = _run(launcher, config, item.label, events)
-        result = _measure_what_if(item, child, baseline, plan.warmup, launcher)
-        results.append(result)
-        if events is not None:
-            line = (f"{result.speedup:.2f}x items/s" if result.speedup is not None
-                    else result.reason or result.status)  # fmt: skip
-            events.run_finished(item.label, line)
+    interrupted = False
+    try:
+        baseline: WhatIfResult | None = None
+        if runnable:
+            light = ChildConfig(plan.script, plan.args, plan.warmup, plan.steps, full=False,
+                                trace_steps=0, probe=False)  # fmt: skip
+            base_planned = PlannedWhatIf("baseline", "baseline (re-measured alike)", None)
+            base_run = _run(launcher, light, "baseline (re-measured)", events)
+            baseline = _measure_what_if(base_planned, base_run, None, plan.warmup, launcher)
+            if baseline.status == "ok":
+                baseline = WhatIfResult(**{**baseline.__dict__, "speedup": 1.0, "speedup_low": 1.0,
+                                           "speedup_high": 1.0})  # fmt: skip
+            else:
+                baseline = None
+            results.append(baseline or WhatIfResult("baseline", "baseline", "failed",
+                                                    "the baseline re-run failed"))  # fmt: skip
+        for item in planned:
+            if item.spec is None:
+                results.append(WhatIfResult(item.name, item.label, "skipped", item.reason))
+                continue
+            config = ChildConfig(plan.script, plan.args, plan.warmup, plan.steps, full=False,
+                                 trace_steps=0, probe=False, whatif=item.spec)  # fmt: skip
+            child = _run(launcher, config, item.label, events)
+            result = _measure_what_if(item, child, baseline, plan.warmup, launcher)
+            results.append(result)
+            if events is not None:
+                line = (f"{result.speedup:.2f}x items/s" if result.speedup is not None
+                        else result.reason or result.status)  # fmt: skip
+                events.run_finished(item.label, line)
+    except KeyboardInterrupt:
+        interrupted = True  # keep the diagnosis and the what-ifs measured so far
     best, sentence = recommend(results) if runnable else (None, "")
     return DoctorResult(str(plan.script), plan.args, profile, run.telemetry, diagnosis,
-                        tuple(results), best, sentence)  # fmt: skip
+                        tuple(results), best, sentence, interrupted)  # fmt: skip

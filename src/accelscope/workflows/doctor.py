@@ -18,7 +18,7 @@ from accelscope.doctor.launcher import Launcher
 from accelscope.doctor.run import DoctorEvents, DoctorPlan, DoctorResult, run_doctor
 from accelscope.doctor.trace import chrome_trace
 from accelscope.doctor.whatif import parse_what_ifs
-from accelscope.errors import BadInputError, NotAvailableError
+from accelscope.errors import BadInputError, InterruptedRunError, NotAvailableError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measure.threads import available_cores
 from accelscope.report.doctor_html import render_doctor_report
@@ -133,7 +133,7 @@ def _store(path: Path, request: DoctorRequest, result: DoctorResult, env: Enviro
         except BaseException:
             store.finish_run(run_id, "failed")
             raise
-        store.finish_run(run_id, "complete")
+        store.finish_run(run_id, "interrupted" if result.interrupted else "complete")
     return run_id
 
 
@@ -188,5 +188,12 @@ def doctor(
     _write_json(chrome_trace(result.profile, f"doctor: {request.script.name}"), trace_path)
     html = render_doctor_report(result, env, trace_name=trace_path.name)
     write_report(html, report_path)
+    if result.interrupted:
+        kept = sum(1 for w in result.what_ifs if w.status == "ok" and w.name != "baseline")
+        where = f"run {run_id} ({store_path})" if run_id else "the report"
+        raise InterruptedRunError(
+            f"interrupted: the diagnosis ({result.diagnosis.bottleneck}) and {kept} measured "
+            f"what-if(s) are kept in {where}; report: {report_path}"
+        )
     return DoctorOutcome(result, run_id, store_path if run_id else None, report_path,
                          trace_path, time.monotonic() - started)  # fmt: skip
