@@ -6,18 +6,15 @@ escaped (jinja autoescape; ``html.escape`` for plotly labels; script-safe JSON).
 from __future__ import annotations
 
 import functools
-import html
-import re
-from importlib import resources
 from typing import Any
 
 import jinja2
-from plotly.offline import get_plotlyjs
 
 from accelscope.doctor.breakdown import ALL_PHASES
 from accelscope.doctor.run import DoctorResult
 from accelscope.hardware.fingerprint import Environment
 from accelscope.report.html import script_safe_json
+from accelscope.report.page import chart_layout, plot_label, plotly_js, template
 from accelscope.units import format_bytes, format_seconds
 
 __all__ = ["render_doctor_report"]
@@ -25,22 +22,12 @@ __all__ = ["render_doctor_report"]
 PHASE_COLORS = {"input": "#dc2626", "copy": "#c026d3", "forward": "#2563eb",
                 "backward": "#0891b2", "optimizer": "#16a34a", "sync": "#d97706",
                 "other": "#9ca3af"}  # fmt: skip
-_FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
-
-
-def _esc(text: str) -> str:
-    return html.escape(text, quote=False)
 
 
 def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "title": {"text": f"<b>{_esc(title)}</b>", "x": 0.01, "font": {"size": 15}},
-        "template": "plotly_white", "font": {"family": _FONT, "size": 12}, "height": 380,
-        "margin": {"l": 70, "r": 70, "t": 50, "b": 50}, "barmode": "stack",
-        "legend": {"orientation": "h", "y": -0.2, "x": 0},
-        "xaxis": {"title": {"text": _esc(x_title)}}, "yaxis": {"title": {"text": _esc(y_title)}},
-        **extra,
-    }  # fmt: skip
+    return chart_layout(title, x_title, y_title, **{
+        "height": 380, "margin": {"l": 70, "r": 70, "t": 50, "b": 50}, "barmode": "stack",
+        **extra})  # fmt: skip
 
 
 def _breakdown_figure(result: DoctorResult) -> dict[str, Any]:
@@ -113,7 +100,7 @@ def _what_if_figure(result: DoctorResult) -> dict[str, Any] | None:
     if not rows:
         return None
     rows.sort(key=lambda w: w.speedup or 0.0)
-    labels = [_esc(w.label) for w in rows]
+    labels = [plot_label(w.label) for w in rows]
     speed = [w.speedup or 0.0 for w in rows]
     plus = [max(0.0, (w.speedup_high or w.speedup or 0.0) - (w.speedup or 0.0)) for w in rows]
     minus = [max(0.0, (w.speedup or 0.0) - (w.speedup_low or 0.0)) for w in rows]
@@ -151,17 +138,10 @@ def _what_if_figure(result: DoctorResult) -> dict[str, Any] | None:
 
 
 @functools.cache
-def _plotly_js() -> str:
-    return re.sub(r"</(script)", r"<\\/\1", get_plotlyjs(), flags=re.IGNORECASE)
-
-
-@functools.cache
 def _template() -> jinja2.Template:
-    source = resources.files("accelscope.report").joinpath("templates", "doctor.html.j2")
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters.update(seconds=format_seconds, bytes=format_bytes, pct="{:.1%}".format,
-                       rate="{:,.2f}".format)  # fmt: skip
-    return env.from_string(source.read_text(encoding="utf-8"))
+    filters = {"seconds": format_seconds, "bytes": format_bytes, "pct": "{:.1%}".format,
+               "rate": "{:,.2f}".format}  # fmt: skip
+    return template("doctor.html.j2", filters)
 
 
 def render_doctor_report(result: DoctorResult, env: Environment | None, *,
@@ -182,5 +162,5 @@ def render_doctor_report(result: DoctorResult, env: Environment | None, *,
         charts=[(cid, heading, note, fig is not None) for cid, heading, note, fig in charts],
         figures_json=script_safe_json(figures),
         plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),
-        plotly_js=_plotly_js(),
+        plotly_js=plotly_js(),
     )  # fmt: skip

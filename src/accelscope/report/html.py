@@ -10,22 +10,19 @@ the ``<script>`` element it sits in.
 from __future__ import annotations
 
 import functools
-import html
 import math
 import os
-import re
 import tempfile
 from collections.abc import Callable, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import jinja2
 import plotly.graph_objects as go
 from plotly.io.json import to_json_plotly
-from plotly.offline import get_plotlyjs
 
 from accelscope.errors import BadInputError
+from accelscope.report.page import chart_layout, plot_label, plotly_js, template
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Device
 from accelscope.units import format_bytes
@@ -41,7 +38,6 @@ __all__ = [
 _TIMES, _MINUS = "\u00d7", "\u2212"
 _COLORS = {Status.OK: "#2563eb", Status.REJECTED: "#d97706", Status.FAILED: "#dc2626"}
 _SYMBOLS = {Status.OK: "circle", Status.REJECTED: "x", Status.FAILED: "x-thin-open"}
-_FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
 _MAX_POINT_LABELS = 10
 """Scatter points are labelled on the chart up to this many; beyond, only on hover."""
 _LOG_SPREAD = 30.0
@@ -156,18 +152,11 @@ class _Point(NamedTuple):
     hover: str
 
 
-def _esc(text: str, limit: int = 0) -> str:
-    """``text`` cut to ``limit`` characters (0: no limit) and escaped for a plotly label."""
-    if limit and len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return html.escape(text, quote=False)  # plotly decodes &lt; &gt; &amp; but not &quot;
-
-
 def _hover(result: Result, label: str, *lines: str) -> str:
     """Hover HTML: the label and status (escaped here), then ``lines`` (escaped by the caller)."""
-    head = f"<b>{_esc(label)}</b><br>{result.status.value}"
+    head = f"<b>{plot_label(label)}</b><br>{result.status.value}"
     if result.status_reason:
-        head += f": {_esc(result.status_reason, 200)}"
+        head += f": {plot_label(result.status_reason, 200)}"
     return "<br>".join((head, *lines))
 
 
@@ -176,18 +165,6 @@ def _axis_type(values: Sequence[float]) -> str:
     if len(positive) < 2 or len(positive) < len(values):
         return "linear"
     return "log" if max(positive) / min(positive) >= _LOG_SPREAD else "linear"
-
-
-def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
-    """A plotly layout; the titles are plain text and escaped here."""
-    return {
-        "title": {"text": f"<b>{_esc(title, 90)}</b>", "x": 0.01, "font": {"size": 16}},
-        "template": "plotly_white", "font": {"family": _FONT, "size": 12}, "height": 420,
-        "margin": {"l": 70, "r": 24, "t": 56, "b": 60}, "hoverlabel": {"align": "left"},
-        "legend": {"orientation": "h", "y": -0.2, "x": 0},
-        "xaxis": {"title": {"text": _esc(x_title)}}, "yaxis": {"title": {"text": _esc(y_title)}},
-        **extra,
-    }  # fmt: skip
 
 
 def _vertical_line(x: float, color: str) -> dict[str, Any]:
@@ -206,7 +183,7 @@ def _status_traces(points: Sequence[_Point]) -> list[dict[str, Any]]:
             "type": "scatter", "name": status.value, "x": [p.x for p in chosen],
             "y": [p.y for p in chosen],
             "mode": "markers+text" if len(points) <= _MAX_POINT_LABELS else "markers",
-            "text": [_esc(p.label, 40) for p in chosen], "textposition": "top center",
+            "text": [plot_label(p.label, 40) for p in chosen], "textposition": "top center",
             "textfont": {"size": 10, "color": "#4b5563"}, "cliponaxis": False,
             "hovertext": [p.hover for p in chosen], "hovertemplate": "%{hovertext}<extra></extra>",
             "marker": {"color": _COLORS[status], "symbol": _SYMBOLS[status], "size": 11,
@@ -239,7 +216,7 @@ def _throughput_figure(
                 "line": {"width": 1, "color": "#854d0e"}}}
                for p in points if best_key and p.result.spec.key == best_key]  # fmt: skip
     xs = [p.x for p in points] + ([sla_p99_s * 1e3] if sla_p99_s else [])
-    layout = _layout(f"{model}: throughput vs p99 latency", "p99 latency (ms)", "items / s")
+    layout = chart_layout(f"{model}: throughput vs p99 latency", "p99 latency (ms)", "items / s")
     layout["xaxis"]["type"] = _axis_type(xs)
     layout["yaxis"]["type"] = _axis_type([p.y for p in points])
     if sla_p99_s:
@@ -271,10 +248,10 @@ def _speedup_figure(
         "hovertext": [_hover(r, label, f"{s:.2f}{_TIMES} baseline throughput")
                       for s, label, r in bars],
     }  # fmt: skip
-    layout = _layout("speedup vs baseline", f"{_TIMES} throughput of {baseline_label}", "",
+    layout = chart_layout("speedup vs baseline", f"{_TIMES} throughput of {baseline_label}", "",
                      showlegend=False, height=max(420, 120 + 30 * len(bars)),
                      shapes=[_vertical_line(1.0, "#6b7280")])  # fmt: skip
-    ticks = [_esc(label, 48) for _, label, _ in bars]  # index categories: no merged bars
+    ticks = [plot_label(label, 48) for _, label, _ in bars]  # index categories: no merged bars
     layout["yaxis"].update(automargin=True, tickvals=list(range(len(bars))), ticktext=ticks)
     layout["xaxis"]["range"] = [0, bars[-1][0] * 1.18]
     return go.Figure(data=[trace], layout=layout)
@@ -319,29 +296,20 @@ def _accuracy_figure(
         y = None if acc is None or m is None else pick(acc)
         if x is not None and y is not None and math.isfinite(x) and math.isfinite(y):
             metric, fidelity = _accuracy_text(acc)
-            lines = [_esc(" ".join(metric))] + [_esc(f) for f in fidelity]
+            lines = [plot_label(" ".join(metric))] + [plot_label(f) for f in fidelity]
             points.append(_Point(r, label, x, y, _hover(r, label, *lines)))
     if not points:
         return None
     x_title = f"speedup ({_TIMES} baseline throughput)" if by_speedup else "items / s"
     better = "higher" if y_title.startswith("top-1") else "lower"
-    layout = _layout(f"accuracy vs speed ({better} is better)", x_title, y_title)
+    layout = chart_layout(f"accuracy vs speed ({better} is better)", x_title, y_title)
     layout["yaxis"].update(y_axis)
     return go.Figure(data=_status_traces(points), layout=layout)
 
 
 @functools.cache
-def _plotly_js() -> str:
-    """plotly's bundled plotly.min.js with any ``</script`` defused (it has none today)."""
-    return re.sub(r"</(script)", r"<\\/\1", get_plotlyjs(), flags=re.IGNORECASE)
-
-
-@functools.cache
 def _template() -> jinja2.Template:
-    source = resources.files("accelscope.report").joinpath("templates", "bench.html.j2")
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters.update(ms=_ms, bytes=format_bytes, rate="{:,.1f}".format)
-    return env.from_string(source.read_text(encoding="utf-8"))
+    return template("bench.html.j2", {"ms": _ms, "bytes": format_bytes, "rate": "{:,.1f}".format})
 
 
 def render_bench_report(
@@ -386,7 +354,7 @@ def render_bench_report(
         figures_json=script_safe_json(
             [{"id": cid, **fig.to_plotly_json()} for cid, _, _, fig in charts if fig]),
         plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),
-        plotly_js=_plotly_js(),
+        plotly_js=plotly_js(),
     )  # fmt: skip
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
 import jinja2
 
-from accelscope.report.html import _esc, _layout, _ms, _plotly_js, script_safe_json
+from accelscope.report.html import _ms, script_safe_json
+from accelscope.report.page import chart_layout, plot_label, plotly_js, template
 
 __all__ = ["load_verdict", "render_load_report"]
 
@@ -79,8 +79,8 @@ def _hover(label: str, key: str, trial: dict[str, Any]) -> str:
     value_ms = trial["latency"][key] * 1e3
     verdict = "meets SLA" if trial["meets_sla"] else "fails: " + "; ".join(trial["sla_failures"])
     return (
-        f"<b>{_esc(label)}</b><br>{rate:.1f} q/s offered<br>{key[:3]} {value_ms:.2f} ms"
-        f"<br>{_esc(verdict, 200)}"
+        f"<b>{plot_label(label)}</b><br>{rate:.1f} q/s offered<br>{key[:3]} {value_ms:.2f} ms"
+        f"<br>{plot_label(verdict, 200)}"
     )
 
 
@@ -108,7 +108,7 @@ def _curve_figure(
                 {
                     "type": "scatter",
                     "mode": "lines+markers",
-                    "name": _esc(name, 60),
+                    "name": plot_label(name, 60),
                     "x": rates,
                     "y": [t["latency"][key] * 1e3 for t in group],
                     "line": {"color": color, "dash": _DASHES.get(key, "solid")},
@@ -146,7 +146,7 @@ def _curve_figure(
             }
         )
     title = "latency vs offered load (x: the trial missed the SLA)"
-    layout = _layout(title, "offered load (queries/s)", "latency (ms)", shapes=shapes)
+    layout = chart_layout(title, "offered load (queries/s)", "latency (ms)", shapes=shapes)
     layout["yaxis"]["rangemode"] = "tozero"
     return {"data": traces, "layout": layout}
 
@@ -174,7 +174,7 @@ def _split_figure(trial: dict[str, Any] | None) -> dict[str, Any] | None:
     ]
     rate = (trial or {}).get("offered_rate_per_s")
     title = "per-query queue vs compute time" + (f" at {rate:.1f} q/s" if rate else "")
-    layout = _layout(
+    layout = chart_layout(
         title, "scheduled arrival (s from trial start)", "ms", barmode="stack", bargap=0.05
     )
     return {"data": traces, "layout": layout}
@@ -182,10 +182,7 @@ def _split_figure(trial: dict[str, Any] | None) -> dict[str, Any] | None:
 
 @functools.cache
 def _template() -> jinja2.Template:
-    source = resources.files("accelscope.report").joinpath("templates", "load.html.j2")
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters.update(ms=_ms, rate="{:,.1f}".format, policy=_policy_label)
-    return env.from_string(source.read_text(encoding="utf-8"))
+    return template("load.html.j2", {"ms": _ms, "rate": "{:,.1f}".format, "policy": _policy_label})
 
 
 def render_load_report(
@@ -228,5 +225,5 @@ def render_load_report(
         charts=[(cid, heading, note, fig is not None) for cid, heading, note, fig in charts],
         figures_json=script_safe_json([{"id": cid, **fig} for cid, _, _, fig in charts if fig]),
         plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),
-        plotly_js=_plotly_js(),
+        plotly_js=plotly_js(),
     )

@@ -10,47 +10,31 @@ table and in the chart labels.
 from __future__ import annotations
 
 import functools
-import html
-import re
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any
 
 import jinja2
-from plotly.offline import get_plotlyjs
 
 from accelscope.report.html import script_safe_json
+from accelscope.report.page import chart_layout, plot_label, plotly_js, template
 from accelscope.report.plan_view import capacity_cell
 
 __all__ = ["render_plan_report"]
 
-_FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
 _MODES = (("monthly_always_on", "always on", "#94a3b8"),
           ("monthly_autoscaled", "following traffic", "#2563eb"),
           ("monthly_scale_to_zero", "scale to zero", "#16a34a"))  # fmt: skip
 
 
-def _esc(text: str, limit: int = 0) -> str:
-    if limit and len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return html.escape(text, quote=False)
-
-
 def _label(option: Mapping[str, Any]) -> str:
     capacity = option.get("capacity") or {}
     suffix = " (estimate)" if capacity.get("basis") == "projected" else ""
-    return _esc(str(option["name"]), 40) + suffix
+    return plot_label(str(option["name"]), 40) + suffix
 
 
 def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "title": {"text": f"<b>{_esc(title, 90)}</b>", "x": 0.01, "font": {"size": 16}},
-        "template": "plotly_white", "font": {"family": _FONT, "size": 12}, "height": 420,
-        "margin": {"l": 70, "r": 70, "t": 56, "b": 60}, "hoverlabel": {"align": "left"},
-        "legend": {"orientation": "h", "y": -0.2, "x": 0},
-        "xaxis": {"title": {"text": _esc(x_title)}}, "yaxis": {"title": {"text": _esc(y_title)}},
-        **extra,
-    }  # fmt: skip
+    margin = {"l": 70, "r": 70, "t": 56, "b": 60}  # room for a right-hand axis
+    return chart_layout(title, x_title, y_title, **{"margin": margin, **extra})
 
 
 def _cost_figure(options: list[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -97,11 +81,6 @@ def _fleet_figure(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"data": traces, "layout": layout}
 
 
-@functools.cache
-def _plotly_js() -> str:
-    return re.sub(r"</(script)", r"<\\/\1", get_plotlyjs(), flags=re.IGNORECASE)
-
-
 def _money(value: Any) -> str:
     if value is None:
         return "—"
@@ -111,11 +90,9 @@ def _money(value: Any) -> str:
 
 @functools.cache
 def _template() -> jinja2.Template:
-    source = resources.files("accelscope.report").joinpath("templates/plan.html.j2")
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters.update(money=_money, capacity=capacity_cell,
-                       pct=lambda v: "—" if v is None else f"{float(v):.0%}")  # fmt: skip
-    return env.from_string(source.read_text(encoding="utf-8"))
+    filters = {"money": _money, "capacity": capacity_cell,
+               "pct": lambda v: "—" if v is None else f"{float(v):.0%}"}  # fmt: skip
+    return template("plan.html.j2", filters)
 
 
 def render_plan_report(doc: Mapping[str, Any], *, title: str) -> str:
@@ -132,5 +109,5 @@ def render_plan_report(doc: Mapping[str, Any], *, title: str) -> str:
         charts=[(cid, heading, note, fig is not None) for cid, heading, note, fig in charts],
         figures_json=script_safe_json([{"id": cid, **fig} for cid, _, _, fig in charts if fig]),
         plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),
-        plotly_js=_plotly_js(),
+        plotly_js=plotly_js(),
     )  # fmt: skip

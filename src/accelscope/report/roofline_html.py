@@ -8,16 +8,13 @@ string escaped (jinja autoescape for markup, ``html.escape`` for plotly labels, 
 from __future__ import annotations
 
 import functools
-import html
 import math
-import re
-from importlib import resources
 from typing import Any
 
 import jinja2
-from plotly.offline import get_plotlyjs
 
 from accelscope.report.html import script_safe_json
+from accelscope.report.page import plot_label, plotly_js, template
 from accelscope.roofline.analysis import RooflineProfile
 from accelscope.units import format_bytes
 
@@ -30,10 +27,6 @@ _BOUND_SYMBOLS = {
     "overhead-bound": "x",
     "unmeasured": "circle-open",
 }
-
-
-def _esc(text: str) -> str:
-    return html.escape(text, quote=False)
 
 
 def _roof(
@@ -80,7 +73,8 @@ def roofline_figure(profile: RooflineProfile) -> dict[str, Any]:
                 "x": [op.flops / op.bytes for op in chosen],
                 "y": [op.achieved_flops_per_s for op in chosen],
                 "hovertext": [
-                    f"<b>{_esc(op.name)}</b> ({_esc(op.dtype)}) x{op.calls}<br>{op.bound}<br>"
+                    f"<b>{plot_label(op.name)}</b> ({plot_label(op.dtype)}) x{op.calls}<br>"
+                    f"{op.bound}<br>"
                     f"{op.measured_time_s * 1e3:,.3f} ms, floor {op.floor_time_s * 1e3:,.3f} ms<br>"
                     f"{op.flops / 1e9:,.3f} GFLOP, {format_bytes(op.bytes)}<br>"
                     f"achieved {op.achieved_flops_per_s / 1e9:,.1f} GFLOP/s of "
@@ -99,8 +93,8 @@ def roofline_figure(profile: RooflineProfile) -> dict[str, Any]:
         )
     layout = {
         "title": {
-            "text": f"<b>{_esc(profile.model)}</b>: roofline ({_esc(profile.precision)}, "
-            f"batch {profile.batch_size})",
+            "text": f"<b>{plot_label(profile.model)}</b>: roofline "
+            f"({plot_label(profile.precision)}, batch {profile.batch_size})",
             "x": 0.01,
         },
         "template": "plotly_white",
@@ -114,15 +108,8 @@ def roofline_figure(profile: RooflineProfile) -> dict[str, Any]:
 
 
 @functools.cache
-def _plotly_js() -> str:
-    return re.sub(r"</(script)", r"<\\/\1", get_plotlyjs(), flags=re.IGNORECASE)
-
-
-@functools.cache
 def _template() -> jinja2.Template:
-    source = resources.files("accelscope.report").joinpath("templates", "roofline.html.j2")
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    return env.from_string(source.read_text(encoding="utf-8"))
+    return template("roofline.html.j2", {})
 
 
 def render_roofline_report(profile: RooflineProfile) -> str:
@@ -139,5 +126,5 @@ def render_roofline_report(profile: RooflineProfile) -> str:
         top_lost=profile.top_lost(5),
         figure_json=script_safe_json(roofline_figure(profile)),
         plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),
-        plotly_js=_plotly_js(),
+        plotly_js=plotly_js(),
     )

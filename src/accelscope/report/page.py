@@ -1,0 +1,53 @@
+"""What every offline HTML report shares: plotly.js inlined, escaped plotly labels, one chart
+layout, and the jinja environment (autoescaping, strict) its template is rendered with."""
+
+from __future__ import annotations
+
+import functools
+import html
+import re
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+import jinja2
+from plotly.offline import get_plotlyjs
+
+__all__ = ["FONT", "chart_layout", "plot_label", "plotly_js", "template"]
+
+FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
+
+
+def plot_label(text: str, limit: int = 0) -> str:
+    """``text`` cut to ``limit`` characters (0: no limit) and escaped for a plotly label
+    (plotly renders a subset of HTML; it decodes &lt; &gt; &amp; but not &quot;)."""
+    if limit and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return html.escape(text, quote=False)
+
+
+def chart_layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+    """A plotly layout; the titles are plain text and escaped here; ``extra`` overrides."""
+    return {
+        "title": {"text": f"<b>{plot_label(title, 90)}</b>", "x": 0.01, "font": {"size": 16}},
+        "template": "plotly_white", "font": {"family": FONT, "size": 12}, "height": 420,
+        "margin": {"l": 70, "r": 24, "t": 56, "b": 60}, "hoverlabel": {"align": "left"},
+        "legend": {"orientation": "h", "y": -0.2, "x": 0},
+        "xaxis": {"title": {"text": plot_label(x_title)}},
+        "yaxis": {"title": {"text": plot_label(y_title)}},
+        **extra,
+    }  # fmt: skip
+
+
+@functools.cache
+def plotly_js() -> str:
+    """plotly's bundled plotly.min.js with any ``</script`` defused (it has none today)."""
+    return re.sub(r"</(script)", r"<\\/\1", get_plotlyjs(), flags=re.IGNORECASE)
+
+
+def template(name: str, filters: dict[str, Callable[..., str]]) -> jinja2.Template:
+    """The packaged template ``templates/<name>`` in an autoescaping, strict environment."""
+    source = resources.files("accelscope.report").joinpath("templates", name)
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(filters)
+    return env.from_string(source.read_text(encoding="utf-8"))
