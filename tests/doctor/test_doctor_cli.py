@@ -5,16 +5,15 @@ checked in headless chromium (same detectors as tests/report/test_html_report.py
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from accelscope.cli import main
 from accelscope.store.sqlite import ResultStore
+from browser import Dom, browse, console_messages, page_requests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "doctor"
 HOSTILE = "<img src=x onerror=\"document.title='PWNED'\">"
@@ -66,13 +65,6 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not store.exists() and not (tmp_path / "cwd" / ".accelscope").exists()
 
 
-def _chromium() -> str:
-    found = os.environ.get("ACCELSCOPE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(found).exists():
-        pytest.fail("chromium is needed: apt-get update && apt-get install -y chromium")
-    return found
-
-
 def test_full_run_store_show_trace_and_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -101,17 +93,9 @@ def test_full_run_store_show_trace_and_report(
 
     doc = report.read_text(encoding="utf-8")
     assert "<img src" not in doc and "connect-src 'none'" in doc
-    profile_dir = tmp_path / "chromium"
-    done = subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         f"--user-data-dir={profile_dir}", "--host-resolver-rules=MAP * ~NOTFOUND",
-         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", "--dump-dom",
-         report.resolve().as_uri()],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    console = [line for line in done.stderr.splitlines() if re.search(r":CONSOLE[:(\]]", line)]
-    assert console == []
+    done = browse(report, tmp_path / "chromium")
+    assert console_messages(done.stderr) == []
     for chart in ("chart-breakdown", "chart-telemetry"):
-        assert re.search(rf'id="{chart}"[^>]*class="[^"]*js-plotly-plot', done.stdout), chart
-    assert "PWNED" not in re.search(r"<title>(.*?)</title>", done.stdout).group(1)  # type: ignore[union-attr]
+        assert re.search(rf'id="{chart}"[^>]*class="[^"]*js-plotly-plot', done.dom), chart
+    assert "PWNED" not in Dom(done.dom).title
+    assert page_requests(done.netlog) == []

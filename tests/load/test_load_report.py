@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from rich.console import Console
@@ -26,6 +22,7 @@ from accelscope.report.load_html import render_load_report
 from accelscope.report.load_view import load_view
 from accelscope.spec import Precision, RunSpec
 from accelscope.workflows.load import capacity_document
+from browser import browse, console_messages, page_requests
 
 HOSTILE = (
     "<img src=x onerror=\"document.title='PWNED'\"></script><script>document.title='PWNED'</script>"
@@ -101,48 +98,17 @@ def test_terminal_view_shows_verdict_errors_and_notes(page: tuple[str, dict[str,
     assert "injected failure on query 7" in text and "padding note" in text
 
 
-def _chromium() -> str:
-    found = os.environ.get("ACCELSCOPE_CHROMIUM") or shutil.which("chromium")
-    if not found and Path("/usr/bin/chromium").exists():
-        found = "/usr/bin/chromium"
-    if not found:
-        pytest.fail(f"chromium is needed for the browser tests; install it with: {INSTALL}")
-    return found
-
-
 def test_report_draws_in_a_browser_quietly_and_offline(
     page: tuple[str, dict[str, Any]], tmp_path: Path
 ) -> None:
     doc, _capacity = page
     html = tmp_path / "load.html"
     html.write_text(doc, encoding="utf-8")
-    netlog = tmp_path / "netlog.json"
-    command = [
-        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}", "--host-resolver-rules=MAP * ~NOTFOUND",
-        f"--log-net-log={netlog}", "--enable-logging=stderr", "--v=0",
-        "--virtual-time-budget=5000", "--dump-dom", html.resolve().as_uri(),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    dom = done.stdout
+    done = browse(html, tmp_path / "browser")
+    dom = done.dom
     for chart in ("chart-curve", "chart-split"):
         assert re.search(rf'id="{chart}"[^>]*class="[^"]*js-plotly-plot', dom), chart
     title = re.findall(r"<title>(.*?)</title>", dom)[0]
     assert title.startswith("load &lt;img")  # still the escaped text: no payload set it
-    console = [line for line in done.stderr.splitlines() if re.search(r":CONSOLE[:(\]]", line)]
-    assert console == []
-    text = netlog.read_text(encoding="utf-8").rstrip().rstrip(",")
-    log = json.loads(text if text.endswith("}") else text + "]}")
-    start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
-    requests = []
-    for event in log["events"]:
-        params = event.get("params", {})
-        url = str(params.get("url", ""))
-        if event["type"] != start_job or urlsplit(url).scheme not in ("http", "https"):
-            continue
-        isolation = str(params.get("network_isolation_key", ""))
-        if params.get("initiator") != "not an origin" or "file://" in isolation:
-            requests.append(url)
-    assert requests == []
+    assert console_messages(done.stderr) == []
+    assert page_requests(done.netlog) == []

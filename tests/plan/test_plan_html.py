@@ -4,16 +4,10 @@ request, hostile strings inert, every projection labelled (needs Debian's chromi
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import pytest
 from plan_helpers import roofline_payload
 
 from accelscope.plan.capacity import given_capacity, project_capacity
@@ -23,6 +17,7 @@ from accelscope.plan.fleet import PlanSettings
 from accelscope.plan.service import Evidence, build_plan
 from accelscope.plan.traffic import hourly_traffic
 from accelscope.report.plan_html import render_plan_report
+from browser import Dom, browse, console_messages, page_requests
 
 HOSTILE = "<img src=x onerror=\"document.title='PWNED'\"></script><script>document.title='PWNED'"
 
@@ -56,76 +51,18 @@ def test_report_labels_every_projection_and_escapes(tmp_path: Path) -> None:
     assert "connect-src 'none'" in html and "http://" not in html.split("<script>")[0]
 
 
-def _chromium() -> str:
-    found = os.environ.get("ACCELSCOPE_CHROMIUM") or shutil.which("chromium")
-    if not found:
-        pytest.fail("chromium is needed: apt-get update && apt-get install -y chromium")
-    return found
-
-
-class _Tags(HTMLParser):
-    def __init__(self, dom: str) -> None:
-        super().__init__()
-        self.tags: list[tuple[str, dict[str, str]]] = []
-        self.title, self._in_title = "", False
-        self.feed(dom)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, {k: v or "" for k, v in attrs}))
-        self._in_title = tag == "title"
-
-    def handle_endtag(self, tag: str) -> None:
-        self._in_title = False
-
-    def handle_data(self, data: str) -> None:
-        self.title += data if self._in_title else ""
-
-
 def test_report_in_a_real_browser(tmp_path: Path) -> None:
     page = tmp_path / "plan.html"
     page.write_text(render_plan_report(_document(), title="plan " + HOSTILE), encoding="utf-8")
-    netlog = tmp_path / "netlog.json"
-    command = [
-        _chromium(),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        f"--log-net-log={netlog}",
-        "--enable-logging=stderr",
-        "--v=0",
-        "--virtual-time-budget=5000",
-        "--dump-dom",
-        page.resolve().as_uri(),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    dom = _Tags(done.stdout)
+    done = browse(page, tmp_path / "browser")
+    dom = Dom(done.dom)
     classes = {a.get("id"): a.get("class", "") for _, a in dom.tags}
     for chart in ("chart-cost", "chart-fleet"):
         assert "js-plotly-plot" in classes.get(chart, ""), f"plotly did not draw {chart}"
     assert dom.title == "plan " + HOSTILE  # shown as text; a script would have set 'PWNED'
     assert not [a for t, a in dom.tags if t == "img" or "onerror" in a]
-    assert not [line for line in done.stderr.splitlines() if re.search(r":CONSOLE[:(\]]", line)]
-    text = netlog.read_text(encoding="utf-8").rstrip().rstrip(",")
-    log = json.loads(text if text.endswith("}") else text + "]}")
-    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
-    requests = [
-        e["params"].get("url", "")
-        for e in log["events"]
-        if e["type"] == start
-        and urlsplit(e["params"].get("url", "")).scheme in ("http", "https")
-        and (
-            e["params"].get("initiator") != "not an origin"
-            or "file://" in str(e["params"].get("network_isolation_key", ""))
-        )
-    ]
-    assert requests == []
+    assert console_messages(done.stderr) == []
+    assert page_requests(done.netlog) == []
 
 
 def test_given_capacity_is_not_labelled_estimate() -> None:

@@ -11,16 +11,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
-import shutil
 import struct
-import subprocess
 import zlib
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import given
@@ -34,13 +29,13 @@ from accelscope.hardware.fingerprint import Environment
 from accelscope.report.html import pareto_front, render_bench_report, script_safe_json, write_report
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Precision, RunSpec
+from browser import BrowserRun, Dom, browse, console_messages, page_requests
 from conftest import make_result
 
 HOSTILE = (
     "<img src=x onerror=\"document.title='PWNED'\"></script><script>document.title='PWNED'</script>"
 )
 TITLE = "bench & report " + HOSTILE
-INSTALL = "apt-get update && apt-get install -y chromium"
 
 
 @pytest.mark.parametrize(
@@ -214,84 +209,6 @@ def test_write_report_is_atomic_and_reports_bad_paths(tmp_path: Path) -> None:
 # Real browser ---------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class BrowserRun:
-    dom: str
-    stderr: str
-    netlog: Path
-
-
-def _chromium() -> str:
-    found = os.environ.get("ACCELSCOPE_CHROMIUM") or shutil.which("chromium")
-    if not found and Path("/usr/bin/chromium").exists():
-        found = "/usr/bin/chromium"
-    if not found:
-        pytest.fail(f"chromium is needed for the browser tests; install it with: {INSTALL}")
-    return found
-
-
-def _browse(page: Path, workdir: Path, *flags: str) -> BrowserRun:
-    """Load ``page`` from a file:// URL in headless chromium with every host name mapped away."""
-    workdir.mkdir(parents=True)
-    netlog = workdir / "netlog.json"
-    command = [
-        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={workdir / 'profile'}", "--hide-scrollbars",
-        "--host-resolver-rules=MAP * ~NOTFOUND", f"--log-net-log={netlog}",
-        "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", *flags,
-        page.resolve().as_uri(),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return BrowserRun(done.stdout, done.stderr, netlog)
-
-
-def _console_messages(stderr: str) -> list[str]:
-    """Every page console line. Chromium logs console.error, console.log and uncaught
-    exceptions alike as ``INFO:CONSOLE`` (no level), so any console line counts."""
-    return [line for line in stderr.splitlines() if re.search(r":CONSOLE[:(\]]", line)]
-
-
-def _page_requests(netlog: Path) -> list[str]:
-    """http(s) URLs requested on behalf of a page, from chromium's net log. Chromium's own
-    background requests (update checks, account probes: initiator "not an origin", no file://
-    isolation key) are left out; the host mapping keeps even those off the network."""
-    text = netlog.read_text(encoding="utf-8").rstrip().rstrip(",")
-    log = json.loads(text if text.endswith("}") else text + "]}")  # unclean exit: no footer
-    start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
-    found = []
-    for event in log["events"]:
-        params = event.get("params", {})
-        url = params.get("url", "")
-        if event["type"] != start_job or urlsplit(url).scheme not in ("http", "https"):
-            continue
-        isolation = str(params.get("network_isolation_key", ""))
-        if params.get("initiator") != "not an origin" or "file://" in isolation:
-            found.append(url)
-    return found
-
-
-class _Dom(HTMLParser):
-    """Start tags with their attributes, and the document title, of a dumped DOM."""
-
-    def __init__(self, dom: str) -> None:
-        super().__init__()
-        self.tags: list[tuple[str, dict[str, str]]] = []
-        self.title, self._in_title = "", False
-        self.feed(dom)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, {k: v or "" for k, v in attrs}))
-        self._in_title = tag == "title"
-
-    def handle_endtag(self, tag: str) -> None:
-        self._in_title = False
-
-    def handle_data(self, data: str) -> None:
-        self.title += data if self._in_title else ""
-
-
 def _png_is_nontrivial(png: bytes, width: int, height: int) -> bool:
     """Right size, and the filtered scanlines are not (almost) all zero, as a blank page's are."""
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
@@ -332,30 +249,30 @@ def browser(environment: Environment, tmp_path_factory: pytest.TempPathFactory) 
     for name, text in pages.items():
         (root / f"{name}.html").write_text(text, encoding="utf-8")
     for name in ("report", "control", "unescaped"):
-        RUNS[name] = _browse(root / f"{name}.html", root / name, "--dump-dom")
+        RUNS[name] = browse(root / f"{name}.html", root / name, "--dump-dom")
     for name in ("report", "blank"):
         png = root / f"{name}.png"
         size = f"--window-size={SHOT_SIZE[0]},{SHOT_SIZE[1]}"
-        _browse(root / f"{name}.html", root / f"{name}-shot", f"--screenshot={png}", size)
+        browse(root / f"{name}.html", root / f"{name}-shot", f"--screenshot={png}", size)
         SHOTS[name] = png.read_bytes()
 
 
 @pytest.mark.usefixtures("browser")
 def test_browser_detectors_fire_on_deliberately_bad_pages() -> None:
     control = RUNS["control"]
-    console = "\n".join(_console_messages(control.stderr))
+    console = "\n".join(console_messages(control.stderr))
     assert "deliberate-console-error" in console and "Uncaught ReferenceError" in console
-    requests = _page_requests(control.netlog)
+    requests = page_requests(control.netlog)
     assert "http://netlog-control.invalid/pixel.png" in requests
     assert "https://netlog-control.invalid/data.json" in requests
-    assert _Dom(control.dom).title == "PWNED"
-    assert _Dom(RUNS["unescaped"].dom).title == "PWNED"  # the report's CSP would not stop it
+    assert Dom(control.dom).title == "PWNED"
+    assert Dom(RUNS["unescaped"].dom).title == "PWNED"  # the report's CSP would not stop it
     assert not _png_is_nontrivial(SHOTS["blank"], *SHOT_SIZE)
 
 
 @pytest.mark.usefixtures("browser")
 def test_report_draws_its_charts_in_a_browser() -> None:
-    dom = _Dom(RUNS["report"].dom)
+    dom = Dom(RUNS["report"].dom)
     classes = {attrs.get("id"): attrs.get("class", "") for _, attrs in dom.tags}
     for chart in ("chart-throughput", "chart-speedup", "chart-accuracy"):
         assert "js-plotly-plot" in classes.get(chart, ""), f"plotly did not draw {chart}"
@@ -367,17 +284,17 @@ def test_report_draws_its_charts_in_a_browser() -> None:
 
 @pytest.mark.usefixtures("browser")
 def test_report_logs_nothing_to_the_console() -> None:
-    assert _console_messages(RUNS["report"].stderr) == []
+    assert console_messages(RUNS["report"].stderr) == []
 
 
 @pytest.mark.usefixtures("browser")
 def test_report_requests_nothing_from_the_network() -> None:
-    assert _page_requests(RUNS["report"].netlog) == []
+    assert page_requests(RUNS["report"].netlog) == []
 
 
 @pytest.mark.usefixtures("browser")
 def test_report_xss_payloads_do_not_run() -> None:
-    dom = _Dom(RUNS["report"].dom)
+    dom = Dom(RUNS["report"].dom)
     assert dom.title == TITLE
     assert [tag for tag, _ in dom.tags if tag == "script"] == ["script", "script"]
     assert not [attrs for tag, attrs in dom.tags if tag == "img" or "onerror" in attrs]

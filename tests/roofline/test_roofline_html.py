@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +10,7 @@ import pytest
 from accelscope.report.roofline_html import render_roofline_report, roofline_figure
 from accelscope.roofline.analysis import RooflineProfile, build_profile
 from accelscope.roofline.counting import OpRecord
+from browser import browse, console_messages, page_requests
 from roofline.test_analysis import make_ceilings
 
 HOSTILE = (
@@ -55,36 +53,15 @@ def test_report_escapes_user_text_and_is_self_contained() -> None:
     assert not re.search(r"<script[^>]+src=", doc) and "<link" not in doc
 
 
-def _chromium() -> str:
-    found = os.environ.get("ACCELSCOPE_CHROMIUM") or shutil.which("chromium")
-    if not found and Path("/usr/bin/chromium").exists():
-        found = "/usr/bin/chromium"
-    if not found:
-        pytest.fail("chromium is needed: apt-get update && apt-get install -y chromium")
-    return found
-
-
 def test_report_draws_in_headless_chromium_without_console_or_network(tmp_path: Path) -> None:
     page = tmp_path / "roofline.html"
     page.write_text(render_roofline_report(_profile()), encoding="utf-8")
-    netlog = tmp_path / "netlog.json"
-    command = [
-        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}", "--host-resolver-rules=MAP * ~NOTFOUND",
-        f"--log-net-log={netlog}", "--enable-logging=stderr", "--v=0",
-        "--virtual-time-budget=5000", "--dump-dom", page.resolve().as_uri(),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    dom = done.stdout
+    done = browse(page, tmp_path / "browser")
+    dom = done.dom
     assert re.search(r'id="chart-roofline"[^>]*class="[^"]*js-plotly-plot', dom) or re.search(
         r'class="[^"]*js-plotly-plot[^"]*"[^>]*id="chart-roofline"', dom
     ), "plotly did not draw"
     assert "bf16 roof" in dom  # legend text drawn by plotly
     assert "<title>PWNED" not in dom
-    console = [line for line in done.stderr.splitlines() if re.search(r":CONSOLE[:(\]]", line)]
-    assert console == []
-    # chromium's own background probes go to google hosts; the page itself must request nothing
-    urls = re.findall(r'"url":"(https?://[^"]+)"', netlog.read_text(encoding="utf-8"))
-    assert not [u for u in urls if not re.search(r"google|gstatic|gvt1", u)]
+    assert console_messages(done.stderr) == []
+    assert page_requests(done.netlog) == []
