@@ -40,9 +40,10 @@ def _probe(ops: int, op_time_s: float, fp32_s: float) -> OpSummary:
 def _ctx(
     steps: list[Step], probe: OpSummary | None = None, cpu: CpuInfo = SPR,
     facts: RunFacts | None = None, telemetry: Telemetry | None = None,
+    op_overhead_s: float = 1e-6,
 ) -> RuleContext:  # fmt: skip
     profile = Profile("done", "optimizer", 0, len(steps), tuple(steps), probe=probe,
-                      op_overhead_s=1e-6, facts=facts or _facts())  # fmt: skip
+                      op_overhead_s=op_overhead_s, facts=facts or _facts())  # fmt: skip
     return RuleContext(profile, breakdown(steps), telemetry, cpu_support(cpu), 2, 24 * 2**30)
 
 
@@ -77,6 +78,17 @@ def test_overhead_bound_small_ops_and_batch() -> None:
     diagnosis = diagnose(_ctx(steps, _probe(11, 60e-6, 20e-6)))
     assert diagnosis.bottleneck == "overhead-bound"
     assert diagnosis.fired[0].what_ifs == ("batch", "compile")
+
+
+def test_overhead_bound_scales_with_the_trivial_op_cost_measured_in_the_run() -> None:
+    # 11 ops in 330 us: 30 us each. On a quiet machine (a trivial op costs 1 us) that is real
+    # work; on a busy one where a trivial op takes 2 us, 30 us is still under 25x of it.
+    steps = [_step(330e-6, items=1, forward=300e-6)] * 5
+    quiet = diagnose(_ctx(steps, _probe(11, 300e-6, 100e-6), op_overhead_s=1e-6))
+    busy = diagnose(_ctx(steps, _probe(11, 300e-6, 100e-6), op_overhead_s=2e-6))
+    assert "overhead-bound" not in [f.rule for f in quiet.fired]
+    assert busy.bottleneck == "overhead-bound"
+    assert "50 us" in busy.fired[0].threshold
 
 
 def test_missing_mixed_precision_needs_a_fast_path() -> None:

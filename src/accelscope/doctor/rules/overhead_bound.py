@@ -14,6 +14,17 @@ from accelscope.doctor.findings import (
 
 TINY_OP_S = 20e-6
 """Average host wall time per operator below which fixed per-op costs dominate."""
+TINY_OP_FACTOR = 25.0
+"""... or below this many times the trivial-op cost measured in the same run: on a busy machine
+every operator, the trivial one included, takes longer, and the rule should not flip with it."""
+
+
+def tiny_op_limit_s(ctx: RuleContext) -> float:
+    """The per-operator wall time below which the step counts as overhead-bound."""
+    trivial = ctx.profile.op_overhead_s
+    return max(TINY_OP_S, TINY_OP_FACTOR * trivial) if trivial else TINY_OP_S
+
+
 THRESHOLD = 0.25
 HIGH = 0.50
 SMALL_BATCH = 8
@@ -30,15 +41,18 @@ def wall_per_op_s(ctx: RuleContext) -> float | None:
 
 
 class OverheadBound:
-    """Fires when operators average < 20 us of wall time each (measured step time over the
-    census' operator count) and the operator-running part of the step is >= 25 % of it."""
+    """Fires when operators average < 20 us of wall time each (or < 25x the trivial-op cost
+    measured in the run; measured step time over the census' operator count) and the
+    operator-running part of the step is >= 25 % of it."""
 
     name = "overhead-bound"
 
     def check(self, ctx: RuleContext) -> Finding:
         """Wall time per operator and the share of step time it concerns."""
-        threshold = (f"operators average < {TINY_OP_S * 1e6:.0f} us of wall time each, over "
-                     f">= {THRESHOLD:.0%} of step time")  # fmt: skip
+        limit = tiny_op_limit_s(ctx)
+        threshold = (f"operators average < {limit * 1e6:.0f} us of wall time each (20 us, or "
+                     f"{TINY_OP_FACTOR:g}x a trivial op here), over >= {THRESHOLD:.0%} of step "
+                     "time")  # fmt: skip
         probe = ctx.profile.probe
         per_op = wall_per_op_s(ctx)
         if probe is None or per_op is None:
@@ -53,8 +67,8 @@ class OverheadBound:
         }  # fmt: skip
         if ctx.profile.op_overhead_s is not None:
             evidence["trivial_op_cost_us"] = ctx.profile.op_overhead_s * 1e6
-        if per_op >= TINY_OP_S or share < THRESHOLD:
-            why = (f"operators average {per_op * 1e6:.0f} us each" if per_op >= TINY_OP_S
+        if per_op >= limit or share < THRESHOLD:
+            why = (f"operators average {per_op * 1e6:.0f} us each" if per_op >= limit
                    else f"operator work is {share:.0%} of step time")  # fmt: skip
             return Finding(self.name, "overhead-bound", CLEAR, why, threshold, share,
                            evidence=evidence)  # fmt: skip
