@@ -8,8 +8,6 @@ writes the offline HTML report.
 from __future__ import annotations
 
 import importlib
-import shlex
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +23,7 @@ from accelscope.models.loading import load_model
 from accelscope.report.html import check_report_path, render_bench_report, write_report
 from accelscope.result import Result
 from accelscope.spec import Device, Precision, TensorSpec
+from accelscope.store.sink import RunSink
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
 from accelscope.sweep.executor import Executor, LocalExecutor
 from accelscope.sweep.guard import AccuracyRule
@@ -122,42 +121,6 @@ def _default_report_path(store_path: Path | None, run_id: str | None) -> Path:
     return base / "reports" / f"bench-{run_id or 'unsaved'}.html"
 
 
-class _StoreSink:
-    """Opens the store and starts (or resumes) the run with the first result."""
-
-    def __init__(self, path: Path | None, request: BenchRequest, model: LoadedModel,
-                 env: Environment, resume_id: str | None) -> None:  # fmt: skip
-        self.path = path
-        self.request = request
-        self.model = model
-        self.env = env
-        self.run_id = resume_id
-        self.store: ResultStore | None = None
-        if path is not None and resume_id is not None:
-            self.store = ResultStore(path)
-            self.store.reopen_run(resume_id)
-
-    def __call__(self, result: Result) -> None:
-        if self.path is None:
-            return
-        if self.store is None:
-            self.store = ResultStore(self.path)
-        if self.run_id is None:
-            command = "accelscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-            self.run_id = self.store.start_run(
-                "bench", self.model.ref, command, self.env, self.request.settings()
-            )
-        self.store.add_result(self.run_id, result)
-
-    def finish(self, status: str) -> None:
-        if self.store is not None and self.run_id is not None:
-            self.store.finish_run(self.run_id, status)
-
-    def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
-
-
 def _prior(path: Path | None, model: LoadedModel) -> tuple[str | None, list[Result]]:
     if path is None or not path.exists():
         raise BadInputError("--resume needs the store of the interrupted run (no store found)")
@@ -223,7 +186,7 @@ def bench(
         eval_data=str(request.eval_data) if request.eval_data else None,
         metric=request.metric,
     )
-    sink = _StoreSink(store_path, request, model, env, resume_id)
+    sink = RunSink(store_path, "bench", model.ref, env, request.settings(), resume_id)
     try:
         with tempfile.TemporaryDirectory(prefix="accelscope-bench-") as workdir:
             outcome = run_sweep(
@@ -231,7 +194,7 @@ def bench(
                 model,
                 env,
                 executor or LocalExecutor(request.timeout_s),
-                sink=sink,
+                sink=sink.add_result,
                 workdir=Path(workdir),
                 prior=prior,
                 events=events,

@@ -150,3 +150,27 @@ def test_a_document_that_is_not_json_is_refused_and_nothing_is_written(
         with pytest.raises(StoreError):
             store.add_document(run_id, "curve", {"p99": float("nan")})
         assert store.get_run(run_id).documents == ()
+
+
+def test_run_sink_creates_nothing_until_the_first_row(
+    tmp_path: Path, environment: Environment
+) -> None:
+    from accelscope.store.sink import RunSink
+
+    path = tmp_path / "r.db"
+    sink = RunSink(path, "load", "m", environment, {"sla_p99_s": 0.1})
+    sink.finish("failed")  # nothing measured: no file, no empty run
+    sink.close()
+    assert not path.exists() and sink.run_id is None
+    sink.add_document("trial", {"rate": 10.0})
+    sink.add_document("capacity", {"capacity_qps": 9.0})
+    sink.finish("complete")
+    sink.close()
+    with ResultStore(path) as store:
+        run = store.get_run("latest")
+    assert run.id == sink.run_id and run.status == "complete" and run.kind == "load"
+    assert run.settings == {"sla_p99_s": 0.1} and run.command.startswith("accelscope")
+    assert [d.kind for d in run.documents] == ["trial", "capacity"]
+    nowhere = RunSink(None, "load", "m", environment, {})
+    nowhere.add_document("trial", {"rate": 1.0})
+    assert nowhere.run_id is None

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measure.threads import available_cores
 from accelscope.report.doctor_html import render_doctor_report
 from accelscope.report.html import check_report_path, write_report
+from accelscope.store.sink import command_line
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
 
 __all__ = ["DoctorOutcome", "DoctorRequest", "doctor", "result_for_run"]
@@ -120,7 +119,7 @@ def _write_json(payload: dict[str, Any], path: Path) -> None:
 
 
 def _store(path: Path, request: DoctorRequest, result: DoctorResult, env: Environment) -> str:
-    command = "accelscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = command_line()
     documents = result.documents()
     with ResultStore(path) as store:
         run_id = store.start_run("doctor", request.script.name, command, env, request.settings())

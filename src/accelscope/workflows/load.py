@@ -9,8 +9,6 @@ each trial is its own committed document, so Ctrl-C leaves a consistent, ``inter
 from __future__ import annotations
 
 import math
-import shlex
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,6 +28,7 @@ from accelscope.models.loading import load_model
 from accelscope.report.html import check_report_path, write_report
 from accelscope.report.load_html import render_load_report
 from accelscope.spec import Device, Precision, RunSpec, TensorSpec
+from accelscope.store.sink import RunSink
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
 from accelscope.sweep.select import select
 
@@ -274,40 +273,6 @@ def capacity_document(
     }
 
 
-class _Sink:
-    """Opens the store and starts the run with the first trial; commits each document."""
-
-    def __init__(
-        self, path: Path | None, model: str, env: Environment, request: LoadRequest, spec: RunSpec
-    ) -> None:
-        self.path = path
-        self.model = model
-        self.env = env
-        self.request = request
-        self.spec = spec
-        self.store: ResultStore | None = None
-        self.run_id: str | None = None
-
-    def add(self, kind: str, payload: dict[str, Any]) -> None:
-        if self.path is None:
-            return
-        if self.store is None:
-            self.store = ResultStore(self.path)
-        if self.run_id is None:
-            command = "accelscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-            settings = {**self.request.settings(), "spec": self.spec.to_dict()}
-            self.run_id = self.store.start_run("load", self.model, command, self.env, settings)
-        self.store.add_document(self.run_id, kind, payload)
-
-    def finish(self, status: str) -> None:
-        if self.store is not None and self.run_id is not None:
-            self.store.finish_run(self.run_id, status)
-
-    def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
-
-
 def _run_scenario(
     request: LoadRequest,
     sut: ModelSUT,
@@ -393,12 +358,13 @@ def load(
         pool_size=settings.pool_size,
         seed=request.seed,
     )
-    sink = _Sink(store_path, model.ref, env, request, spec)
+    run_settings = {**request.settings(), "spec": spec.to_dict()}
+    sink = RunSink(store_path, "load", model.ref, env, run_settings)
     trials: list[TrialSummary] = []
 
     def record(summary: TrialSummary) -> None:
         trials.append(summary)
-        sink.add(TRIAL_DOCUMENT, summary.to_dict())
+        sink.add_document(TRIAL_DOCUMENT, summary.to_dict())
         events.trial(summary)
 
     search: CapacitySearch | None = None
@@ -414,7 +380,7 @@ def load(
                 sut.close()
         if request.scenario is Scenario.SERVER and request.sla_p99_s is not None:
             capacity = capacity_document(model.ref, spec, request.sla_p99_s, env, trials, search)
-            sink.add(CAPACITY_DOCUMENT, capacity)
+            sink.add_document(CAPACITY_DOCUMENT, capacity)
         sink.finish("complete")
     except KeyboardInterrupt as exc:
         sink.finish("interrupted")

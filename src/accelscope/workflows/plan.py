@@ -9,8 +9,6 @@ from a JSON file instead. Everything the user gives is validated before anything
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ from accelscope.plan.traffic import load_traffic
 from accelscope.report.html import check_report_path, write_report
 from accelscope.report.plan_html import render_plan_report
 from accelscope.result import Result, Status
+from accelscope.store.sink import command_line
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord, check_store_path
 
 __all__ = [
@@ -99,10 +98,6 @@ class PlanOutcome:
     store_path: Path | None = None
     report_path: Path | None = None
     notes: list[str] = field(default_factory=list)
-
-
-def _command() -> str:
-    return "accelscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
 def _profile_from_file(path: Path) -> RooflineProfile:
@@ -193,7 +188,7 @@ def _store_document(store_path: Path, kind_model: str, settings: dict[str, Any],
                     document: dict[str, Any], environment: Environment | None) -> str:  # fmt: skip
     env = environment or collect_environment()
     with ResultStore(store_path) as store:
-        run_id = store.start_run(RUN_KIND, kind_model, _command(), env, settings)
+        run_id = store.start_run(RUN_KIND, kind_model, command_line(), env, settings)
         try:
             store.add_document(run_id, DOCUMENT_KIND, document)
         except BaseException:

@@ -3,8 +3,6 @@ ceilings, profile the model, store the run, write the HTML report. Returns data;
 
 from __future__ import annotations
 
-import shlex
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ from accelscope.roofline.ceilings import Ceilings
 from accelscope.roofline.measure_ceilings import CeilingsPlan, measure_ceilings
 from accelscope.roofline.model_profile import PROFILED_BACKENDS, profile_model
 from accelscope.spec import Device, Precision, TensorSpec
+from accelscope.store.sink import command_line
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
 
 __all__ = [
@@ -89,10 +88,6 @@ class RooflineOutcome:
     report_path: Path | None
 
 
-def _command() -> str:
-    return "accelscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-
-
 def _check_device(device: Device, env: Environment) -> None:
     if device is Device.CUDA and not env.gpus:
         raise NotAvailableError("device 'cuda' not available: no CUDA device found on this machine")
@@ -109,7 +104,7 @@ def _store_ceilings(
         run_id = store.start_run(
             "ceilings",
             found.device_name,
-            _command(),
+            command_line(),
             env,
             {"device": request.device.value, "budget_s": request.budget_s},
         )
@@ -226,7 +221,7 @@ def roofline(
             "device": request.device.value,
         }
         with ResultStore(store_path) as store:
-            run_id = store.start_run("roofline", model.ref, _command(), env, settings)
+            run_id = store.start_run("roofline", model.ref, command_line(), env, settings)
             store.add_document(run_id, "roofline", profile.to_dict())
             store.finish_run(run_id, "complete")
     report_path = request.report_path
