@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 
 from accelscope.cli import main
+from accelscope.engine.probe import cache_path
+from accelscope.hardware.fingerprint import collect_environment
+from accelscope.spec import Precision
+from accelscope.testing import fake_probe_table
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -26,10 +30,18 @@ def test_bench_digits_table_verdict_report_and_runs_show(
         '[bench]\nbackends = ["eager"]\nprecisions = ["fp32", "bf16", "int8"]\nbatch = [16]\n'
         'threads = 1\nmeasure_budget = "0.5s"\nmax_accuracy_drop = "1%"\nsla_p99 = "1s"\n'
     )
+    # what the bf16 probe measured is scripted (the cache next to the store): 1.5x fp32, so bf16
+    # is measured on any CPU; int8 is listed as not available (eager has no int8 path)
+    env = collect_environment()
+    table = fake_probe_table(env, {("torch", Precision.BF16): 1.5}, threads=1)
+    cached = cache_path(tmp_path / "probes", env.fingerprint(), 1)
+    cached.parent.mkdir()
+    cached.write_text(json.dumps(table.to_dict()))
     code, out, err = _run(capsys, "bench", "--config", str(config), "--store", str(store),
                           "--report", str(report), "--quiet")  # fmt: skip
     assert code == 0, err
     assert "★" in out and "Fastest within the 1000 ms p99 SLA" in out
+    assert "eager fp32 (95 % CI" in out or "Fastest within the 1000 ms p99 SLA: eager/fp32" in out
     assert "eager/int8/b16/t1: not available" in out  # listed, not silently dropped
     assert "top1_accuracy" in out
     html = report.read_text()

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from accelscope.accuracy.metrics import metric_fn
+from accelscope.engine.probe import ProbeTable, probe_table
 from accelscope.errors import BadInputError, InterruptedRunError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measure.threads import available_cores
@@ -25,11 +27,12 @@ from accelscope.result import Result
 from accelscope.spec import Device, Precision, TensorSpec
 from accelscope.store.sink import RunSink
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
+from accelscope.sweep.confirm import Confirmation
 from accelscope.sweep.executor import Executor, LocalExecutor
 from accelscope.sweep.guard import AccuracyRule
 from accelscope.sweep.run import STRATEGIES, SweepEvents, SweepPlan, run_sweep
 from accelscope.sweep.select import Selection, select
-from accelscope.sweep.space import SweepSpace
+from accelscope.sweep.space import SweepSpace, probe_requests
 
 __all__ = ["BenchOutcome", "BenchRequest", "bench", "selection_for_run"]
 
@@ -63,6 +66,8 @@ class BenchRequest:
     report_path: Path | None = None
     eval_data: Path | None = None
     metric: str = "top1_accuracy"
+    confirm_rounds: int = 6
+    refresh_probes: bool = False
 
     def settings(self) -> dict[str, Any]:
         """What the run's verdict depends on, stored with the run."""
@@ -88,12 +93,19 @@ class BenchOutcome:
     wall_time_s: float
     resumed: int = 0
     notes: list[str] = field(default_factory=list)
+    probes: ProbeTable | None = None
 
 
-def selection_for_run(results: list[Result], settings: dict[str, Any]) -> Selection:
-    """Recompute a stored bench run's selection from its results and settings."""
+def selection_for_run(
+    results: list[Result],
+    settings: dict[str, Any],
+    confirmations: Sequence[dict[str, Any]] = (),
+) -> Selection:
+    """Recompute a stored bench run's selection from its results, settings and its latest
+    ``confirmation`` document (the interleaved re-measure), if any."""
     sla = settings.get("sla_p99_s")
-    return select(results, float(sla) if sla is not None else None)
+    confirmation = Confirmation.from_dict(confirmations[-1]) if confirmations else None
+    return select(results, float(sla) if sla is not None else None, confirmation)
 
 
 def _validate(request: BenchRequest) -> None:
@@ -106,6 +118,8 @@ def _validate(request: BenchRequest) -> None:
     metric_fn(request.metric)  # unknown metric names are bad input
     if request.accuracy_samples <= 0:
         raise BadInputError("accuracy samples must be a positive integer")
+    if request.confirm_rounds < 0 or request.confirm_rounds == 1:
+        raise BadInputError("confirm rounds must be 0 (off) or at least 2")
     for number, what in ((request.budget_s, "budget"), (request.timeout_s, "timeout")):
         if number <= 0:
             raise BadInputError(f"{what} must be positive")
@@ -142,8 +156,13 @@ def bench(
     events: SweepEvents | None = None,
     executor: Executor | None = None,
     environment: Environment | None = None,
+    probes: ProbeTable | None = None,
 ) -> BenchOutcome:
-    """Sweep ``request`` and select the fastest accepted configuration within the SLA."""
+    """Sweep ``request`` and select the fastest accepted configuration within the SLA.
+
+    ``probes`` replaces the measured precision probes (tests pass fakes); by default the
+    probes the pre-screen needs are read from the per-machine cache or measured.
+    """
     _validate(request)
     env = environment or collect_environment()
     threads = request.threads or (available_cores(),)
@@ -170,6 +189,8 @@ def bench(
     )
     resume_id, prior = _prior(store_path, model) if request.resume else (None, [])
     rule = AccuracyRule(request.max_accuracy_drop)
+    if probes is None:
+        probes = _probes(request, space, model, env, store_path, events)
     plan = SweepPlan(
         space=space,
         rule=rule,
@@ -185,6 +206,8 @@ def bench(
         seed=request.seed,
         eval_data=str(request.eval_data) if request.eval_data else None,
         metric=request.metric,
+        probes=probes,
+        confirm_rounds=request.confirm_rounds,
     )
     sink = RunSink(store_path, "bench", model.ref, env, request.settings(), resume_id)
     try:
@@ -199,6 +222,10 @@ def bench(
                 prior=prior,
                 events=events,
             )
+        if probes is not None and probes.verdicts:
+            sink.add_document("probes", probes.to_dict())
+        if outcome.selection.confirmation is not None:
+            sink.add_document("confirmation", outcome.selection.confirmation.to_dict())
         sink.finish("complete")
     except KeyboardInterrupt as exc:
         sink.finish("interrupted")
@@ -238,4 +265,29 @@ def bench(
         measurement_time_s=outcome.measurement_time_s,
         wall_time_s=outcome.wall_time_s,
         resumed=len(prior),
+        probes=probes,
+    )
+
+
+def _probes(
+    request: BenchRequest,
+    space: SweepSpace,
+    model: LoadedModel,
+    env: Environment,
+    store_path: Path | None,
+    events: SweepEvents | None,
+) -> ProbeTable | None:
+    """The measured precision probes this sweep's pre-screen needs (cached per machine)."""
+    pairs = probe_requests(space, model, env)
+    if not pairs:
+        return None
+    if events is not None:
+        names = ", ".join(f"{runtime} {precision.value}" for runtime, precision in pairs)
+        events.note(f"precision probes (cached per machine after the first run): {names}")
+    return probe_table(
+        pairs,
+        fingerprint=env.fingerprint(),
+        threads=min(max(space.threads), available_cores()),
+        cache_dir=(store_path or DEFAULT_STORE_PATH).parent / "probes",
+        refresh=request.refresh_probes,
     )

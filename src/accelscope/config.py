@@ -77,6 +77,7 @@ CONFIG_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
         "seed": (int,),
         "eval_data": (str,),
         "metric": (str,),
+        "confirm_rounds": (int,),
     },
     "load": {
         "scenario": (str,),

@@ -18,7 +18,7 @@ from accelscope.sweep.guard import AccuracyRule, apply_guard
 from accelscope.sweep.run import SweepPlan, run_sweep
 from accelscope.sweep.select import select
 from accelscope.sweep.space import SweepSpace
-from accelscope.sweep.worker import WorkerTask
+from accelscope.sweep.worker import InterleaveTask, WorkerTask
 from conftest import make_result
 
 # items/s and top-1 agreement per (precision, batch): bf16/b4 is fastest but inaccurate.
@@ -32,8 +32,18 @@ class FakeExecutor:
     def __init__(self, environment: Environment) -> None:
         self.env = environment
         self.calls: list[tuple[str, float]] = []
+        self.interleaved: list[tuple[str, ...]] = []
 
-    def run(self, task: WorkerTask, on_progress: object = None) -> WorkerOutcome:
+    def run(self, task: WorkerTask | InterleaveTask, on_progress: object = None) -> WorkerOutcome:
+        if isinstance(task, InterleaveTask):  # the re-measure: TABLE's rates, 1 % jitter
+            self.interleaved.append(tuple(s.label() for s in task.specs))
+            blocks = {
+                s.key: [(1 + 0.01 * ((i + j) % 3 - 1)) / TABLE[(s.precision.value, s.batch_size)][0]
+                        for i in range(2 * task.rounds)]
+                for j, s in enumerate(task.specs)
+            }  # fmt: skip
+            timings = {"keys": list(blocks), "block_s_per_item": list(blocks.values())}
+            return WorkerOutcome(None, interleaved=timings)
         spec = task.spec
         rate, agreement = TABLE[(spec.precision.value, spec.batch_size)]
         per_call = spec.batch_size / rate
@@ -71,7 +81,13 @@ def test_grid_rejects_inaccurate_and_picks_fastest_accepted(
     assert by_label["eager/bf16/b4/t1"].status is Status.REJECTED
     assert "top-1 agreement 90.00%" in by_label["eager/bf16/b4/t1"].status_reason
     assert outcome.selection.best_key == by_label["eager/bf16/b2/t1"].spec.key
-    assert "3.2x eager fp32" in outcome.selection.verdict or "1.8x" in outcome.selection.verdict
+    # the headline speedup comes from the interleaved re-measure of baseline and winner, with a CI
+    assert executor.interleaved == [("eager/fp32/b4/t1", "eager/bf16/b2/t1")]
+    confirmation = outcome.selection.confirmation
+    assert confirmation is not None and confirmation.speedup is not None
+    low, high = confirmation.speedup.low, confirmation.speedup.high
+    assert low < 320 / 180 < high and high - low < 0.1
+    assert "1.78x eager fp32 (95 % CI" in outcome.selection.verdict
     assert len(stored) == 6 and len(executor.calls) == 6
 
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from accelscope.hardware.fingerprint import Environment
 
-__all__ = ["OnnxRuntimeBackend"]
+__all__ = ["OnnxRuntimeBackend", "quantize_onnx"]
 
 _INSTALL_HINT = "pip install 'accelscope[onnx]' -c constraints.txt"
 _VNNI = ("avx512_vnni", "avx_vnni", "amx_int8")
@@ -112,7 +112,7 @@ class _CalibrationReader:
         self._iter = iter(self._feeds[start_index:end_index])
 
 
-def _quantize(source: Path, workdir: Path, mode: str, calibration: list[Any]) -> Path:
+def quantize_onnx(source: Path, workdir: Path, mode: str, calibration: list[Any]) -> Path:
     """Quantize ``source`` into ``workdir``; returns the int8 model's path."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.registry import IntegerOpsRegistry
@@ -251,7 +251,7 @@ class OnnxRuntimeBackend(Backend):
                     batched = any(BATCH_DIM in t.shape for t in model.inputs)
                     rows = spec.batch_size if batched else None
                     feeds = _rebatch(calibration, model.input_names, rows)
-                    path = _quantize(source, Path(workdir), quant, feeds)
+                    path = quantize_onnx(source, Path(workdir), quant, feeds)
                 except Exception as exc:
                     raise MeasurementError(
                         f"onnxruntime {quant} int8 quantization of {model.ref} failed: "

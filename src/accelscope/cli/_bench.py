@@ -43,6 +43,10 @@ class _Events:
     def progress(self, phase: str, count: int, elapsed_s: float, budget_s: float) -> None:
         return None
 
+    def note(self, text: str) -> None:
+        if not self.quiet:
+            _err.print(f"[dim]{text}[/]", markup=True, highlight=False)
+
     def finished(self, result: Result) -> None:
         if self.quiet:
             return
@@ -78,6 +82,14 @@ def bench_command(
     ),
     timeout: str = typer.Option(None, "--timeout", help="Per-configuration timeout (15m)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the last unfinished sweep."),
+    confirm_rounds: int = typer.Option(
+        None,
+        "--confirm-rounds",
+        help="Interleaved re-measure rounds of baseline vs best (6; 0 = off).",
+    ),
+    refresh_probes: bool = typer.Option(
+        False, "--refresh-probes", help="Measure the precision probes again (cached per machine)."
+    ),
     accuracy_samples: int = typer.Option(
         None, "--accuracy-samples", help="Synthetic inputs for the fidelity check (256)."
     ),
@@ -106,7 +118,8 @@ def bench_command(
              "budget": budget, "measure_budget": measure_budget, "timeout": timeout,
              "accuracy_samples": accuracy_samples, "weights": weights,
              "trust_model_code": trust_model_code, "report": report, "store": store,
-             "eval_data": eval_data, "metric": metric}  # fmt: skip
+             "eval_data": eval_data, "metric": metric,
+             "confirm_rounds": confirm_rounds}  # fmt: skip
     settings.update({k: v for k, v in flags.items() if v is not None})
     if options:
         settings["options"] = tuple(options)
@@ -140,6 +153,8 @@ def bench_command(
         report_path=settings.get("report"),
         eval_data=settings.get("eval_data"),
         metric=str(_get(settings, "metric", "top1_accuracy")),
+        confirm_rounds=int(_get(settings, "confirm_rounds", 6)),
+        refresh_probes=refresh_probes,
     )
     store_path = None if no_store else settings.get("store", DEFAULT_STORE_PATH)
     outcome = bench(request, store_path=store_path, events=_Events(quiet or as_json))
@@ -152,6 +167,10 @@ def bench_command(
             "best": outcome.selection.best_key,
             "lowest_latency": outcome.selection.lowest_latency_key,
             "baseline": outcome.selection.baseline_key,
+            "confirmation": (
+                outcome.selection.confirmation.to_dict() if outcome.selection.confirmation else None
+            ),
+            "probes": outcome.probes.to_dict() if outcome.probes else None,
             "measurement_time_s": outcome.measurement_time_s,
             "wall_time_s": outcome.wall_time_s,
             "results": [r.to_dict() for r in outcome.results],

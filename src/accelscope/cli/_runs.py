@@ -86,7 +86,7 @@ def runs_show(
     title = f"run {run.id} ({run.kind}, {run.status})"
     if run.kind == "bench":
         final = latest_by_key(run.results)
-        selection = selection_for_run(final, run.settings)
+        selection = selection_for_run(final, run.settings, run.documents_of("confirmation"))
         rule = AccuracyRule(float(run.settings.get("max_accuracy_drop", 0.01))).describe()
         _out.print(bench_view(final, selection, title=title, rule=rule))
     elif run.kind in _SHOW_RENDERERS:

@@ -15,6 +15,7 @@ __all__ = [
     "STRONG_NOISE_IQR_RATIO",
     "Summary",
     "median_ci",
+    "paired_ratio_ci",
     "percentile",
     "summarize",
 ]
@@ -167,3 +168,25 @@ def summarize(samples_s: Sequence[float], confidence: float = 0.95) -> Summary:
         median_ci_high_s=high,
         confidence=confidence,
     )
+
+
+def paired_ratio_ci(
+    reference_s: Sequence[float], candidate_s: Sequence[float], confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """Speedup of ``candidate`` over ``reference`` from paired times (one pair per round of an
+    interleaved measurement): the geometric mean of ``reference/candidate`` and its Student-t
+    confidence interval on the log scale. ``(ratio, low, high)``; with a single pair the
+    interval is unbounded (``0, inf``): one round pins nothing down.
+    """
+    from scipy import stats
+
+    if len(reference_s) != len(candidate_s) or not reference_s:
+        raise ValueError("paired ratio needs the same positive number of times on each side")
+    logs = [math.log(r / c) for r, c in zip(reference_s, candidate_s, strict=True)]
+    n = len(logs)
+    mean = math.fsum(logs) / n
+    if n < 2:
+        return math.exp(mean), 0.0, math.inf
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in logs) / (n - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * sd / math.sqrt(n)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)

@@ -25,6 +25,7 @@ from accelscope.errors import BadInputError
 from accelscope.report.page import chart_layout, plot_label, plotly_js, template
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Device
+from accelscope.sweep.select import skipped_by_reason
 from accelscope.units import format_bytes
 
 __all__ = [
@@ -328,6 +329,8 @@ def render_bench_report(
     ``*_key`` values are :attr:`RunSpec.key` strings. Speedup is a configuration's throughput
     divided by the baseline's. Failed results (no measurement) get a table row but no points.
     """
+    skipped = skipped_by_reason(results)
+    results = [r for r in results if r.status is not Status.SKIPPED]
     labels = _labels(results)
     speedups = _speedups(results, baseline_key)
     marks = (("best", best_key), ("lowest latency", lowest_latency_key), ("baseline", baseline_key))
@@ -346,7 +349,7 @@ def render_bench_report(
          _accuracy_figure(results, labels, speedups)),
     ]  # fmt: skip
     return _template().render(
-        title=title, model=model, verdict=verdict, rows=rows, baseline=baseline,
+        title=title, model=model, verdict=verdict, rows=rows, baseline=baseline, skipped=skipped,
         warnings=[(lb, w) for r, lb in zip(results, labels, strict=True) for w in r.warnings],
         env=results[0].environment if results else None,
         sla=None if sla_p99_s is None else f"{_ms(sla_p99_s)} ms",

@@ -11,7 +11,7 @@ from rich.text import Text
 from accelscope.hardware.fingerprint import Environment
 from accelscope.result import Result, Status
 from accelscope.store.sqlite import RunRecord
-from accelscope.sweep.select import Selection, baseline_for
+from accelscope.sweep.select import Selection, baseline_for, skipped_by_reason
 from accelscope.units import format_bytes, format_seconds
 
 __all__ = ["bench_view", "environment_view", "results_view", "runs_view"]
@@ -163,10 +163,13 @@ def bench_view(
         shown, title, baseline=baseline, best_key=selection.best_key, show_notes=False
     )
     parts: list[RenderableType] = [table]
-    skipped = [r for r in results if r.status is Status.SKIPPED]
-    if skipped:
-        parts.append(Text(f"not measured ({len(skipped)}):", style="dim"))
-        parts.extend(Text(f"  {r.spec.label()}: {r.status_reason}", style="dim") for r in skipped)
+    groups = skipped_by_reason(results)
+    if groups:
+        count = sum(len(labels) for _, labels in groups)
+        parts.append(Text(f"not measured ({count}):", style="dim"))
+        parts.extend(
+            Text(f"  {', '.join(labels)}: {reason}", style="dim") for reason, labels in groups
+        )
     if rule:
         parts.append(Text(f"accuracy rule: {rule}", style="dim"))
     parts.append(Text(selection.verdict, style="bold"))

@@ -7,6 +7,7 @@ same ``run`` method.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -17,7 +18,7 @@ from multiprocessing.connection import wait
 from typing import Any, Protocol
 
 from accelscope.result import Result
-from accelscope.sweep.worker import WorkerTask, worker_main
+from accelscope.sweep.worker import InterleaveTask, WorkerTask, worker_main
 
 __all__ = ["Executor", "LocalExecutor", "WorkerOutcome"]
 
@@ -31,12 +32,16 @@ class WorkerOutcome:
 
     result: Result | None
     failure: str = ""
+    interleaved: dict[str, Any] | None = None
+    """An :class:`InterleaveTask`'s block timings (``None`` for a plain task)."""
 
 
 class Executor(Protocol):
     """Runs one task to completion (or failure) and returns its outcome."""
 
-    def run(self, task: WorkerTask, on_progress: ProgressFn | None = None) -> WorkerOutcome:
+    def run(
+        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
+    ) -> WorkerOutcome:
         """Run ``task``; never raises for worker failures (only for Ctrl-C)."""
 
 
@@ -54,7 +59,9 @@ class LocalExecutor:
         self.timeout_s = timeout_s
         self._context = multiprocessing.get_context("spawn")
 
-    def run(self, task: WorkerTask, on_progress: ProgressFn | None = None) -> WorkerOutcome:
+    def run(
+        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
+    ) -> WorkerOutcome:
         """Run ``task`` in a fresh process; Ctrl-C kills the worker and propagates."""
         receiver, sender = self._context.Pipe(duplex=False)
         process = self._context.Process(
@@ -94,6 +101,8 @@ class LocalExecutor:
                     on_progress(*message[1:])
                 elif kind == "result":
                     return WorkerOutcome(Result.from_json(message[1]))
+                elif kind == "interleaved":
+                    return WorkerOutcome(None, interleaved=json.loads(message[1]))
                 elif kind == "error":
                     return WorkerOutcome(None, str(message[1]))
             elif process.sentinel in ready and not receiver.poll():

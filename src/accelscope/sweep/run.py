@@ -23,16 +23,18 @@ from accelscope.engine.accuracy_check import (
     save_accuracy_check,
     with_reference,
 )
+from accelscope.engine.probe import ProbeTable
 from accelscope.hardware.fingerprint import Environment
 from accelscope.measure.timer import TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.result import Result, Status
 from accelscope.spec import RunSpec, TensorSpec
+from accelscope.sweep.confirm import Confirmation, confirmation_from_blocks, runner_up
 from accelscope.sweep.executor import Executor
 from accelscope.sweep.guard import AccuracyRule, apply_guard
 from accelscope.sweep.select import Selection, select
 from accelscope.sweep.space import Candidate, SweepSpace, expand
-from accelscope.sweep.worker import WorkerTask
+from accelscope.sweep.worker import InterleaveTask, WorkerTask
 
 __all__ = ["STRATEGIES", "SweepEvents", "SweepOutcome", "SweepPlan", "latest_by_key", "run_sweep"]
 
@@ -63,6 +65,11 @@ class SweepPlan:
     seed: int = 0
     eval_data: str | None = None
     metric: str = "top1_accuracy"
+    probes: ProbeTable | None = None
+    """Measured precision probes for the pre-screen (``None``: the ISA rule decides)."""
+    confirm_rounds: int = 6
+    """Rounds of the interleaved re-measure of baseline, winner and close runner-up (0: off)."""
+    confirm_block_s: float = 0.25
 
 
 class SweepEvents(Protocol):
@@ -76,6 +83,9 @@ class SweepEvents(Protocol):
 
     def finished(self, result: Result) -> None:
         """A configuration's result (any status) has been committed."""
+
+    def note(self, text: str) -> None:
+        """A one-line notice about the sweep itself (probing, confirming)."""
 
 
 @dataclass(frozen=True)
@@ -135,16 +145,9 @@ class _Sweep:
             self.events.finished(result)
         return result
 
-    def measure(self, spec: RunSpec, timer: TimerConfig, stage: str) -> Result:
-        group = _group(spec)
-        if group in self.oom_groups and spec.batch_size > self.oom_groups[group]:
-            reason = f"skipped: batch {self.oom_groups[group]} already ran out of memory"
-            return self.record(_skipped(spec, self.env, reason))
-        if time.monotonic() >= self.deadline:
-            return self.record(_skipped(spec, self.env, BUDGET_REASON))
-        if self.events is not None:
-            self.events.started(spec, stage)
-        task = WorkerTask(
+    def task(self, spec: RunSpec, timer: TimerConfig) -> WorkerTask:
+        """The worker task measuring ``spec`` with this sweep's model and settings."""
+        return WorkerTask(
             spec=spec,
             model_ref=self.model.ref,
             environment=self.env,
@@ -158,6 +161,17 @@ class _Sweep:
             eval_data=self.plan.eval_data,
             metric=self.plan.metric,
         )
+
+    def measure(self, spec: RunSpec, timer: TimerConfig, stage: str) -> Result:
+        group = _group(spec)
+        if group in self.oom_groups and spec.batch_size > self.oom_groups[group]:
+            reason = f"skipped: batch {self.oom_groups[group]} already ran out of memory"
+            return self.record(_skipped(spec, self.env, reason))
+        if time.monotonic() >= self.deadline:
+            return self.record(_skipped(spec, self.env, BUDGET_REASON))
+        if self.events is not None:
+            self.events.started(spec, stage)
+        task = self.task(spec, timer)
         on_progress = self.events.progress if self.events is not None else None
         outcome = self.executor.run(task, on_progress)
         if outcome.result is None:
@@ -213,7 +227,7 @@ def run_sweep(
     """Run the sweep; ``sink`` commits each result as it exists; ``prior`` results (``--resume``)
     are kept and their configurations are not measured again."""
     began = time.monotonic()
-    candidates = expand(plan.space, model, env)
+    candidates = expand(plan.space, model, env, plan.probes)
     done = {
         r.spec.key
         for r in prior
@@ -246,11 +260,66 @@ def run_sweep(
         for candidate in runnable:
             sweep.measure(candidate.spec, plan.timer, "measure")
     final = latest_by_key([*prior, *sweep.recorded])
+    confirmation = _confirm(sweep, final) if plan.confirm_rounds > 0 else None
     return SweepOutcome(
         results=tuple(final),
-        selection=select(final, plan.sla_p99_s),
+        selection=select(final, plan.sla_p99_s, confirmation),
         measurement_time_s=sum(_measurement_time_s(r) for r in sweep.recorded),
         wall_time_s=time.monotonic() - began,
+    )
+
+
+def _confirm(sweep: _Sweep, final: Sequence[Result]) -> Confirmation | None:
+    """Re-measure baseline, winner and a close runner-up alternately in one worker."""
+    first = select(final, sweep.plan.sla_p99_s)
+    if first.best_key is None:
+        return None
+    by_key = {r.spec.key: r for r in final}
+    best = by_key[first.best_key]
+    accepted = [
+        r
+        for r in final
+        if r.status is Status.OK
+        and r.measurement is not None
+        and (sweep.plan.sla_p99_s is None or r.measurement.summary.p99_s <= sweep.plan.sla_p99_s)
+    ]
+    second = runner_up(accepted, best)
+    baseline_key = first.baseline_key if first.baseline_key != best.spec.key else None
+    keys = [k for k in (baseline_key, best.spec.key, second.spec.key if second else None) if k]
+    if len(keys) < 2:
+        return None
+    if time.monotonic() >= sweep.deadline:
+        return Confirmation(
+            best_key=best.spec.key,
+            baseline_key=first.baseline_key,
+            error="the sweep budget ended before it",
+        )
+    specs = tuple(by_key[k].spec for k in keys)
+    if sweep.events is not None:
+        labels = ", ".join(spec.label() for spec in specs)
+        sweep.events.note(
+            f"confirming: {labels} alternately, {sweep.plan.confirm_rounds} rounds (A B B A)"
+        )
+    task = InterleaveTask(
+        task=sweep.task(specs[0], sweep.plan.timer),
+        specs=specs,
+        rounds=sweep.plan.confirm_rounds,
+        block_s=sweep.plan.confirm_block_s,
+    )
+    outcome = sweep.executor.run(task, sweep.events.progress if sweep.events else None)
+    if outcome.interleaved is None:
+        return Confirmation(
+            best_key=best.spec.key,
+            baseline_key=first.baseline_key,
+            error=f"the re-measure failed ({outcome.failure or 'no timings'})",
+        )
+    timings = outcome.interleaved
+    blocks = dict(zip(timings["keys"], timings["block_s_per_item"], strict=True))
+    return confirmation_from_blocks(
+        blocks,
+        best_key=best.spec.key,
+        baseline_key=baseline_key,
+        runner_up_key=second.spec.key if second else None,
     )
 
 

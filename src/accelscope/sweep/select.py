@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from accelscope.result import Result, Status
 from accelscope.spec import Precision
+from accelscope.sweep.confirm import Confirmation
 
-__all__ = ["Selection", "baseline_for", "select", "speedup"]
+__all__ = ["Selection", "baseline_for", "select", "skipped_by_reason", "speedup"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,8 @@ class Selection:
     lowest_latency_key: str | None
     baseline_key: str | None
     verdict: str
+    confirmation: Confirmation | None = None
+    """The interleaved re-measure behind the headline speedup, when one ran."""
 
 
 def _throughput(result: Result) -> float:
@@ -30,6 +33,16 @@ def _throughput(result: Result) -> float:
 def _p99(result: Result) -> float:
     assert result.measurement is not None
     return result.measurement.summary.p99_s
+
+
+def skipped_by_reason(results: Sequence[Result]) -> list[tuple[str, list[str]]]:
+    """Skipped configurations grouped by their reason, in first-seen order: the short list a
+    report shows under its table (``(reason, [labels])``)."""
+    groups: dict[str, list[str]] = {}
+    for result in results:
+        if result.status is Status.SKIPPED:
+            groups.setdefault(result.status_reason, []).append(result.spec.label())
+    return list(groups.items())
 
 
 def baseline_for(results: Sequence[Result]) -> Result | None:
@@ -76,8 +89,15 @@ def _accuracy_phrase(result: Result) -> str:
     return f"relative L2 error {fidelity.rel_l2:.2%} vs fp32"
 
 
-def select(results: Sequence[Result], sla_p99_s: float | None) -> Selection:
-    """Fastest accepted (status ok) result whose p99 meets the SLA, and the lowest-p50 one."""
+def select(
+    results: Sequence[Result], sla_p99_s: float | None, confirmation: Confirmation | None = None
+) -> Selection:
+    """Fastest accepted (status ok) result whose p99 meets the SLA, and the lowest-p50 one.
+
+    With a ``confirmation`` (the interleaved re-measure), its winner is the best and the
+    headline speedup carries its confidence interval; when it could not rank the top two, the
+    verdict says so instead of crowning one.
+    """
     accepted = [r for r in results if r.status is Status.OK and r.measurement is not None]
     within = [r for r in accepted if sla_p99_s is None or _p99(r) <= sla_p99_s]
     baseline = baseline_for(results)
@@ -110,22 +130,38 @@ def select(results: Sequence[Result], sla_p99_s: float | None) -> Selection:
             f"(the best p99 is {_p99(fastest_p99) * 1e3:.1f} ms, {fastest_p99.spec.label()}).",
         )
     best = max(within, key=_throughput)
+    by_key = {r.spec.key: r for r in within}
+    usable = confirmation if confirmation is not None and not confirmation.error else None
+    if usable is not None and usable.best_key in by_key:
+        best = by_key[usable.best_key]
     quickest = min(within, key=lambda r: r.measurement.summary.p50_s if r.measurement else 0.0)
     ratio = speedup(best, baseline)
-    versus = (
-        f", {ratio:.1f}x eager fp32 ({_throughput(baseline):.1f} items/s)"
-        if ratio is not None and baseline is not None and baseline is not best
-        else ""
-    )
+    versus = ""
+    if baseline is not None and baseline is not best:
+        if usable is not None and usable.speedup is not None:
+            versus = f", {usable.speedup.describe('eager fp32')}"
+        elif ratio is not None:
+            versus = f", {ratio:.1f}x eager fp32 ({_throughput(baseline):.1f} items/s)"
     sla = f" within the {sla_p99_s * 1e3:.0f} ms p99 SLA" if sla_p99_s is not None else ""
     verdict = (
         f"Fastest{sla}: {best.spec.label()} at {_throughput(best):.1f} items/s{versus}, "
         f"p99 {_p99(best) * 1e3:.1f} ms, {_accuracy_phrase(best)}."
     )
+    if usable is not None and usable.lead is not None and usable.runner_up_key in by_key:
+        other = by_key[usable.runner_up_key].spec.label()
+        lead = usable.lead.describe(other)
+        verdict += (
+            f" Ahead of the runner-up: {lead}."
+            if usable.ranked
+            else f" Not ranked against {other}: the interleaved re-measure cannot tell them "
+            f"apart ({lead}); either is as fast here."
+        )
+    if confirmation is not None and confirmation.error:
+        verdict += f" (No interleaved re-measure: {confirmation.error}.)"
     if quickest is not best and quickest.measurement is not None:
         verdict += (
             f" Lowest latency: {quickest.spec.label()} at p50 "
             f"{quickest.measurement.summary.p50_s * 1e3:.1f} ms ({_throughput(quickest):.1f} "
             "items/s)."
         )
-    return Selection(best.spec.key, quickest.spec.key, base_key, verdict)
+    return Selection(best.spec.key, quickest.spec.key, base_key, verdict, confirmation)

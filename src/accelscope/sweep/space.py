@@ -1,8 +1,15 @@
 """The sweep space: backend x precision x batch x threads (x options), and its pre-screen.
 
 Every candidate is either measured or listed as skipped with the reason (backend not installed,
-no fast path for that precision on this hardware, runtime cannot run this model): nothing is
-dropped silently.
+runtime cannot run this model, precision measured slower than fp32 here): nothing is dropped
+silently.
+
+The precision screen is measured, not assumed: on the CPU, a (runtime, precision) pair is
+dropped only when its probe (:mod:`accelscope.engine.probe`) measured the runtime's kernels
+slower than its fp32 kernels on this machine; the ISA table (:mod:`accelscope.hardware.fastpaths`)
+only explains why. The rule alone decides where nothing can be probed: fp8 on a CPU (no CPU has
+an fp8 unit; it is emulated), CUDA devices (compute-capability rules), backends without a probe
+(plugins), and callers that pass no probe table.
 """
 
 from __future__ import annotations
@@ -13,12 +20,13 @@ from itertools import product
 
 from accelscope.backends.base import Backend
 from accelscope.backends.registry import all_backends, get_backend
+from accelscope.engine.probe import ProbeTable, needed_pairs
 from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.models.base import LoadedModel
 from accelscope.spec import Device, Precision, RunSpec
 
-__all__ = ["Candidate", "SweepSpace", "expand"]
+__all__ = ["Candidate", "SweepSpace", "expand", "probe_requests"]
 
 
 @dataclass(frozen=True)
@@ -64,12 +72,12 @@ def _fast_path(env: Environment, precision: Precision, device: Device) -> tuple[
     return False, f"no {device.value} device on this machine"
 
 
-def expand(space: SweepSpace, model: LoadedModel, env: Environment) -> list[Candidate]:
-    """All candidates in a stable order (backend, precision, threads, batch ascending), each
-    pre-screened: availability, fast path (unless forced), and the backend's own support."""
+def _specs(space: SweepSpace, model: LoadedModel, env: Environment) -> list[tuple[RunSpec, str]]:
+    """Every configuration in a stable order (backend, precision, threads, batch ascending),
+    with the backend's own verdict: ``""`` when it can run it, else why not."""
     backends = [get_backend(n) for n in space.backends] if space.backends else all_backends()
     precisions = space.precisions or tuple(Precision)
-    candidates: list[Candidate] = []
+    out: list[tuple[RunSpec, str]] = []
     for backend, precision, threads, batch in product(
         backends, precisions, space.threads, sorted(space.batch_sizes)
     ):
@@ -86,9 +94,32 @@ def expand(space: SweepSpace, model: LoadedModel, env: Environment) -> list[Cand
                 model_digest=model.digest,
                 options=options,
             )
-            candidates.append(Candidate(spec=spec, skip_reason=_screen(space, backend, model,
-                                                                       spec, env)))  # fmt: skip
-    return candidates
+            out.append((spec, _support(backend, model, spec, env)))
+    return out
+
+
+def expand(
+    space: SweepSpace, model: LoadedModel, env: Environment, probes: ProbeTable | None = None
+) -> list[Candidate]:
+    """All candidates in a stable order (backend, precision, threads, batch ascending), each
+    pre-screened: the backend's own support first, then the precision (by ``probes`` where the
+    pair was probed, else by the ISA rule; ``--force-precision`` measures it anyway)."""
+    return [
+        Candidate(spec=spec, skip_reason=why or _precision_screen(space, spec, env, probes))
+        for spec, why in _specs(space, model, env)
+    ]
+
+
+def probe_requests(
+    space: SweepSpace, model: LoadedModel, env: Environment
+) -> list[tuple[str, Precision]]:
+    """The (runtime, precision) probes the pre-screen of this space needs: CPU configurations
+    the backends can run, in reduced precisions, unless precisions are forced."""
+    if space.device is not Device.CPU or space.force_precisions:
+        return []
+    return needed_pairs(
+        [(spec.backend, spec.precision) for spec, why in _specs(space, model, env) if not why]
+    )
 
 
 def _option_variants(
@@ -104,11 +135,21 @@ def _option_variants(
     return [tuple(combo) for combo in product(*axes)] if axes else [()]
 
 
-def _screen(
-    space: SweepSpace, backend: Backend, model: LoadedModel, spec: RunSpec, env: Environment
-) -> str:
-    fast, why = _fast_path(env, spec.precision, space.device)
-    if not fast and not space.force_precisions:
-        return f"no fast path: {why} (--force-precision to measure anyway)"
+def _support(backend: Backend, model: LoadedModel, spec: RunSpec, env: Environment) -> str:
     support = backend.supports(model, spec, env)
     return "" if support.ok else f"not available: {support.reason}"
+
+
+_FORCE = "(--force-precision to measure anyway)"
+
+
+def _precision_screen(
+    space: SweepSpace, spec: RunSpec, env: Environment, probes: ProbeTable | None
+) -> str:
+    if spec.precision is Precision.FP32 or space.force_precisions:
+        return ""
+    fast, why = _fast_path(env, spec.precision, space.device)
+    verdict = probes.get(spec.backend, spec.precision) if probes is not None else None
+    if verdict is not None and space.device is Device.CPU:
+        return "" if verdict.keep else f"measured slower here: {verdict.describe()}; {why} {_FORCE}"
+    return "" if fast else f"no fast path: {why} {_FORCE}"

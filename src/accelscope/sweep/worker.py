@@ -18,16 +18,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from accelscope.backends.base import Runner
 from accelscope.backends.registry import get_backend
 from accelscope.engine.accuracy_check import calibration_batches, load_accuracy_check
 from accelscope.engine.run import measure_config
 from accelscope.errors import AccelscopeError
 from accelscope.hardware.fingerprint import Environment
+from accelscope.measure.threads import pinned_threads
 from accelscope.measure.timer import TimerConfig
+from accelscope.models.base import LoadedModel
+from accelscope.models.inputs import make_batch
 from accelscope.models.loading import load_model
 from accelscope.spec import RunSpec, TensorSpec
 
-__all__ = ["WorkerTask", "worker_main"]
+__all__ = ["InterleaveTask", "WorkerTask", "worker_main"]
 
 _PR_SET_PDEATHSIG = 1
 _PROGRESS_INTERVAL_S = 0.25
@@ -92,6 +96,46 @@ class WorkerTask:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class InterleaveTask:
+    """Measure several configurations alternately in one process (A B C C B A per round), so
+    that machine drift hits each one alike; ``task`` carries the model and its settings."""
+
+    task: WorkerTask
+    specs: tuple[RunSpec, ...]
+    rounds: int = 6
+    block_s: float = 0.25
+    """Target seconds per block (a block is a fixed number of back-to-back calls)."""
+
+    @property
+    def spec(self) -> RunSpec:
+        """The first configuration (names the worker process)."""
+        return self.specs[0]
+
+    def to_json(self) -> str:
+        """Serialise for the worker process."""
+        return json.dumps(
+            {
+                "kind": "interleave",
+                "task": self.task.to_json(),
+                "specs": [s.to_dict() for s in self.specs],
+                "rounds": self.rounds,
+                "block_s": self.block_s,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> InterleaveTask:
+        """Inverse of :meth:`to_json`."""
+        data = json.loads(text)
+        return cls(
+            task=WorkerTask.from_json(data["task"]),
+            specs=tuple(RunSpec.from_dict(s) for s in data["specs"]),
+            rounds=int(data["rounds"]),
+            block_s=float(data["block_s"]),
+        )
+
+
 def _die_with_parent(parent_pid: int) -> None:
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -107,10 +151,10 @@ def _first_line(exc: BaseException) -> str:
     return lines[0][:300] if lines else type(exc).__name__
 
 
-def _run(task: WorkerTask, conn: Any) -> None:
+def _load(task: WorkerTask) -> LoadedModel:
     for plugin in task.plugins:
         importlib.import_module(plugin)
-    model = load_model(
+    return load_model(
         task.model_ref,
         inputs=task.inputs,
         weights=Path(task.weights) if task.weights else None,
@@ -118,6 +162,10 @@ def _run(task: WorkerTask, conn: Any) -> None:
         eval_data=Path(task.eval_data) if task.eval_data else None,
         metric=task.metric,
     )
+
+
+def _run(task: WorkerTask, conn: Any) -> None:
+    model = _load(task)
     backend = get_backend(task.spec.backend)
     check = load_accuracy_check(Path(task.accuracy_path)) if task.accuracy_path else None
     last_sent = [0.0]
@@ -143,13 +191,84 @@ def _run(task: WorkerTask, conn: Any) -> None:
     conn.send(("result", result.to_json()))
 
 
+_WARM_CALLS = 3
+_SETTLE_WINDOW_S = 0.01
+_SETTLE_MAX_S = 0.5
+_IDLE_CPU_SHARE = 0.2
+
+
+def _settle() -> None:
+    """Wait until this process is idle: runtimes keep their worker threads spinning for a while
+    after a call (ONNX Runtime, OpenMP), which would slow the next configuration's block. Waits
+    in 10 ms windows until the process uses under 20 % of a core, at most 0.5 s."""
+    began = time.perf_counter()
+    while time.perf_counter() - began < _SETTLE_MAX_S:
+        wall, cpu = time.perf_counter(), time.process_time()
+        time.sleep(_SETTLE_WINDOW_S)
+        if time.process_time() - cpu < _IDLE_CPU_SHARE * (time.perf_counter() - wall):
+            return
+
+
+def _run_interleaved(task: InterleaveTask, conn: Any) -> None:
+    """Prepare every configuration, size one block per configuration to ~``block_s``, then
+    time blocks in the order A B C C B A each round; sends seconds per item of every block."""
+    model = _load(task.task)
+    runners: list[tuple[RunSpec, Runner, Any]] = []
+    try:
+        for spec in task.specs:
+            conn.send(("progress", f"prepare {spec.label()}", 0, 0.0, task.block_s))
+            with pinned_threads(spec.threads):
+                runner = get_backend(spec.backend).prepare(
+                    model, spec, calibration_batches(model, spec.batch_size)
+                )
+                runners.append((spec, runner, None))
+                feed = runner.feed(make_batch(model.inputs, spec.batch_size, task.task.seed))
+                runners[-1] = (spec, runner, feed)
+        calls: list[int] = []
+        for spec, runner, feed in runners:
+            with pinned_threads(spec.threads):
+                began = time.perf_counter()
+                for _ in range(_WARM_CALLS):
+                    runner.run(feed)
+                    runner.synchronize()
+                per_call_s = (time.perf_counter() - began) / _WARM_CALLS
+            calls.append(max(1, round(task.block_s / max(per_call_s, 1e-9))))
+        blocks: list[list[float]] = [[] for _ in runners]
+        order = list(range(len(runners)))
+        for round_index in range(task.rounds):
+            for index in order + order[::-1]:
+                spec, runner, feed = runners[index]
+                _settle()
+                with pinned_threads(spec.threads):
+                    began = time.perf_counter()
+                    for _ in range(calls[index]):
+                        runner.run(feed)
+                    runner.synchronize()
+                    elapsed = time.perf_counter() - began
+                blocks[index].append(elapsed / (calls[index] * spec.batch_size))
+            conn.send(("progress", "interleave", round_index + 1, 0.0, float(task.rounds)))
+    finally:
+        for _, runner, _ in runners:
+            runner.close()
+    payload = {
+        "keys": [spec.key for spec in task.specs],
+        "calls_per_block": calls,
+        "block_s_per_item": blocks,
+    }
+    conn.send(("interleaved", json.dumps(payload)))
+
+
 def worker_main(task_json: str, conn: Any, parent_pid: int) -> None:
-    """Process entry point: run one task, send ``("result", json)`` or ``("error", reason)``."""
+    """Process entry point: run one task, send ``("result", json)`` (``("interleaved", json)``
+    for an :class:`InterleaveTask`) or ``("error", reason)``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
     warnings.simplefilter("ignore")  # runtime deprecation chatter would drown the sweep output
     try:
-        _run(WorkerTask.from_json(task_json), conn)
+        if json.loads(task_json).get("kind") == "interleave":
+            _run_interleaved(InterleaveTask.from_json(task_json), conn)
+        else:
+            _run(WorkerTask.from_json(task_json), conn)
     except MemoryError:
         conn.send(("error", "out of memory (MemoryError)"))
     except AccelscopeError as exc:

@@ -16,11 +16,13 @@ from accelscope.doctor.launcher import Launcher
 from accelscope.doctor.run import DoctorEvents, DoctorPlan, DoctorResult, run_doctor
 from accelscope.doctor.trace import chrome_trace
 from accelscope.doctor.whatif import parse_what_ifs
+from accelscope.engine.probe import measured_support, probe_table
 from accelscope.errors import BadInputError, InterruptedRunError, NotAvailableError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measure.threads import available_cores
 from accelscope.report.doctor_html import render_doctor_report
 from accelscope.report.html import check_report_path, write_report
+from accelscope.spec import Precision
 from accelscope.store.sink import command_line
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
 
@@ -172,8 +174,23 @@ def doctor(
     )  # fmt: skip
     plan = DoctorPlan(request.script.resolve(), request.args, request.warmup, request.steps,
                       request.what_if)  # fmt: skip
-    result = run_doctor(plan, runner, support=env.precision_support(), cores=available_cores(),
-                        memory_bytes=env.memory_bytes, events=events)  # fmt: skip
+    support = env.precision_support()
+    if request.device.strip().lower() == "cpu" or not env.gpus:  # probes decide, ISA explains
+        table = probe_table(
+            [("torch", Precision.BF16), ("torch", Precision.FP16)],
+            fingerprint=env.fingerprint(),
+            threads=available_cores(),
+            cache_dir=(store_path or DEFAULT_STORE_PATH).parent / "probes",
+        )
+        support = measured_support(support, table)
+    result = run_doctor(
+        plan,
+        runner,
+        support=support,
+        cores=available_cores(),
+        memory_bytes=env.memory_bytes,
+        events=events,
+    )
     run_id = _store(store_path, request, result, env) if store_path is not None else None
     report_path = request.report_path
     if report_path is None:
