@@ -15,13 +15,26 @@ many equal sub-batches as there are streams and runs them as parallel asynchrono
 unsplit). One timed call still processes exactly one batch, so ``benchmark_app -hint
 throughput``, which keeps several whole batches in flight, can report a few per cent more at the
 same ``-shape``: it is measuring more work in flight, not a faster engine.
+
+int8 is NNCF post-training static quantization (``nncf.quantize``) of the OpenVINO model:
+FakeQuantize nodes on the activations and weights of convolutions and matmuls, activation ranges
+from the ``calibration`` batches (the same training-side samples the other int8 paths calibrate
+on; every batch is used, as given: the model is reshaped to their size for the statistics, then
+to the configuration's). Preset ``performance`` (symmetric int8 throughout, the CPU plugin's
+fastest kernels) for most models; ``mixed`` (asymmetric activations) with NNCF's transformer
+patterns for encoders and language models; NNCF's fast bias correction stays on. The CPU plugin
+runs the quantized layers in int8 (VNNI/AMX where present) and everything else at the explicit
+f32 inference precision. NNCF's log lines and progress bars are silenced for the call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import importlib.util
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -35,7 +48,7 @@ from accelscope.backends.onnx_export import (
     quiet,
 )
 from accelscope.errors import MeasurementError, NotAvailableError
-from accelscope.models.base import LoadedModel, ModelFormat
+from accelscope.models.base import LoadedModel, ModelFormat, Task
 from accelscope.models.inputs import make_batch
 from accelscope.spec import BATCH_DIM, Device, Precision, RunSpec
 
@@ -47,7 +60,8 @@ if TYPE_CHECKING:
 __all__ = ["OpenVinoBackend"]
 
 _INSTALL_HINT = "pip install 'accelscope[openvino]' -c constraints.txt"
-_NNCF_HINT = "needs nncf (pip install nncf)"
+_NNCF_HINT = "NNCF post-training quantization needs nncf (pip install nncf)"
+_TRANSFORMER_TASKS = (Task.ENCODER, Task.LANGUAGE_MODEL)
 _PRECISION_HINTS = {Precision.FP32: "f32", Precision.BF16: "bf16", Precision.INT8: "f32"}
 
 
@@ -143,25 +157,95 @@ def _reshape(ov_model: Any, model: LoadedModel, order: list[int], batch_size: in
         ) from exc
 
 
+@contextlib.contextmanager
+def _quiet_nncf() -> Iterator[None]:
+    """NNCF's log lines (its own stdout handler) at ERROR, and its progress bars, warnings and any
+    other stdout/stderr chatter swallowed, for the block."""
+    nncf_logger = logging.getLogger("nncf")
+    levels = [nncf_logger.level, *(handler.level for handler in nncf_logger.handlers)]
+    nncf_logger.setLevel(logging.ERROR)  # what nncf.set_log_level does, but restorable
+    for handler in nncf_logger.handlers:
+        handler.setLevel(logging.ERROR)
+    try:
+        with quiet():
+            yield
+    finally:
+        nncf_logger.setLevel(levels[0])
+        for handler, level in zip(nncf_logger.handlers, levels[1:], strict=False):
+            handler.setLevel(level)
+
+
+def _import_nncf() -> Any:
+    # accelscope works offline: NNCF_CI is NNCF's own switch that turns its usage telemetry off
+    os.environ.setdefault("NNCF_CI", "1")
+    try:
+        with _quiet_nncf():
+            import nncf
+    except Exception as exc:  # a broken install raises anything on import
+        raise NotAvailableError(
+            f"openvino int8 not available: nncf cannot be imported ({_first_line(exc)}); "
+            f"{_NNCF_HINT}"
+        ) from exc
+    return nncf
+
+
+def _calibration_rows(model: LoadedModel, calibration: Sequence[Batch]) -> set[int]:
+    """The batch sizes among ``calibration`` (empty for inputs without a batch dimension)."""
+    return {
+        int(batch[spec.name].shape[spec.shape.index(BATCH_DIM)])
+        for batch in calibration
+        for spec in model.inputs
+        if BATCH_DIM in spec.shape
+    }
+
+
 def _quantize_int8(
     ov_model: Any, model: LoadedModel, order: list[int], calibration: Sequence[Batch]
 ) -> Any:
-    """Post-training int8 quantization with NNCF, calibrated on ``calibration``."""
-    import nncf
+    """``ov_model`` quantized to int8 by NNCF's post-training quantization, calibrated on every
+    batch of ``calibration`` as given: the model is reshaped to the calibration batches' size
+    (left dynamic when they differ), the caller reshapes the result to its own batch size."""
+    nncf = _import_nncf()
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
 
     if not calibration:
-        raise MeasurementError("openvino int8 needs calibration batches and got none")
-    items = [
-        {
+        raise MeasurementError(
+            "openvino int8 static quantization needs calibration batches and got none"
+        )
+    names = model.input_names
+    rows = _calibration_rows(model, calibration)
+    _reshape(ov_model, model, order, rows.pop() if len(rows) == 1 else -1)
+
+    def to_inputs(batch: Batch) -> dict[int, Any]:
+        return {
             index: batch[name].detach().cpu().contiguous().numpy()
-            for index, name in zip(order, model.input_names, strict=True)
+            for index, name in zip(order, names, strict=True)
         }
-        for batch in calibration
-    ]
+
+    transformer = model.task in _TRANSFORMER_TASKS
+    batch_first = all(spec.shape[:1] == (BATCH_DIM,) for spec in model.inputs)
+    # Each dataset item is a whole batch: statistics per sample, as NNCF sets itself for a
+    # batched DataLoader (not for transformers, where it warns that this may cost accuracy).
+    batchwise = batch_first and not transformer
     try:
-        return nncf.quantize(ov_model, nncf.Dataset(items), subset_size=len(items))
+        with _quiet_nncf():
+            return nncf.quantize(
+                ov_model,
+                nncf.Dataset(list(calibration), to_inputs),
+                preset=(
+                    nncf.QuantizationPreset.MIXED
+                    if transformer
+                    else nncf.QuantizationPreset.PERFORMANCE
+                ),
+                target_device=nncf.TargetDevice.CPU,
+                subset_size=len(calibration),
+                model_type=nncf.ModelType.TRANSFORMER if transformer else None,
+                advanced_parameters=AdvancedQuantizationParameters(batchwise_statistics=batchwise),
+            )
     except Exception as exc:
-        raise MeasurementError(f"nncf int8 quantization failed: {_first_line(exc)}") from exc
+        raise MeasurementError(
+            f"nncf int8 quantization of {model.ref} failed: {_first_line(exc)}"
+        ) from exc
 
 
 def _parallel_parts(batch_size: int, streams: int) -> int:
@@ -255,10 +339,12 @@ class OpenVinoBackend(Backend):
         if not base.ok:
             return base
         if spec.precision is Precision.INT8 and importlib.util.find_spec("nncf") is None:
-            return Availability(False, f"openvino int8 {_NNCF_HINT}")
+            return Availability(False, f"openvino int8 not available: {_NNCF_HINT}")
         if spec.precision is Precision.BF16 and not _cpu_has_bf16():
             return Availability(
-                False, "this CPU has no bf16 support in OpenVINO (needs AVX512-BF16 or AMX)"
+                False,
+                "OpenVINO's CPU plugin reports no BF16 capability here (it would run bf16 as f32; "
+                "it needs AVX512-BF16 or AMX)",
             )
         return Availability(True)
 
@@ -271,14 +357,14 @@ class OpenVinoBackend(Backend):
             raise NotAvailableError(f"openvino int8 not available: {_NNCF_HINT}")
         ov_model = _read_model(model)
         order = _input_order(ov_model, model)
-        if spec.precision is Precision.INT8:
-            ov_model = _quantize_int8(ov_model, model, order, calibration)
         hint = dict(spec.options).get("hint", "latency")
         config: dict[str, Any] = {
             "INFERENCE_NUM_THREADS": spec.threads,
             "INFERENCE_PRECISION_HINT": _PRECISION_HINTS[spec.precision],
             "PERFORMANCE_HINT": hint.upper(),
         }
+        if spec.precision is Precision.INT8:
+            ov_model = _quantize_int8(ov_model, model, order, calibration)
         _reshape(ov_model, model, order, spec.batch_size)
         compiled = self._compile(ov_model, config, model)
         parts = 1

@@ -12,7 +12,9 @@ from accelscope.api import MeasureRequest, measure
 from accelscope.backends.registry import all_backends
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, _progress, app
 from accelscope.config import load_config
+from accelscope.engine.probe import probe_pairs, probe_runtime_version, probe_table
 from accelscope.hardware.fingerprint import collect_environment
+from accelscope.measure.threads import available_cores
 from accelscope.measure.timer import TimerConfig
 from accelscope.models.zoo import DEFAULT_MODEL, ZOO
 from accelscope.report.terminal import environment_view, results_view
@@ -28,20 +30,52 @@ from accelscope.units import parse_duration_s, parse_fraction
 
 
 @app.command()
-def env(as_json: bool = JsonOption) -> None:
-    """Print this machine's fingerprint and which precisions have a fast path here."""
+def env(
+    as_json: bool = JsonOption,
+    probe: bool = typer.Option(
+        False, "--probe", help="Also measure (or read cached) every runtime's precision probes."
+    ),
+    refresh_probes: bool = typer.Option(
+        False, "--refresh-probes", help="With --probe: measure the probes again."
+    ),
+    store: Path = StoreOption,
+) -> None:
+    """Print this machine's fingerprint, the ISA fast paths and (--probe) the measured ones."""
     environment = collect_environment()
+    table = None
+    if probe:
+        pairs = [
+            (runtime, precision)
+            for runtime in ("torch", "onnxruntime", "openvino")
+            if probe_runtime_version(runtime)
+            for precision in probe_pairs(runtime)
+        ]
+        if not as_json:
+            _err.print("[dim]measuring the precision probes (cached per machine)...[/]")
+        table = probe_table(
+            pairs,
+            fingerprint=environment.fingerprint(),
+            threads=available_cores(),
+            cache_dir=(store or DEFAULT_STORE_PATH).parent / "probes",
+            refresh=refresh_probes,
+        )
     if as_json:
         document = environment.to_dict()
         document["fingerprint"] = environment.fingerprint()
         document["precision_support"] = [
-            {"device": s.device.value, "precision": s.precision.value, "fast": s.fast,
-             "unit": s.unit, "reason": s.reason}
+            {
+                "device": s.device.value,
+                "precision": s.precision.value,
+                "fast": s.fast,
+                "unit": s.unit,
+                "reason": s.reason,
+            }
             for s in environment.precision_support()
-        ]  # fmt: skip
+        ]
+        document["probes"] = table.to_dict() if table is not None else None
         _out.print_json(json.dumps(document))
         return
-    _out.print(environment_view(environment))
+    _out.print(environment_view(environment, table))
 
 
 @app.command()

@@ -8,6 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from accelscope.engine.probe import ProbeTable
 from accelscope.hardware.fingerprint import Environment
 from accelscope.result import Result, Status
 from accelscope.store.sqlite import RunRecord
@@ -96,8 +97,9 @@ def results_view(
     return Group(table, *notes)
 
 
-def environment_view(env: Environment) -> RenderableType:
-    """The machine fingerprint and which precisions have a fast path here."""
+def environment_view(env: Environment, probes: ProbeTable | None = None) -> RenderableType:
+    """The machine fingerprint, the precisions the ISA table calls fast here and, with
+    ``probes``, what the probes measured (those decide what a sweep measures)."""
     cpu = env.cpu
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
@@ -139,7 +141,31 @@ def environment_view(env: Environment) -> RenderableType:
             support.unit,
             support.reason,
         )
-    return Group(facts, Text(""), paths)
+    parts: list[RenderableType] = [facts, Text(""), paths]
+    if probes is not None:
+        measured = Table(
+            title=f"measured precision probes ({probes.threads} threads; these decide)",
+            title_justify="left",
+        )
+        for header in ("runtime", "precision", "kept", "conv", "matmul", "note"):
+            measured.add_column(header)
+        for verdict in probes.verdicts:
+            speed = {k.kernel: f"{k.speedup:.2f}x fp32" for k in verdict.kernels}
+            note = verdict.error or "; ".join(
+                n
+                for n in (verdict.note, verdict.executes_as and f"runs as {verdict.executes_as}")
+                if n
+            )
+            measured.add_row(
+                verdict.runtime,
+                verdict.precision.value,
+                Text("yes", style="green") if verdict.keep else Text("no", style="yellow"),
+                speed.get("conv", "—"),
+                speed.get("matmul", "—"),
+                note,
+            )
+        parts.extend([Text(""), measured])
+    return Group(*parts)
 
 
 def runs_view(runs: Sequence[RunRecord]) -> RenderableType:
