@@ -1,7 +1,8 @@
 """A full ``accelscope bench`` sweep of one model, with the figures docs/BENCHMARKS.md quotes.
 
-Prints every configuration (items/s, p99, speedup vs eager fp32, accuracy, status), the best
-accepted configuration, and the sweep's wall and measurement time.
+Prints every configuration (items/s, p99, speedup vs eager fp32, accuracy, status), the verdict
+(best accepted configuration, its speedup from the interleaved re-measure with its 95 % CI), the
+sweep's wall and measurement time, and the precision probes that decided what was measured.
 
     .venv/bin/python benchmarks/bench_sweep.py resnet50 --batch 8 --threads 2
     .venv/bin/python benchmarks/bench_sweep.py bert-base --batch 8 --threads 2
@@ -86,6 +87,15 @@ def main() -> None:
     print(
         f"wall {document['wall_time_s']:.0f} s, measurement {document['measurement_time_s']:.0f} s"
     )
+    probes = document.get("probes")
+    if probes:
+        print()
+        print("precision probes (these decided what was measured):")
+        for verdict in probes["verdicts"]:
+            from accelscope.engine.probe import ProbeVerdict
+
+            probe = ProbeVerdict.from_dict(verdict)
+            print(f"- {'kept' if probe.keep else 'dropped'}: {probe.describe()}")
 
 
 if __name__ == "__main__":

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import importlib.util
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
     from accelscope.hardware.fingerprint import Environment
 
-__all__ = ["OpenVinoBackend"]
+__all__ = ["OpenVinoBackend", "int8_model"]
 
 _INSTALL_HINT = "pip install 'accelscope[openvino]' -c constraints.txt"
 _NNCF_HINT = "NNCF post-training quantization needs nncf (pip install nncf)"
@@ -246,6 +246,17 @@ def _quantize_int8(
         raise MeasurementError(
             f"nncf int8 quantization of {model.ref} failed: {_first_line(exc)}"
         ) from exc
+
+
+def int8_model(model: LoadedModel, calibration: Sequence[Batch], batch_size: int) -> Any:
+    """``model`` as the OpenVINO model the backend's int8 configuration compiles: NNCF
+    post-training quantization on ``calibration``, reshaped to ``batch_size`` (for saving as IR
+    and handing to other tools, e.g. ``benchmark_app``)."""
+    ov_model = _read_model(model)
+    order = _input_order(ov_model, model)
+    quantized = _quantize_int8(ov_model, model, order, calibration)
+    _reshape(quantized, model, order, batch_size)
+    return quantized
 
 
 def _parallel_parts(batch_size: int, streams: int) -> int:
