@@ -18,7 +18,13 @@ from accelscope.roofline.ceilings import Ceilings
 from accelscope.spec import parse_device, parse_precision, parse_tensor_spec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
 from accelscope.units import parse_duration_s
-from accelscope.workflows.roofline import CeilingsRequest, RooflineRequest, ceilings, roofline
+from accelscope.workflows.roofline import (
+    CeilingsOutcome,
+    CeilingsRequest,
+    RooflineRequest,
+    ceilings,
+    roofline,
+)
 
 
 def _positive_int(text: str | None, what: str) -> int | None:
@@ -37,11 +43,22 @@ def _say(quiet: bool) -> Callable[[str], None]:
     return say
 
 
+def _source(outcome: CeilingsOutcome) -> str:
+    """Where the ceilings came from: ``cached``, ``measured`` or what extended the cache."""
+    if outcome.cached:
+        return "cached"
+    if outcome.extended:
+        return f"measured {', '.join(outcome.measured_dtypes)} and added to the cached ceilings"
+    return "measured"
+
+
 @app.command("ceilings")
 def ceilings_command(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     refresh: bool = typer.Option(False, "--refresh", help="Re-measure; ignore the cache."),
-    budget: str = typer.Option("3m", "--budget", help="Search time budget, e.g. 3m."),
+    budget: str = typer.Option(
+        "3m", "--budget", help="Time budget of the measurement, e.g. 3m (overrun: one call)."
+    ),
     store: Path = StoreOption,
     no_store: bool = typer.Option(False, "--no-store", help="Do not record a run."),
     as_json: bool = JsonOption,
@@ -57,8 +74,7 @@ def ceilings_command(
     _out.print(ceilings_view(outcome.ceilings))
     if quiet:
         return
-    source = "cached" if outcome.cached else "measured"
-    _out.print(f"[dim]{source}: {outcome.cache_path}[/]")
+    _out.print(f"[dim]{_source(outcome)}: {outcome.cache_path}[/]")
     if outcome.run_id:
         _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")
 
@@ -73,7 +89,9 @@ def roofline_command(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     measure_budget: str = typer.Option("10s", "--measure-budget", help="Model timing budget."),
     ceilings_budget: str = typer.Option(
-        "3m", "--ceilings-budget", help="Budget if the ceilings must be measured."
+        "3m",
+        "--ceilings-budget",
+        help="Budget if ceilings must be measured (only fp32, the precision's and bandwidth).",
     ),
     refresh_ceilings: bool = typer.Option(False, "--refresh-ceilings", help="Re-measure them."),
     inputs: list[str] = typer.Option(None, "--input", help="Input spec NAME:SHAPE:DTYPE."),
@@ -118,6 +136,8 @@ def roofline_command(
         return
     _out.print(roofline_view(outcome.profile))
     if not quiet:
+        found = outcome.ceilings
+        _out.print(f"[dim]ceilings {_source(found)}: {found.cache_path}[/]")
         _out.print(f"[dim]report: {outcome.report_path}[/]")
         if outcome.run_id:
             _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")

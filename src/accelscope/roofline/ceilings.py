@@ -8,6 +8,7 @@ contract keys (plus details), ``from_dict`` validates what it reads and raises
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,16 +34,32 @@ def _rates(data: dict[str, Any], key: str, where: str) -> dict[str, float]:
     return {str(k): _number(value, k, f"{where}.{key}") for k in value}
 
 
+def _dtypes(data: dict[str, Any]) -> tuple[str, ...]:
+    value = data.get("measured_dtypes", list(DTYPES))
+    if not isinstance(value, list) or not all(isinstance(d, str) for d in value):
+        raise BadInputError("ceilings: 'measured_dtypes' must be a list of dtype names")
+    return tuple(value)
+
+
+def _reasons(data: dict[str, Any]) -> dict[str, str]:
+    value = data.get("not_searched", {})
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise BadInputError("ceilings: 'not_searched' must be an object of dtype -> reason")
+    return {str(k): v for k, v in value.items()}
+
+
 @dataclass(frozen=True)
 class KernelPeak:
     """The kernel that reached a dtype's peak: family (``linear``, ``conv3x3_nhwc`` …), shape,
-    threads, rate and the library path that ran it."""
+    threads, rate (FLOP/s) and the library path that ran it. ``probe``: the dtype was not
+    searched (see :attr:`Ceilings.not_searched`) and this is its probe's small call."""
 
     family: str
     shape: tuple[int, ...]
     threads: int
     flops_per_s: float
     path: str
+    probe: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -52,6 +69,7 @@ class KernelPeak:
             "threads": self.threads,
             "flops_per_s": self.flops_per_s,
             "path": self.path,
+            "probe": self.probe,
         }
 
     @classmethod
@@ -63,6 +81,7 @@ class KernelPeak:
             int(data["threads"]),
             float(data["flops_per_s"]),
             str(data.get("path", "")),
+            bool(data.get("probe", False)),
         )
 
 
@@ -104,6 +123,12 @@ class Ceilings:
     ``matmul_flops_per_s`` holds only dtypes with a measured peak. ``bandwidth_bytes_per_s`` is
     the memory roof used by rooflines: the best of the measured streams (copy, triad).
     ``by_threads`` maps a thread count to its per-dtype peaks (the roofs for ``--threads``).
+
+    ``measured_dtypes`` are the dtypes this measurement covered (searched, stopped after their
+    probe, or found not to run here); a command needing another dtype measures it and extends
+    the cached ceilings. A document without the key covers every dtype (older measurements
+    searched them all). ``not_searched`` maps a dtype stopped after its probe to the reason; its
+    peak is then the probe's figure (``probe_flops_per_s``, the best small call per dtype).
     """
 
     device: str
@@ -122,6 +147,13 @@ class Ceilings:
     trials: int = 0
     search_s: float = 0.0
     notes: tuple[str, ...] = ()
+    measured_dtypes: tuple[str, ...] = DTYPES
+    probe_flops_per_s: dict[str, float] = field(default_factory=dict)
+    not_searched: dict[str, str] = field(default_factory=dict)
+
+    def missing(self, dtypes: Sequence[str]) -> tuple[str, ...]:
+        """The dtypes of ``dtypes`` this measurement did not cover, in order."""
+        return tuple(d for d in dtypes if d not in self.measured_dtypes)
 
     def peak(self, dtype: str, threads: int | None = None) -> float | None:
         """The measured peak for ``dtype`` (at ``threads`` when measured), ``None`` if absent."""
@@ -155,6 +187,9 @@ class Ceilings:
             "trials": self.trials,
             "search_s": self.search_s,
             "notes": list(self.notes),
+            "measured_dtypes": list(self.measured_dtypes),
+            "probe_flops_per_s": dict(self.probe_flops_per_s),
+            "not_searched": dict(self.not_searched),
         }
 
     @classmethod
@@ -193,4 +228,9 @@ class Ceilings:
             trials=int(data.get("trials", 0)),
             search_s=float(data.get("search_s", 0.0)),
             notes=tuple(str(n) for n in data.get("notes", [])),
+            measured_dtypes=_dtypes(data),
+            probe_flops_per_s=_rates(data, "probe_flops_per_s", "ceilings")
+            if "probe_flops_per_s" in data
+            else {},
+            not_searched=_reasons(data),
         )

@@ -36,6 +36,7 @@ __all__ = [
     "families",
     "kernel_flops",
     "neighbors",
+    "probe_ladder",
     "seeds",
 ]
 
@@ -48,6 +49,9 @@ _INT8 = ("int_mm", "int_mm_wT", "qlinear_onednn")
 _ITEM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
 _GEMM_RANGE = (64, 16384)
 _CONV_RANGES = ((1, 64), (16, 2048), (7, 112))
+_PROBE_GEMM_SIDES = (256, 512, 1024, 2048)
+_PROBE_CONV_CHANNELS = (32, 64, 128, 256, 512)
+_PROBE_CONV_BATCH, _PROBE_CONV_SIDE = 8, 14
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,19 @@ def seeds(dtype: str, device: str = "cpu") -> list[Candidate]:
         shapes = conv_shapes if _is_conv(family) else gemm_shapes
         found += [Candidate(family, shape) for shape in shapes]
     return found
+
+
+def probe_ladder(family: str) -> list[Candidate]:
+    """Probe shapes of ``family``, smallest first, each step 8x (products: every side doubled,
+    256³ to 2048³) or 4x (convolutions: channels doubled, 8 x 32..512 x 14²) the operations of
+    the one before. A probe climbs it until one call is long enough to amortise call overhead,
+    so a slow path costs one small call, not one search-sized call."""
+    if _is_conv(family):
+        return [
+            Candidate(family, (_PROBE_CONV_BATCH, channels, _PROBE_CONV_SIDE))
+            for channels in _PROBE_CONV_CHANNELS
+        ]
+    return [Candidate(family, (side, side, side)) for side in _PROBE_GEMM_SIDES]
 
 
 def neighbors(candidate: Candidate, dtype: str, device: str = "cpu") -> list[Candidate]:

@@ -1,6 +1,31 @@
 """Measure a device's ceilings: search the fastest dense kernel per dtype, stream bandwidth,
 the peak at each thread count, and the ISA peak they are a fraction of.
 
+Every kernel call runs under one time budget (:attr:`CeilingsPlan.budget_s`, seconds, counted
+from the start), in four phases:
+
+1. memory bandwidth (copy, triad), skipped when extending cached ceilings;
+2. a probe per dtype and library path (kernel family): a small call (a 256³ product, an
+   8 x 32 x 14² convolution) whose size doubles while one call takes under
+   :data:`PROBE_CALL_S`, so the rate is not all call overhead and a slow path costs one small
+   call;
+3. per dtype, a best-first search over kernel shapes in a share of what is left (all of it but
+   :data:`SWEEP_SHARE` when a thread sweep follows). Each candidate's call time is predicted
+   from its family's probe, scaled by operation count; a candidate whose measurement (its build
+   call and :data:`MIN_REPS` timed calls) is predicted not to fit is skipped, never launched;
+4. on CPU, the best kernels again at the other thread counts, in the rest of the budget.
+
+A dtype is **not searched** when it is hopeless: its best probe is below
+:data:`HOPELESS_FRACTION` of the best fp32 rate known (fp32's probe; its search, which runs
+first; the cached ceilings being extended), or not even its cheapest search kernel fits in its
+share. Its ceiling is then the probe's measured figure, marked ``probe`` in its
+:class:`KernelPeak`, and the reason is kept in :attr:`Ceilings.not_searched` and the notes.
+
+The bound: no call starts once the deadline has passed, and one that starts before it is
+predicted (from a probe, or the call before) to end by it. So the budget is overrun by at most
+one call, the one that ran longer than predicted (with its operand allocation). The only call
+made regardless is the measurement's very first probe call, so that there is always a figure.
+
 Collaborators are arguments (kernel builder, clock, stream kernel, CUDA interval), so the search
 logic runs in tests on fake kernels and a fake clock.
 """
@@ -10,7 +35,8 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,14 +46,64 @@ from accelscope.hardware.sync import IntervalTimer
 from accelscope.measure.threads import available_cores, pinned_threads
 from accelscope.roofline.bandwidth import measure_streams, stream_size
 from accelscope.roofline.ceilings import DTYPES, Ceilings, KernelPeak, Theoretical
-from accelscope.roofline.kernels import Kernel, build_kernel, neighbors, seeds
-from accelscope.roofline.search import Candidate, SearchOutcome, best_first_search, measure_rate
+from accelscope.roofline.kernels import (
+    Kernel,
+    build_kernel,
+    families,
+    kernel_flops,
+    neighbors,
+    probe_ladder,
+    seeds,
+)
+from accelscope.roofline.search import (
+    Candidate,
+    Deadline,
+    SearchOutcome,
+    best_first_search,
+    fastest_call_s,
+)
 from accelscope.roofline.theoretical import parse_topology, theoretical_cpu, theoretical_gpu
 
-__all__ = ["NAIVE", "CeilingsPlan", "measure_ceilings"]
+__all__ = [
+    "FAMILY_FRACTION",
+    "HOPELESS_FRACTION",
+    "MIN_REPS",
+    "NAIVE",
+    "PROBE_CALL_S",
+    "PROBE_SAMPLE_S",
+    "SWEEP_SHARE",
+    "CeilingsPlan",
+    "Probe",
+    "measure_ceilings",
+]
 
 NAIVE = Candidate("mm", (4096, 4096, 4096))
 """The naive square matmul reported beside the searched peak (``torch._int_mm`` for int8)."""
+
+HOPELESS_FRACTION = 0.25
+"""A dtype whose best probe is below this fraction of fp32's best probe is not searched: a
+reduced-precision path exists to beat fp32, and one four times slower will not, so its probe
+figure is ceiling enough and the budget goes to the dtypes that matter."""
+
+FAMILY_FRACTION = 0.1
+"""Within a dtype, a family (library path) below this fraction of the dtype's best probe is
+left out of its search (``torch._int_mm`` beside oneDNN's int8 linear on CPU, ~0.01x)."""
+
+PROBE_CALL_S = 0.02
+"""A probe grows its call until one takes at least this long (seconds)."""
+
+PROBE_REPS = 2
+"""Timed calls per probe step (after the build call), more until :data:`PROBE_SAMPLE_S`."""
+
+PROBE_SAMPLE_S = 0.05
+"""Seconds of timed calls per probe step: on a busy machine a short call often waits for a
+scheduler slice, and the fastest of several is the one that did not."""
+
+MIN_REPS = 3
+"""Timed calls per search candidate (after the build call), more until ``min_time_s``."""
+
+SWEEP_SHARE = 0.15
+"""Share of the budget kept for the peaks at the other thread counts (CPU)."""
 
 Builder = Callable[[Candidate, str, str], Kernel | None]
 Streams = Callable[[int, str], dict[str, float]]
@@ -37,7 +113,7 @@ Events = Callable[[str], None]
 @dataclass(frozen=True)
 class CeilingsPlan:
     """What to measure: device, total time budget (seconds), dtypes, thread counts (CPU; empty:
-    1 and all usable cores), and the sampling time per kernel."""
+    1 and all usable cores), and the sampling time per kernel (seconds)."""
 
     device: str = "cpu"
     budget_s: float = 180.0
@@ -53,6 +129,25 @@ class CeilingsPlan:
         unknown = [d for d in self.dtypes if d not in DTYPES]
         if unknown:
             raise BadInputError(f"unknown dtype {unknown[0]!r}; choose from {', '.join(DTYPES)}")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A family's probe: the largest ladder shape measured, its fastest call (seconds), rate
+    (FLOP/s) and library path."""
+
+    candidate: Candidate
+    call_s: float
+    flops_per_s: float
+    path: str
+
+    def predict_call_s(self, candidate: Candidate) -> float:
+        """Seconds of one call of ``candidate``: the probe's call scaled by operation count."""
+        return self.call_s * kernel_flops(candidate) / kernel_flops(self.candidate)
+
+    def describe(self) -> str:
+        """``linear 512x512x512, F.linear`` for messages."""
+        return f"{self.candidate.family} {'x'.join(map(str, self.candidate.shape))}, {self.path}"
 
 
 def _read_cpuinfo() -> str:
@@ -90,36 +185,161 @@ def _gpu_theoretical(env: Environment) -> tuple[str, Theoretical]:
     )
 
 
-class _Evaluator:
-    """Builds and times candidates for one dtype; remembers each one's library path."""
+def _rate_text(flops_per_s: float, dtype: str) -> str:
+    """``11.0 GFLOP/s`` (``GOP/s`` for int8)."""
+    return f"{flops_per_s / 1e9:,.1f} G{'OP' if dtype == 'int8' else 'FLOP'}/s"
+
+
+@dataclass(frozen=True)
+class _Timed:
+    call_s: float
+    flops_per_s: float
+    path: str
+
+
+class _Runner:
+    """Builds and times kernels on one device; every call waits on :attr:`deadline`."""
 
     def __init__(
         self,
-        dtype: str,
         device: str,
         builder: Builder,
         clock: Callable[[], float],
-        min_time_s: float,
         interval: IntervalTimer | None,
         sync: Callable[[], None] | None,
     ) -> None:
-        self.dtype, self.device, self.builder, self.clock = dtype, device, builder, clock
-        self.min_time_s, self.interval, self.sync = min_time_s, interval, sync
-        self.paths: dict[Candidate, str] = {}
+        self.device, self.builder, self.clock = device, builder, clock
+        self.interval, self.sync = interval, sync
+        self.deadline = Deadline.never(clock)
+        self.kernels = 0
+        """Kernels built and timed so far."""
+        self.started = False
+        """Whether any kernel was launched yet (the first one runs regardless of the deadline)."""
 
-    def __call__(self, candidate: Candidate) -> float | None:
-        kernel = self.builder(candidate, self.dtype, self.device)
+    def run(
+        self,
+        candidate: Candidate,
+        dtype: str,
+        *,
+        predicted_call_s: float | None,
+        reps: int,
+        min_time_s: float,
+        build_as_fallback: bool = False,
+    ) -> _Timed | None:
+        """Build ``candidate`` (the builder makes one call) and time ``reps`` more calls (more
+        until ``min_time_s``), each only if predicted to end by the deadline. ``None`` when it
+        does not run here, or when no timed call fitted (unless ``build_as_fallback``: then the
+        build, allocation included, stands in for a call: a pessimistic figure)."""
+        began = self.clock()
+        kernel = self.builder(candidate, dtype, self.device)
+        build_s = self.clock() - began
+        self.started = True
         if kernel is None:
             return None
-        self.paths[candidate] = kernel.path
-        return measure_rate(
+        self.kernels += 1
+        fastest = fastest_call_s(
             kernel.fn,
-            kernel.flops,
             clock=self.clock,
-            min_time_s=self.min_time_s,
-            interval=self.interval,
+            min_time_s=min_time_s,
+            min_reps=reps,
+            warmup=0,  # the builder's call was the warm-up
             sync=self.sync,
+            interval=self.interval,
+            deadline=self.deadline,
+            predicted_call_s=build_s if predicted_call_s is None else predicted_call_s,
         )
+        if fastest is None and build_as_fallback:
+            fastest = build_s
+        if not fastest or fastest <= 0:
+            return None
+        return _Timed(fastest, kernel.flops / fastest, kernel.path)
+
+
+def _probe(runner: _Runner, dtype: str, device: str) -> tuple[dict[str, Probe], bool]:
+    """Each family's probe (see the module docstring), and whether the deadline cut a family
+    off before its first call. A step is launched only if predicted to fit: from the step
+    before, or for a family's first step from the dtype's family probed before it; the dtype's
+    very first step, with nothing to predict it, only while the deadline has not passed."""
+    found: dict[str, Probe] = {}
+    cut = False
+    for family in families(dtype, device):
+        probe: Probe | None = None
+        for candidate in probe_ladder(family):
+            if probe is not None and probe.call_s >= PROBE_CALL_S:
+                break  # long enough: call overhead no longer dominates
+            known = probe or (list(found.values())[-1] if found else None)
+            predicted = None if known is None else known.predict_call_s(candidate)
+            if predicted is None:
+                fits = not runner.started or runner.deadline.left_s() > 0
+            else:
+                sampled_s = max(PROBE_REPS * predicted, PROBE_SAMPLE_S)
+                fits = runner.deadline.allows(predicted + sampled_s)
+            if not fits:
+                cut = cut or probe is None
+                break
+            timed = runner.run(
+                candidate,
+                dtype,
+                predicted_call_s=predicted,
+                reps=PROBE_REPS,
+                min_time_s=PROBE_SAMPLE_S,
+                build_as_fallback=True,
+            )
+            if timed is None:
+                break  # this family does not run here (or not at this size)
+            probe = Probe(candidate, timed.call_s, timed.flops_per_s, timed.path)
+        if probe is not None:
+            found[family] = probe
+    return found, cut
+
+
+class _Evaluator:
+    """Measures one dtype's search candidates; predicts each one's call from its family's probe
+    (``slowdown`` times slower: fewer threads than the probe ran on). Families without a probe
+    are not tried."""
+
+    def __init__(
+        self,
+        runner: _Runner,
+        dtype: str,
+        probes: dict[str, Probe],
+        min_time_s: float,
+        slowdown: float = 1.0,
+    ) -> None:
+        self.runner, self.dtype, self.probes = runner, dtype, probes
+        self.min_time_s, self.slowdown = min_time_s, slowdown
+        self.paths: dict[Candidate, str] = {p.candidate: p.path for p in probes.values()}
+
+    def call_s(self, candidate: Candidate) -> float | None:
+        """Predicted seconds of one call of ``candidate``."""
+        probe = self.probes.get(candidate.family)
+        return None if probe is None else probe.predict_call_s(candidate) * self.slowdown
+
+    def cost_s(self, candidate: Candidate) -> float | None:
+        """Predicted seconds to measure ``candidate``: the build call, then :data:`MIN_REPS`
+        calls or ``min_time_s``, whichever is longer."""
+        call = self.call_s(candidate)
+        return None if call is None else call + max(MIN_REPS * call, self.min_time_s)
+
+    def affordable(self, candidate: Candidate) -> bool:
+        """Whether measuring ``candidate`` is predicted to end by the deadline."""
+        cost = self.cost_s(candidate)
+        return cost is not None and self.runner.deadline.allows(cost)
+
+    def __call__(self, candidate: Candidate) -> float | None:
+        if not self.affordable(candidate):
+            return None  # never launch what is predicted not to fit
+        timed = self.runner.run(
+            candidate,
+            self.dtype,
+            predicted_call_s=self.call_s(candidate),
+            reps=MIN_REPS,
+            min_time_s=self.min_time_s,
+        )
+        if timed is None:
+            return None
+        self.paths[candidate] = timed.path
+        return timed.flops_per_s
 
 
 def _top(outcome: SearchOutcome, count: int) -> list[Candidate]:
@@ -127,6 +347,222 @@ def _top(outcome: SearchOutcome, count: int) -> list[Candidate]:
         (t for t in outcome.trials if t.flops_per_s), key=lambda t: -(t.flops_per_s or 0.0)
     )
     return [t.candidate for t in ranked[:count]]
+
+
+def _neighbors_within(
+    candidate: Candidate, *, dtype: str, device: str, kept: dict[str, Probe]
+) -> list[Candidate]:
+    """:func:`neighbors` in the ``kept`` families only."""
+    return [n for n in neighbors(candidate, dtype, device) if n.family in kept]
+
+
+def _kept(probes: dict[str, Probe], dtype: str) -> tuple[dict[str, Probe], list[str]]:
+    """The families worth searching (within :data:`FAMILY_FRACTION` of the dtype's best
+    probe), and a note for each one left out."""
+    best = max(probes.values(), key=lambda p: p.flops_per_s)
+    kept, notes = {}, []
+    for family, probe in probes.items():
+        if probe.flops_per_s >= FAMILY_FRACTION * best.flops_per_s:
+            kept[family] = probe
+            continue
+        notes.append(
+            f"{dtype}: {family} ({probe.path}) left out of the search: probe "
+            f"{_rate_text(probe.flops_per_s, dtype)} = "
+            f"{probe.flops_per_s / best.flops_per_s:.2f}x the best {dtype} path ({best.path})"
+        )
+    return kept, notes
+
+
+def _emulated_hint(dtype: str, device: str, ideal: Theoretical) -> str:
+    """`` (no native bf16 unit in this CPU's ISA: emulated)`` when the ISA peak knows fp32 but
+    has no unit for ``dtype``."""
+    if device == "cpu" and "fp32" in ideal.flops_per_s and dtype not in ideal.flops_per_s:
+        return f" (no native {dtype} unit in this CPU's ISA: emulated)"
+    return ""
+
+
+def _bandwidth(
+    plan: CeilingsPlan,
+    env: Environment,
+    streams: Streams | None,
+    clock: Callable[[], float],
+    interval: IntervalTimer | None,
+    sync: Callable[[], None] | None,
+    notes: list[str],
+) -> dict[str, float]:
+    """Bytes/s per stream kernel, sampled for at most 2 % of the budget (0.5 s) each."""
+    if streams is not None:
+        return streams(0, plan.device)
+    size = stream_size(
+        env.cpu.l3_cache_bytes if plan.device == "cpu" else 64 << 20,
+        _available_memory(plan.device),
+    )
+    notes.append(f"bandwidth buffers: {size.note}")
+    return measure_streams(
+        size.elements,
+        device=plan.device,
+        clock=clock,
+        min_time_s=min(0.5, 0.02 * plan.budget_s),
+        interval=interval,
+        sync=sync,
+    )
+
+
+class _Session:
+    """One measurement's runner and what it has found so far, per dtype."""
+
+    def __init__(
+        self,
+        plan: CeilingsPlan,
+        runner: _Runner,
+        threads: Sequence[int],
+        ideal: Theoretical,
+        say: Events,
+        notes: list[str],
+    ) -> None:
+        self.plan, self.runner, self.ideal, self.say, self.notes = plan, runner, ideal, say, notes
+        self.full = max(threads) if threads else 0
+        self.peaks: dict[str, KernelPeak] = {}
+        self.by_threads: dict[int, dict[str, float]] = {t: {} for t in threads}
+        self.naive: dict[str, float] = {}
+        self.probes: dict[str, dict[str, Probe]] = {}
+        self.best_probes: dict[str, float] = {}
+        self.not_searched: dict[str, str] = {}
+        self.covered: list[str] = []
+        """The plan's dtypes with a conclusion (searched, stopped, or not running here)."""
+        self.outcomes: dict[str, tuple[SearchOutcome, dict[str, Probe]]] = {}
+
+    def probe(self, dtype: str) -> None:
+        """Probe ``dtype``'s families (see :func:`_probe`) and record the conclusion."""
+        self.say(f"probing {dtype}: one small call per library path")
+        self.probes[dtype], cut = _probe(self.runner, dtype, self.plan.device)
+        if dtype not in self.plan.dtypes:
+            return  # fp32 probed as the reference only
+        if self.probes[dtype]:
+            self.best_probes[dtype] = max(p.flops_per_s for p in self.probes[dtype].values())
+        elif cut:
+            self.notes.append(f"{dtype}: not measured: the budget ran out before its probe")
+            return
+        else:
+            self.notes.append(f"{dtype}: no kernel runs here; no peak measured")
+        self.covered.append(dtype)
+
+    def best_probe(self, dtype: str) -> Probe:
+        return max(self.probes[dtype].values(), key=lambda p: p.flops_per_s)
+
+    def hopeless(self, dtype: str, reference: float | None) -> str | None:
+        """Why ``dtype`` is not worth a search next to fp32's ``reference`` rate (FLOP/s), or
+        ``None`` when it is."""
+        best = self.best_probe(dtype)
+        if dtype == "fp32" or not reference or best.flops_per_s >= HOPELESS_FRACTION * reference:
+            return None
+        return (
+            f"{dtype} not searched: probe {_rate_text(best.flops_per_s, dtype)} = "
+            f"{best.flops_per_s / reference:.2f}x fp32 ({_rate_text(reference, 'fp32')}) here"
+            f"{_emulated_hint(dtype, self.plan.device, self.ideal)}; its ceiling is this probe "
+            f"figure ({best.describe()})"
+        )
+
+    def stop(self, dtype: str, reason: str) -> None:
+        """Record ``dtype`` as not searched: its ceiling is its best probe's figure."""
+        self.say(reason)
+        self.notes.append(reason)
+        self.not_searched[dtype] = reason
+        probe = self.best_probe(dtype)
+        shape = probe.candidate
+        self.peaks[dtype] = KernelPeak(
+            shape.family, shape.shape, self.full, probe.flops_per_s, probe.path, probe=True
+        )
+        if self.full:
+            self.by_threads[self.full][dtype] = probe.flops_per_s
+
+    def search(self, dtype: str, share_s: float, window: Deadline) -> float | None:
+        """Search ``dtype``'s peak in ``share_s`` seconds (by ``window``); its rate (FLOP/s),
+        or ``None`` when not even its cheapest kernel fits (then it is stopped)."""
+        kept, dropped = _kept(self.probes[dtype], dtype)
+        self.notes.extend(dropped)
+        self.runner.deadline = window.within(share_s)
+        evaluate = _Evaluator(self.runner, dtype, kept, self.plan.min_time_s)
+        candidates = sorted(
+            (s for s in seeds(dtype, self.plan.device) if s.family in kept),
+            key=lambda c: (evaluate.cost_s(c) or 0.0, c),
+        )
+        if not any(evaluate.affordable(c) for c in candidates):
+            best = self.best_probe(dtype)
+            cheapest = (
+                f"its cheapest search kernel ({candidates[0].family} "
+                f"{'x'.join(map(str, candidates[0].shape))}) would take "
+                f"{evaluate.cost_s(candidates[0]) or 0.0:,.1f} s to measure"
+                if candidates
+                else "no search kernel can be predicted"
+            )
+            self.stop(
+                dtype,
+                f"{dtype} not searched: probe {_rate_text(best.flops_per_s, dtype)} "
+                f"({best.describe()}); {cheapest}, more than the {share_s:,.1f} s left for "
+                f"{dtype}; its ceiling is this probe figure",
+            )
+            return None
+        self.say(f"searching {dtype} matrix peak ({share_s:.0f} s)")
+        outcome = best_first_search(
+            candidates,
+            functools.partial(_neighbors_within, dtype=dtype, device=self.plan.device, kept=kept),
+            evaluate,
+            budget_s=share_s,
+            clock=self.runner.clock,
+            affordable=evaluate.affordable,
+            known={p.candidate: p.flops_per_s for p in kept.values()},
+        )
+        top = outcome.best
+        if top is None or not top.flops_per_s:
+            return None  # cannot happen: the probes are known trials
+        rate = top.flops_per_s
+        path = evaluate.paths.get(top.candidate, "")
+        self.peaks[dtype] = KernelPeak(
+            top.candidate.family, top.candidate.shape, self.full, rate, path
+        )
+        if outcome.stop_reason == "budget":
+            self.notes.append(
+                f"{dtype}: search stopped by the time budget after {len(outcome.trials)} "
+                f"kernels ({len(outcome.skipped)} predicted not to fit were not launched)"
+            )
+        naive_kernel = Candidate("int_mm", NAIVE.shape) if dtype == "int8" else NAIVE
+        naive = next((t.flops_per_s for t in outcome.trials if t.candidate == naive_kernel), None)
+        if naive is None and evaluate.affordable(naive_kernel):
+            naive = evaluate(naive_kernel)
+        if naive:
+            self.naive[dtype] = naive
+        self.outcomes[dtype] = (outcome, kept)
+        if self.full:
+            self.by_threads[self.full][dtype] = rate
+        return rate
+
+    def sweep(self, count: int, deadline: Deadline) -> None:
+        """Each searched dtype's top kernels again at ``count`` threads, by ``deadline``."""
+        self.runner.deadline = deadline
+        with pinned_threads(count):
+            for dtype, (outcome, kept) in self.outcomes.items():
+                self.say(f"{dtype} peak at {count} thread(s)")
+                slowdown = self.full / count
+                evaluate = _Evaluator(self.runner, dtype, kept, self.plan.min_time_s, slowdown)
+                rates = [evaluate(c) for c in _top(outcome, 3) if evaluate.affordable(c)]
+                found = [r for r in rates if r]
+                if found:
+                    self.by_threads[count][dtype] = max(found)
+                    continue
+                self.notes.append(
+                    f"{dtype} at {count} thread(s): not measured (its best kernels were "
+                    f"predicted not to fit in the {max(deadline.left_s(), 0.0):,.1f} s left); "
+                    f"the {self.full}-thread peak stands in"
+                )
+
+
+def _fp32_known(extend: Ceilings | None) -> list[float]:
+    """What cached ceilings already know of fp32's rate (FLOP/s): peak and probe."""
+    if extend is None:
+        return []
+    known = (extend.matmul_flops_per_s.get("fp32"), extend.probe_flops_per_s.get("fp32"))
+    return [r for r in known if r]
 
 
 def measure_ceilings(
@@ -138,114 +574,128 @@ def measure_ceilings(
     streams: Streams | None = None,
     events: Events | None = None,
     theoretical: Theoretical | None = None,
+    extend: Ceilings | None = None,
 ) -> Ceilings:
-    """Measure ``plan``'s device; see the module docstring."""
+    """Measure ``plan``'s dtypes on its device (see the module docstring).
+
+    fp32 is probed (and searched first, when asked for) because it is the reference: a dtype
+    is hopeless next to the best fp32 rate known, from its probe, its search or ``extend``
+    (then fp32 is not probed unless asked for).
+    With ``extend`` (cached ceilings of this device), the bandwidth is not measured again: the
+    result is ``extend`` with ``plan.dtypes`` measured and added (or replaced).
+    """
     say = events or (lambda message: None)
     interval, sync = _cuda_tools(plan.device) if builder is build_kernel else (None, None)
     began = clock()
+    deadline = Deadline(clock, began + plan.budget_s)
     cores = available_cores()
     threads = sorted(set(plan.threads or (1, cores))) if plan.device == "cpu" else []
     full = max(threads) if threads else 0
     notes: list[str] = []
-
-    say("memory bandwidth (copy, triad)")
-    if streams is None:
-        size = stream_size(
-            env.cpu.l3_cache_bytes if plan.device == "cpu" else 64 << 20,
-            _available_memory(plan.device),
-        )
-        notes.append(f"bandwidth buffers: {size.note}")
-
-        def streams(elements: int, device: str) -> dict[str, float]:
-            return measure_streams(
-                elements, device=device, clock=clock, interval=interval, sync=sync
-            )
-
-        elements = size.elements
-    else:
-        elements = 0
-    with pinned_threads(full) if full else _nothing():
-        detail = streams(elements, plan.device)
-    bandwidth = max(detail.values())
-
-    peaks: dict[str, KernelPeak] = {}
-    by_threads: dict[int, dict[str, float]] = {t: {} for t in threads}
-    naive: dict[str, float] = {}
-    trials = 0
-    outcomes: dict[str, tuple[SearchOutcome, _Evaluator]] = {}
-    for index, dtype in enumerate(plan.dtypes):
-        left = plan.budget_s * 0.85 - (clock() - began)
-        share = max(left / (len(plan.dtypes) - index), 0.0)
-        say(f"searching {dtype} matrix peak ({share:.0f} s)")
-        evaluate = _Evaluator(dtype, plan.device, builder, clock, plan.min_time_s, interval, sync)
-        with pinned_threads(full) if full else _nothing():
-            outcome = best_first_search(
-                seeds(dtype, plan.device),
-                functools.partial(neighbors, dtype=dtype, device=plan.device),
-                evaluate,
-                budget_s=share,
-                clock=clock,
-            )
-            trials += len(outcome.trials)
-            if outcome.best is None or not outcome.best.flops_per_s:
-                notes.append(f"{dtype}: no kernel runs here; no peak measured")
-                continue
-            rate = outcome.best.flops_per_s
-            best = outcome.best.candidate
-            peaks[dtype] = KernelPeak(
-                best.family, best.shape, full, rate, evaluate.paths.get(best, "")
-            )
-            if outcome.stop_reason == "budget":
-                notes.append(
-                    f"{dtype}: search stopped by the time budget after "
-                    f"{len(outcome.trials)} kernels"
-                )
-            naive_kernel = Candidate("int_mm", NAIVE.shape) if dtype == "int8" else NAIVE
-            measured_naive = next(
-                (t.flops_per_s for t in outcome.trials if t.candidate == naive_kernel), None
-            )
-            if measured_naive is None:
-                measured_naive = evaluate(naive_kernel)
-            if measured_naive:
-                naive[dtype] = measured_naive
-        outcomes[dtype] = (outcome, evaluate)
-        if full:
-            by_threads[full][dtype] = rate
-    for count in threads:
-        if count == full:
-            continue
-        with pinned_threads(count):
-            for dtype, (outcome, evaluate) in outcomes.items():
-                say(f"{dtype} peak at {count} thread(s)")
-                rates = [evaluate(c) for c in _top(outcome, 3)]
-                found = [r for r in rates if r]
-                if found:
-                    by_threads[count][dtype] = max(found)
     if plan.device == "cpu":
-        topology = parse_topology(_read_cpuinfo())
-        ideal = theoretical or theoretical_cpu(env.cpu, topology, full or cores)
         device_name = env.cpu.model_name
-        notes += _smt_notes(peaks, ideal, full or cores)
-        notes += _above_isa_notes(peaks, ideal)
+        ideal = theoretical or theoretical_cpu(
+            env.cpu, parse_topology(_read_cpuinfo()), full or cores
+        )
     else:
         device_name = env.gpus[0].name if env.gpus else "cuda"
         ideal = theoretical or _gpu_theoretical(env)[1]
-    return Ceilings(
+
+    def pinned(count: int) -> AbstractContextManager[object]:
+        return pinned_threads(count) if count else nullcontext()
+
+    if extend is None:
+        say("memory bandwidth (copy, triad)")
+        with pinned(full):
+            detail = _bandwidth(plan, env, streams, clock, interval, sync, notes)
+    else:
+        detail = dict(extend.bandwidth_detail_bytes_per_s)
+
+    runner = _Runner(plan.device, builder, clock, interval, sync)
+    sweep = len(threads) > 1
+    window = Deadline(clock, began + plan.budget_s * ((1 - SWEEP_SHARE) if sweep else 1.0))
+    runner.deadline = window
+    session = _Session(plan, runner, threads, ideal, say, notes)
+    with pinned(full):
+        known_fp32 = _fp32_known(extend)
+        reference_probe = () if known_fp32 else ("fp32",)  # else the cache has the reference
+        for dtype in dict.fromkeys((*reference_probe, *plan.dtypes)):
+            session.probe(dtype)
+        fp32_rates = [p.flops_per_s for p in session.probes.get("fp32", {}).values()]
+        reference = max([*fp32_rates, *known_fp32], default=None)
+        order = sorted(session.best_probes, key=lambda d: d != "fp32")  # fp32 first
+        for index, dtype in enumerate(order):
+            reason = session.hopeless(dtype, reference)
+            if reason is not None:
+                session.stop(dtype, reason)
+                continue
+            pending = [d for d in order[index:] if session.hopeless(d, reference) is None]
+            rate = session.search(dtype, max(window.left_s(), 0.0) / len(pending), window)
+            if dtype == "fp32" and rate:
+                reference = max(reference or 0.0, rate)
+    for count in threads:
+        if count != full:
+            session.sweep(count, deadline)
+    if plan.device == "cpu":
+        notes += _smt_notes(session.peaks, ideal, full or cores)
+        notes += _above_isa_notes(session.peaks, ideal)
+    peaks = {d: session.peaks[d] for d in DTYPES if d in session.peaks}  # display order
+    found = Ceilings(
         device=plan.device,
         device_name=device_name,
         environment_fingerprint=env.fingerprint(),
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
         threads=full,
         matmul_flops_per_s={d: p.flops_per_s for d, p in peaks.items()},
-        bandwidth_bytes_per_s=bandwidth,
+        bandwidth_bytes_per_s=max(detail.values()),
         bandwidth_detail_bytes_per_s=detail,
         theoretical=ideal,
         peaks=peaks,
-        by_threads={t: r for t, r in by_threads.items() if r},
-        naive_flops_per_s=naive,
-        trials=trials,
+        by_threads={
+            t: {d: r[d] for d in DTYPES if d in r} for t, r in session.by_threads.items() if r
+        },
+        naive_flops_per_s=session.naive,
+        trials=runner.kernels,
         search_s=clock() - began,
         notes=tuple(notes),
+        measured_dtypes=tuple(session.covered),
+        probe_flops_per_s=session.best_probes,
+        not_searched=session.not_searched,
+    )
+    return found if extend is None else _extended(extend, found)
+
+
+def _about(note: str, dtypes: set[str]) -> bool:
+    """Whether ``note`` is about one of ``dtypes`` (dtype notes start with the dtype)."""
+    return note.split(" ", 1)[0].rstrip(":") in dtypes
+
+
+def _extended(base: Ceilings, new: Ceilings) -> Ceilings:
+    """``base`` (cached) with ``new``'s dtypes added or replaced; ``base``'s bandwidth and other
+    dtypes are kept, times and kernel counts add up."""
+    redone = set(new.measured_dtypes)
+
+    def merged(old: dict[str, float], fresh: dict[str, float]) -> dict[str, float]:
+        return {**{d: v for d, v in old.items() if d not in redone}, **fresh}
+
+    by_threads = {t: merged(r, new.by_threads.get(t, {})) for t, r in base.by_threads.items()}
+    by_threads.update({t: r for t, r in new.by_threads.items() if t not in by_threads})
+    return replace(
+        new,
+        matmul_flops_per_s=merged(base.matmul_flops_per_s, new.matmul_flops_per_s),
+        bandwidth_bytes_per_s=base.bandwidth_bytes_per_s,
+        peaks={**{d: p for d, p in base.peaks.items() if d not in redone}, **new.peaks},
+        by_threads={t: r for t, r in by_threads.items() if r},
+        naive_flops_per_s=merged(base.naive_flops_per_s, new.naive_flops_per_s),
+        trials=base.trials + new.trials,
+        search_s=base.search_s + new.search_s,
+        notes=tuple(dict.fromkeys([*(n for n in base.notes if not _about(n, redone)), *new.notes])),
+        measured_dtypes=tuple(d for d in DTYPES if d in base.measured_dtypes or d in redone),
+        probe_flops_per_s=merged(base.probe_flops_per_s, new.probe_flops_per_s),
+        not_searched={
+            **{d: r for d, r in base.not_searched.items() if d not in redone},
+            **new.not_searched,
+        },
     )
 
 
@@ -290,14 +740,6 @@ def _above_isa_notes(peaks: dict[str, KernelPeak], ideal: Theoretical) -> list[s
             f"{limit / 1e9:,.0f} GFLOP/s: {reason}"
         )
     return notes
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _available_memory(device: str) -> int | None:

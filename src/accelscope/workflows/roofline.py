@@ -1,10 +1,14 @@
 """``accelscope ceilings`` and ``accelscope roofline``: validate, measure or load the cached
-ceilings, profile the model, store the run, write the HTML report. Returns data; never prints."""
+ceilings, profile the model, store the run, write the HTML report. Returns data; never prints.
+
+A command measures only the ceilings it needs: ``ceilings`` every dtype, ``roofline`` the memory
+roof and the compute roofs of its precision (fp32, plus bf16 or fp16). Cached ceilings that lack
+a needed dtype are extended (that dtype measured and added), not measured again."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accelscope.errors import BadInputError, NotAvailableError
@@ -16,7 +20,7 @@ from accelscope.report.html import check_report_path, write_report
 from accelscope.report.roofline_html import render_roofline_report
 from accelscope.roofline.analysis import RooflineProfile
 from accelscope.roofline.cache import cache_path, load_cached, save_cached
-from accelscope.roofline.ceilings import Ceilings
+from accelscope.roofline.ceilings import DTYPES, Ceilings
 from accelscope.roofline.measure_ceilings import CeilingsPlan, measure_ceilings
 from accelscope.roofline.model_profile import PROFILED_BACKENDS, profile_model
 from accelscope.spec import Device, Precision, TensorSpec
@@ -28,6 +32,7 @@ __all__ = [
     "CeilingsRequest",
     "RooflineOutcome",
     "RooflineRequest",
+    "ceiling_dtypes",
     "ceilings",
     "roofline",
 ]
@@ -39,22 +44,28 @@ _PRECISIONS = (Precision.FP32, Precision.BF16, Precision.FP16)
 
 @dataclass(frozen=True)
 class CeilingsRequest:
-    """Which device to measure, whether to ignore the cache, and the search budget (s)."""
+    """Which device to measure, whether to ignore the cache (re-measure ``dtypes`` from
+    scratch), the time budget of a measurement (seconds), and the dtypes whose compute roofs
+    are needed."""
 
     device: Device = Device.CPU
     refresh: bool = False
     budget_s: float = 180.0
+    dtypes: tuple[str, ...] = DTYPES
 
 
 @dataclass(frozen=True)
 class CeilingsOutcome:
-    """The ceilings, whether they came from the cache, the cache file and the stored run."""
+    """The ceilings, whether they all came from the cache, the cache file, the stored run, and
+    the dtypes measured now (empty when cached); ``extended``: they were added to cached ones."""
 
     ceilings: Ceilings
     cached: bool
     cache_path: Path
     run_id: str | None
     store_path: Path | None
+    measured_dtypes: tuple[str, ...] = ()
+    extended: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,12 @@ class RooflineOutcome:
     report_path: Path | None
 
 
+def ceiling_dtypes(precision: Precision) -> tuple[str, ...]:
+    """The compute roofs a roofline at ``precision`` needs: fp32 (the roof of every operator
+    that autocast leaves in fp32, and of dtypes without their own) and the precision's own."""
+    return tuple(dict.fromkeys(("fp32", precision.value)))
+
+
 def _check_device(device: Device, env: Environment) -> None:
     if device is Device.CUDA and not env.gpus:
         raise NotAvailableError("device 'cuda' not available: no CUDA device found on this machine")
@@ -106,7 +123,11 @@ def _store_ceilings(
             found.device_name,
             command_line(),
             env,
-            {"device": request.device.value, "budget_s": request.budget_s},
+            {
+                "device": request.device.value,
+                "budget_s": request.budget_s,
+                "dtypes": list(request.dtypes),
+            },
         )
         store.add_document(run_id, "ceilings", found.to_dict())
         store.finish_run(run_id, "complete")
@@ -122,8 +143,10 @@ def ceilings(
     events: Events | None = None,
     measure: Measure = measure_ceilings,
 ) -> CeilingsOutcome:
-    """The device's ceilings: from the fingerprint cache unless ``refresh``, else measured,
-    cached and stored as a ``ceilings`` run."""
+    """The device's ceilings for ``request.dtypes``: from the fingerprint cache unless
+    ``refresh``; the dtypes the cache lacks are measured and added to it; without a cache (or
+    with ``refresh``) they are measured with the bandwidth. What was measured is cached and
+    stored as a ``ceilings`` run (the whole, extended document)."""
     if request.budget_s <= 0:
         raise BadInputError("the ceilings budget must be positive")
     env = environment or collect_environment()
@@ -134,15 +157,26 @@ def ceilings(
     path = cache_path(
         cache_dir or _cache_dir(store_path), env.fingerprint(), request.device.value, threads
     )
-    if not request.refresh:
-        cached = load_cached(path)
-        if cached is not None:
+    cached = None if request.refresh else load_cached(path)
+    wanted = request.dtypes
+    if cached is not None:
+        wanted = cached.missing(request.dtypes)
+        if not wanted:
             return CeilingsOutcome(cached, True, path, None, None)
-    plan = CeilingsPlan(device=request.device.value, budget_s=request.budget_s)
-    found = measure(plan, env, events=events)
+    plan = CeilingsPlan(device=request.device.value, budget_s=request.budget_s, dtypes=wanted)
+    if cached is None:
+        found = measure(plan, env, events=events)
+    else:
+        found = measure(plan, env, events=events, extend=cached)
     save_cached(found, path)
-    run_id = _store_ceilings(store_path, found, env, request) if store_path is not None else None
-    return CeilingsOutcome(found, False, path, run_id, store_path if run_id else None)
+    run_id = (
+        _store_ceilings(store_path, found, env, replace(request, dtypes=wanted))
+        if store_path is not None
+        else None
+    )
+    return CeilingsOutcome(
+        found, False, path, run_id, store_path if run_id else None, wanted, cached is not None
+    )
 
 
 def _validate(request: RooflineRequest, env: Environment) -> int:
@@ -191,7 +225,12 @@ def roofline(
         trust_model_code=request.trust_model_code,
     )
     found = ceilings(
-        CeilingsRequest(request.device, request.refresh_ceilings, request.ceilings_budget_s),
+        CeilingsRequest(
+            request.device,
+            request.refresh_ceilings,
+            request.ceilings_budget_s,
+            ceiling_dtypes(request.precision),
+        ),
         store_path=store_path,
         cache_dir=cache_dir,
         environment=env,
