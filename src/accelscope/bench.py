@@ -31,7 +31,7 @@ from accelscope.sweep.confirm import Confirmation
 from accelscope.sweep.executor import Executor, LocalExecutor
 from accelscope.sweep.guard import AccuracyRule
 from accelscope.sweep.run import STRATEGIES, SweepEvents, SweepPlan, run_sweep
-from accelscope.sweep.select import Selection, select
+from accelscope.sweep.select import SPEEDUP_COLUMN_NOTE, Selection, select
 from accelscope.sweep.space import SweepSpace, probe_requests
 
 __all__ = ["BenchOutcome", "BenchRequest", "bench", "selection_for_run"]
@@ -252,6 +252,11 @@ def bench(
         verdict=outcome.selection.verdict,
         sla_p99_s=request.sla_p99_s,
         baseline_key=outcome.selection.baseline_key,
+        speedup_note=(
+            SPEEDUP_COLUMN_NOTE
+            if outcome.selection.confirmation and outcome.selection.confirmation.speedup
+            else ""
+        ),
     )
     write_report(html, report_path)
     return BenchOutcome(

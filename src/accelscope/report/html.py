@@ -323,6 +323,7 @@ def render_bench_report(
     verdict: str,
     sla_p99_s: float | None,
     baseline_key: str | None,
+    speedup_note: str = "",
 ) -> str:
     """One self-contained, offline HTML document for a bench run.
 
@@ -350,6 +351,7 @@ def render_bench_report(
     ]  # fmt: skip
     return _template().render(
         title=title, model=model, verdict=verdict, rows=rows, baseline=baseline, skipped=skipped,
+        speedup_note=speedup_note,
         warnings=[(lb, w) for r, lb in zip(results, labels, strict=True) for w in r.warnings],
         env=results[0].environment if results else None,
         sla=None if sla_p99_s is None else f"{_ms(sla_p99_s)} ms",

@@ -12,7 +12,12 @@ from accelscope.engine.probe import ProbeTable
 from accelscope.hardware.fingerprint import Environment
 from accelscope.result import Result, Status
 from accelscope.store.sqlite import RunRecord
-from accelscope.sweep.select import Selection, baseline_for, skipped_by_reason
+from accelscope.sweep.select import (
+    SPEEDUP_COLUMN_NOTE,
+    Selection,
+    baseline_for,
+    skipped_by_reason,
+)
 from accelscope.units import format_bytes, format_seconds
 
 __all__ = ["bench_view", "environment_view", "results_view", "runs_view"]
@@ -198,5 +203,7 @@ def bench_view(
         )
     if rule:
         parts.append(Text(f"accuracy rule: {rule}", style="dim"))
+    if selection.confirmation is not None and selection.confirmation.speedup is not None:
+        parts.append(Text(SPEEDUP_COLUMN_NOTE, style="dim"))
     parts.append(Text(selection.verdict, style="bold"))
     return Group(*parts)

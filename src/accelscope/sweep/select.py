@@ -10,7 +10,20 @@ from accelscope.result import Result, Status
 from accelscope.spec import Precision
 from accelscope.sweep.confirm import Confirmation
 
-__all__ = ["Selection", "baseline_for", "select", "skipped_by_reason", "speedup"]
+__all__ = [
+    "SPEEDUP_COLUMN_NOTE",
+    "Selection",
+    "baseline_for",
+    "select",
+    "skipped_by_reason",
+    "speedup",
+]
+
+SPEEDUP_COLUMN_NOTE = (
+    "speedup column: ratios of separate measurements, one process each (they drift by up to "
+    "~15 % on a shared machine); the verdict's speedup and CI come from the interleaved "
+    "re-measure in one process"
+)
 
 
 @dataclass(frozen=True)
