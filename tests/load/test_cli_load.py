@@ -116,6 +116,8 @@ def test_server_search_stores_trials_and_the_capacity_contract(
     assert RunSpec.from_dict(capacity["spec"]).backend == "eager"
     assert capacity["device"] == "cpu"
     assert {p["batching"]["max_batch"] for p in capacity["policies"]} == {1, 2, 4}
+    assert capacity["harness_floor"] == document["harness_floor"]
+    assert capacity["harness_floor"]["latency"]["p50_s"] >= 0.0
     with ResultStore(store) as opened:
         run = opened.get_run(document["run_id"])
     assert run.kind == "load" and run.status == "complete"

@@ -92,10 +92,12 @@ def test_a_stall_that_recovers_only_times_out_the_late_queries(suts: list[Sleepi
 
 
 def test_two_instances_keep_serving_around_a_stalled_one(suts: list[SleepingSUT]) -> None:
-    stalling = SleepingSUT(FixedService(0.001), stall_queries=frozenset({5}), stall_s=30.0)
-    healthy = SleepingSUT(FixedService(0.001))
-    suts.extend([stalling, healthy])
-    executor = ThreadedExecutor([stalling, healthy], join_timeout_s=0.05)
+    # whichever instance query 5 lands on stalls (which one is free at its arrival depends on
+    # timing: on a loaded machine an earlier query can still be running on the first one)
+    first, second = (SleepingSUT(FixedService(0.001), stall_queries=frozenset({5}), stall_s=30.0)
+                     for _ in range(2))  # fmt: skip
+    suts.extend([first, second])
+    executor = ThreadedExecutor([first, second], join_timeout_s=0.05)
     try:
         summary = run_server(executor, 100.0, NO_BATCHING, FAST)
     finally:

@@ -175,3 +175,19 @@ def test_fake_cpus_parse_into_the_isa_each_class_has(tmp_path: Path) -> None:
     assert {"avx512_bf16", "avx512_vnni"} <= isa["zen4"]
     assert {"sve", "arm_bf16", "arm_i8mm"} <= isa["graviton3"]
     assert isa["neon-arm"] == {"neon"}
+
+
+def test_the_fp32_baseline_is_added_when_the_precisions_leave_it_out(tiny: LoadedModel) -> None:
+    env = fake_environment("zen3")
+    space = _space(
+        backends=("compile", "onnxruntime"),
+        precisions=(Precision.INT8,),
+        batch_sizes=(1, 8),
+        threads=(1, 2),
+    )
+    candidates = expand(space, tiny, env, fake_probe_table(env, INT8_FAST_BF16_SLOW))
+    first = candidates[0]
+    assert first.spec.label() == "eager/fp32/b8/t2" and first.runnable
+    assert [c.spec.precision for c in candidates[1:]] == [Precision.INT8] * 8
+    with_fp32 = expand(_space(), tiny, env, fake_probe_table(env, INT8_FAST_BF16_SLOW))
+    assert sum(c.spec.label() == "eager/fp32/b8/t2" for c in with_fp32) == 1

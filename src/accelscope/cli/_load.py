@@ -12,14 +12,17 @@ from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
 from accelscope.cli._runs import register_show
 from accelscope.config import load_load_config
 from accelscope.errors import BadInputError
+from accelscope.load.floor import HarnessFloor
 from accelscope.load.search import PolicyCapacity
 from accelscope.load.summary import Scenario, TrialSummary
+from accelscope.report.load_html import harness_floor_text
 from accelscope.report.load_view import load_view
 from accelscope.spec import RunSpec, parse_device, parse_options, parse_precision, parse_tensor_spec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
 from accelscope.units import parse_duration_s
 from accelscope.workflows.load import (
     CAPACITY_DOCUMENT,
+    SUMMARY_DOCUMENT,
     TRIAL_DOCUMENT,
     LoadEvents,
     LoadRequest,
@@ -65,6 +68,11 @@ class _Events(LoadEvents):
             sizes = ", ".join(str(b) for b in buckets)
             _err.print(f"[dim]preparing {spec.label()} (batch sizes {sizes}) ...[/]")
 
+    def floor(self, floor: HarnessFloor) -> None:
+        text = harness_floor_text(floor.to_dict())
+        if not self.quiet and text is not None:
+            _err.print(f"  {text}", style="dim", markup=False)
+
     def trial(self, summary: TrialSummary) -> None:
         if self.quiet:
             return
@@ -92,6 +100,7 @@ class _Events(LoadEvents):
 
 def _show_load_run(run: RunRecord) -> None:
     capacities = run.documents_of(CAPACITY_DOCUMENT)
+    summaries = run.documents_of(SUMMARY_DOCUMENT)  # none in runs stored before it existed
     scenario = str(run.settings.get("scenario", "server"))
     sla = run.settings.get("sla_p99_s")
     _out.print(
@@ -101,6 +110,7 @@ def _show_load_run(run: RunRecord) -> None:
             sla_p99_s=float(sla) if sla is not None else None,
             trials=run.documents_of(TRIAL_DOCUMENT),
             capacity=capacities[-1] if capacities else None,
+            harness_floor=summaries[-1].get("harness_floor") if summaries else None,
         )
     )
 
@@ -198,6 +208,7 @@ def load_command(
     store_path = None if no_store else get("store", DEFAULT_STORE_PATH)
     outcome = load(request, store_path=store_path, events=_Events(quiet or as_json))
     trials = [t.to_dict() for t in outcome.trials]
+    floor = outcome.harness_floor.to_dict() if outcome.harness_floor is not None else None
     if as_json:
         document = {
             "run_id": outcome.run_id,
@@ -209,6 +220,7 @@ def load_command(
             "capacity": outcome.capacity,
             "trials": trials,
             "notes": outcome.notes,
+            "harness_floor": floor,
         }
         _out.print_json(json.dumps(document))
         return
@@ -220,6 +232,7 @@ def load_command(
             trials=trials,
             capacity=outcome.capacity,
             notes=outcome.notes,
+            harness_floor=floor,
         )
     )
     if not quiet:

@@ -6,6 +6,8 @@ single-stream: closed loop) feeds a dynamic batcher; an executor runs batches on
 under test in real threads, or in simulated time for exact queueing checks. Latency runs from
 each query's scheduled arrival (no coordinated omission). Validity follows LoadGen: minimum
 duration and query count, the early-stopping rule for the tail, and the generator's own lag.
+Each run first measures the harness floor: the latency of a null system under test on the same
+real-time path, below which service times cannot be told from the harness's own cost.
 """
 
 from accelscope.load.batcher import NO_BATCHING, BatchPolicy
@@ -18,6 +20,7 @@ from accelscope.load.early_stopping import (
     server_early_stopping,
 )
 from accelscope.load.executor import Completion, Executor, SimulatedExecutor, ThreadedExecutor
+from accelscope.load.floor import HarnessFloor, measure_harness_floor
 from accelscope.load.scenarios import run_offline, run_server, run_single_stream
 from accelscope.load.schedule import Query, arrival_offsets_s
 from accelscope.load.search import (
@@ -38,6 +41,7 @@ __all__ = [
     "Distribution",
     "EarlyStopping",
     "Executor",
+    "HarnessFloor",
     "LoadClock",
     "PolicyCapacity",
     "Query",
@@ -53,6 +57,7 @@ __all__ = [
     "TrialSummary",
     "arrival_offsets_s",
     "binomial_cdf",
+    "measure_harness_floor",
     "min_passing_queries",
     "percentile_estimate",
     "policy_grid",

@@ -19,10 +19,9 @@ from typing import Protocol
 from accelscope.load.clock import LoadClock, RealClock, SimClock
 from accelscope.load.schedule import Query
 from accelscope.load.sut import ServiceModel, SystemUnderTest
+from accelscope.load.waiting import EarlyWake, TimedOut
 
-__all__ = ["Completion", "Executor", "SimulatedExecutor", "ThreadedExecutor"]
-
-_MAX_WAIT_S = 3600.0
+__all__ = ["MAIN", "Completion", "Driver", "Executor", "SimulatedExecutor", "ThreadedExecutor"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +72,39 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
 
 
+class Driver(Protocol):
+    """A trial loop that lets a :class:`ThreadedExecutor`'s server threads run its steps.
+
+    Every method is called with the executor's :attr:`~ThreadedExecutor.lock` held, from the
+    server thread of ``instance``, and returns the clock time at which that instance should
+    step the loop next if it stays idle (``inf``: only when work or a kick arrives).
+    """
+
+    def completed(self, done: Completion) -> float:
+        """``done``'s batch finished: record it and launch what is due now (a batch for this
+        same instance is picked up without a thread hand-off)."""
+        ...
+
+    def due(self, instance: int) -> float:
+        """The idle ``instance``'s due time came: admit what arrived, launch what is due."""
+        ...
+
+    def plan(self, instance: int) -> float:
+        """The idle ``instance`` was kicked: when should it step next?"""
+        ...
+
+
+class _Kick:
+    """An inbox item that only asks its server thread to plan its next wake again."""
+
+
+_KICK = _Kick()
+_Inbox = tuple[int, Sequence[Query]] | _Kick | None
+"""A server thread's inbox item: a batch (token, queries), a kick, or ``None``: stop."""
+MAIN = -1
+"""The thread that runs the trial, as a :meth:`ThreadedExecutor.kick` target."""
+
+
 class ThreadedExecutor:
     """One daemon server thread per system-under-test instance, in real time.
 
@@ -81,6 +113,11 @@ class ThreadedExecutor:
     and run on the same thread (its guards see the same thread-local state). The constructor
     waits for every setup and re-raises the first failure. PyTorch releases the GIL while it
     computes, so the trial loop keeps issuing queries on time while a batch runs.
+
+    With a :class:`Driver` attached (the trial loop does so), a server thread that finishes a
+    batch records it and launches the next one itself, and an idle server thread waits for the
+    next arrival itself, so neither path pays a thread hand-off; the waits end on time through
+    :class:`~accelscope.load.waiting.EarlyWake`. Without one, completions go to :meth:`wait`.
     """
 
     def __init__(
@@ -94,15 +131,17 @@ class ThreadedExecutor:
             raise ValueError("need at least one system under test")
         self.clock: LoadClock = clock or RealClock()
         self.instances = len(suts)
+        self.lock = threading.Lock()
+        """Guards the attached driver's state and the executor's bookkeeping."""
+        self.waker = EarlyWake(self.clock.now)
         self._suts = list(suts)
         self._setup = thread_setup
         self._join_timeout_s = join_timeout_s
-        self._outbox: queue.Queue[Completion] = queue.Queue()
+        self._outbox: queue.SimpleQueue[Completion | _Kick] = queue.SimpleQueue()
         self._tokens = 0
         self._outstanding: dict[int, int] = {}
-        self._inboxes: list[queue.SimpleQueue[tuple[int, Sequence[Query]] | None]] = [
-            queue.SimpleQueue() for _ in suts
-        ]
+        self._driver: Driver | None = None
+        self._inboxes: list[queue.SimpleQueue[_Inbox]] = [queue.SimpleQueue() for _ in suts]
         self._threads = [
             threading.Thread(target=self._serve, args=(i,), name=f"load-server-{i}", daemon=True)
             for i in range(len(suts))
@@ -129,18 +168,54 @@ class ThreadedExecutor:
             self._ready[instance].set()
         sut = self._suts[instance]
         inbox = self._inboxes[instance]
+        clock = self.clock
+        due = math.inf
         while True:
-            item = inbox.get()
+            if math.isinf(due):
+                item: _Inbox | TimedOut = inbox.get()
+            else:
+                timed = self.waker.get(inbox, due)  # (no declared type: mypy infers it)
+                item = timed
             if item is None:
                 return
+            if isinstance(item, _Kick | TimedOut):
+                with self.lock:
+                    driver = self._driver
+                    if driver is None:
+                        due = math.inf
+                    elif item is _KICK or clock.now() < due:
+                        due = driver.plan(instance)
+                    else:
+                        due = driver.due(instance)
+                continue
             token, queries = item
-            started = self.clock.now()
+            started = clock.now()
             error = None
             try:
                 sut.issue(queries)
             except Exception as exc:  # noqa: BLE001 - the system under test can raise anything
                 error = _error_text(exc)
-            self._outbox.put(Completion(instance, token, started, self.clock.now(), error))
+            done = Completion(instance, token, started, clock.now(), error)
+            with self.lock:
+                driver = self._driver
+                if driver is not None:
+                    self._outstanding.pop(token, None)
+                    due = driver.completed(done)
+            if driver is None:
+                due = math.inf
+                self._outbox.put(done)
+
+    def attach(self, driver: Driver | None) -> None:
+        """Let ``driver`` run in the server threads (``None``: detach; completions then go to
+        :meth:`wait` again). Call with :attr:`lock` held."""
+        self._driver = driver
+
+    def kick(self, target: int) -> None:
+        """Make ``target`` (an instance, or :data:`MAIN`: the one in :meth:`wait`) plan again."""
+        if target == MAIN:
+            self._outbox.put(_KICK)
+        else:
+            self._inboxes[target].put(_KICK)
 
     def start(self, instance: int, queries: Sequence[Query]) -> int:
         self._tokens += 1
@@ -149,32 +224,29 @@ class ThreadedExecutor:
         return self._tokens
 
     def available(self) -> list[int]:
-        busy = set(self._outstanding.values())
+        """Instances with no batch outstanding. A trial starts with this: completions still in
+        the outbox (of a trial that ended by an exception, such as Ctrl-C) free their instance
+        now, and are dropped with any stale kick."""
+        with self.lock:
+            while self._outbox.qsize():
+                item = self._outbox.get_nowait()
+                if isinstance(item, Completion):
+                    self._outstanding.pop(item.token, None)
+            busy = set(self._outstanding.values())
         return [i for i in range(self.instances) if i not in busy]
 
-    def _received(self, found: list[Completion]) -> list[Completion]:
-        for done in found:
-            self._outstanding.pop(done.token, None)
-        return found
-
-    def _drain(self, found: list[Completion]) -> list[Completion]:
-        while True:
-            try:
-                found.append(self._outbox.get_nowait())
-            except queue.Empty:
-                return found
-
     def wait(self, until_s: float) -> list[Completion]:
-        found = self._drain([])
-        if found:
-            return self._received(found)
-        timeout_s = min(until_s - self.clock.now(), _MAX_WAIT_S)
-        if timeout_s > 0:
-            try:
-                found.append(self._outbox.get(timeout=timeout_s))
-            except queue.Empty:
+        """Block until a batch completes (or a kick comes), or the clock reaches ``until_s``."""
+        found: list[Completion] = []
+        outbox = self._outbox
+        item = self.waker.get(outbox, until_s)
+        while True:
+            if isinstance(item, Completion):
+                self._outstanding.pop(item.token, None)
+                found.append(item)
+            if not outbox.qsize():
                 return found
-        return self._received(self._drain(found))
+            item = outbox.get_nowait()
 
     def close(self) -> None:
         for inbox in self._inboxes:

@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 
 from accelscope.load.schedule import Query
 from accelscope.load.sut import ServiceModel
+from accelscope.load.waiting import EarlyWake
 
 __all__ = [
     "BatchLinearService",
     "ExponentialService",
     "FaultyService",
     "FixedService",
+    "NullSUT",
     "SleepingSUT",
 ]
 
@@ -82,8 +84,11 @@ class FaultyService:
 @dataclass
 class SleepingSUT:
     """A real-time system under test: each batch takes the service model's time, slept
-    (``spin=False``) or busy-waited (``spin=True``, exact but burns a core). Faults as in
-    :class:`FaultyService`; a stall blocks until :meth:`release` (or ``stall_s``)."""
+    (``spin=False``) or busy-waited (``spin=True``, exact but burns a core and holds the GIL).
+    A sleep ends on time (``precise=True``: :class:`~accelscope.load.waiting.EarlyWake`, a
+    calibrated ``time.sleep`` then a poll of at most 200 µs) or late by the operating system's
+    wake-up overshoot (``precise=False``: one ``time.sleep``, 0.1-0.2 ms late on a VM). Faults
+    as in :class:`FaultyService`; a stall blocks until :meth:`release` (or ``stall_s``)."""
 
     service: ServiceModel
     spin: bool = False
@@ -91,7 +96,9 @@ class SleepingSUT:
     stall_queries: frozenset[int] = frozenset()
     stall_s: float = 60.0
     batches: list[int] = field(default_factory=list)
+    precise: bool = True
     _released: threading.Event = field(default_factory=threading.Event)
+    _waker: EarlyWake = field(default_factory=EarlyWake)
 
     def issue(self, queries: Sequence[Query]) -> None:
         self.batches.append(len(queries))
@@ -102,13 +109,23 @@ class SleepingSUT:
             self._released.wait(self.stall_s)
             return
         seconds = self.service.service_time_s(queries)
-        if not self.spin:
+        if self.spin:
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+        elif self.precise:
+            self._waker.sleep_until(time.perf_counter() + seconds)
+        else:
             time.sleep(seconds)
-            return
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            pass
 
     def release(self) -> None:
         """End every current and future stall (test teardown)."""
         self._released.set()
+
+
+class NullSUT:
+    """A system under test that does nothing: what remains of a query's latency is the load
+    generator's own cost (the harness floor)."""
+
+    def issue(self, queries: Sequence[Query]) -> None:
+        return None

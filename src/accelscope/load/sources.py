@@ -14,7 +14,11 @@ __all__ = ["ArrivalSource", "ClosedLoop", "OpenSchedule"]
 
 
 class ArrivalSource(Protocol):
-    """Arrival times relative to the trial start (seconds)."""
+    """Arrival times relative to the trial start (seconds).
+
+    A source may also offer ``following_arrival_s()``, the arrival after the next one: with it
+    the trial's thread can stay asleep while an idle server thread takes the next arrival.
+    """
 
     def next_arrival_s(self) -> float:
         """When the next query arrives; ``inf`` when none is due until something resolves."""
@@ -50,17 +54,22 @@ class OpenSchedule:
         if len(offsets_s) != len(samples):
             raise ValueError("one sample index per scheduled query")
         self._offsets = offsets_s
-        self._samples = samples
+        # made up front, before the trial's clock starts: issuing one only indexes a list
+        self._queries = [Query(index, sample) for index, sample in enumerate(samples)]
         self._next = 0
         self._end = len(offsets_s)
 
     def next_arrival_s(self) -> float:
         return self._offsets[self._next] if self._next < self._end else math.inf
 
+    def following_arrival_s(self) -> float:
+        """The arrival after the next one (``inf`` when there is none)."""
+        return self._offsets[self._next + 1] if self._next + 1 < self._end else math.inf
+
     def pop(self) -> tuple[float, Query]:
         index = self._next
         self._next += 1
-        return self._offsets[index], Query(index, self._samples[index])
+        return self._offsets[index], self._queries[index]
 
     def resolved(self, at_s: float) -> None:
         return None
@@ -107,6 +116,10 @@ class ClosedLoop:
 
     def next_arrival_s(self) -> float:
         return math.inf if self.exhausted() else self._due_s
+
+    def following_arrival_s(self) -> float:
+        """The arrival after the next one: never known before the next one resolves."""
+        return math.inf
 
     def pop(self) -> tuple[float, Query]:
         scheduled = self._due_s

@@ -17,7 +17,7 @@ import jinja2
 from accelscope.report.html import _ms, script_safe_json
 from accelscope.report.page import chart_layout, plot_label, plotly_js, template
 
-__all__ = ["load_verdict", "render_load_report"]
+__all__ = ["harness_floor_text", "load_verdict", "render_load_report"]
 
 _PALETTE = ("#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#dc2626", "#4b5563")
 
@@ -64,6 +64,27 @@ def load_verdict(
     return (
         f"Server at {rate:.1f} queries/s: p99 {latency['p99_s'] * 1e3:.2f} ms, "
         f"{trial['errors']} errors, {trial['timeouts']} timeouts ({validity})."
+    )
+
+
+def _floor_ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}" if seconds < 1e-3 else f"{seconds * 1e3:.2f}"
+
+
+def harness_floor_text(floor: dict[str, Any] | None) -> str | None:
+    """The harness-floor sentence of a stored ``harness_floor`` dict (``None``: not measured,
+    as in runs stored before it existed)."""
+    if not floor or not isinstance(floor.get("latency"), dict):
+        return None
+    latency = floor["latency"]
+    queries, rate = floor.get("queries"), floor.get("rate_per_s")
+    how = ""
+    if queries and rate:
+        how = f" (null system under test, {queries} queries at {float(rate):g} q/s)"
+    return (
+        f"harness floor: p50 {_floor_ms(float(latency['p50_s']))} ms, "
+        f"p99 {_floor_ms(float(latency['p99_s']))} ms per query{how} — service times well "
+        "above this are measured faithfully"
     )
 
 
@@ -195,8 +216,10 @@ def render_load_report(
     trials: Sequence[dict[str, Any]],
     capacity: dict[str, Any] | None,
     notes: Sequence[str] = (),
+    harness_floor: dict[str, Any] | None = None,
 ) -> str:
-    """One self-contained, offline HTML document for a load run (trials as stored dicts)."""
+    """One self-contained, offline HTML document for a load run (trials as stored dicts;
+    ``harness_floor``: the stored floor, falling back to the capacity document's)."""
     split_trial = (capacity or {}).get("capacity_trial") or (trials[-1] if trials else None)
     charts = [
         (
@@ -222,6 +245,7 @@ def render_load_report(
         trials=trials,
         capacity=capacity,
         notes=list(notes),
+        floor=harness_floor_text(harness_floor or (capacity or {}).get("harness_floor")),
         charts=[(cid, heading, note, fig is not None) for cid, heading, note, fig in charts],
         figures_json=script_safe_json([{"id": cid, **fig} for cid, _, _, fig in charts if fig]),
         plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),

@@ -13,7 +13,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from accelscope.report.load_html import load_verdict
+from accelscope.report.load_html import harness_floor_text, load_verdict
 
 __all__ = ["load_table", "load_view"]
 
@@ -78,10 +78,15 @@ def load_view(
     trials: Sequence[dict[str, Any]],
     capacity: dict[str, Any] | None,
     notes: Sequence[str] = (),
+    harness_floor: dict[str, Any] | None = None,
 ) -> RenderableType:
-    """The table, the verdict (bold) and any notes."""
+    """The table, the verdict (bold), the harness floor (``harness_floor``, else the capacity
+    document's; nothing for runs stored before it existed) and any notes."""
     parts: list[RenderableType] = [load_table(trials, title)]
     parts.append(Text(load_verdict(scenario, sla_p99_s, trials, capacity), style="bold"))
+    floor = harness_floor_text(harness_floor or (capacity or {}).get("harness_floor"))
+    if floor is not None:
+        parts.append(Text(floor, style="dim"))
     errors = sorted({m for t in trials for m in t.get("error_messages", ())})
     for message in errors[:5]:
         parts.append(Text(f"error from the system under test: {message}", style="red"))

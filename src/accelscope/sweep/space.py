@@ -32,7 +32,9 @@ __all__ = ["Candidate", "SweepSpace", "expand", "probe_requests"]
 @dataclass(frozen=True)
 class SweepSpace:
     """What to sweep. Empty ``backends``/``precisions`` mean every registered backend and every
-    precision; ``options`` (key, value) pairs apply to each backend that has that option."""
+    precision; ``options`` (key, value) pairs apply to each backend that has that option. When
+    the precisions leave fp32 out (``--precision int8,bf16``), the fp32 baseline is added: a
+    speedup needs it."""
 
     backends: tuple[str, ...] = ()
     precisions: tuple[Precision, ...] = ()
@@ -95,7 +97,26 @@ def _specs(space: SweepSpace, model: LoadedModel, env: Environment) -> list[tupl
                 options=options,
             )
             out.append((spec, _support(backend, model, spec, env)))
+    if not any(spec.precision is Precision.FP32 for spec, _ in out):
+        out.insert(0, _baseline(space, model, env))
     return out
+
+
+def _baseline(space: SweepSpace, model: LoadedModel, env: Environment) -> tuple[RunSpec, str]:
+    """The fp32 baseline a speedup needs, when the requested precisions leave it out: eager
+    (ONNX Runtime for ONNX files) at the largest batch and most threads."""
+    eager = get_backend("eager")
+    backend = eager if model.format in eager.formats else get_backend("onnxruntime")
+    spec = RunSpec(
+        model=model.ref,
+        backend=backend.name,
+        precision=Precision.FP32,
+        batch_size=max(space.batch_sizes),
+        threads=max(space.threads),
+        device=space.device,
+        model_digest=model.digest,
+    )
+    return spec, _support(backend, model, spec, env)
 
 
 def expand(

@@ -19,6 +19,7 @@ from accelscope.errors import BadInputError, InterruptedRunError, MeasurementErr
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.load.batcher import BatchPolicy
 from accelscope.load.executor import ThreadedExecutor
+from accelscope.load.floor import HarnessFloor, measure_harness_floor
 from accelscope.load.model_sut import ModelSUT
 from accelscope.load.scenarios import run_offline, run_server, run_single_stream
 from accelscope.load.search import CapacitySearch, PolicyCapacity, policy_grid, search_capacity
@@ -32,12 +33,22 @@ from accelscope.store.sink import RunSink
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
 from accelscope.sweep.select import select
 
-__all__ = ["LoadOutcome", "LoadRequest", "capacity_document", "load", "resolve_from_run"]
+__all__ = [
+    "LoadOutcome",
+    "LoadRequest",
+    "capacity_document",
+    "floor_notes",
+    "load",
+    "resolve_from_run",
+    "summary_document",
+]
 
 TRIAL_DOCUMENT = "load-trial"
 CAPACITY_DOCUMENT = "capacity"
 SUMMARY_DOCUMENT = "load-summary"
 _PROBE_QUERIES_PER_BATCH = 24
+_FLOOR_SHARE = 0.1
+"""A note when the harness floor's p50 is above this share of a trial's p50 compute time."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,7 @@ class LoadOutcome:
     padded_items: int
     served_items: int
     notes: list[str] = field(default_factory=list)
+    harness_floor: HarnessFloor | None = None
 
 
 class LoadEvents:
@@ -109,6 +121,9 @@ class LoadEvents:
 
     def preparing(self, spec: RunSpec, buckets: tuple[int, ...]) -> None:
         """Preparation (compile, quantize) of the served configuration starts."""
+
+    def floor(self, floor: HarnessFloor) -> None:
+        """The harness floor was measured (before the first trial)."""
 
     def trial(self, summary: TrialSummary) -> None:
         """A trial ended."""
@@ -229,8 +244,10 @@ def capacity_document(
     env: Environment,
     trials: list[TrialSummary],
     search: CapacitySearch | None,
+    harness_floor: HarnessFloor | None = None,
 ) -> dict[str, Any]:
-    """The ``capacity`` document (the plan command's contract), with the curve as extras."""
+    """The ``capacity`` document (the plan command's contract), with the curve and the harness
+    floor as extras (``harness_floor`` is absent from documents stored before it existed)."""
     passing = [t for t in trials if t.meets_sla]
     best = max(passing, key=lambda t: t.offered_rate_per_s or 0.0) if passing else None
     policy = best.policy if best is not None else None
@@ -270,7 +287,34 @@ def capacity_document(
             for t in trials
             if t.offered_rate_per_s is not None
         ],
+        "harness_floor": harness_floor.to_dict() if harness_floor is not None else None,
     }
+
+
+def summary_document(
+    scenario: Scenario, spec: RunSpec, harness_floor: HarnessFloor | None
+) -> dict[str, Any]:
+    """The ``load-summary`` document: what every load run stores once, whatever its scenario
+    (now the harness floor; runs stored before it have none)."""
+    return {
+        "scenario": scenario.value,
+        "label": spec.label(),
+        "harness_floor": harness_floor.to_dict() if harness_floor is not None else None,
+    }
+
+
+def floor_notes(floor: HarnessFloor | None, trials: list[TrialSummary]) -> list[str]:
+    """A note when a trial's service (compute) time is within 10x of the harness floor."""
+    if floor is None:
+        return []
+    served = [t.compute.p50_s for t in trials if t.completed > 0]
+    if not served or floor.latency.p50_s <= _FLOOR_SHARE * min(served):
+        return []
+    return [
+        f"the harness floor (p50 {floor.latency.p50_s * 1e3:.3f} ms per query) is more than "
+        f"{_FLOOR_SHARE:.0%} of the fastest trial's p50 service time ({min(served) * 1e3:.3f} ms): "
+        "its latencies include a visible share of the load generator's own cost"
+    ]
 
 
 def _run_scenario(
@@ -361,8 +405,11 @@ def load(
     run_settings = {**request.settings(), "spec": spec.to_dict()}
     sink = RunSink(store_path, "load", model.ref, env, run_settings)
     trials: list[TrialSummary] = []
+    floor: HarnessFloor | None = None
 
     def record(summary: TrialSummary) -> None:
+        if not trials:  # with the first trial, so a run that measures nothing stores nothing
+            sink.add_document(SUMMARY_DOCUMENT, summary_document(request.scenario, spec, floor))
         trials.append(summary)
         sink.add_document(TRIAL_DOCUMENT, summary.to_dict())
         events.trial(summary)
@@ -374,12 +421,16 @@ def load(
             events.preparing(spec, sut.buckets)
             executor = ThreadedExecutor([sut], thread_setup=sut.thread_setup)  # prepares
             try:
+                floor = measure_harness_floor(executor.instances, seed=request.seed)
+                events.floor(floor)
                 search = _run_scenario(request, sut, executor, settings, record, events)
             finally:
                 executor.close()
                 sut.close()
         if request.scenario is Scenario.SERVER and request.sla_p99_s is not None:
-            capacity = capacity_document(model.ref, spec, request.sla_p99_s, env, trials, search)
+            capacity = capacity_document(
+                model.ref, spec, request.sla_p99_s, env, trials, search, floor
+            )
             sink.add_document(CAPACITY_DOCUMENT, capacity)
         sink.finish("complete")
     except KeyboardInterrupt as exc:
@@ -404,10 +455,12 @@ def load(
         prepare_s=sut.prepare_s,
         padded_items=sut.padded_items,
         served_items=sut.served_items,
+        harness_floor=floor,
     )
     if search is not None:
         outcome.notes.extend(search.notes)
         outcome.notes.extend(f"{p.policy.label()}: {p.note}" for p in search.policies if p.note)
+    outcome.notes.extend(floor_notes(floor, trials))
     if sut.padded_items and sut.served_items:
         share = sut.padded_items / (sut.padded_items + sut.served_items)
         outcome.notes.append(
@@ -436,6 +489,7 @@ def _write_report(request: LoadRequest, outcome: LoadOutcome, store_path: Path |
         trials=[t.to_dict() for t in outcome.trials],
         capacity=outcome.capacity,
         notes=outcome.notes,
+        harness_floor=outcome.harness_floor.to_dict() if outcome.harness_floor else None,
     )
     write_report(html, path)
     return path
