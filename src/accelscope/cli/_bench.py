@@ -13,7 +13,7 @@ from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
 from accelscope.config import load_bench_config
 from accelscope.models.zoo import DEFAULT_MODEL
 from accelscope.report.terminal import bench_view
-from accelscope.result import Result
+from accelscope.result import Result, Status
 from accelscope.spec import (
     RunSpec,
     parse_batch_sizes,
@@ -48,7 +48,7 @@ class _Events:
             _err.print(f"[dim]{text}[/]", markup=True, highlight=False)
 
     def finished(self, result: Result) -> None:
-        if self.quiet:
+        if self.quiet or result.status is Status.SKIPPED:  # the table lists skips, grouped
             return
         m = result.measurement
         rate = f"{m.throughput_items_per_s:,.1f} items/s" if m is not None else ""
