@@ -15,7 +15,9 @@ import pytest
 from accelscope.backends.compiled import cxx_compiler
 
 
-@pytest.mark.parametrize("module", ["onnxruntime", "onnx", "openvino", "torchao", "transformers"])
+@pytest.mark.parametrize(
+    "module", ["onnxruntime", "onnx", "openvino", "nncf", "torchao", "transformers"]
+)
 def test_runtime_installed(module: str) -> None:
     assert importlib.util.find_spec(module) is not None, (
         f"{module} is missing: run `make test` (it installs every extra through constraints.txt)"
