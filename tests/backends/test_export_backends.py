@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from torch import nn
 from accelscope.accuracy.fidelity import compare_outputs
 from accelscope.backends.base import Backend, Batch
 from accelscope.backends.eager import EagerBackend
-from accelscope.backends.onnx_export import export_key, export_onnx
+from accelscope.backends.onnx_export import CACHE_ENV, export_key, export_onnx
 from accelscope.backends.onnxruntime import OnnxRuntimeBackend
 from accelscope.backends.openvino import OpenVinoBackend
 from accelscope.backends.registry import get_backend, register_backend
@@ -68,6 +69,20 @@ def tiny_model(seed: int = 0) -> LoadedModel:
         task=Task.CLASSIFICATION,
         module=module,
     )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def export_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every export of this module goes to one private cache directory."""
+    path = tmp_path_factory.mktemp("exports")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def digits() -> LoadedModel:
+    return load_model("digits-cnn")
 
 
 def spec_for(

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,18 +21,34 @@ from torch import nn
 from accelscope.accuracy.fidelity import compare_outputs
 from accelscope.backends import openvino as ov_backend
 from accelscope.backends.base import Batch
+from accelscope.backends.onnx_export import CACHE_ENV
 from accelscope.backends.openvino import OpenVinoBackend
 from accelscope.engine.accuracy_check import calibration_batches, run_chunked
 from accelscope.errors import MeasurementError, NotAvailableError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.models.base import LoadedModel, ModelFormat, Task
 from accelscope.models.inputs import make_batch
+from accelscope.models.loading import load_model
 from accelscope.spec import Precision, RunSpec, TensorSpec
 
 needs_nncf = pytest.mark.skipif(
     importlib.util.find_spec("openvino") is None or importlib.util.find_spec("nncf") is None,
     reason="openvino and nncf not installed",
 )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def export_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every conversion of this module goes to one private cache directory."""
+    path = tmp_path_factory.mktemp("exports")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def digits() -> LoadedModel:
+    return load_model("digits-cnn")
 
 
 class TinyEncoder(nn.Module):
