@@ -20,8 +20,12 @@ from pathlib import Path
 
 def run_bench(args: list[str]) -> dict:  # type: ignore[type-arg]
     accelscope = Path(sys.executable).with_name("accelscope")
-    completed = subprocess.run([str(accelscope), "bench", *args, "--json", "--no-store"],
-                               capture_output=True, text=True, check=False)  # fmt: skip
+    completed = subprocess.run(
+        [str(accelscope), "bench", *args, "--json", "--no-store"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if completed.returncode != 0:
         raise SystemExit(f"bench failed ({completed.returncode}): {completed.stderr.strip()}")
     return json.loads(completed.stdout)  # type: ignore[no-any-return]
@@ -45,16 +49,18 @@ def rows(document: dict) -> list[dict]:  # type: ignore[type-arg]
                 f", top-1 agree {fid.top1_agreement:.2%}" if fid.top1_agreement is not None else ""
             )
             acc = f"relL2 {fid.rel_l2:.1e}{agree}"
-        table.append({
-            "config": r.spec.label(),
-            "items_s": m.throughput_items_per_s if m else None,
-            "p99_ms": m.summary.p99_s * 1e3 if m else None,
-            "speedup": (m.throughput_items_per_s / base_rate) if m and base_rate else None,
-            "accuracy": acc,
-            "prepare_s": r.prepare_s,
-            "status": r.status.value + (f": {r.status_reason}" if r.status_reason else ""),
-            "best": r.spec.key == document["best"],
-        })  # fmt: skip
+        table.append(
+            {
+                "config": r.spec.label(),
+                "items_s": m.throughput_items_per_s if m else None,
+                "p99_ms": m.summary.p99_s * 1e3 if m else None,
+                "speedup": (m.throughput_items_per_s / base_rate) if m and base_rate else None,
+                "accuracy": acc,
+                "prepare_s": r.prepare_s,
+                "status": r.status.value + (f": {r.status_reason}" if r.status_reason else ""),
+                "best": r.spec.key == document["best"],
+            }
+        )
     return table
 
 

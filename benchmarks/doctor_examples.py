@@ -37,11 +37,17 @@ def main() -> None:
     child_env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}
     env = collect_environment()
     for name in args.only or NAMES:
-        plan = DoctorPlan(EXAMPLES / f"{name}.py", warmup=args.warmup, steps=args.steps,
-                          what_if=args.what_if)  # fmt: skip
+        plan = DoctorPlan(
+            EXAMPLES / f"{name}.py", warmup=args.warmup, steps=args.steps, what_if=args.what_if
+        )
         launcher = Launcher(stdout=-3, env=child_env)  # -3: DEVNULL, the examples' prints
-        result = run_doctor(plan, launcher, support=env.precision_support(),
-                            cores=available_cores(), memory_bytes=env.memory_bytes)  # fmt: skip
+        result = run_doctor(
+            plan,
+            launcher,
+            support=env.precision_support(),
+            cores=available_cores(),
+            memory_bytes=env.memory_bytes,
+        )
         d = result.diagnosis
         print(f"\n== {name}: bottleneck {d.bottleneck}")
         print(f"   {d.headline}")

@@ -35,8 +35,15 @@ from accelscope.measure.stats import median_ci
 def make_step(width: int) -> Callable[[], None]:
     """The compute-bound example's training step (examples/doctor/compute_bound.py)."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(256, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-                          nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))  # fmt: skip
+    model = nn.Sequential(
+        nn.Linear(256, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, 10),
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     inputs, targets = torch.randn(256, 256), torch.randint(0, 10, (256,))
 
@@ -101,8 +108,10 @@ def main() -> None:
             samples[name] += times
             per_round[name].append(statistics.median(times))
     base = statistics.median(samples["plain"])
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, width {args.width}, "
-          f"{args.rounds} rounds x {args.steps} steps per way (interleaved)")  # fmt: skip
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, width {args.width}, "
+        f"{args.rounds} rounds x {args.steps} steps per way (interleaved)"
+    )
     print(f"{'way':<16}{'median step':>14}{'95% CI':>22}{'overhead':>10}{'round spread':>15}")
     for name in ways:
         ordered = sorted(samples[name])
@@ -110,8 +119,10 @@ def main() -> None:
         low, high = median_ci(ordered)
         rounds = per_round[name]
         spread = (max(rounds) - min(rounds)) / median
-        print(f"{name:<16}{median * 1e3:>11.2f} ms{low * 1e3:>10.2f}-{high * 1e3:.2f} ms"
-              f"{(median / base - 1) * 100:>+9.2f}%{spread:>14.0%}")  # fmt: skip
+        print(
+            f"{name:<16}{median * 1e3:>11.2f} ms{low * 1e3:>10.2f}-{high * 1e3:.2f} ms"
+            f"{(median / base - 1) * 100:>+9.2f}%{spread:>14.0%}"
+        )
 
 
 if __name__ == "__main__":

@@ -22,10 +22,16 @@ import input_bound
 def steps_per_s(workers: int, threads: int, side: int, steps: int = 100) -> float:
     torch.set_num_threads(threads)
     input_bound.SIDE = side
-    loader = DataLoader(input_bound.CompressedImages(2048), batch_size=16, shuffle=True,
-                        num_workers=workers)  # fmt: skip
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
-                          nn.Flatten(), nn.Linear(8 * 16, 10))  # fmt: skip
+    loader = DataLoader(
+        input_bound.CompressedImages(2048), batch_size=16, shuffle=True, num_workers=workers
+    )
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(8 * 16, 10),
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     batches = iter(loader)
     for _ in range(10):
@@ -48,8 +54,10 @@ def main() -> None:
         print(f"side {side}: workers=0 threads=2 {base:.1f} steps/s (baseline)")
         for workers, threads in ((2, 2), (2, 1), (1, 1)):
             rate = steps_per_s(workers, threads, side)
-            print(f"side {side}: workers={workers} threads={threads} {rate:.1f} steps/s "
-                  f"= {rate / base:.2f}x")  # fmt: skip
+            print(
+                f"side {side}: workers={workers} threads={threads} {rate:.1f} steps/s "
+                f"= {rate / base:.2f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,17 @@ from pathlib import Path
 
 def sweep(model: str, strategy: str, extra: list[str]) -> dict:  # type: ignore[type-arg]
     accelscope = Path(sys.executable).with_name("accelscope")
-    command = [str(accelscope), "bench", model, "--strategy", strategy, *extra,
-               "--json", "--no-store", "--quiet"]  # fmt: skip
+    command = [
+        str(accelscope),
+        "bench",
+        model,
+        "--strategy",
+        strategy,
+        *extra,
+        "--json",
+        "--no-store",
+        "--quiet",
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(completed.stdout)  # type: ignore[no-any-return]
 
@@ -26,8 +35,11 @@ def sweep(model: str, strategy: str, extra: list[str]) -> dict:  # type: ignore[
 def best_rate(document: dict) -> tuple[str, float]:  # type: ignore[type-arg]
     from accelscope.result import Result
 
-    best = next(Result.from_dict(r) for r in document["results"]
-                if r["spec"] and Result.from_dict(r).spec.key == document["best"])  # fmt: skip
+    best = next(
+        Result.from_dict(r)
+        for r in document["results"]
+        if r["spec"] and Result.from_dict(r).spec.key == document["best"]
+    )
     assert best.measurement is not None
     return best.spec.label(), best.measurement.throughput_items_per_s
 
@@ -43,8 +55,10 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, document in (("grid", grid), ("fast", fast)):
         label, rate = best_rate(document)
-        print(f"| {name} | {label} | {rate:.1f} | {document['measurement_time_s']:.1f} | "
-              f"{document['wall_time_s']:.0f} |")  # fmt: skip
+        print(
+            f"| {name} | {label} | {rate:.1f} | {document['measurement_time_s']:.1f} | "
+            f"{document['wall_time_s']:.0f} |"
+        )
     ratio_rate = best_rate(fast)[1] / best_rate(grid)[1]
     ratio_time = fast["measurement_time_s"] / grid["measurement_time_s"]
     ratio_wall = fast["wall_time_s"] / grid["wall_time_s"]
@@ -56,9 +70,11 @@ def main() -> None:
     chosen = grid_rates.get(best_rate(fast)[0])
     quality = chosen.throughput_items_per_s / best_rate(grid)[1] if chosen else float("nan")
     print()
-    print(f"fast/grid: best throughput {ratio_rate:.3f}, measurement time {ratio_time:.2f}, "
-          f"wall time {ratio_wall:.2f}; grid's own figure for fast's choice / grid's best: "
-          f"{quality:.3f}")  # fmt: skip
+    print(
+        f"fast/grid: best throughput {ratio_rate:.3f}, measurement time {ratio_time:.2f}, "
+        f"wall time {ratio_wall:.2f}; grid's own figure for fast's choice / grid's best: "
+        f"{quality:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -35,17 +35,21 @@ def run_load(args: list[str]) -> dict[str, Any]:
 
 def describe(document: dict[str, Any]) -> None:
     capacity = document["capacity"]
-    print(f"  configuration {document['label']}, {len(document['trials'])} trials, "
-          f"{document['wall_s']:.0f} s wall")  # fmt: skip
+    print(
+        f"  configuration {document['label']}, {len(document['trials'])} trials, "
+        f"{document['wall_s']:.0f} s wall"
+    )
     for policy in capacity["policies"]:
         batching = policy["batching"]
         delay_ms = batching["max_delay_s"] * 1e3
         name = f"max batch {batching['max_batch']}, max delay {delay_ms:g} ms"
         if batching["max_batch"] == 1:
             name = "no batching"
-        print(f"  {name:<36} capacity {policy['capacity_qps']:7.1f} q/s "
-              f"(offline ceiling {policy['ceiling_qps']:7.1f} q/s, {policy['trials']} trials)"
-              + (f"  [{policy['note']}]" if policy["note"] else ""))  # fmt: skip
+        print(
+            f"  {name:<36} capacity {policy['capacity_qps']:7.1f} q/s "
+            f"(offline ceiling {policy['ceiling_qps']:7.1f} q/s, {policy['trials']} trials)"
+            + (f"  [{policy['note']}]" if policy["note"] else "")
+        )
     best = capacity.get("capacity_trial") or {}
     if best:
         lat, queue, compute = best["latency"], best["queue"], best["compute"]
@@ -69,12 +73,37 @@ def main() -> None:
     parser.add_argument("--min-queries", default="1000")
     parser.add_argument("--separate", action="store_true", help="also run --no-batching alone")
     args = parser.parse_args()
-    config = (["--from-run", args.from_run] if args.from_run else
-              ["--backend", "compile", "--precision", "int8", "--option", "channels_last=true",
-               "--batch", "8", "--threads", "2"])  # fmt: skip
-    common = [args.model, *config, "--scenario", "server", "--sla-p99", args.sla,
-              "--min-duration", args.min_duration, "--min-queries", args.min_queries, "--no-store",
-              "--report", "/tmp/accelscope-load-capacity.html"]  # fmt: skip
+    config = (
+        ["--from-run", args.from_run]
+        if args.from_run
+        else [
+            "--backend",
+            "compile",
+            "--precision",
+            "int8",
+            "--option",
+            "channels_last=true",
+            "--batch",
+            "8",
+            "--threads",
+            "2",
+        ]
+    )
+    common = [
+        args.model,
+        *config,
+        "--scenario",
+        "server",
+        "--sla-p99",
+        args.sla,
+        "--min-duration",
+        args.min_duration,
+        "--min-queries",
+        args.min_queries,
+        "--no-store",
+        "--report",
+        "/tmp/accelscope-load-capacity.html",
+    ]
     document = run_load(common)
     describe(document)
     if args.separate:

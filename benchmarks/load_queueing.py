@@ -72,8 +72,11 @@ def hops(record: TrialRecord, draws: dict[int, float]) -> tuple[list[float], ...
     for i in range(record.issued):
         if record.status[i] is not QueryStatus.OK:
             continue
-        scheduled, started, finished = (record.scheduled_s[i], record.started_s[i],
-                                        record.finished_s[i])  # fmt: skip
+        scheduled, started, finished = (
+            record.scheduled_s[i],
+            record.started_s[i],
+            record.finished_s[i],
+        )
         if previous_end is None or previous_end <= scheduled:
             idle.append(started - scheduled)
         else:
@@ -84,14 +87,16 @@ def hops(record: TrialRecord, draws: dict[int, float]) -> tuple[list[float], ...
     return idle, turn, over
 
 
-def one_run(kind: str, mode: str, seed: int, service_s: float, rate: float,
-            queries: int, plain: bool) -> Run:  # fmt: skip
+def one_run(
+    kind: str, mode: str, seed: int, service_s: float, rate: float, queries: int, plain: bool
+) -> Run:
     service: ServiceModel = FixedService(service_s)
     if kind == "M/M/1":
         service = ExponentialService(service_s, seed=seed + 1000)  # independent of arrivals
     recorded = Recorded(service)
-    settings = TrialSettings(min_queries=queries, min_duration_s=0.0, seed=seed,
-                             query_timeout_s=60.0, max_lag_p99_s=1.0)  # fmt: skip
+    settings = TrialSettings(
+        min_queries=queries, min_duration_s=0.0, seed=seed, query_timeout_s=60.0, max_lag_p99_s=1.0
+    )
     if mode == "simulated":
         executor: ThreadedExecutor | SimulatedExecutor = SimulatedExecutor(recorded, SimClock())
     else:
@@ -99,14 +104,16 @@ def one_run(kind: str, mode: str, seed: int, service_s: float, rate: float,
         executor = ThreadedExecutor([sut])
     offsets = arrival_offsets_s(rate, min_queries=queries, min_duration_s=0.0, seed=seed)
     source = OpenSchedule(offsets, sample_indices(len(offsets), settings.pool_size, seed))
-    limits = TrialLimits(query_timeout_s=settings.query_timeout_s,
-                         stall_limit_s=settings.stall_limit_s)  # fmt: skip
+    limits = TrialLimits(
+        query_timeout_s=settings.query_timeout_s, stall_limit_s=settings.stall_limit_s
+    )
     try:
         record = run_trial(source, executor, NO_BATCHING, limits)
     finally:
         executor.close()
-    summary = summarize_trial(record, Scenario.SERVER, NO_BATCHING, settings,
-                              offered_rate_per_s=rate)  # fmt: skip
+    summary = summarize_trial(
+        record, Scenario.SERVER, NO_BATCHING, settings, offered_rate_per_s=rate
+    )
     return Run(summary, *hops(record, recorded.draws))
 
 
@@ -128,38 +135,54 @@ def main() -> None:
     service_s = args.service_ms / 1e3
     rate = args.rho / service_s
     floor = measure_harness_floor()
-    print(f"harness floor: p50 {floor.latency.p50_s * 1e3:.3f} ms, p90 "
-          f"{floor.latency.p90_s * 1e3:.3f} ms, p99 {floor.latency.p99_s * 1e3:.3f} ms, mean "
-          f"{floor.latency.mean_s * 1e3:.3f} ms per query; lag p50 {floor.lag.p50_s * 1e3:.3f} "
-          f"ms, p99 {floor.lag.p99_s * 1e3:.3f} ms (null system under test, {floor.queries} "
-          f"queries at {floor.rate_per_s:g} q/s)")  # fmt: skip
-    print(f"service mean {args.service_ms:g} ms, utilisation {args.rho:g}, rate {rate:g} q/s, "
-          f"{args.queries} queries per run, seeds 0..{args.repeats - 1}, "
-          f"{'plain' if args.plain_sleep else 'precise'} fake sleep, "
-          f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"{'queue':<6} {'system':<10} {'theory ms':>9} {'mean ms':>8} {'vs theory':>9} "
-          f"{'vs sim':>7} {'lag p99 ms':>10} {'idle us':>7} {'turn us':>7} "
-          f"{'SUT+ us':>7}")  # fmt: skip
+    print(
+        f"harness floor: p50 {floor.latency.p50_s * 1e3:.3f} ms, p90 "
+        f"{floor.latency.p90_s * 1e3:.3f} ms, p99 {floor.latency.p99_s * 1e3:.3f} ms, mean "
+        f"{floor.latency.mean_s * 1e3:.3f} ms per query; lag p50 {floor.lag.p50_s * 1e3:.3f} "
+        f"ms, p99 {floor.lag.p99_s * 1e3:.3f} ms (null system under test, {floor.queries} "
+        f"queries at {floor.rate_per_s:g} q/s)"
+    )
+    print(
+        f"service mean {args.service_ms:g} ms, utilisation {args.rho:g}, rate {rate:g} q/s, "
+        f"{args.queries} queries per run, seeds 0..{args.repeats - 1}, "
+        f"{'plain' if args.plain_sleep else 'precise'} fake sleep, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'queue':<6} {'system':<10} {'theory ms':>9} {'mean ms':>8} {'vs theory':>9} "
+        f"{'vs sim':>7} {'lag p99 ms':>10} {'idle us':>7} {'turn us':>7} "
+        f"{'SUT+ us':>7}"
+    )
     for kind in ("M/M/1", "M/D/1"):
         expected = theory_s(kind, service_s, args.rho)
-        sims = [one_run(kind, "simulated", s, service_s, rate, args.queries, args.plain_sleep)
-                for s in range(args.repeats)]  # fmt: skip
+        sims = [
+            one_run(kind, "simulated", s, service_s, rate, args.queries, args.plain_sleep)
+            for s in range(args.repeats)
+        ]
         sim_mean = statistics.median(t.summary.latency.mean_s for t in sims)
-        print(f"{kind:<6} {'simulated':<10} {expected * 1e3:9.3f} {sim_mean * 1e3:8.3f} "
-              f"{sim_mean / expected - 1:+9.1%} {0:+7.1%} {0:10.3f}")  # fmt: skip
+        print(
+            f"{kind:<6} {'simulated':<10} {expected * 1e3:9.3f} {sim_mean * 1e3:8.3f} "
+            f"{sim_mean / expected - 1:+9.1%} {0:+7.1%} {0:10.3f}"
+        )
         for mode in args.modes.split(","):
-            runs = [one_run(kind, mode, s, service_s, rate, args.queries, args.plain_sleep)
-                    for s in range(args.repeats)]  # fmt: skip
+            runs = [
+                one_run(kind, mode, s, service_s, rate, args.queries, args.plain_sleep)
+                for s in range(args.repeats)
+            ]
             mean = statistics.median(t.summary.latency.mean_s for t in runs)
-            vs_sim = statistics.median(r.summary.latency.mean_s / s.summary.latency.mean_s - 1
-                                       for r, s in zip(runs, sims, strict=True))  # fmt: skip
+            vs_sim = statistics.median(
+                r.summary.latency.mean_s / s.summary.latency.mean_s - 1
+                for r, s in zip(runs, sims, strict=True)
+            )
             lag_ms = statistics.median(t.summary.lag.p99_s for t in runs) * 1e3
             idle = [v for r in runs for v in r.idle_s]
             turn = [v for r in runs for v in r.turn_s]
             over = [v for r in runs for v in r.over_s]
-            print(f"{kind:<6} {mode:<10} {expected * 1e3:9.3f} {mean * 1e3:8.3f} "
-                  f"{mean / expected - 1:+9.1%} {vs_sim:+7.1%} {lag_ms:10.3f} {_us(idle):>7} "
-                  f"{_us(turn):>7} {_us(over):>7}")  # fmt: skip
+            print(
+                f"{kind:<6} {mode:<10} {expected * 1e3:9.3f} {mean * 1e3:8.3f} "
+                f"{mean / expected - 1:+9.1%} {vs_sim:+7.1%} {lag_ms:10.3f} {_us(idle):>7} "
+                f"{_us(turn):>7} {_us(over):>7}"
+            )
 
 
 if __name__ == "__main__":

@@ -40,11 +40,36 @@ from accelscope.store.sqlite import ResultStore
 from accelscope.workflows.plan import bench_figures
 
 MODEL = "resnet50"
-ROOFLINE_ARGS = ["roofline", MODEL, "--batch", "8", "--precision", "fp32",
-                 "--measure-budget", "5s", "--ceilings-budget", "60s", "--quiet"]  # fmt: skip
-BENCH_ARGS = ["bench", MODEL, "--batch", "8", "--backend", "compile", "--precision", "int8",
-              "--option", "channels_last=true", "--measure-budget", "3s",
-              "--accuracy-samples", "32", "--quiet"]  # fmt: skip
+ROOFLINE_ARGS = [
+    "roofline",
+    MODEL,
+    "--batch",
+    "8",
+    "--precision",
+    "fp32",
+    "--measure-budget",
+    "5s",
+    "--ceilings-budget",
+    "60s",
+    "--quiet",
+]
+BENCH_ARGS = [
+    "bench",
+    MODEL,
+    "--batch",
+    "8",
+    "--backend",
+    "compile",
+    "--precision",
+    "int8",
+    "--option",
+    "channels_last=true",
+    "--measure-budget",
+    "3s",
+    "--accuracy-samples",
+    "32",
+    "--quiet",
+]
 
 
 def _measure(store: Path) -> None:
@@ -77,10 +102,11 @@ def _evidence(store: Path) -> tuple[RooflineProfile, list[Calibration], list[str
             if head.kind == "bench" and not calibrations:
                 for result in run.results:
                     m = result.measurement
-                    lines.append(f"bench {result.spec.label()}: {result.status.value}"
-                                 + (f", {m.throughput_items_per_s:.1f} items/s" if m else "")
-                                 + (f" ({result.status_reason})" if result.status_reason
-                                    else ""))  # fmt: skip
+                    lines.append(
+                        f"bench {result.spec.label()}: {result.status.value}"
+                        + (f", {m.throughput_items_per_s:.1f} items/s" if m else "")
+                        + (f" ({result.status_reason})" if result.status_reason else "")
+                    )
                 found = (f.calibration() for f in bench_figures(run.results))
                 calibrations = [c for c in found if c is not None]
     if profile is None:
@@ -88,19 +114,26 @@ def _evidence(store: Path) -> tuple[RooflineProfile, list[Calibration], list[str
     return profile, calibrations, lines
 
 
-def _project(profile: RooflineProfile, instance: Instance, here: Instance | None,
-             calibration: Calibration | None) -> dict[str, Any]:  # fmt: skip
-    estimate = project_capacity(profile, instance, sla_p99_s=3600.0, here=here,
-                                calibration=calibration)  # fmt: skip
+def _project(
+    profile: RooflineProfile,
+    instance: Instance,
+    here: Instance | None,
+    calibration: Calibration | None,
+) -> dict[str, Any]:
+    estimate = project_capacity(
+        profile, instance, sla_p99_s=3600.0, here=here, calibration=calibration
+    )
     detail = estimate.detail
     return {
         "projected_items_per_s": float(detail["per_device_items_per_s"]),
         "floor_only_items_per_s": detail["batch_size"] / float(detail["floor_target_s"]),
         "efficiency_here": float(detail["efficiency"]),
-        "floor": detail["floor"], "calibration": detail["calibration"],
-        "precision": detail["precision"], "label": estimate.label,
+        "floor": detail["floor"],
+        "calibration": detail["calibration"],
+        "precision": detail["precision"],
+        "label": estimate.label,
         "assumptions": list(estimate.assumptions),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -117,9 +150,11 @@ def main() -> None:
             _measure(store)
         profile, calibrations, bench_lines = _evidence(store)
     calibration = best_calibration(calibrations, profile.device)
-    print(f"profile: {profile.model} {profile.precision} batch {profile.batch_size} eager on "
-          f"{profile.device_name}: {profile.measured_time_s * 1e3:.1f} ms per batch = "
-          f"{profile.batch_size / profile.measured_time_s:.1f} items/s")  # fmt: skip
+    print(
+        f"profile: {profile.model} {profile.precision} batch {profile.batch_size} eager on "
+        f"{profile.device_name}: {profile.measured_time_s * 1e3:.1f} ms per batch = "
+        f"{profile.batch_size / profile.measured_time_s:.1f} items/s"
+    )
     print("\n".join(bench_lines) or "no bench result")
     if calibration is None:
         print("no OK bench result to calibrate with: the new method falls back to the old one")
@@ -128,43 +163,58 @@ def main() -> None:
         for figure in instance.published:
             if figure.model != MODEL:
                 continue
-            rows.append({
-                "instance": instance.type, "accelerator": instance.accelerator,
-                "published_items_per_s": figure.items_per_s_per_device,
-                "published_precision": figure.precision, "published_source": figure.source,
-                "old": _project(profile, instance, here, None),
-                "new": _project(profile, instance, here, calibration),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "instance": instance.type,
+                    "accelerator": instance.accelerator,
+                    "published_items_per_s": figure.items_per_s_per_device,
+                    "published_precision": figure.precision,
+                    "published_source": figure.source,
+                    "old": _project(profile, instance, here, None),
+                    "new": _project(profile, instance, here, calibration),
+                }
+            )
     if not rows:
         sys.exit("no catalog entry cites a published ResNet-50 figure")
-    print(f"\n{'target':<14} {'published/GPU':>13} | {'old (estimate)':>15} {'error':>7} | "
-          f"{'new (estimate)':>15} {'error':>7}")  # fmt: skip
+    print(
+        f"\n{'target':<14} {'published/GPU':>13} | {'old (estimate)':>15} {'error':>7} | "
+        f"{'new (estimate)':>15} {'error':>7}"
+    )
     for row in rows:
         published = row["published_items_per_s"]
         old, new = row["old"], row["new"]
         for method in (old, new):
             method["error"] = method["projected_items_per_s"] / published - 1
             method["floor_only_error"] = method["floor_only_items_per_s"] / published - 1
-        print(f"{row['instance']:<14} {published:>13,.0f} | "
-              f"{old['projected_items_per_s']:>15,.0f} {old['error']:>+7.0%} | "
-              f"{new['projected_items_per_s']:>15,.0f} {new['error']:>+7.0%}")  # fmt: skip
+        print(
+            f"{row['instance']:<14} {published:>13,.0f} | "
+            f"{old['projected_items_per_s']:>15,.0f} {old['error']:>+7.0%} | "
+            f"{new['projected_items_per_s']:>15,.0f} {new['error']:>+7.0%}"
+        )
     first = rows[0]
     for name in ("old", "new"):
         method = first[name]
-        print(f"{name}: {method['floor']} floor, {method['precision']}, calibrated by "
-              f"{method['calibration']}: efficiency here {method['efficiency_here']:.1%} of the "
-              "floor")  # fmt: skip
+        print(
+            f"{name}: {method['floor']} floor, {method['precision']}, calibrated by "
+            f"{method['calibration']}: efficiency here {method['efficiency_here']:.1%} of the "
+            "floor"
+        )
     for row in rows:
-        print(f"{row['instance']:<14} at the floor (efficiency 1): old "
-              f"{row['old']['floor_only_items_per_s']:,.0f} ({row['old']['floor_only_error']:+.0%})"
-              f", new {row['new']['floor_only_items_per_s']:,.0f} "
-              f"({row['new']['floor_only_error']:+.0%})")  # fmt: skip
+        print(
+            f"{row['instance']:<14} at the floor (efficiency 1): old "
+            f"{row['old']['floor_only_items_per_s']:,.0f} ({row['old']['floor_only_error']:+.0%})"
+            f", new {row['new']['floor_only_items_per_s']:,.0f} "
+            f"({row['new']['floor_only_error']:+.0%})"
+        )
     reference = next(a for a in first["new"]["assumptions"] if a.startswith("efficiency here"))
     print(f"reference here: {reference}")
     print("published: MLPerf Inference v3.1 closed, Offline, INT8 TensorRT, per GPU")
     if args.json:
-        document = {"store": str(args.store) if args.store else None, "here": args.here,
-                    "rows": rows}  # fmt: skip
+        document = {
+            "store": str(args.store) if args.store else None,
+            "here": args.here,
+            "rows": rows,
+        }
         args.json.write_text(json.dumps(document, indent=2), "utf-8")
 
 

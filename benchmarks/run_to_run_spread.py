@@ -19,8 +19,19 @@ from pathlib import Path
 def one_run(model: str, batch: int, budget: str) -> dict[str, float | str | int]:
     """One fresh process; returns its median throughput, CI, IQR ratio and stop reason."""
     accelscope = Path(sys.executable).with_name("accelscope")
-    command = [str(accelscope), "measure", model, "--batch", str(batch), "--precision", "fp32",
-               "--budget", budget, "--no-store", "--json"]  # fmt: skip
+    command = [
+        str(accelscope),
+        "measure",
+        model,
+        "--batch",
+        str(batch),
+        "--precision",
+        "fp32",
+        "--budget",
+        budget,
+        "--no-store",
+        "--json",
+    ]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     result = json.loads(output)["results"][0]
     from accelscope.measure.measurement import Measurement
@@ -50,16 +61,20 @@ def main() -> None:
     print("| run | items/s | median ms | p99 ms | median CI ± | IQR/median | samples | stop |")
     print("|---|---|---|---|---|---|---|---|")
     for index, run in enumerate(runs, 1):
-        print(f"| {index} | {run['items_per_s']:.2f} | {run['median_ms']:.1f} | "
-              f"{run['p99_ms']:.1f} | {run['ci_pct']:.1f} % | {run['iqr_pct']:.1f} % | "
-              f"{run['samples']} | {run['stop']} |")  # fmt: skip
+        print(
+            f"| {index} | {run['items_per_s']:.2f} | {run['median_ms']:.1f} | "
+            f"{run['p99_ms']:.1f} | {run['ci_pct']:.1f} % | {run['iqr_pct']:.1f} % | "
+            f"{run['samples']} | {run['stop']} |"
+        )
     rates = [float(run["items_per_s"]) for run in runs]
     middle = statistics.median(rates)
     spread = (max(rates) - min(rates)) / middle * 100
     print()
-    print(f"throughput across {len(runs)} runs: median {middle:.2f} items/s, "
-          f"min {min(rates):.2f}, max {max(rates):.2f}, spread (max-min)/median {spread:.1f} %, "
-          f"stdev/median {statistics.stdev(rates) / middle * 100:.1f} %")  # fmt: skip
+    print(
+        f"throughput across {len(runs)} runs: median {middle:.2f} items/s, "
+        f"min {min(rates):.2f}, max {max(rates):.2f}, spread (max-min)/median {spread:.1f} %, "
+        f"stdev/median {statistics.stdev(rates) / middle * 100:.1f} %"
+    )
 
 
 if __name__ == "__main__":

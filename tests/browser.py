@@ -47,13 +47,25 @@ def browse(page: Path, workdir: Path, *flags: str) -> BrowserRun:
     workdir.mkdir(parents=True, exist_ok=True)
     netlog = workdir / "netlog.json"
     command = [
-        chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={workdir / 'profile'}", "--hide-scrollbars",
-        "--host-resolver-rules=MAP * ~NOTFOUND", f"--log-net-log={netlog}",
-        "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
-        *(flags or ("--dump-dom",)), page.resolve().as_uri(),
-    ]  # fmt: skip
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={workdir / 'profile'}",
+        "--hide-scrollbars",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--log-net-log={netlog}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=5000",
+        *(flags or ("--dump-dom",)),
+        page.resolve().as_uri(),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return BrowserRun(done.stdout, done.stderr, netlog)

@@ -37,8 +37,17 @@ def test_bench_digits_table_verdict_report_and_runs_show(
     cached = cache_path(tmp_path / "probes", env.fingerprint(), 1)
     cached.parent.mkdir()
     cached.write_text(json.dumps(table.to_dict()))
-    code, out, err = _run(capsys, "bench", "--config", str(config), "--store", str(store),
-                          "--report", str(report), "--quiet")  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "bench",
+        "--config",
+        str(config),
+        "--store",
+        str(store),
+        "--report",
+        str(report),
+        "--quiet",
+    )
     assert code == 0, err
     assert "★" in out and "Fastest within the 1000 ms p99 SLA" in out
     assert "eager fp32 (95 % CI" in out or "Fastest within the 1000 ms p99 SLA: eager/fp32" in out
@@ -84,7 +93,14 @@ def test_bench_bad_input_is_one_line_exit_2(
 def test_bench_report_in_missing_directory_fails_before_the_sweep(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = _run(capsys, "bench", "digits-cnn", "--store", str(tmp_path / "r.db"),
-                        "--report", str(tmp_path / "nope" / "r.html"))  # fmt: skip
+    code, _, err = _run(
+        capsys,
+        "bench",
+        "digits-cnn",
+        "--store",
+        str(tmp_path / "r.db"),
+        "--report",
+        str(tmp_path / "nope" / "r.html"),
+    )
     assert code == 2 and "does not exist" in err
     assert not (tmp_path / "r.db").exists()

@@ -20,8 +20,9 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
 
 def test_measure_store_show_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = str(tmp_path / "r.db")
-    code, out, err = _run(capsys, "measure", "digits-cnn", "--batch", "4,16", "--budget", "0.5s",
-                          "--store", store)  # fmt: skip
+    code, out, err = _run(
+        capsys, "measure", "digits-cnn", "--batch", "4,16", "--budget", "0.5s", "--store", store
+    )
     assert code == 0, err
     assert "digits-cnn" in out and "top1_accuracy" in out
     assert "stored run" in out
@@ -48,8 +49,17 @@ def test_measure_store_show_export(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_bf16_has_fidelity_against_fp32_reference(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = _run(capsys, "measure", "digits-cnn", "--precision", "bf16", "--budget",
-                          "0.3s", "--json", "--no-store")  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "measure",
+        "digits-cnn",
+        "--precision",
+        "bf16",
+        "--budget",
+        "0.3s",
+        "--json",
+        "--no-store",
+    )
     assert code == 0, err
     result = json.loads(out)["results"][0]
     fidelity = result["accuracy"]["fidelity"]
@@ -63,10 +73,27 @@ def test_onnx_model_through_onnxruntime(tmp_path: Path, capsys: pytest.CaptureFi
 
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     path = tmp_path / "mlp.onnx"
-    torch.onnx.export(model, (torch.randn(2, 16),), str(path), input_names=["x"],
-                      dynamic_axes={"x": {0: "batch"}}, dynamo=False)  # fmt: skip
-    code, out, err = _run(capsys, "measure", str(path), "--backend", "onnxruntime", "--batch",
-                          "3", "--budget", "0.3s", "--json", "--no-store")  # fmt: skip
+    torch.onnx.export(
+        model,
+        (torch.randn(2, 16),),
+        str(path),
+        input_names=["x"],
+        dynamic_axes={"x": {0: "batch"}},
+        dynamo=False,
+    )
+    code, out, err = _run(
+        capsys,
+        "measure",
+        str(path),
+        "--backend",
+        "onnxruntime",
+        "--batch",
+        "3",
+        "--budget",
+        "0.3s",
+        "--json",
+        "--no-store",
+    )
     assert code == 0, err
     result = json.loads(out)["results"][0]
     assert result["spec"]["backend"] == "onnxruntime"
@@ -80,8 +107,19 @@ def test_factory_model_with_input_flag(tmp_path: Path, capsys: pytest.CaptureFix
         "def make():\n"
         "    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())\n"
     )
-    code, out, err = _run(capsys, "measure", f"{source}:make", "--input", "img:N,3,32,32",
-                          "--budget", "0.3s", "--threads", "1", "--json", "--no-store")  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "measure",
+        f"{source}:make",
+        "--input",
+        "img:N,3,32,32",
+        "--budget",
+        "0.3s",
+        "--threads",
+        "1",
+        "--json",
+        "--no-store",
+    )
     assert code == 0, err
     result = json.loads(out)["results"][0]
     assert result["threads"]["intra_op"] == 1
@@ -95,8 +133,9 @@ def test_config_file_sets_flags_and_flags_win(
     config.write_text(
         '[model]\nref = "digits-cnn"\n[run]\nbatch = [2]\nbudget = "0.3s"\nthreads = 1\n'
     )
-    code, out, err = _run(capsys, "measure", "--config", str(config), "--batch", "5", "--json",
-                          "--no-store")  # fmt: skip
+    code, out, err = _run(
+        capsys, "measure", "--config", str(config), "--batch", "5", "--json", "--no-store"
+    )
     assert code == 0, err
     spec = json.loads(out)["results"][0]["spec"]
     assert spec["batch_size"] == 5 and spec["threads"] == 1 and spec["model"] == "digits-cnn"
@@ -107,7 +146,9 @@ def test_env_and_models_commands(capsys: pytest.CaptureFixture[str]) -> None:
     document = json.loads(out)
     assert code == 0 and document["cpu"]["model_name"]
     assert {(s["device"], s["precision"]) for s in document["precision_support"]} >= {
-        ("cpu", "fp32"), ("cpu", "bf16")}  # fmt: skip
+        ("cpu", "fp32"),
+        ("cpu", "bf16"),
+    }
     code, out, _ = _run(capsys, "env")
     assert code == 0 and "precision fast paths" in out
     code, out, _ = _run(capsys, "models", "--json")
@@ -121,10 +162,20 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_measure_with_backend_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _run(capsys, "measure", "digits-cnn", "--option", "channels_last=true",
-                          "--budget", "0.3s", "--json", "--no-store")  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "measure",
+        "digits-cnn",
+        "--option",
+        "channels_last=true",
+        "--budget",
+        "0.3s",
+        "--json",
+        "--no-store",
+    )
     assert code == 0, err
     assert json.loads(out)["results"][0]["spec"]["options"] == [["channels_last", "true"]]
-    code, _, err = _run(capsys, "measure", "digits-cnn", "--option", "channels_last=maybe",
-                        "--no-store")  # fmt: skip
+    code, _, err = _run(
+        capsys, "measure", "digits-cnn", "--option", "channels_last=maybe", "--no-store"
+    )
     assert code == 2 and "maybe" in err

@@ -61,11 +61,29 @@ def test_interrupt_keeps_finished_results(tmp_path: Path) -> None:
 
 def test_sigint_to_the_real_command(tmp_path: Path) -> None:
     store_path = tmp_path / "r.db"
-    command = [sys.executable, "-m", "accelscope.cli", "measure", "digits-cnn", "--batch", "1,2",
-               "--budget", "30s", "--target-ci", "0.0001%", "--store", str(store_path)]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=default_sigint,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "accelscope.cli",
+        "measure",
+        "digits-cnn",
+        "--batch",
+        "1,2",
+        "--budget",
+        "30s",
+        "--target-ci",
+        "0.0001%",
+        "--store",
+        str(store_path),
+    ]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     deadline = time.monotonic() + 120
     # wait until the first configuration is committed, then interrupt the second one
     while time.monotonic() < deadline:

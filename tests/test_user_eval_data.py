@@ -38,10 +38,30 @@ def _labelled(tmp_path: Path) -> tuple[str, Path]:
 
 def test_bench_scores_user_eval_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, data = _labelled(tmp_path)
-    code = main(["bench", model, "--input", "x:N,4", "--eval-data", str(data), "--backend",
-                 "eager", "--precision", "fp32,bf16", "--batch", "16", "--threads", "1",
-                 "--measure-budget", "0.3s", "--no-store", "--json",
-                 "--report", str(tmp_path / "r.html")])  # fmt: skip
+    code = main(
+        [
+            "bench",
+            model,
+            "--input",
+            "x:N,4",
+            "--eval-data",
+            str(data),
+            "--backend",
+            "eager",
+            "--precision",
+            "fp32,bf16",
+            "--batch",
+            "16",
+            "--threads",
+            "1",
+            "--measure-budget",
+            "0.3s",
+            "--no-store",
+            "--json",
+            "--report",
+            str(tmp_path / "r.html"),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     results = json.loads(captured.out)["results"]
@@ -67,8 +87,21 @@ def test_bad_eval_data_is_one_line_exit_2(
         data.write_text("x,labels\n1,2\n")
     else:
         extra = ["--metric", "bleu"]
-    code = main(["bench", model, "--input", "x:N,4", "--eval-data", str(data), "--backend",
-                 "eager", "--store", str(tmp_path / "r.db"), *extra])  # fmt: skip
+    code = main(
+        [
+            "bench",
+            model,
+            "--input",
+            "x:N,4",
+            "--eval-data",
+            str(data),
+            "--backend",
+            "eager",
+            "--store",
+            str(tmp_path / "r.db"),
+            *extra,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and err.startswith("error:")

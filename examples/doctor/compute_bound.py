@@ -22,11 +22,14 @@ def main() -> None:
     torch.manual_seed(0)
     width = args.width
     model = nn.Sequential(
-        nn.Linear(256, width), nn.ReLU(),
-        nn.Linear(width, width), nn.ReLU(),
-        nn.Linear(width, width), nn.ReLU(),
+        nn.Linear(256, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.ReLU(),
         nn.Linear(width, 10),
-    )  # fmt: skip
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     inputs = torch.randn(256, 256)
     targets = torch.randint(0, 10, (256,))

@@ -60,9 +60,12 @@ def main() -> None:
     torch.manual_seed(0)
     loader = DataLoader(CompressedImages(args.samples), batch_size=16, shuffle=True, num_workers=0)
     model = nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(8 * 16, 10),
-    )  # fmt: skip
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(8 * 16, 10),
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     for epoch in range(args.epochs):
         for step, (images, labels) in enumerate(loader):

@@ -10,8 +10,16 @@ from accelscope.errors import BadInputError
 __all__ = ["format_bytes", "format_seconds", "parse_duration_s", "parse_fraction"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s|sec|m|min|h)?\s*$")
-_SCALE_S = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0,
-            "h": 3600.0}  # fmt: skip
+_SCALE_S = {
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+}
 
 
 def parse_duration_s(text: str | float | int) -> float:

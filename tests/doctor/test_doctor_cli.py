@@ -50,15 +50,20 @@ def _run(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str,
         (["{py}", "--report", "{dir}/no/such/r.html"], "does not exist"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                      args: list[str], mention: str) -> None:  # fmt: skip
+def test_bad_input_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], mention: str
+) -> None:
     (tmp_path / "train.txt").write_text("x", encoding="utf-8")
     (tmp_path / "train.py").write_text("print('never run')\n", encoding="utf-8")
-    names = {"dir": str(tmp_path), "txt": str(tmp_path / "train.txt"),
-             "py": str(tmp_path / "train.py")}  # fmt: skip
+    names = {
+        "dir": str(tmp_path),
+        "txt": str(tmp_path / "train.txt"),
+        "py": str(tmp_path / "train.py"),
+    }
     store = tmp_path / "r.db"
-    code, out, err = _run(capsys, ["doctor", *[a.format(**names) for a in args],
-                                   "--store", str(store)])  # fmt: skip
+    code, out, err = _run(
+        capsys, ["doctor", *[a.format(**names) for a in args], "--store", str(store)]
+    )
     assert code == 2, err
     assert len(err.splitlines()) == 1 and mention in err and "Traceback" not in err
     assert "never run" not in out
@@ -72,9 +77,26 @@ def test_full_run_store_show_trace_and_report(
     shutil.copy(EXAMPLES / "sync_bound.py", script)
     store = tmp_path / "results.db"
     report = tmp_path / "doctor.html"
-    code, out, err = _run(capsys, ["doctor", str(script), "--steps", "6", "--warmup", "2",
-                                   "--what-if", "none", "--store", str(store), "--report",
-                                   str(report), "--", "--steps", "40"])  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        [
+            "doctor",
+            str(script),
+            "--steps",
+            "6",
+            "--warmup",
+            "2",
+            "--what-if",
+            "none",
+            "--store",
+            str(store),
+            "--report",
+            str(report),
+            "--",
+            "--steps",
+            "40",
+        ],
+    )
     assert code == 0, err
     assert "bottleneck: sync" in out and "synchronisation-bound" in out
     with ResultStore(store) as opened:

@@ -104,8 +104,10 @@ def test_crashing_script(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> N
     with pytest.raises(MeasurementError) as raised:
         _doctor(script, steps=10)
     message = str(raised.value)
-    assert message == "your script raised ValueError: corrupt batch at step 2 (at train.py:11) " \
-        "after 3 steps"  # fmt: skip
+    assert (
+        message == "your script raised ValueError: corrupt batch at step 2 (at train.py:11) "
+        "after 3 steps"
+    )
     out, err = capfd.readouterr()
     assert "output from the script before it fails" in out  # the script's output is shown
     assert "Traceback" in err and "corrupt batch" in err  # and so is its traceback
@@ -130,21 +132,31 @@ def _profile(steps: int, warmup: int, status: str = "stopped") -> Profile:
 @pytest.mark.parametrize(
     ("run", "expected"),
     [
-        (ChildRun(_profile(5, 2), None, "stall", -9, 5, 70.0),
-         "the script stopped making progress: no step for 60 s after 5 steps (hung?)"),
-        (ChildRun(_profile(5, 2), None, "timeout", -9, 5, 300.0),
-         "the run hit --timeout 300 s after 5 steps; lower --steps or raise --timeout"),
-        (ChildRun(None, None, "exit", -9, 3, 5.0),
-         "the instrumented process was killed by signal 9 after 3 steps without writing results"),
-        (ChildRun(_profile(0, 2, "ended"), None, "exit", 0, 0, 5.0),
-         "the script finished without a single step: no optimizer.step(), model forward or "
-         "DataLoader batch was seen"),
-        (ChildRun(_profile(2, 2, "ended"), None, "exit", 0, 2, 5.0),
-         "the script finished after 2 steps, all inside the warm-up (--warmup 2); lower --warmup "
-         "or let the script run longer"),
+        (
+            ChildRun(_profile(5, 2), None, "stall", -9, 5, 70.0),
+            "the script stopped making progress: no step for 60 s after 5 steps (hung?)",
+        ),
+        (
+            ChildRun(_profile(5, 2), None, "timeout", -9, 5, 300.0),
+            "the run hit --timeout 300 s after 5 steps; lower --steps or raise --timeout",
+        ),
+        (
+            ChildRun(None, None, "exit", -9, 3, 5.0),
+            "the instrumented process was killed by signal 9 after 3 steps without writing results",
+        ),
+        (
+            ChildRun(_profile(0, 2, "ended"), None, "exit", 0, 0, 5.0),
+            "the script finished without a single step: no optimizer.step(), model forward or "
+            "DataLoader batch was seen",
+        ),
+        (
+            ChildRun(_profile(2, 2, "ended"), None, "exit", 0, 2, 5.0),
+            "the script finished after 2 steps, all inside the warm-up (--warmup 2); lower "
+            "--warmup or let the script run longer",
+        ),
         (ChildRun(_profile(5, 2, "ended"), None, "exit", 0, 5, 5.0), None),
     ],
-)  # fmt: skip
+)
 def test_failure_messages(run: ChildRun, expected: str | None) -> None:
     assert failure_message(run, 2, 60.0, 300.0) == expected
 
@@ -166,10 +178,16 @@ class _CtrlCOnThirdRun(Launcher):
 
 def test_ctrl_c_during_what_ifs_keeps_the_diagnosis_and_what_was_measured() -> None:
     env = collect_environment()
-    plan = DoctorPlan(EXAMPLES / "batch1_inference.py", warmup=2, steps=8,
-                      what_if="batch=4,compile")  # fmt: skip
-    result = run_doctor(plan, _CtrlCOnThirdRun(), support=env.precision_support(), cores=2,
-                        memory_bytes=env.memory_bytes)  # fmt: skip
+    plan = DoctorPlan(
+        EXAMPLES / "batch1_inference.py", warmup=2, steps=8, what_if="batch=4,compile"
+    )
+    result = run_doctor(
+        plan,
+        _CtrlCOnThirdRun(),
+        support=env.precision_support(),
+        cores=2,
+        memory_bytes=env.memory_bytes,
+    )
     assert result.interrupted
     assert result.diagnosis.bottleneck == "overhead-bound"
     assert [w.name for w in result.what_ifs] == ["baseline"]  # the baseline re-run finished

@@ -153,8 +153,9 @@ def test_cuda_timeline_measures_idle_time_during_input_waits() -> None:
 
 
 def test_cuda_timeline_is_silent_until_cuda_is_in_use() -> None:
-    timeline = CudaTimeline(lambda: pytest.fail("no event before CUDA"), lambda: False,
-                            lambda: None)  # fmt: skip
+    timeline = CudaTimeline(
+        lambda: pytest.fail("no event before CUDA"), lambda: False, lambda: None
+    )
     timeline.boundary(0)
     timeline.idle_begin()
     timeline.idle_end()

@@ -15,35 +15,73 @@ from accelscope.hardware.cpu import CpuInfo
 from accelscope.hardware.fastpaths import cpu_support
 from accelscope.hardware.telemetry import Telemetry, TelemetrySample
 
-SPR = CpuInfo("Xeon", "GenuineIntel", "x86_64", 2, 1, 2, 1, None, None, None,
-              ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "fma"))  # fmt: skip
+SPR = CpuInfo(
+    "Xeon",
+    "GenuineIntel",
+    "x86_64",
+    2,
+    1,
+    2,
+    1,
+    None,
+    None,
+    None,
+    ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "fma"),
+)
 OLD = replace(SPR, isa=("avx2", "fma"))
 
 
 def _step(duration_s: float, items: int = 16, **phases: float) -> Step:
-    counts = {"syncs": int(phases.pop("syncs", 0)), "copies": 0, "pageable_copies": 0,
-              "copy_bytes": 0, "forwards": 1, "items": items}  # fmt: skip
+    counts = {
+        "syncs": int(phases.pop("syncs", 0)),
+        "copies": 0,
+        "pageable_copies": 0,
+        "copy_bytes": 0,
+        "forwards": 1,
+        "items": items,
+    }
     return Step(0.0, duration_s, {p: phases.get(p, 0.0) for p in PHASES}, counts)
 
 
 def _facts(workers: int = 0, threads: int = 1) -> RunFacts:
     loader = LoaderFacts(workers, False, 16, False, None, "Images", 1000, False)
-    return RunFacts("2.x", threads, 1, (loader,), {"parameter_dtypes": {"float32": 10}}, None,
-                    False, True, True)  # fmt: skip
+    return RunFacts(
+        "2.x", threads, 1, (loader,), {"parameter_dtypes": {"float32": 10}}, None, False, True, True
+    )
 
 
 def _probe(ops: int, op_time_s: float, fp32_s: float) -> OpSummary:
-    return OpSummary(ops, ops // 3, op_time_s, 4, {"float32": fp32_s}, {"float32": 1e9},
-                     ("cpu",), {"cpu": "off"}, ())  # fmt: skip
+    return OpSummary(
+        ops,
+        ops // 3,
+        op_time_s,
+        4,
+        {"float32": fp32_s},
+        {"float32": 1e9},
+        ("cpu",),
+        {"cpu": "off"},
+        (),
+    )
 
 
 def _ctx(
-    steps: list[Step], probe: OpSummary | None = None, cpu: CpuInfo = SPR,
-    facts: RunFacts | None = None, telemetry: Telemetry | None = None,
+    steps: list[Step],
+    probe: OpSummary | None = None,
+    cpu: CpuInfo = SPR,
+    facts: RunFacts | None = None,
+    telemetry: Telemetry | None = None,
     op_overhead_s: float = 1e-6,
-) -> RuleContext:  # fmt: skip
-    profile = Profile("done", "optimizer", 0, len(steps), tuple(steps), probe=probe,
-                      op_overhead_s=op_overhead_s, facts=facts or _facts())  # fmt: skip
+) -> RuleContext:
+    profile = Profile(
+        "done",
+        "optimizer",
+        0,
+        len(steps),
+        tuple(steps),
+        probe=probe,
+        op_overhead_s=op_overhead_s,
+        facts=facts or _facts(),
+    )
     return RuleContext(profile, breakdown(steps), telemetry, cpu_support(cpu), 2, 24 * 2**30)
 
 
@@ -53,9 +91,16 @@ def _fired(ctx: RuleContext) -> list[str]:
 
 def test_registry_finds_one_rule_per_module() -> None:
     names = {rule.name for rule in all_rules()}
-    assert names == {"input-bound", "pageable-copies", "sync-bound", "overhead-bound",
-                     "missing-mixed-precision", "thread-oversubscription", "memory-pressure",
-                     "device-idle"}  # fmt: skip
+    assert names == {
+        "input-bound",
+        "pageable-copies",
+        "sync-bound",
+        "overhead-bound",
+        "missing-mixed-precision",
+        "thread-oversubscription",
+        "memory-pressure",
+        "device-idle",
+    }
 
 
 def test_input_bound() -> None:
@@ -106,8 +151,9 @@ def test_oversubscription_and_memory_pressure_from_telemetry() -> None:
     sample = TelemetrySample(0.1, (100.0, 100.0), 0.0, 5, 23 * 2**30, 1.0, 3, 2**28, 2**30)
     swapped = replace(sample, swap_used_bytes=2**31)
     telemetry = Telemetry(0.1, (sample, swapped), "n/a", "n/a")
-    fired = _fired(_ctx(steps, _probe(3, 0.008, 0.0), facts=_facts(workers=2, threads=2),
-                        telemetry=telemetry))  # fmt: skip
+    fired = _fired(
+        _ctx(steps, _probe(3, 0.008, 0.0), facts=_facts(workers=2, threads=2), telemetry=telemetry)
+    )
     assert "thread-oversubscription" in fired and "memory-pressure" in fired
 
 

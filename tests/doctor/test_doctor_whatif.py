@@ -43,11 +43,16 @@ def test_speedup_bounds_and_recommendation() -> None:
     assert high == pytest.approx(220 / 90)
 
     def ok(name: str, s: float, low: float, caveat: str = "") -> WhatIfResult:
-        return WhatIfResult(name, name, "ok", speedup=s, speedup_low=low, speedup_high=s * 1.1,
-                            caveat=caveat)  # fmt: skip
+        return WhatIfResult(
+            name, name, "ok", speedup=s, speedup_low=low, speedup_high=s * 1.1, caveat=caveat
+        )
 
-    best, text = recommend([ok("workers", 1.9, 1.7),
-                            ok("cache", 8.0, 7.0, "changes results: freezes augmentation"),
-                            ok("prefetch", 1.05, 0.9)])  # fmt: skip
+    best, text = recommend(
+        [
+            ok("workers", 1.9, 1.7),
+            ok("cache", 8.0, 7.0, "changes results: freezes augmentation"),
+            ok("prefetch", 1.05, 0.9),
+        ]
+    )
     assert best == "workers" and "1.90x" in text
     assert recommend([ok("prefetch", 1.05, 0.9)])[0] is None

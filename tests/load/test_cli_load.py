@@ -26,8 +26,18 @@ def make():
 """
 INPUT = ("--input", "x:N,16:float32")
 QUICK = ("--min-duration", "0.3s", "--min-queries", "200", "--threads", "1")
-CONTRACT_KEYS = {"model", "label", "spec", "scenario", "sla_p99_s", "capacity_qps", "batching",
-                 "environment_fingerprint", "device", "valid"}  # fmt: skip
+CONTRACT_KEYS = {
+    "model",
+    "label",
+    "spec",
+    "scenario",
+    "sla_p99_s",
+    "capacity_qps",
+    "batching",
+    "environment_fingerprint",
+    "device",
+    "valid",
+}
 
 
 @pytest.fixture
@@ -86,8 +96,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert not (tmp_path / "cwd" / ".accelscope").exists()
 
 
-def test_bad_config_file_is_one_line(tiny: str, tmp_path: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_bad_config_file_is_one_line(
+    tiny: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = tmp_path / "load.toml"
     config.write_text('[load]\nscenario = "server"\nwarp = 9\n')
     code, _out, err = _run(capsys, ["load", tiny, *INPUT, "--config", str(config)])
@@ -104,8 +115,21 @@ def test_server_search_stores_trials_and_the_capacity_contract(
 ) -> None:
     store = tmp_path / "r.db"
     report = tmp_path / "load.html"
-    args = ["load", tiny, *INPUT, *QUICK, "--sla-p99", "50ms", "--batch", "4", "--store",
-            str(store), "--report", str(report), "--json"]  # fmt: skip
+    args = [
+        "load",
+        tiny,
+        *INPUT,
+        *QUICK,
+        "--sla-p99",
+        "50ms",
+        "--batch",
+        "4",
+        "--store",
+        str(store),
+        "--report",
+        str(report),
+        "--json",
+    ]
     code, out, err = _run(capsys, args)
     assert code == 0, err
     document = json.loads(out)
@@ -177,8 +201,9 @@ def test_from_run_serves_the_bench_selection(
     document = json.loads(out)
     assert document["label"] == "eager/fp32/b2/t1"
     assert document["trials"][0]["batching"]["max_batch"] == 2
-    code, _out, err = _run(capsys, [*args[:3], "--rate", "5", "--store", str(store),
-                                    "--from-run", document["run_id"]])  # fmt: skip
+    code, _out, err = _run(
+        capsys, [*args[:3], "--rate", "5", "--store", str(store), "--from-run", document["run_id"]]
+    )
     _one_line_error(code, err, "not a bench run")
     code, _out, err = _run(
         capsys, ["load", "--from-run", "zzz", "--rate", "5", "--store", str(store)]
@@ -202,8 +227,18 @@ def test_ctrl_c_exits_130_and_leaves_an_interrupted_run(
 
     monkeypatch.setattr(workflow, "run_server", interrupting)
     store = tmp_path / "r.db"
-    args = ["load", tiny, *INPUT, *QUICK, "--sla-p99", "50ms", "--store", str(store),
-            "--report", "r.html"]  # fmt: skip
+    args = [
+        "load",
+        tiny,
+        *INPUT,
+        *QUICK,
+        "--sla-p99",
+        "50ms",
+        "--store",
+        str(store),
+        "--report",
+        "r.html",
+    ]
     code, _out, err = _run(capsys, args)
     assert code == 130, err
     with ResultStore(store) as opened:
@@ -242,8 +277,21 @@ def test_a_model_failing_at_its_batch_size_is_one_line_exit_1(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "picky.py").write_text(FLAKY)
     store = tmp_path / "r.db"
-    args = ["load", f"{tmp_path / 'picky.py'}:make", *INPUT, *QUICK, "--sla-p99", "50ms",
-            "--batch", "4", "--store", str(store), "--report", "r.html", "-q"]  # fmt: skip
+    args = [
+        "load",
+        f"{tmp_path / 'picky.py'}:make",
+        *INPUT,
+        *QUICK,
+        "--sla-p99",
+        "50ms",
+        "--batch",
+        "4",
+        "--store",
+        str(store),
+        "--report",
+        "r.html",
+        "-q",
+    ]
     code, _out, err = _run(capsys, args)
     assert code == 1, err
     lines = err.strip().splitlines()

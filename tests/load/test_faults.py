@@ -15,8 +15,14 @@ from accelscope.load.fakes import FaultyService, FixedService, SleepingSUT
 from accelscope.load.scenarios import run_server, run_single_stream
 from accelscope.load.summary import TrialSettings
 
-FAST = TrialSettings(min_queries=60, min_duration_s=0.3, seed=1, query_timeout_s=0.25,
-                     stall_limit_s=0.6, max_lag_p99_s=0.05)  # fmt: skip
+FAST = TrialSettings(
+    min_queries=60,
+    min_duration_s=0.3,
+    seed=1,
+    query_timeout_s=0.25,
+    stall_limit_s=0.6,
+    max_lag_p99_s=0.05,
+)
 
 
 @pytest.fixture
@@ -37,9 +43,11 @@ def test_raising_queries_are_errors_and_the_run_completes(suts: list[SleepingSUT
         executor.close()
     assert summary.errors == 3
     assert summary.completed == summary.issued - 3
-    assert summary.error_messages == ("RuntimeError: injected failure on query 3",
-                                      "RuntimeError: injected failure on query 17",
-                                      "RuntimeError: injected failure on query 40")  # fmt: skip
+    assert summary.error_messages == (
+        "RuntimeError: injected failure on query 3",
+        "RuntimeError: injected failure on query 17",
+        "RuntimeError: injected failure on query 40",
+    )
     assert not summary.meets_sla
     assert "3 queries failed" in summary.sla_failures
 
@@ -94,8 +102,10 @@ def test_a_stall_that_recovers_only_times_out_the_late_queries(suts: list[Sleepi
 def test_two_instances_keep_serving_around_a_stalled_one(suts: list[SleepingSUT]) -> None:
     # whichever instance query 5 lands on stalls (which one is free at its arrival depends on
     # timing: on a loaded machine an earlier query can still be running on the first one)
-    first, second = (SleepingSUT(FixedService(0.001), stall_queries=frozenset({5}), stall_s=30.0)
-                     for _ in range(2))  # fmt: skip
+    first, second = (
+        SleepingSUT(FixedService(0.001), stall_queries=frozenset({5}), stall_s=30.0)
+        for _ in range(2)
+    )
     suts.extend([first, second])
     executor = ThreadedExecutor([first, second], join_timeout_s=0.05)
     try:
@@ -121,8 +131,9 @@ def test_single_stream_with_a_stall_stops(suts: list[SleepingSUT]) -> None:
 
 
 def test_simulated_faults_match() -> None:
-    service = FaultyService(FixedService(0.001), fail_queries=frozenset({1, 2}),
-                            stall_queries=frozenset({30}))  # fmt: skip
+    service = FaultyService(
+        FixedService(0.001), fail_queries=frozenset({1, 2}), stall_queries=frozenset({30})
+    )
     summary = run_server(SimulatedExecutor(service, SimClock()), 100.0, NO_BATCHING, FAST)
     assert summary.errors == 2 and summary.timeouts >= 1
     assert summary.stalled_instances == 1

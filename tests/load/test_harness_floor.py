@@ -34,15 +34,27 @@ def make():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
 """
-ARGS = ("--input", "x:N,16:float32", "--min-duration", "0.2s", "--min-queries", "60",
-        "--threads", "1", "--rate", "100", "--no-batching")  # fmt: skip
+ARGS = (
+    "--input",
+    "x:N,16:float32",
+    "--min-duration",
+    "0.2s",
+    "--min-queries",
+    "60",
+    "--threads",
+    "1",
+    "--rate",
+    "100",
+    "--no-batching",
+)
 SETTINGS = TrialSettings(min_queries=600, min_duration_s=1.0, seed=1, query_timeout_s=1.0)
 
 
 def _floor(p50_s: float = 60e-6, p99_s: float = 210e-6) -> HarnessFloor:
     latency = Distribution(400, 70e-6, p50_s, 100e-6, p99_s, 400e-6)
-    return HarnessFloor(400, 500.0, 1, latency, Distribution(400, 10e-6, 5e-6, 20e-6, 50e-6,
-                                                              90e-6), 0.8)  # fmt: skip
+    return HarnessFloor(
+        400, 500.0, 1, latency, Distribution(400, 10e-6, 5e-6, 20e-6, 50e-6, 90e-6), 0.8
+    )
 
 
 def test_the_floor_is_measured_on_the_real_path_with_a_null_sut() -> None:
@@ -76,8 +88,9 @@ def test_a_note_when_the_service_time_is_near_the_floor() -> None:
     fast = run_server(executor, 100.0, NO_BATCHING, SETTINGS)
     (note,) = floor_notes(_floor(), [fast])  # 0.06 ms is 15 % of 0.4 ms
     assert "0.060 ms" in note and "0.400 ms" in note
-    slow = run_server(SimulatedExecutor(FixedService(0.005), SimClock()), 100.0, NO_BATCHING,
-                      SETTINGS)  # fmt: skip
+    slow = run_server(
+        SimulatedExecutor(FixedService(0.005), SimClock()), 100.0, NO_BATCHING, SETTINGS
+    )
     assert floor_notes(_floor(), [slow]) == []
     assert floor_notes(None, [fast]) == []
 
@@ -95,19 +108,33 @@ def test_stored_documents_carry_the_floor_and_old_ones_still_render(
 ) -> None:
     new = _documents(environment, _floor())
     assert new["capacity"]["harness_floor"] == _floor().to_dict()
-    summary = summary_document(Scenario.SERVER, RunSpec("m", "eager", Precision.FP32, 1, 1),
-                               _floor())  # fmt: skip
+    summary = summary_document(
+        Scenario.SERVER, RunSpec("m", "eager", Precision.FP32, 1, 1), _floor()
+    )
     assert summary["harness_floor"]["latency"]["p50_s"] == 60e-6
     old = _documents(environment, None)
     del old["capacity"]["harness_floor"]  # as stored before the field existed
     for docs, shown in ((new, True), (old, False)):
-        html = render_load_report(title="t", model="m", label="l", scenario="server",
-                                  sla_p99_s=0.05, trials=docs["trials"],
-                                  capacity=docs["capacity"])  # fmt: skip
+        html = render_load_report(
+            title="t",
+            model="m",
+            label="l",
+            scenario="server",
+            sla_p99_s=0.05,
+            trials=docs["trials"],
+            capacity=docs["capacity"],
+        )
         assert ("harness floor: p50 0.060 ms" in html) is shown
         console = Console(width=200, record=True)
-        console.print(load_view(title="t", scenario="server", sla_p99_s=0.05,
-                                trials=docs["trials"], capacity=docs["capacity"]))  # fmt: skip
+        console.print(
+            load_view(
+                title="t",
+                scenario="server",
+                sla_p99_s=0.05,
+                trials=docs["trials"],
+                capacity=docs["capacity"],
+            )
+        )
         text = console.export_text()
         assert "Capacity at p99" in text
         assert ("harness floor: p50 0.060 ms, p99 0.210 ms per query" in text) is shown
@@ -120,8 +147,9 @@ def test_runs_show_reads_an_old_load_run_without_a_floor(
     docs = _documents(environment, None)
     del docs["capacity"]["harness_floor"]
     with ResultStore(store) as opened:
-        run_id = opened.start_run("load", "m", "accelscope load m", environment,
-                                  {"scenario": "server", "sla_p99_s": 0.05})  # fmt: skip
+        run_id = opened.start_run(
+            "load", "m", "accelscope load m", environment, {"scenario": "server", "sla_p99_s": 0.05}
+        )
         for trial in docs["trials"]:
             opened.add_document(run_id, "load-trial", trial)
         opened.add_document(run_id, "capacity", docs["capacity"])

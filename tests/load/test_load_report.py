@@ -48,10 +48,16 @@ def page(environment: Environment) -> tuple[str, dict[str, Any]]:
     spec = RunSpec(HOSTILE, "eager", Precision.FP32, 8, 1)
     search = CapacitySearch((PolicyCapacity(BatchPolicy(8, 0.005), 150.0, 400.0, tuple(trials)),))
     capacity = capacity_document(HOSTILE, spec, 0.05, env, trials, search)
-    doc = render_load_report(title="load " + HOSTILE, model=HOSTILE, label=spec.label(),
-                             scenario="server", sla_p99_s=0.05,
-                             trials=[t.to_dict() for t in trials], capacity=capacity,
-                             notes=["note " + HOSTILE])  # fmt: skip
+    doc = render_load_report(
+        title="load " + HOSTILE,
+        model=HOSTILE,
+        label=spec.label(),
+        scenario="server",
+        sla_p99_s=0.05,
+        trials=[t.to_dict() for t in trials],
+        capacity=capacity,
+        notes=["note " + HOSTILE],
+    )
     return doc, capacity
 
 
@@ -91,8 +97,16 @@ def test_terminal_view_shows_verdict_errors_and_notes(page: tuple[str, dict[str,
     _doc, capacity = page
     console = Console(width=200, record=True)
     trials = [t.to_dict() for t in _trials()]
-    console.print(load_view(title="t", scenario="server", sla_p99_s=0.05, trials=trials,
-                            capacity=capacity, notes=["padding note"]))  # fmt: skip
+    console.print(
+        load_view(
+            title="t",
+            scenario="server",
+            sla_p99_s=0.05,
+            trials=trials,
+            capacity=capacity,
+            notes=["padding note"],
+        )
+    )
     text = console.export_text()
     assert "Capacity at p99 ≤ 50 ms" in text
     assert "injected failure on query 7" in text and "padding note" in text

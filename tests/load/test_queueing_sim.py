@@ -25,8 +25,9 @@ from accelscope.load.summary import TrialSettings
 from accelscope.load.trial import TrialLimits, run_trial
 
 SERVICE_RATE_PER_S = 100.0
-LONG = TrialSettings(min_queries=100_000, min_duration_s=1.0, seed=11, query_timeout_s=1e9,
-                     stall_limit_s=1e9)  # fmt: skip
+LONG = TrialSettings(
+    min_queries=100_000, min_duration_s=1.0, seed=11, query_timeout_s=1e9, stall_limit_s=1e9
+)
 
 
 def _sim(service: object, instances: int = 1) -> SimulatedExecutor:
@@ -76,8 +77,9 @@ def test_mm2_two_instances() -> None:
     mu = SERVICE_RATE_PER_S
     lam = mu  # offered load a = 1 Erlang on 2 servers
     settings = TrialSettings(**{**LONG.to_dict(), "min_queries": 60_000})
-    summary = run_server(_sim(ExponentialService(1.0 / mu, seed=3), instances=2), lam,
-                         NO_BATCHING, settings)  # fmt: skip
+    summary = run_server(
+        _sim(ExponentialService(1.0 / mu, seed=3), instances=2), lam, NO_BATCHING, settings
+    )
     erlang_c = 1.0 / 3.0
     expected_s = 1.0 / mu + erlang_c / (2 * mu - lam)
     assert summary.latency.mean_s == pytest.approx(expected_s, rel=0.05)
@@ -113,8 +115,9 @@ def test_batcher_launches_when_full_or_after_max_delay() -> None:
 
 def test_no_batching_runs_each_query_alone_at_once() -> None:
     offsets = [0.0, 0.0, 0.0]
-    record = run_trial(OpenSchedule(offsets, [0, 0, 0]), _sim(FixedService(0.01)), NO_BATCHING,
-                       TrialLimits())  # fmt: skip
+    record = run_trial(
+        OpenSchedule(offsets, [0, 0, 0]), _sim(FixedService(0.01)), NO_BATCHING, TrialLimits()
+    )
     assert record.batch_size == [1, 1, 1]
     assert record.finished_s == [pytest.approx(0.01), pytest.approx(0.02), pytest.approx(0.03)]
 
@@ -170,8 +173,9 @@ def test_overload_times_out_and_is_bounded() -> None:
 
 def test_hopeless_trial_stops_early() -> None:
     settings = TrialSettings(min_queries=5000, min_duration_s=1.0, query_timeout_s=5.0)
-    summary = run_server(_sim(FixedService(0.01)), 1000.0, NO_BATCHING, settings, 0.05,
-                         stop_when_failed=True)  # fmt: skip
+    summary = run_server(
+        _sim(FixedService(0.01)), 1000.0, NO_BATCHING, settings, 0.05, stop_when_failed=True
+    )
     assert summary.stopped_reason.startswith("stopped early")
     assert summary.cancelled > 0 and summary.issued < 5000
     assert not summary.meets_sla and not math.isnan(summary.latency.p99_s)

@@ -24,8 +24,14 @@ from accelscope.load.summary import TrialSettings
 from accelscope.load.trial import QueryStatus, TrialLimits, TrialRecord, run_trial
 from accelscope.load.waiting import TIMED_OUT, EarlyWake
 
-QUICK = TrialSettings(min_queries=120, min_duration_s=0.0, seed=3, query_timeout_s=2.0,
-                      stall_limit_s=5.0, max_lag_p99_s=1.0)  # fmt: skip
+QUICK = TrialSettings(
+    min_queries=120,
+    min_duration_s=0.0,
+    seed=3,
+    query_timeout_s=2.0,
+    stall_limit_s=5.0,
+    max_lag_p99_s=1.0,
+)
 
 
 def test_early_wake_times_out_at_the_deadline_not_before() -> None:

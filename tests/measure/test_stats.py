@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from accelscope.measure.stats import median_ci, percentile, summarize
 
 
-@given(st.lists(st.floats(0.0, 1e3, allow_nan=False), min_size=1, max_size=200),
-       st.floats(0.0, 100.0))  # fmt: skip
+@given(
+    st.lists(st.floats(0.0, 1e3, allow_nan=False), min_size=1, max_size=200), st.floats(0.0, 100.0)
+)
 def test_percentile_matches_numpy_linear(values: list[float], q: float) -> None:
     ordered = sorted(values)
     assert percentile(ordered, q) == pytest.approx(np.percentile(ordered, q), rel=1e-12, abs=1e-9)

@@ -69,8 +69,14 @@ def test_moderate_noise_converges_after_more_samples() -> None:
 
 
 def test_max_samples_cap() -> None:
-    config = TimerConfig(warmup_iters=0, warmup_min_s=0.0, min_samples=5, max_samples=7,
-                         budget_s=1000, target_rel_ci=0.0001)  # fmt: skip
+    config = TimerConfig(
+        warmup_iters=0,
+        warmup_min_s=0.0,
+        min_samples=5,
+        max_samples=7,
+        budget_s=1000,
+        target_rel_ci=0.0001,
+    )
     timer, _ = _timer([1.0, 2.0], config)
     measurement = timer.measure()
     assert measurement.stop_reason is StopReason.MAX_SAMPLES
@@ -92,8 +98,9 @@ def test_progress_callback_reports_phases() -> None:
     clock = FakeClock()
     work = ScriptedWork(clock, [0.1], cycle=True)
     config = TimerConfig(warmup_iters=2, warmup_min_s=0.0, min_samples=10, budget_s=100)
-    Timer(work, config=config, clock=clock, on_progress=lambda p, n, e, b: seen.append((p, n)))\
-        .measure()  # fmt: skip
+    Timer(
+        work, config=config, clock=clock, on_progress=lambda p, n, e, b: seen.append((p, n))
+    ).measure()
     assert seen[:2] == [("warm-up", 1), ("warm-up", 2)]
     assert seen[-1] == ("measure", 10)
 
@@ -109,9 +116,14 @@ def test_measurement_round_trips_through_dict() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"budget_s": 0}, {"target_rel_ci": 0}, {"min_samples": 1}, {"confidence": 1.0},
-     {"warmup_iters": -1}],
-)  # fmt: skip
+    [
+        {"budget_s": 0},
+        {"target_rel_ci": 0},
+        {"min_samples": 1},
+        {"confidence": 1.0},
+        {"warmup_iters": -1},
+    ],
+)
 def test_bad_timer_config_is_bad_input(kwargs: dict[str, float]) -> None:
     with pytest.raises(BadInputError):
         TimerConfig(**kwargs)  # type: ignore[arg-type]

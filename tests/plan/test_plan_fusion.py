@@ -96,8 +96,9 @@ def test_a_bench_result_calibrates_at_its_precision_and_batch_with_the_fused_flo
 
 
 def test_an_eager_bench_result_calibrates_against_the_unfused_floor() -> None:
-    eager = dataclasses.replace(COMPILE_INT8, label="eager/bf16/b8/t2", backend="eager",
-                                precision="bf16", batch_size=8)  # fmt: skip
+    eager = dataclasses.replace(
+        COMPILE_INT8, label="eager/bf16/b8/t2", backend="eager", precision="bf16", batch_size=8
+    )
     profile = _int8_profile()
     estimate = project_capacity(profile, load_catalog().get("g6.xlarge"), 1.0, calibration=eager)
     floor_here = max(6.5e10 / 3.28e12, 3e8 / 6.4e9) + max(1e8 / 3.28e12, 1e8 / 6.4e9)
@@ -122,8 +123,14 @@ def test_the_fastest_configuration_on_the_profiles_device_calibrates() -> None:
 
 
 def _plan_projection(evidence: Evidence) -> dict[str, object]:
-    plan = build_plan("resnet50", load_catalog(), constant_traffic(10.0), PlanSettings(10.0),
-                      evidence, only=("g6.xlarge",))  # fmt: skip
+    plan = build_plan(
+        "resnet50",
+        load_catalog(),
+        constant_traffic(10.0),
+        PlanSettings(10.0),
+        evidence,
+        only=("g6.xlarge",),
+    )
     option = next(o for o in plan.options if o.option.name == "g6.xlarge")
     assert option.option.capacity is not None
     capacity = option.option.capacity

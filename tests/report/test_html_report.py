@@ -68,8 +68,14 @@ def test_pareto_front_is_exactly_the_non_dominated_points(raw: list[tuple[int, i
     assert [points[i][1] for i in front] == sorted(points[i][1] for i in front)
 
 
-def _result(env: Environment, config: str, seconds: float, status: Status = Status.OK,
-            reason: str = "", metric: float = 0.97) -> Result:  # fmt: skip
+def _result(
+    env: Environment,
+    config: str,
+    seconds: float,
+    status: Status = Status.OK,
+    reason: str = "",
+    metric: float = 0.97,
+) -> Result:
     """A result for ``backend/precision/batch``; ``seconds == 0`` means it failed unmeasured."""
     backend, precision, batch = config.split("/")
     base = make_result(env, batch=int(batch))
@@ -79,9 +85,14 @@ def _result(env: Environment, config: str, seconds: float, status: Status = Stat
     measurement = dataclasses.replace(base.measurement, samples_s=(seconds,) * 12)
     accuracy = Accuracy(Fidelity(2e-3, 0.1, 0.999, 0.99), "top1_accuracy", metric, 0.975, "x")
     return dataclasses.replace(
-        base, spec=spec, status=status, status_reason=reason, warnings=(HOSTILE,),
-        measurement=measurement if seconds else None, accuracy=accuracy if seconds else None,
-    )  # fmt: skip
+        base,
+        spec=spec,
+        status=status,
+        status_reason=reason,
+        warnings=(HOSTILE,),
+        measurement=measurement if seconds else None,
+        accuracy=accuracy if seconds else None,
+    )
 
 
 def _sample(env: Environment) -> list[Result]:
@@ -103,9 +114,14 @@ def results(environment: Environment) -> list[Result]:
 def _render(results: list[Result], **overrides: Any) -> str:
     keys = [r.spec.key for r in results] + [None, None]
     args: dict[str, Any] = {
-        "title": TITLE, "model": HOSTILE, "best_key": keys[1], "lowest_latency_key": keys[0],
-        "verdict": "verdict: " + HOSTILE, "sla_p99_s": 0.035, "baseline_key": keys[0],
-    }  # fmt: skip
+        "title": TITLE,
+        "model": HOSTILE,
+        "best_key": keys[1],
+        "lowest_latency_key": keys[0],
+        "verdict": "verdict: " + HOSTILE,
+        "sla_p99_s": 0.035,
+        "baseline_key": keys[0],
+    }
     return render_bench_report(results, **(args | overrides))
 
 
@@ -178,20 +194,31 @@ def test_optional_parts_degrade_to_notes(results: list[Result]) -> None:
     figures = _figures(doc)
     assert "chart-speedup" not in figures and "shapes" not in figures["chart-throughput"]["layout"]
     assert figures["chart-accuracy"]["layout"]["xaxis"]["title"]["text"] == "items / s"
-    agreement = [dataclasses.replace(r, accuracy=Accuracy(Fidelity(0.0, 0, 1, 0.9)))
-                 for r in results[:3]]  # fmt: skip
+    agreement = [
+        dataclasses.replace(r, accuracy=Accuracy(Fidelity(0.0, 0, 1, 0.9))) for r in results[:3]
+    ]
     y_axis = _figures(_render(agreement))["chart-accuracy"]["layout"]["yaxis"]
     assert y_axis["type"] == "linear" and "top-1 agreement" in y_axis["title"]["text"]
-    fidelity = [dataclasses.replace(r, accuracy=Accuracy(Fidelity(x, 0, 1, None)))
-                for r, x in zip(results[:3], (0.0, 1e-4, 1e-2), strict=True)]  # fmt: skip
+    fidelity = [
+        dataclasses.replace(r, accuracy=Accuracy(Fidelity(x, 0, 1, None)))
+        for r, x in zip(results[:3], (0.0, 1e-4, 1e-2), strict=True)
+    ]
     figure = _figures(_render(fidelity))["chart-accuracy"]
     assert figure["layout"]["yaxis"]["type"] == "log"
     assert "0 drawn at 1e-05" in figure["layout"]["yaxis"]["title"]["text"]
     assert figure["data"][0]["y"] == pytest.approx([1e-5, 1e-4, 1e-2])
     empty = _render([results[4]])  # only the failed result
     assert "no configuration was measured" in empty and "no accuracy was measured" in empty
-    assert "no results" in render_bench_report([], title="t", model="m", best_key=None,
-        lowest_latency_key=None, verdict="", sla_p99_s=None, baseline_key=None)  # fmt: skip
+    assert "no results" in render_bench_report(
+        [],
+        title="t",
+        model="m",
+        best_key=None,
+        lowest_latency_key=None,
+        verdict="",
+        sla_p99_s=None,
+        baseline_key=None,
+    )
 
 
 def test_write_report_is_atomic_and_reports_bad_paths(tmp_path: Path) -> None:
@@ -244,8 +271,12 @@ def browser(environment: Environment, tmp_path_factory: pytest.TempPathFactory) 
     doc = _render(_sample(environment))
     # The report as it would be if an escaping slip let the model name through raw.
     unescaped = doc.replace("<main>", f"<main>{HOSTILE}", 1)
-    pages = {"report": doc, "control": CONTROL, "unescaped": unescaped,
-             "blank": "<!DOCTYPE html><title>b</title>"}  # fmt: skip
+    pages = {
+        "report": doc,
+        "control": CONTROL,
+        "unescaped": unescaped,
+        "blank": "<!DOCTYPE html><title>b</title>",
+    }
     for name, text in pages.items():
         (root / f"{name}.html").write_text(text, encoding="utf-8")
     for name in ("report", "control", "unescaped"):

@@ -18,15 +18,18 @@ BANDWIDTH = 1e10  # B/s -> ridge at 100 FLOP/byte
 
 def make_ceilings(**overrides: object) -> Ceilings:
     values: dict[str, object] = dict(
-        device="cpu", device_name="Test CPU", environment_fingerprint="f" * 16,
-        measured_at="2026-11-21T00:00:00+00:00", threads=2,
+        device="cpu",
+        device_name="Test CPU",
+        environment_fingerprint="f" * 16,
+        measured_at="2026-11-21T00:00:00+00:00",
+        threads=2,
         matmul_flops_per_s={"fp32": PEAK, "bf16": 4 * PEAK},
         bandwidth_bytes_per_s=BANDWIDTH,
         bandwidth_detail_bytes_per_s={"copy": 0.9 * BANDWIDTH, "triad": BANDWIDTH},
         theoretical=Theoretical({"fp32": 2 * PEAK, "bf16": 8 * PEAK}, None, "2 cores x ..."),
         peaks={"fp32": KernelPeak("mm", (64, 64, 64), 2, PEAK, "torch.mm")},
         by_threads={1: {"fp32": PEAK / 2}, 2: {"fp32": PEAK, "bf16": 4 * PEAK}},
-    )  # fmt: skip
+    )
     values.update(overrides)
     return Ceilings(**values)  # type: ignore[arg-type]
 
@@ -63,9 +66,18 @@ def _records() -> list[OpRecord]:
 
 def test_profile_aggregates_and_sums() -> None:
     times = [4e-3, 0.0, 1e-3, 4e-3, None]
-    profile = build_profile(model="m", backend="eager", precision="fp32", batch_size=2,
-                            device="cpu", threads=2, ceilings=make_ceilings(),
-                            records=_records(), times_s=times, measured_time_s=0.012)  # fmt: skip
+    profile = build_profile(
+        model="m",
+        backend="eager",
+        precision="fp32",
+        batch_size=2,
+        device="cpu",
+        threads=2,
+        ceilings=make_ceilings(),
+        records=_records(),
+        times_s=times,
+        measured_time_s=0.012,
+    )
     names = [(op.name, op.calls) for op in profile.operators]
     assert names == [("aten::linear", 2), ("aten::relu", 1), ("aten::fft_fft", 1)]
     linear = profile.operators[0]
@@ -89,31 +101,69 @@ def test_profile_aggregates_and_sums() -> None:
 
 def test_operator_above_its_roof_is_flagged() -> None:
     records = [OpRecord("aten::conv2d", "conv", "fp32", 2e9, 10, 10)]
-    profile = build_profile(model="m", backend="eager", precision="fp32", batch_size=1,
-                            device="cpu", threads=2, ceilings=make_ceilings(), records=records,
-                            times_s=[1e-3], measured_time_s=1e-3)  # fmt: skip
+    profile = build_profile(
+        model="m",
+        backend="eager",
+        precision="fp32",
+        batch_size=1,
+        device="cpu",
+        threads=2,
+        ceilings=make_ceilings(),
+        records=records,
+        times_s=[1e-3],
+        measured_time_s=1e-3,
+    )
     # 2e9 FLOPs in 1 ms = 2e12 FLOP/s > the 1e12 ceiling
     assert [op.name for op in profile.above_ceiling] == ["aten::conv2d"]
 
 
 def test_roofline_document_has_the_contract_keys_and_round_trips() -> None:
-    profile = build_profile(model="m", backend="eager", precision="fp32", batch_size=2,
-                            device="cpu", threads=2, ceilings=make_ceilings(),
-                            records=_records(), times_s=[4e-3, 0.0, 1e-3, 4e-3, 1e-5],
-                            measured_time_s=0.012)  # fmt: skip
+    profile = build_profile(
+        model="m",
+        backend="eager",
+        precision="fp32",
+        batch_size=2,
+        device="cpu",
+        threads=2,
+        ceilings=make_ceilings(),
+        records=_records(),
+        times_s=[4e-3, 0.0, 1e-3, 4e-3, 1e-5],
+        measured_time_s=0.012,
+    )
     data = json.loads(json.dumps(profile.to_dict(), allow_nan=False))
-    for key in ("model", "backend", "precision", "batch_size", "device",
-                "environment_fingerprint", "measured_time_s", "floor_time_s", "total_flops",
-                "total_bytes", "ceilings", "operators"):  # fmt: skip
+    for key in (
+        "model",
+        "backend",
+        "precision",
+        "batch_size",
+        "device",
+        "environment_fingerprint",
+        "measured_time_s",
+        "floor_time_s",
+        "total_flops",
+        "total_bytes",
+        "ceilings",
+        "operators",
+    ):
         assert key in data, key
     for key in ("name", "dtype", "calls", "flops", "bytes", "measured_time_s"):
         assert key in data["operators"][0]
-    for key in ("device", "device_name", "environment_fingerprint", "measured_at",
-                "matmul_flops_per_s", "bandwidth_bytes_per_s", "bandwidth_detail_bytes_per_s",
-                "theoretical"):  # fmt: skip
+    for key in (
+        "device",
+        "device_name",
+        "environment_fingerprint",
+        "measured_at",
+        "matmul_flops_per_s",
+        "bandwidth_bytes_per_s",
+        "bandwidth_detail_bytes_per_s",
+        "theoretical",
+    ):
         assert key in data["ceilings"], key
-    assert set(data["ceilings"]["theoretical"]) >= {"flops_per_s", "bandwidth_bytes_per_s",
-                                                    "derivation"}  # fmt: skip
+    assert set(data["ceilings"]["theoretical"]) >= {
+        "flops_per_s",
+        "bandwidth_bytes_per_s",
+        "derivation",
+    }
     again = type(profile).from_dict(data)
     assert again.floor_time_s == pytest.approx(profile.floor_time_s)
     assert again.ceilings == profile.ceilings
@@ -138,11 +188,14 @@ def test_events_match_calls_in_order_skipping_nested_and_missing() -> None:
     # dispatch order: autocast's cast runs inside conv2d's profiler scope (no top-level event)
     names = ["aten::to", "aten::conv2d", "aten::relu_", "aten::to", "aten::add"]
     events = [
-        _event("aten::conv2d", 0, 100), _event("aten::to", 5, 20, nested=True),
+        _event("aten::conv2d", 0, 100),
+        _event("aten::to", 5, 20, nested=True),
         _event("aten::_convolution", 20, 90, nested=True),
-        _event("aten::relu_", 110, 120), _event("aten::to", 130, 140),
-        _event("aten::add", 150, 170), _event("aten::empty", 171, 172),
-    ]  # fmt: skip
+        _event("aten::relu_", 110, 120),
+        _event("aten::to", 130, 140),
+        _event("aten::add", 150, 170),
+        _event("aten::empty", 171, 172),
+    ]
     times = match_event_times(names, events)
     assert times[0] is None and times[1] == pytest.approx(100e-6)
     assert times[2] == pytest.approx(10e-6)

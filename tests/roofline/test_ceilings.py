@@ -57,8 +57,9 @@ def test_search_climbs_from_a_seed_to_the_peak() -> None:
         clock.advance(0.1)
         return rates.get(candidate)
 
-    outcome = best_first_search([Candidate("mm", (64, 1, 1))], _chain, evaluate, budget_s=100,
-                                clock=clock)  # fmt: skip
+    outcome = best_first_search(
+        [Candidate("mm", (64, 1, 1))], _chain, evaluate, budget_s=100, clock=clock
+    )
     assert outcome.best is not None and outcome.best.candidate == peak
     assert outcome.stop_reason == "converged"
     assert len({t.candidate for t in outcome.trials}) == len(outcome.trials)  # no repeats
@@ -71,14 +72,23 @@ def test_search_stops_at_the_budget_but_measures_one_seed() -> None:
         clock.advance(5.0)
         return 1.0
 
-    outcome = best_first_search([Candidate("mm", (64, 1, 1)), Candidate("mm", (128, 1, 1))],
-                                _chain, evaluate, budget_s=0.0, clock=clock)  # fmt: skip
+    outcome = best_first_search(
+        [Candidate("mm", (64, 1, 1)), Candidate("mm", (128, 1, 1))],
+        _chain,
+        evaluate,
+        budget_s=0.0,
+        clock=clock,
+    )
     assert len(outcome.trials) == 1 and outcome.stop_reason == "budget"
 
 
 def test_search_skips_candidates_that_cannot_run() -> None:
-    outcome = best_first_search([Candidate("x", (1,)), Candidate("y", (1,))], lambda c: [],
-                                lambda c: None if c.family == "x" else 5.0, budget_s=1)  # fmt: skip
+    outcome = best_first_search(
+        [Candidate("x", (1,)), Candidate("y", (1,))],
+        lambda c: [],
+        lambda c: None if c.family == "x" else 5.0,
+        budget_s=1,
+    )
     assert outcome.best is not None and outcome.best.candidate.family == "y"
 
 
@@ -122,9 +132,14 @@ def test_measure_ceilings_on_fake_kernels(environment: Environment) -> None:
         return Kernel(fn, kernel.flops, kernel.path)
 
     ideal = Theoretical({"fp32": 1e6}, None, "test")
-    found = measure_ceilings(plan, environment, builder=builder, clock=clock,
-                             streams=lambda n, d: {"copy": 5.0, "triad": 6.0},
-                             theoretical=ideal)  # fmt: skip
+    found = measure_ceilings(
+        plan,
+        environment,
+        builder=builder,
+        clock=clock,
+        streams=lambda n, d: {"copy": 5.0, "triad": 6.0},
+        theoretical=ideal,
+    )
     assert found.bandwidth_bytes_per_s == 6.0
     assert found.peaks["fp32"].family == "conv3x3_nhwc"
     assert "fp16" not in found.matmul_flops_per_s
@@ -158,8 +173,13 @@ def test_theoretical_peak_from_the_isa(environment: Environment) -> None:
     topology = parse_topology(CPUINFO)
     assert (topology.logical, topology.distinct_cores, topology.mhz) == (2, 2, 2600.0)
     assert topology.hypervisor
-    cpu = environment.cpu.__class__(**{**environment.cpu.to_dict(), "physical_cores": 2,
-                                       "isa": ("amx_bf16", "amx_int8", "avx512f")})  # fmt: skip
+    cpu = environment.cpu.__class__(
+        **{
+            **environment.cpu.to_dict(),
+            "physical_cores": 2,
+            "isa": ("amx_bf16", "amx_int8", "avx512f"),
+        }
+    )
     ideal = theoretical_cpu(cpu, topology, threads=2)
     assert ideal.flops_per_s["fp32"] == 2 * 2.6e9 * 64  # 332.8 GFLOP/s
     assert ideal.flops_per_s["bf16"] == 2 * 2.6e9 * 1024  # 5.3248 TFLOP/s
@@ -173,10 +193,14 @@ def test_cache_round_trip_and_corrupt_file(tmp_path: Path, environment: Environm
     def builder(candidate: Candidate, dtype: str, device: str) -> Kernel | None:
         return Kernel(lambda: clock.advance(0.01), 1e6, "fake")
 
-    found = measure_ceilings(CeilingsPlan(budget_s=0.1, dtypes=("fp32",), threads=(1,),
-                                          min_time_s=0.0), environment, builder=builder,
-                             clock=clock, streams=lambda n, d: {"copy": 1.0, "triad": 2.0},
-                             theoretical=Theoretical({}, None, "x"))  # fmt: skip
+    found = measure_ceilings(
+        CeilingsPlan(budget_s=0.1, dtypes=("fp32",), threads=(1,), min_time_s=0.0),
+        environment,
+        builder=builder,
+        clock=clock,
+        streams=lambda n, d: {"copy": 1.0, "triad": 2.0},
+        theoretical=Theoretical({}, None, "x"),
+    )
     path = cache_path(tmp_path / "ceilings", "abc", "cpu", 2)
     assert path.name == "abc-cpu-t2.json"
     save_cached(found, path)
@@ -211,9 +235,14 @@ def test_gpu_ceilings_through_the_seams(environment: Environment) -> None:
         return Kernel(lambda: clock.advance(0.001), 1e9, "cuBLAS (fake)")
 
     plan = CeilingsPlan(device="cuda", budget_s=0.5, dtypes=("bf16",), min_time_s=0.0)
-    found = measure_ceilings(plan, environment, builder=builder, clock=clock,
-                             streams=lambda n, d: {"copy": 4.0e12},
-                             theoretical=Theoretical({"bf16": 989e12}, 4.8e12, "H200"))  # fmt: skip
+    found = measure_ceilings(
+        plan,
+        environment,
+        builder=builder,
+        clock=clock,
+        streams=lambda n, d: {"copy": 4.0e12},
+        theoretical=Theoretical({"bf16": 989e12}, 4.8e12, "H200"),
+    )
     assert set(seen) == {"cuda"}
     assert found.device == "cuda" and found.device_name == "NVIDIA H200"
     assert found.threads == 0 and found.by_threads == {}

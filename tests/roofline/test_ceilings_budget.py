@@ -159,14 +159,17 @@ def test_fp32_search_corrects_a_reference_probe_that_call_overhead_made_low(
     # every fp32 call waits 20 ms (a busy machine's scheduler slice): its small probes read
     # ~1.6 GFLOP/s, so bf16's 1 GFLOP/s passes the probe test; fp32's search then finds
     # ~100 GFLOP/s in large kernels, and bf16 is stopped against that
-    device = FakeDevice(FakeClock(), {"fp32": 100 * GFLOP, "bf16": 1 * GFLOP},
-                        overhead_s={"fp32": 0.02})  # fmt: skip
+    device = FakeDevice(
+        FakeClock(), {"fp32": 100 * GFLOP, "bf16": 1 * GFLOP}, overhead_s={"fp32": 0.02}
+    )
     found = _measure(device, environment, 60.0, dtypes=("bf16", "fp32"))
     assert found.probe_flops_per_s["fp32"] < 4 * GFLOP
     assert found.matmul_flops_per_s["fp32"] > 50 * GFLOP
     assert "bf16" in found.not_searched and "x fp32 (" in found.not_searched["bf16"]
-    assert not any(c.dtype == "bf16" and c.candidate not in probe_ladder(c.candidate.family)
-                   for c in device.calls)  # fmt: skip
+    assert not any(
+        c.dtype == "bf16" and c.candidate not in probe_ladder(c.candidate.family)
+        for c in device.calls
+    )
 
 
 def test_a_dtype_whose_cheapest_kernel_does_not_fit_is_stopped(
@@ -232,8 +235,15 @@ def test_fastest_call_launches_only_what_fits_before_the_deadline() -> None:
     clock = FakeClock()
     work = ScriptedWork(clock, [1.0], cycle=True)
     deadline = Deadline.after(3.5, clock)
-    fastest = fastest_call_s(work, clock=clock, min_time_s=100.0, min_reps=50, warmup=0,
-                             deadline=deadline, predicted_call_s=1.0)  # fmt: skip
+    fastest = fastest_call_s(
+        work,
+        clock=clock,
+        min_time_s=100.0,
+        min_reps=50,
+        warmup=0,
+        deadline=deadline,
+        predicted_call_s=1.0,
+    )
     assert fastest == 1.0 and work.calls == 3  # a 4th 1 s call would end at 4 s
     assert fastest_call_s(work, clock=clock, deadline=deadline, predicted_call_s=1.0) is None
     assert work.calls == 3
@@ -247,9 +257,14 @@ def test_search_skips_candidates_predicted_not_to_fit() -> None:
         evaluated.append(candidate)
         return 1.0
 
-    outcome = best_first_search([big, small], lambda c: [], evaluate, budget_s=10.0,
-                                affordable=lambda c: c != big,
-                                known={Candidate("mm", (32, 1, 1)): 0.5})  # fmt: skip
+    outcome = best_first_search(
+        [big, small],
+        lambda c: [],
+        evaluate,
+        budget_s=10.0,
+        affordable=lambda c: c != big,
+        known={Candidate("mm", (32, 1, 1)): 0.5},
+    )
     assert evaluated == [small]
     assert outcome.skipped == (big,) and outcome.stop_reason == "budget"
     assert outcome.best is not None and outcome.best.candidate == small
@@ -288,9 +303,18 @@ class Recorder:
 
 def _profile(model: object, found: Ceilings, env: Environment, **kwargs: object) -> object:
     precision = getattr(kwargs["precision"], "value", "fp32")
-    return build_profile(model="tiny", backend="eager", precision=precision,
-                         batch_size=1, device="cpu", threads=1, ceilings=found, records=[],
-                         times_s=[], measured_time_s=1e-3)  # fmt: skip
+    return build_profile(
+        model="tiny",
+        backend="eager",
+        precision=precision,
+        batch_size=1,
+        device="cpu",
+        threads=1,
+        ceilings=found,
+        records=[],
+        times_s=[],
+        measured_time_s=1e-3,
+    )
 
 
 def test_ceiling_dtypes_per_precision() -> None:
@@ -306,22 +330,41 @@ def test_fp32_roofline_measures_only_fp32_and_bandwidth_then_the_cache_extends(
     device = FakeDevice(FakeClock(), {"fp32": 100 * GFLOP, "bf16": 1 * GFLOP, "int8": 1e11})
     record = Recorder(device)
     cache = tmp_path / "ceilings"
-    request = RooflineRequest(model=f"{tmp_path / 'tiny.py'}:make",
-                              inputs=(parse_tensor_spec("x:N,16:float32"),),
-                              report_path=tmp_path / "r.html", ceilings_budget_s=20.0)  # fmt: skip
-    roofline(request, store_path=None, cache_dir=cache, environment=environment,
-             measure=record, profiler=_profile)  # fmt: skip
+    request = RooflineRequest(
+        model=f"{tmp_path / 'tiny.py'}:make",
+        inputs=(parse_tensor_spec("x:N,16:float32"),),
+        report_path=tmp_path / "r.html",
+        ceilings_budget_s=20.0,
+    )
+    roofline(
+        request,
+        store_path=None,
+        cache_dir=cache,
+        environment=environment,
+        measure=record,
+        profiler=_profile,
+    )
     assert record.plans == [(("fp32",), False)]
     assert {c.dtype for c in device.calls} == {"fp32"} and device.streams_calls == 1
-    first = ceilings(CeilingsRequest(dtypes=("fp32",)), store_path=None, cache_dir=cache,
-                     environment=environment, measure=record)  # fmt: skip
+    first = ceilings(
+        CeilingsRequest(dtypes=("fp32",)),
+        store_path=None,
+        cache_dir=cache,
+        environment=environment,
+        measure=record,
+    )
     assert first.cached and first.ceilings.measured_dtypes == ("fp32",)
     assert len(record.plans) == 1  # nothing measured again
 
     # a bf16 roofline later: bf16 is measured and added, fp32 and the bandwidth are kept
     device.calls.clear()
-    extended = ceilings(CeilingsRequest(dtypes=ceiling_dtypes(Precision.BF16)), store_path=None,
-                        cache_dir=cache, environment=environment, measure=record)  # fmt: skip
+    extended = ceilings(
+        CeilingsRequest(dtypes=ceiling_dtypes(Precision.BF16)),
+        store_path=None,
+        cache_dir=cache,
+        environment=environment,
+        measure=record,
+    )
     assert record.plans[-1] == (("bf16",), True)
     assert not extended.cached and extended.extended and extended.measured_dtypes == ("bf16",)
     # no bandwidth and no fp32 call: the cached fp32 peak is the reference bf16 is judged by
@@ -335,29 +378,42 @@ def test_fp32_roofline_measures_only_fp32_and_bandwidth_then_the_cache_extends(
     assert load_cached(extended.cache_path) == merged
 
     # the full `ceilings` command then adds only what is still missing
-    full = ceilings(CeilingsRequest(), store_path=None, cache_dir=cache,
-                    environment=environment, measure=record)  # fmt: skip
+    full = ceilings(
+        CeilingsRequest(), store_path=None, cache_dir=cache, environment=environment, measure=record
+    )
     assert record.plans[-1] == (("fp16", "int8"), True)
     assert full.ceilings.measured_dtypes == DTYPES
     assert "fp16: no kernel runs here; no peak measured" in full.ceilings.notes
-    assert ceilings(CeilingsRequest(), store_path=None, cache_dir=cache,
-                    environment=environment, measure=record).cached  # fmt: skip
+    assert ceilings(
+        CeilingsRequest(), store_path=None, cache_dir=cache, environment=environment, measure=record
+    ).cached
 
     # --refresh measures the asked dtypes from scratch, bandwidth included
-    ceilings(CeilingsRequest(refresh=True, dtypes=("fp32",)), store_path=None, cache_dir=cache,
-             environment=environment, measure=record)  # fmt: skip
+    ceilings(
+        CeilingsRequest(refresh=True, dtypes=("fp32",)),
+        store_path=None,
+        cache_dir=cache,
+        environment=environment,
+        measure=record,
+    )
     assert record.plans[-1] == (("fp32",), False) and device.streams_calls == 2
 
 
 def test_older_documents_cover_every_dtype_and_new_keys_are_optional() -> None:
     from roofline.test_analysis import make_ceilings
 
-    new = make_ceilings(measured_dtypes=("fp32",), probe_flops_per_s={"bf16": 1e9},
-                        not_searched={"bf16": "bf16 not searched: probe"})  # fmt: skip
+    new = make_ceilings(
+        measured_dtypes=("fp32",),
+        probe_flops_per_s={"bf16": 1e9},
+        not_searched={"bf16": "bf16 not searched: probe"},
+    )
     document = new.to_dict()
     assert Ceilings.from_dict(document) == new
-    old = {k: v for k, v in document.items()
-           if k not in ("measured_dtypes", "probe_flops_per_s", "not_searched")}  # fmt: skip
+    old = {
+        k: v
+        for k, v in document.items()
+        if k not in ("measured_dtypes", "probe_flops_per_s", "not_searched")
+    }
     for peak in old["peaks"].values():
         peak.pop("probe")
     loaded = Ceilings.from_dict(old)

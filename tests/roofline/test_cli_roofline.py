@@ -47,18 +47,21 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
 MODEL = ("tiny.py:make", "--input", "x:N,16:float32")
 
 
-@pytest.mark.parametrize(("args", "mention"), [
-    (("roofline", "no-such-model"), "no-such-model"),
-    (("roofline", *MODEL, "--precision", "fp64"), "precision"),
-    (("roofline", *MODEL, "--precision", "int8"), "not available"),
-    (("roofline", *MODEL, "--batch", "0"), "batch size"),
-    (("roofline", *MODEL, "--batch", "two"), "batch size"),
-    (("roofline", *MODEL, "--threads", "-1"), "threads"),
-    (("roofline", *MODEL, "--backend", "compile"), "not available"),
-    (("roofline", *MODEL, "--device", "tpu"), "device"),
-    (("ceilings", "--budget", "soon"), "duration"),
-    (("ceilings", "--device", "cuda"), "not available"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "mention"),
+    [
+        (("roofline", "no-such-model"), "no-such-model"),
+        (("roofline", *MODEL, "--precision", "fp64"), "precision"),
+        (("roofline", *MODEL, "--precision", "int8"), "not available"),
+        (("roofline", *MODEL, "--batch", "0"), "batch size"),
+        (("roofline", *MODEL, "--batch", "two"), "batch size"),
+        (("roofline", *MODEL, "--threads", "-1"), "threads"),
+        (("roofline", *MODEL, "--backend", "compile"), "not available"),
+        (("roofline", *MODEL, "--device", "tpu"), "device"),
+        (("ceilings", "--budget", "soon"), "duration"),
+        (("ceilings", "--device", "cuda"), "not available"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     work: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], mention: str
 ) -> None:
@@ -93,8 +96,20 @@ def test_roofline_end_to_end_against_cached_ceilings(
     env = collect_environment()
     save_cached(make_ceilings(environment_fingerprint=env.fingerprint()), _cache_file(store))
     report = work / "roof.html"
-    code, out, err = _run(capsys, "roofline", *MODEL, "--batch", "4", "--measure-budget",
-                          "0.2s", "--store", str(store), "--report", str(report), "-q")  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "roofline",
+        *MODEL,
+        "--batch",
+        "4",
+        "--measure-budget",
+        "0.2s",
+        "--store",
+        str(store),
+        "--report",
+        str(report),
+        "-q",
+    )
     assert code == 0, err
     assert "linear" in out and "floor" in out and "MFU" in out
     with ResultStore(store) as opened:

@@ -46,8 +46,7 @@ def test_grouped_and_depthwise_conv_count_only_their_groups() -> None:
     grouped = _only(_run(lambda: F.conv2d(x, torch.randn(8, 2, 3, 3), groups=4)), "aten::conv2d")
     # output 1x8x4x4 = 128; each sees 8/4 = 2 channels x 9 taps = 18 MACs -> 128 x 36
     assert grouped.flops == 128 * 36 == 4608
-    depthwise = _only(_run(lambda: F.conv2d(x, torch.randn(8, 1, 3, 3), groups=8)),
-                      "aten::conv2d")  # fmt: skip
+    depthwise = _only(_run(lambda: F.conv2d(x, torch.randn(8, 1, 3, 3), groups=8)), "aten::conv2d")
     assert depthwise.flops == 128 * 9 * 2 == 2304
 
 
@@ -78,15 +77,21 @@ ATTENTION_FLOPS = 2 * SCORES * E + 2 * SCORES * E + SCORES * (1 + 5)
 
 def test_sdpa_counts_both_matmuls_scale_and_softmax() -> None:
     q, k, v = torch.randn(B, H, L, E), torch.randn(B, H, S, E), torch.randn(B, H, S, E)
-    op = _only(_run(lambda: F.scaled_dot_product_attention(q, k, v)),
-               "aten::scaled_dot_product_attention")  # fmt: skip
+    op = _only(
+        _run(lambda: F.scaled_dot_product_attention(q, k, v)), "aten::scaled_dot_product_attention"
+    )
     assert op.flops == ATTENTION_FLOPS == 4560
     # read q 192 + k 240 + v 240 floats, write the output B*H*L*E = 192 floats
     assert (op.read_bytes, op.written_bytes) == ((192 + 240 + 240) * 4, 192 * 4)
     assert op.category == "attention"
-    masked = _only(_run(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=False,
-                                                               attn_mask=torch.zeros(L, S))),
-                   "aten::scaled_dot_product_attention")  # fmt: skip
+    masked = _only(
+        _run(
+            lambda: F.scaled_dot_product_attention(
+                q, k, v, is_causal=False, attn_mask=torch.zeros(L, S)
+            )
+        ),
+        "aten::scaled_dot_product_attention",
+    )
     assert masked.flops == ATTENTION_FLOPS + SCORES  # one mask add per score
 
 
@@ -110,8 +115,9 @@ def test_explicit_attention_adds_up_to_the_same_flops() -> None:
 
 def test_layer_norm() -> None:
     x = torch.randn(2, 3, 4)
-    op = _only(_run(lambda: F.layer_norm(x, (4,), torch.ones(4), torch.zeros(4))),
-               "aten::layer_norm")  # fmt: skip
+    op = _only(
+        _run(lambda: F.layer_norm(x, (4,), torch.ones(4), torch.zeros(4))), "aten::layer_norm"
+    )
     # 24 elements x (5 normalisation + 1 weight + 1 bias) = 168
     assert op.flops == 24 * 7 == 168
     # read x 24 + weight 4 + bias 4 floats, write 24 floats
@@ -175,8 +181,9 @@ def test_unknown_ops_are_listed_not_zero() -> None:
     assert op.flops is None and op.category == "uncounted"
 
 
-@pytest.mark.parametrize(("name", "base"), [("aten::add_", "elementwise"),
-                                            ("aten::relu_", "elementwise"),
-                                            ("aten::copy_", "movement")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "base"),
+    [("aten::add_", "elementwise"), ("aten::relu_", "elementwise"), ("aten::copy_", "movement")],
+)
 def test_in_place_names_share_their_rule(name: str, base: str) -> None:
     assert categorize(name) == base

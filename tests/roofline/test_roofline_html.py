@@ -25,11 +25,19 @@ def _profile() -> RooflineProfile:
         OpRecord("aten::layer_norm", "norm", "fp32", 7e6, 4_000_000, 4_000_000),
         OpRecord("aten::to", "movement", "bf16", 0.0, 4_000_000, 2_000_000),
         OpRecord(f"aten::{HOSTILE}", "uncounted", "fp32", None, 100, 100),
-    ]  # fmt: skip
-    return build_profile(model=f"model {HOSTILE}", backend="eager", precision="bf16",
-                         batch_size=8, device="cpu", threads=2, ceilings=make_ceilings(),
-                         records=records, times_s=[5e-3, 1e-3, 2e-3, 1e-3, 1e-5],
-                         measured_time_s=0.012)  # fmt: skip
+    ]
+    return build_profile(
+        model=f"model {HOSTILE}",
+        backend="eager",
+        precision="bf16",
+        batch_size=8,
+        device="cpu",
+        threads=2,
+        ceilings=make_ceilings(),
+        records=records,
+        times_s=[5e-3, 1e-3, 2e-3, 1e-3, 1e-5],
+        measured_time_s=0.012,
+    )
 
 
 def test_figure_has_both_roofs_per_dtype_and_points_sized_by_time() -> None:

@@ -23,9 +23,13 @@ from conftest import make_result
 
 # items/s and top-1 agreement per (precision, batch): bf16/b4 is fastest but inaccurate.
 TABLE = {
-    ("fp32", 1): (100.0, 1.0), ("fp32", 2): (150.0, 1.0), ("fp32", 4): (180.0, 1.0),
-    ("bf16", 1): (200.0, 0.999), ("bf16", 2): (320.0, 0.995), ("bf16", 4): (900.0, 0.90),
-}  # fmt: skip
+    ("fp32", 1): (100.0, 1.0),
+    ("fp32", 2): (150.0, 1.0),
+    ("fp32", 4): (180.0, 1.0),
+    ("bf16", 1): (200.0, 0.999),
+    ("bf16", 2): (320.0, 0.995),
+    ("bf16", 4): (900.0, 0.90),
+}
 
 
 class FakeExecutor:
@@ -38,10 +42,12 @@ class FakeExecutor:
         if isinstance(task, InterleaveTask):  # the re-measure: TABLE's rates, 1 % jitter
             self.interleaved.append(tuple(s.label() for s in task.specs))
             blocks = {
-                s.key: [(1 + 0.01 * ((i + j) % 3 - 1)) / TABLE[(s.precision.value, s.batch_size)][0]
-                        for i in range(2 * task.rounds)]
+                s.key: [
+                    (1 + 0.01 * ((i + j) % 3 - 1)) / TABLE[(s.precision.value, s.batch_size)][0]
+                    for i in range(2 * task.rounds)
+                ]
                 for j, s in enumerate(task.specs)
-            }  # fmt: skip
+            }
             timings = {"keys": list(blocks), "block_s_per_item": list(blocks.values())}
             return WorkerOutcome(None, interleaved=timings)
         spec = task.spec
@@ -49,11 +55,20 @@ class FakeExecutor:
         per_call = spec.batch_size / rate
         count = max(5, int(task.timer.budget_s / per_call))
         self.calls.append((spec.label(), task.timer.budget_s))
-        measurement = Measurement(samples_s=(per_call,) * count, items_per_call=spec.batch_size,
-                                  first_call_s=per_call, budget_s=task.timer.budget_s)  # fmt: skip
+        measurement = Measurement(
+            samples_s=(per_call,) * count,
+            items_per_call=spec.batch_size,
+            first_call_s=per_call,
+            budget_s=task.timer.budget_s,
+        )
         fidelity = Fidelity(rel_l2=0.001, max_abs=0.01, cosine=0.9999, top1_agreement=agreement)
-        result = Result(spec=spec, environment=self.env, status=Status.OK,
-                        measurement=measurement, accuracy=Accuracy(fidelity=fidelity))  # fmt: skip
+        result = Result(
+            spec=spec,
+            environment=self.env,
+            status=Status.OK,
+            measurement=measurement,
+            accuracy=Accuracy(fidelity=fidelity),
+        )
         return WorkerOutcome(result)
 
 
@@ -65,8 +80,12 @@ def tiny(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def _plan(strategy: str, sla: float | None = None) -> SweepPlan:
-    space = SweepSpace(backends=("eager",), precisions=(Precision.FP32, Precision.BF16),
-                       batch_sizes=(1, 2, 4), threads=(1,))  # fmt: skip
+    space = SweepSpace(
+        backends=("eager",),
+        precisions=(Precision.FP32, Precision.BF16),
+        batch_sizes=(1, 2, 4),
+        threads=(1,),
+    )
     return SweepPlan(space=space, strategy=strategy, sla_p99_s=sla, accuracy_samples=8)
 
 
@@ -75,8 +94,9 @@ def test_grid_rejects_inaccurate_and_picks_fastest_accepted(
 ) -> None:  # type: ignore[no-untyped-def]
     stored: list[Result] = []
     executor = FakeExecutor(environment)
-    outcome = run_sweep(_plan("grid"), tiny, environment, executor, sink=stored.append,
-                        workdir=tmp_path)  # fmt: skip
+    outcome = run_sweep(
+        _plan("grid"), tiny, environment, executor, sink=stored.append, workdir=tmp_path
+    )
     by_label = {r.spec.label(): r for r in outcome.results}
     assert by_label["eager/bf16/b4/t1"].status is Status.REJECTED
     assert "top-1 agreement 90.00%" in by_label["eager/bf16/b4/t1"].status_reason
@@ -92,8 +112,14 @@ def test_grid_rejects_inaccurate_and_picks_fastest_accepted(
 
 
 def test_sla_excludes_slow_calls(tiny, environment: Environment, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    outcome = run_sweep(_plan("grid", sla=0.006), tiny, environment, FakeExecutor(environment),
-                        sink=lambda r: None, workdir=tmp_path)  # fmt: skip
+    outcome = run_sweep(
+        _plan("grid", sla=0.006),
+        tiny,
+        environment,
+        FakeExecutor(environment),
+        sink=lambda r: None,
+        workdir=tmp_path,
+    )
     best = next(r for r in outcome.results if r.spec.key == outcome.selection.best_key)
     assert best.measurement is not None and best.measurement.summary.p99_s <= 0.006
     assert best.spec.label() == "eager/bf16/b1/t1"  # b2 (6.25 ms per call) misses the SLA
@@ -104,10 +130,12 @@ def test_fast_strategy_screens_then_measures_contenders(
     tiny, environment: Environment, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     grid_executor, fast_executor = FakeExecutor(environment), FakeExecutor(environment)
-    grid = run_sweep(_plan("grid"), tiny, environment, grid_executor, sink=lambda r: None,
-                     workdir=tmp_path)  # fmt: skip
-    fast = run_sweep(_plan("fast"), tiny, environment, fast_executor, sink=lambda r: None,
-                     workdir=tmp_path)  # fmt: skip
+    grid = run_sweep(
+        _plan("grid"), tiny, environment, grid_executor, sink=lambda r: None, workdir=tmp_path
+    )
+    fast = run_sweep(
+        _plan("fast"), tiny, environment, fast_executor, sink=lambda r: None, workdir=tmp_path
+    )
     assert fast.selection.best_key == grid.selection.best_key
     finals = [label for label, budget in fast_executor.calls if budget == 10.0]
     # bf16/b2 (320/s) leads; bf16/b1 (200/s) is > 15 % behind, so it is ruled out

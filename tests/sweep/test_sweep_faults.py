@@ -80,10 +80,31 @@ def _count(path: Path) -> int:
 
 def test_kill_9_mid_sweep_then_resume(tmp_path: Path, factory: str) -> None:
     store = tmp_path / "r.db"
-    args = [sys.executable, "-m", "accelscope.cli", "bench", factory, "--input", "x:N,32",
-            "--backend", "eager", "--precision", "fp32,bf16", "--batch", "1,2,4,8",
-            "--threads", "1", "--measure-budget", "1s", "--accuracy-samples", "16",
-            "--store", str(store), "--report", str(tmp_path / "r.html")]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "accelscope.cli",
+        "bench",
+        factory,
+        "--input",
+        "x:N,32",
+        "--backend",
+        "eager",
+        "--precision",
+        "fp32,bf16",
+        "--batch",
+        "1,2,4,8",
+        "--threads",
+        "1",
+        "--measure-budget",
+        "1s",
+        "--accuracy-samples",
+        "16",
+        "--store",
+        str(store),
+        "--report",
+        str(tmp_path / "r.html"),
+    ]
     first = subprocess.Popen([*args, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 180
     while _count(store) < 2 and time.monotonic() < deadline and first.poll() is None:
@@ -97,8 +118,9 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path, factory: str) -> None:
     assert interrupted.status == "running" and len(done_before) >= 2
     integrity = sqlite3.connect(store).execute("PRAGMA integrity_check").fetchone()[0]
     assert integrity == "ok"
-    second = subprocess.run([*args, "--resume", "--json"], capture_output=True, text=True,
-                            timeout=300)  # fmt: skip
+    second = subprocess.run(
+        [*args, "--resume", "--json"], capture_output=True, text=True, timeout=300
+    )
     assert second.returncode == 0, second.stderr
     document = json.loads(second.stdout)
     assert document["run_id"] == interrupted.id
@@ -139,12 +161,35 @@ def test_out_of_memory_ends_the_batch_axis_not_the_sweep(
 
 def test_ctrl_c_stops_a_sweep_cleanly(tmp_path: Path, factory: str) -> None:
     store = tmp_path / "r.db"
-    args = [sys.executable, "-m", "accelscope.cli", "bench", factory, "--input", "x:N,32",
-            "--backend", "eager", "--precision", "fp32,bf16", "--batch", "1,2,4,8",
-            "--threads", "1", "--measure-budget", "2s", "--accuracy-samples", "16",
-            "--store", str(store), "--report", str(tmp_path / "r.html"), "--quiet"]  # fmt: skip
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=default_sigint)  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "accelscope.cli",
+        "bench",
+        factory,
+        "--input",
+        "x:N,32",
+        "--backend",
+        "eager",
+        "--precision",
+        "fp32,bf16",
+        "--batch",
+        "1,2,4,8",
+        "--threads",
+        "1",
+        "--measure-budget",
+        "2s",
+        "--accuracy-samples",
+        "16",
+        "--store",
+        str(store),
+        "--report",
+        str(tmp_path / "r.html"),
+        "--quiet",
+    ]
+    process = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+    )
     deadline = time.monotonic() + 180
     while _count(store) < 1 and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.2)

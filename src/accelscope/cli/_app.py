@@ -56,8 +56,12 @@ def _progress(enabled: bool) -> Iterator[tuple[Any, Any]]:
     if not enabled:
         yield None, None
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-               TimeElapsedColumn())  # fmt: skip
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=_err, transient=True) as bar:
         task = bar.add_task("starting", total=1.0, info="")
 

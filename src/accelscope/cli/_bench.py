@@ -112,14 +112,29 @@ def bench_command(
 ) -> None:
     """Sweep runtime x precision x batch x threads; pick the fastest accurate config in SLA."""
     settings: dict[str, Any] = load_bench_config(config) if config is not None else {}
-    flags = {"model": model, "backends": backends, "precisions": precisions, "batch": batch,
-             "threads": threads, "device": device, "force_precision": force_precision,
-             "sla_p99": sla_p99, "max_accuracy_drop": max_drop, "strategy": strategy,
-             "budget": budget, "measure_budget": measure_budget, "timeout": timeout,
-             "accuracy_samples": accuracy_samples, "weights": weights,
-             "trust_model_code": trust_model_code, "report": report, "store": store,
-             "eval_data": eval_data, "metric": metric,
-             "confirm_rounds": confirm_rounds}  # fmt: skip
+    flags = {
+        "model": model,
+        "backends": backends,
+        "precisions": precisions,
+        "batch": batch,
+        "threads": threads,
+        "device": device,
+        "force_precision": force_precision,
+        "sla_p99": sla_p99,
+        "max_accuracy_drop": max_drop,
+        "strategy": strategy,
+        "budget": budget,
+        "measure_budget": measure_budget,
+        "timeout": timeout,
+        "accuracy_samples": accuracy_samples,
+        "weights": weights,
+        "trust_model_code": trust_model_code,
+        "report": report,
+        "store": store,
+        "eval_data": eval_data,
+        "metric": metric,
+        "confirm_rounds": confirm_rounds,
+    }
     settings.update({k: v for k, v in flags.items() if v is not None})
     if options:
         settings["options"] = tuple(options)
@@ -177,8 +192,14 @@ def bench_command(
         }
         _out.print_json(json.dumps(document))
         return
-    _out.print(bench_view(outcome.results, outcome.selection, title=f"bench: {outcome.model.ref}",
-                          rule=outcome.rule.describe()))  # fmt: skip
+    _out.print(
+        bench_view(
+            outcome.results,
+            outcome.selection,
+            title=f"bench: {outcome.model.ref}",
+            rule=outcome.rule.describe(),
+        )
+    )
     if not quiet:
         _out.print(
             f"[dim]measured {outcome.measurement_time_s:.0f} s of {outcome.wall_time_s:.0f} s "

@@ -86,12 +86,17 @@ def models(as_json: bool = JsonOption) -> None:
     if as_json:
         document = {
             "models": [
-                {"name": e.name, "task": e.task.value, "description": e.description,
-                 "inputs": [s.to_text() for s in e.inputs], "has_eval_data": bool(e.eval_data)}
+                {
+                    "name": e.name,
+                    "task": e.task.value,
+                    "description": e.description,
+                    "inputs": [s.to_text() for s in e.inputs],
+                    "has_eval_data": bool(e.eval_data),
+                }
                 for e in ZOO.values()
             ],
             "backends": [{"name": n, "available": a.ok, "reason": a.reason} for n, a in backends],
-        }  # fmt: skip
+        }
         _out.print_json(json.dumps(document))
         return
     for entry in ZOO.values():
@@ -130,9 +135,18 @@ def measure_command(
 ) -> None:
     """Measure a model's latency, throughput and peak memory (adaptive, noise-aware)."""
     settings: dict[str, Any] = load_config(config) if config is not None else {}
-    flags = {"model": model, "backend": backend, "precision": precision, "threads": threads,
-             "device": device, "weights": weights, "trust_model_code": trust_model_code,
-             "budget": budget, "target_ci": target_ci, "store": store}  # fmt: skip
+    flags = {
+        "model": model,
+        "backend": backend,
+        "precision": precision,
+        "threads": threads,
+        "device": device,
+        "weights": weights,
+        "trust_model_code": trust_model_code,
+        "budget": budget,
+        "target_ci": target_ci,
+        "store": store,
+    }
     settings.update({k: v for k, v in flags.items() if v is not None})
     if batch is not None:
         settings["batch"] = parse_batch_sizes(batch)
@@ -159,11 +173,15 @@ def measure_command(
     store_path = None if no_store else settings.get("store", DEFAULT_STORE_PATH)
     show_progress = not (quiet or as_json) and _err.is_terminal
     with _progress(show_progress) as (on_config, on_progress):
-        outcome = measure(request, store_path=store_path, on_config=on_config,
-                          on_progress=on_progress)  # fmt: skip
+        outcome = measure(
+            request, store_path=store_path, on_config=on_config, on_progress=on_progress
+        )
     if as_json:
-        document = {"run_id": outcome.run_id, "store": str(outcome.store_path or ""),
-                    "results": [r.to_dict() for r in outcome.results]}  # fmt: skip
+        document = {
+            "run_id": outcome.run_id,
+            "store": str(outcome.store_path or ""),
+            "results": [r.to_dict() for r in outcome.results],
+        }
         _out.print_json(json.dumps(document))
         return
     title = f"{outcome.model.ref} — {outcome.model.description}"

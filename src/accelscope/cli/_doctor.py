@@ -55,18 +55,31 @@ def doctor_command(
     """Run SCRIPT under instrumentation: where each step's time goes, the bottleneck named
     with its evidence, and candidate fixes measured (accelscope doctor train.py -- --lr 0.1)."""
     request = DoctorRequest(
-        script=script, args=tuple(script_args or ()), steps=steps, warmup=warmup,
-        what_if=what_if, device=device, timeout_s=parse_duration_s(timeout),
-        stall_s=parse_duration_s(stall), report_path=report, quiet_stdout=as_json,
-    )  # fmt: skip
+        script=script,
+        args=tuple(script_args or ()),
+        steps=steps,
+        warmup=warmup,
+        what_if=what_if,
+        device=device,
+        timeout_s=parse_duration_s(timeout),
+        stall_s=parse_duration_s(stall),
+        report_path=report,
+        quiet_stdout=as_json,
+    )
     store_path = None if no_store else (store or DEFAULT_STORE_PATH)
     outcome = doctor(request, store_path=store_path, events=_Events(quiet or as_json))
     result = outcome.result
     if as_json:
-        document = {"run_id": outcome.run_id, "store": str(outcome.store_path or ""),
-                    "report": str(outcome.report_path), "trace": str(outcome.trace_path),
-                    "bottleneck": result.diagnosis.bottleneck, "best": result.best,
-                    "recommendation": result.recommendation, **result.documents()}  # fmt: skip
+        document = {
+            "run_id": outcome.run_id,
+            "store": str(outcome.store_path or ""),
+            "report": str(outcome.report_path),
+            "trace": str(outcome.trace_path),
+            "bottleneck": result.diagnosis.bottleneck,
+            "best": result.best,
+            "recommendation": result.recommendation,
+            **result.documents(),
+        }
         _out.print_json(json.dumps(document))
         return
     _out.print(doctor_view(result, title=f"doctor: {script.name}"))

@@ -161,12 +161,29 @@ def load_command(
 ) -> None:
     """Drive a configuration with MLPerf-style load; find the highest rate within a p99 SLA."""
     settings: dict[str, Any] = load_load_config(config) if config is not None else {}
-    flags = {"model": model, "scenario": scenario, "sla_p99": sla_p99, "backend": backend,
-             "precision": precision, "batch": batch, "threads": threads, "device": device,
-             "from_run": from_run, "rate": rate, "search": search, "max_delay": max_delay,
-             "min_duration": min_duration, "min_queries": min_queries, "seed": seed,
-             "burstiness_cv": burstiness_cv, "query_timeout": query_timeout, "weights": weights,
-             "trust_model_code": trust_model_code, "report": report, "store": store}  # fmt: skip
+    flags = {
+        "model": model,
+        "scenario": scenario,
+        "sla_p99": sla_p99,
+        "backend": backend,
+        "precision": precision,
+        "batch": batch,
+        "threads": threads,
+        "device": device,
+        "from_run": from_run,
+        "rate": rate,
+        "search": search,
+        "max_delay": max_delay,
+        "min_duration": min_duration,
+        "min_queries": min_queries,
+        "seed": seed,
+        "burstiness_cv": burstiness_cv,
+        "query_timeout": query_timeout,
+        "weights": weights,
+        "trust_model_code": trust_model_code,
+        "report": report,
+        "store": store,
+    }
     settings.update({k: v for k, v in flags.items() if v is not None})
     if no_batching:
         settings["batching"] = False

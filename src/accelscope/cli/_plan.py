@@ -41,8 +41,11 @@ CatalogOption = typer.Option(None, "--catalog", help="Your catalog TOML (extends
 
 def _print(outcome: PlanOutcome, as_json: bool) -> None:
     if as_json:
-        document = {"run_id": outcome.run_id, "report": str(outcome.report_path or ""),
-                    **outcome.document}  # fmt: skip
+        document = {
+            "run_id": outcome.run_id,
+            "report": str(outcome.report_path or ""),
+            **outcome.document,
+        }
         _out.print_json(json.dumps(document))
         return
     _out.print(plan_view(outcome.document))
@@ -83,14 +86,19 @@ def plan_command(
     if sla_p99 is None:
         raise BadInputError("give the latency SLA: --sla-p99 100ms")
     request = PlanRequest(
-        traffic=traffic, sla_p99_s=parse_duration_s(sla_p99), model=model, run_id=run,
-        headroom=parse_percent(headroom, "--headroom"), min_instances=min_instances,
-        catalog_files=tuple(catalog or ()), here=here,
+        traffic=traffic,
+        sla_p99_s=parse_duration_s(sla_p99),
+        model=model,
+        run_id=run,
+        headroom=parse_percent(headroom, "--headroom"),
+        min_instances=min_instances,
+        catalog_files=tuple(catalog or ()),
+        here=here,
         capacity_qps=parse_rate_per_s(capacity, "--capacity") if capacity else None,
         profile_file=profile,
         only=tuple(p.strip() for p in only.split(",") if p.strip()) if only else (),
         report_path=report,
-    )  # fmt: skip
+    )
     store_path = store or DEFAULT_STORE_PATH
     outcome = plan_capacity(request, store_path=store_path, save=not no_store)
     _print(outcome, as_json)
@@ -109,10 +117,14 @@ def plan_memory_command(
     as_json: bool = JsonOption,
 ) -> None:
     """LLM memory: weights + KV cache + activations + overhead; GPU fit and concurrency."""
-    request = MemoryRequest(config=config, context_tokens=parse_tokens(context, "--context"),
-                            batch=batch, precision=precision.lower(),
-                            kv_precision=kv_precision.lower() if kv_precision else None,
-                            catalog_files=tuple(catalog or ()))  # fmt: skip
+    request = MemoryRequest(
+        config=config,
+        context_tokens=parse_tokens(context, "--context"),
+        batch=batch,
+        precision=precision.lower(),
+        kv_precision=kv_precision.lower() if kv_precision else None,
+        catalog_files=tuple(catalog or ()),
+    )
     outcome = plan_memory(request, store_path=(store or DEFAULT_STORE_PATH) if save else None)
     _print(outcome, as_json)
 
@@ -137,11 +149,13 @@ def plan_api_command(
     request = ApiRequest(
         tokens_per_month=parse_count(tokens_per_month, "--tokens-per-month"),
         input_price=parse_money(input_price, "--input-price"),
-        output_price=parse_money(output_price, "--output-price"), instance=instance,
+        output_price=parse_money(output_price, "--output-price"),
+        instance=instance,
         throughput_tokens_per_s=parse_rate_per_s(throughput, "--throughput"),
         output_share=parse_percent(output_share, "--output-share", maximum=1.0),
-        headroom=parse_percent(headroom, "--headroom"), catalog_files=tuple(catalog or ()),
-    )  # fmt: skip
+        headroom=parse_percent(headroom, "--headroom"),
+        catalog_files=tuple(catalog or ()),
+    )
     outcome = plan_api(request, store_path=(store or DEFAULT_STORE_PATH) if save else None)
     _print(outcome, as_json)
 

@@ -67,7 +67,7 @@ def runs_list(
                 ]
             )
         )
-        return  # fmt: skip
+        return
     _out.print(runs_view(runs))
 
 

@@ -67,11 +67,15 @@ class _Child:
         progress = os.environ.get(PROGRESS_FD_ENV)
         self.progress_fd = int(progress) if progress and progress.isdigit() else None
         self.session = Session(
-            warmup=int(config["warmup"]), steps=int(config["steps"]),
-            full=bool(config.get("full", True)), probe=bool(config.get("probe", True)),
-            trace_steps=int(config.get("trace_steps", 0)), whatif=config.get("whatif"),
-            on_step=self._progress, on_done=lambda: self.finish("done"),
-        )  # fmt: skip
+            warmup=int(config["warmup"]),
+            steps=int(config["steps"]),
+            full=bool(config.get("full", True)),
+            probe=bool(config.get("probe", True)),
+            trace_steps=int(config.get("trace_steps", 0)),
+            whatif=config.get("whatif"),
+            on_step=self._progress,
+            on_done=lambda: self.finish("done"),
+        )
 
     def _progress(self, index: int) -> None:
         if self.progress_fd is not None:
@@ -80,8 +84,9 @@ class _Child:
             except OSError:
                 self.progress_fd = None
 
-    def finish(self, status: str, exit_code: int | None = None,
-               error: dict[str, str] | None = None) -> None:  # fmt: skip
+    def finish(
+        self, status: str, exit_code: int | None = None, error: dict[str, str] | None = None
+    ) -> None:
         """Write the results and leave the process now (no more of the script runs)."""
         if self.finished:
             return
@@ -115,17 +120,29 @@ class _Child:
                 self.finish("ended", 0)
             number = code if isinstance(code, int) else 1
             message = "" if isinstance(code, int) else str(code)
-            self.finish("exited", number, {"type": "SystemExit", "message": message,
-                                           "where": _where(exc, self.script)})  # fmt: skip
+            self.finish(
+                "exited",
+                number,
+                {"type": "SystemExit", "message": message, "where": _where(exc, self.script)},
+            )
         except KeyboardInterrupt as exc:
-            self.finish("error", None, {"type": "KeyboardInterrupt", "message": "",
-                                        "where": _where(exc, self.script)})  # fmt: skip
+            self.finish(
+                "error",
+                None,
+                {"type": "KeyboardInterrupt", "message": "", "where": _where(exc, self.script)},
+            )
         except BaseException as exc:  # noqa: BLE001 - the user's exception, reported as such
             traceback.print_exc()
             lines = str(exc).strip().splitlines()
-            self.finish("error", None, {"type": type(exc).__name__,
-                                        "message": lines[0][:300] if lines else "",
-                                        "where": _where(exc, self.script)})  # fmt: skip
+            self.finish(
+                "error",
+                None,
+                {
+                    "type": type(exc).__name__,
+                    "message": lines[0][:300] if lines else "",
+                    "where": _where(exc, self.script),
+                },
+            )
         self.finish("ended", 0)
 
 

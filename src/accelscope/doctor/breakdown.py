@@ -94,8 +94,10 @@ class Breakdown:
         """Inverse of :meth:`to_dict`."""
         idle, device = data.get("device_idle_share"), data.get("device_step_mean_s")
         return cls(
-            steps=int(data["steps"]), step_median_s=float(data["step_median_s"]),
-            step_mean_s=float(data["step_mean_s"]), step_iqr_s=float(data["step_iqr_s"]),
+            steps=int(data["steps"]),
+            step_median_s=float(data["step_median_s"]),
+            step_mean_s=float(data["step_mean_s"]),
+            step_iqr_s=float(data["step_iqr_s"]),
             step_ci_low_s=float(data["step_ci_low_s"]),
             step_ci_high_s=float(data["step_ci_high_s"]),
             shares={str(k): float(v) for k, v in data["shares"].items()},
@@ -106,7 +108,7 @@ class Breakdown:
             items_per_s=Rate.from_dict(data["items_per_s"]),
             device_idle_share=None if idle is None else float(idle),
             device_step_mean_s=None if device is None else float(device),
-        )  # fmt: skip
+        )
 
 
 def breakdown(steps: Sequence[Step]) -> Breakdown:

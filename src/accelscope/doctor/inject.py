@@ -169,7 +169,7 @@ class Injector:
             f"(~{per_sample * total / 2**20:.0f} MiB for the whole dataset); filling took "
             f"{fill_s:.2f} s, ~{fill_s * total / count:.1f} s for the whole dataset once: the "
             "first epoch still pays the decode, later epochs do not"
-        )  # fmt: skip
+        )
         if not deterministic:
             self.notes.append(
                 "changes results: __getitem__ returned different values for the same index "
@@ -199,8 +199,9 @@ class Injector:
             return None
         if self.kind == "batch" and not self._scaled_loader:
             factor = int(self.spec["factor"])
-            first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)),
-                         None)  # fmt: skip
+            first = next(
+                (a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None
+            )
             if first is None or first.dim() == 0:
                 return None
             size = first.shape[0]

@@ -137,26 +137,36 @@ class Instrumentation:
         else:
             self._global_handles = [
                 nn_module.register_module_forward_pre_hook(self._pre_global),
-                nn_module.register_module_forward_hook(self._post, with_kwargs=True,
-                                                       always_call=True),
-            ]  # fmt: skip
-        handles = [optim.register_optimizer_step_pre_hook(self._opt_pre),
-                   optim.register_optimizer_step_post_hook(self._opt_post)]  # fmt: skip
+                nn_module.register_module_forward_hook(
+                    self._post, with_kwargs=True, always_call=True
+                ),
+            ]
+        handles = [
+            optim.register_optimizer_step_pre_hook(self._opt_pre),
+            optim.register_optimizer_step_post_hook(self._opt_post),
+        ]
 
         def remove_optimizer_hooks() -> None:
             for handle in handles:
                 handle.remove()
 
         self._undo.append(remove_optimizer_hooks)
-        self._wrap_phase(torch.optim.Optimizer, "zero_grad", self.rec.optimizer_begin,
-                         lambda: self.rec.optimizer_end(False))  # fmt: skip
+        self._wrap_phase(
+            torch.optim.Optimizer,
+            "zero_grad",
+            self.rec.optimizer_begin,
+            lambda: self.rec.optimizer_end(False),
+        )
         self._wrap_phase(torch.Tensor, "backward", self.rec.backward_begin, self.rec.backward_end)
-        self._wrap_phase(torch.autograd, "backward", self.rec.backward_begin, self.rec.backward_end,
-                         method=False)  # fmt: skip
-        self._wrap_phase(dataloader._BaseDataLoaderIter, "__next__", self.rec.input_begin,
-                         self.rec.input_end)  # fmt: skip
-        self._wrap_phase(dataloader.DataLoader, "__iter__", lambda: self.rec.begin(INPUT),
-                         self.rec.end)  # fmt: skip
+        self._wrap_phase(
+            torch.autograd, "backward", self.rec.backward_begin, self.rec.backward_end, method=False
+        )
+        self._wrap_phase(
+            dataloader._BaseDataLoaderIter, "__next__", self.rec.input_begin, self.rec.input_end
+        )
+        self._wrap_phase(
+            dataloader.DataLoader, "__iter__", lambda: self.rec.begin(INPUT), self.rec.end
+        )
         self._wrap_loader_init(dataloader.DataLoader)
         if self.full:
             for name in _SYNC_METHODS:
@@ -294,9 +304,13 @@ class Instrumentation:
     # -- wrappers ------------------------------------------------------------------------------
 
     def _wrap_phase(
-        self, owner: Any, name: str, begin: Callable[[], None], end: Callable[[], None],
+        self,
+        owner: Any,
+        name: str,
+        begin: Callable[[], None],
+        end: Callable[[], None],
         method: bool = True,
-    ) -> None:  # fmt: skip
+    ) -> None:
         original = getattr(owner, name)
         ours = self._ours
 
@@ -313,8 +327,9 @@ class Instrumentation:
         wrapper.__name__ = getattr(original, "__name__", name)
         self._patch(owner, name, wrapper)
 
-    def _wrap_sync(self, owner: Any, name: str, method: bool = True,
-                   device_only: bool = False) -> None:  # fmt: skip
+    def _wrap_sync(
+        self, owner: Any, name: str, method: bool = True, device_only: bool = False
+    ) -> None:
         original = getattr(owner, name)
         ours, rec, clock = self._ours, self.rec, self.rec.clock_ns
 
@@ -340,8 +355,11 @@ class Instrumentation:
                 return original(self_, *args, **kwargs)
             start = clock()
             out = original(self_, *args, **kwargs)
-            if out is not self_ and getattr(out, "device", None) is not None and \
-                    out.device.type not in ("cpu", "meta"):  # fmt: skip
+            if (
+                out is not self_
+                and getattr(out, "device", None) is not None
+                and out.device.type not in ("cpu", "meta")
+            ):
                 rec.leaf(COPY, start, clock())
                 rec.count(N_COPY)
                 rec.count(COPY_BYTES, int(self_.nbytes))
@@ -404,13 +422,15 @@ class Instrumentation:
             length: int | None = len(dataset)  # type: ignore[arg-type]
         except TypeError:
             length = None
-        self.loaders.append({
-            "num_workers": int(getattr(loader, "num_workers", 0) or 0),
-            "pin_memory": bool(getattr(loader, "pin_memory", False)),
-            "batch_size": getattr(loader, "batch_size", None),
-            "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
-            "prefetch_factor": getattr(loader, "prefetch_factor", None),
-            "dataset": type(dataset).__name__,
-            "dataset_len": length,
-            "iterable": isinstance(dataset, IterableDataset),
-        })  # fmt: skip
+        self.loaders.append(
+            {
+                "num_workers": int(getattr(loader, "num_workers", 0) or 0),
+                "pin_memory": bool(getattr(loader, "pin_memory", False)),
+                "batch_size": getattr(loader, "batch_size", None),
+                "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+                "prefetch_factor": getattr(loader, "prefetch_factor", None),
+                "dataset": type(dataset).__name__,
+                "dataset_len": length,
+                "iterable": isinstance(dataset, IterableDataset),
+            }
+        )

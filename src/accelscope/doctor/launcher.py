@@ -49,10 +49,17 @@ class ChildConfig:
 
     def payload(self, result_path: Path) -> dict[str, Any]:
         """The JSON the bootstrap reads."""
-        return {"script": str(self.script), "args": list(self.args), "warmup": self.warmup,
-                "steps": self.steps, "full": self.full, "trace_steps": self.trace_steps,
-                "probe": self.probe, "whatif": self.whatif,
-                "result_path": str(result_path)}  # fmt: skip
+        return {
+            "script": str(self.script),
+            "args": list(self.args),
+            "warmup": self.warmup,
+            "steps": self.steps,
+            "full": self.full,
+            "trace_steps": self.trace_steps,
+            "probe": self.probe,
+            "whatif": self.whatif,
+            "result_path": str(result_path),
+        }
 
 
 @dataclass(frozen=True)
@@ -122,12 +129,17 @@ class Launcher:
         env = {**os.environ, **self.env, PROGRESS_FD_ENV: str(write_fd)}
         return subprocess.Popen(
             [self.python, "-m", "accelscope.doctor._bootstrap", str(config_path)],
-            stdin=subprocess.DEVNULL, stdout=self.stdout, pass_fds=(write_fd,),
-            start_new_session=True, env=env, cwd=self.cwd,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=self.stdout,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+            env=env,
+            cwd=self.cwd,
+        )
 
-    def _run(self, config_path: Path, result_path: Path,
-             on_step: Callable[[int], None] | None) -> ChildRun:  # fmt: skip
+    def _run(
+        self, config_path: Path, result_path: Path, on_step: Callable[[int], None] | None
+    ) -> ChildRun:
         read_fd, write_fd = os.pipe()
         try:
             child = self._spawn(config_path, write_fd)
@@ -166,15 +178,23 @@ class Launcher:
         os.close(read_fd)
         telemetry = sampler.stop() if sampler is not None else None
         profile, unreadable = _read_profile(result_path)
-        return ChildRun(profile, telemetry, ended_by, child.returncode, steps,
-                        self.clock() - started, unreadable)  # fmt: skip
+        return ChildRun(
+            profile,
+            telemetry,
+            ended_by,
+            child.returncode,
+            steps,
+            self.clock() - started,
+            unreadable,
+        )
 
     def _sampler(self, pid: int) -> TelemetrySampler | None:
         if self.telemetry_interval_s is None:
             return None
         try:
-            sampler = TelemetrySampler(pid, self.telemetry_interval_s,
-                                       gpu=NvmlSource() if self.gpu else None)  # fmt: skip
+            sampler = TelemetrySampler(
+                pid, self.telemetry_interval_s, gpu=NvmlSource() if self.gpu else None
+            )
         except Exception:  # noqa: BLE001 - the child may already be gone; telemetry is optional
             return None
         sampler.start()

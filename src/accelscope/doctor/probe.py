@@ -16,11 +16,22 @@ from typing import Any
 
 __all__ = ["MATMUL_OPS", "OpCensus", "measure_op_overhead_s"]
 
-MATMUL_OPS = frozenset({
-    "aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.matmul", "aten.linear",
-    "aten.convolution", "aten._convolution", "aten.convolution_backward",
-    "aten.mkldnn_convolution", "aten.mkldnn_linear", "aten._addmm_activation",
-})  # fmt: skip
+MATMUL_OPS = frozenset(
+    {
+        "aten.mm",
+        "aten.addmm",
+        "aten.bmm",
+        "aten.baddbmm",
+        "aten.matmul",
+        "aten.linear",
+        "aten.convolution",
+        "aten._convolution",
+        "aten.convolution_backward",
+        "aten.mkldnn_convolution",
+        "aten.mkldnn_linear",
+        "aten._addmm_activation",
+    }
+)
 """Operators that run on the matrix units (where a lower precision's fast path would apply)."""
 
 
@@ -141,10 +152,11 @@ class OpCensus:
             "matmul_time_s": {k: v / 1e9 for k, v in self.matmul_time_ns.items()},
             "matmul_flops": dict(self.matmul_flops),
             "devices": sorted(self.devices),
-            "autocast": {k.removeprefix("torch."): v.removeprefix("torch.")
-                         for k, v in self.autocast.items()},
+            "autocast": {
+                k.removeprefix("torch."): v.removeprefix("torch.") for k, v in self.autocast.items()
+            },
             "top_ops": [{"name": n, "calls": self.calls[n], "time_s": t / 1e9} for n, t in top],
-        }  # fmt: skip
+        }
 
 
 def measure_op_overhead_s(repeats: int = 400) -> float:

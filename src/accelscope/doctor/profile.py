@@ -69,9 +69,13 @@ class Step:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"start_s": self.start_s, "duration_s": self.duration_s,
-                "phases_s": dict(self.phases_s), "counts": dict(self.counts),
-                "device": None if self.device is None else asdict(self.device)}  # fmt: skip
+        return {
+            "start_s": self.start_s,
+            "duration_s": self.duration_s,
+            "phases_s": dict(self.phases_s),
+            "counts": dict(self.counts),
+            "device": None if self.device is None else asdict(self.device),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Step:
@@ -84,9 +88,10 @@ class Step:
             duration_s=_f(data, "duration_s"),
             phases_s=phases,
             counts=counts,
-            device=None if device is None else DeviceStep(
-                _f(device, "device_s"), _f(device, "idle_s"), _f(device, "busy_s")),
-        )  # fmt: skip
+            device=None
+            if device is None
+            else DeviceStep(_f(device, "device_s"), _f(device, "idle_s"), _f(device, "busy_s")),
+        )
 
 
 @dataclass(frozen=True)
@@ -118,15 +123,17 @@ class OpSummary:
     def from_dict(cls, data: dict[str, Any]) -> OpSummary:
         """Read a census written by :meth:`OpCensus.summary`."""
         return cls(
-            ops=int(data["ops"]), forward_ops=int(data["forward_ops"]),
-            op_time_s=_f(data, "op_time_s"), matmul_calls=int(data["matmul_calls"]),
+            ops=int(data["ops"]),
+            forward_ops=int(data["forward_ops"]),
+            op_time_s=_f(data, "op_time_s"),
+            matmul_calls=int(data["matmul_calls"]),
             matmul_time_s={str(k): float(v) for k, v in data["matmul_time_s"].items()},
             matmul_flops={str(k): float(v) for k, v in data["matmul_flops"].items()},
             devices=tuple(str(d) for d in data["devices"]),
             autocast={str(k): str(v) for k, v in data["autocast"].items()},
             top_ops=tuple(dict(op) for op in data.get("top_ops", [])),
             forward_op_time_s=float(data.get("forward_op_time_s", 0.0)),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -145,17 +152,19 @@ class LoaderFacts:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoaderFacts:
         """Read one loader record."""
-        size, prefetch, length = (data.get(k) for k in ("batch_size", "prefetch_factor",
-                                                         "dataset_len"))  # fmt: skip
+        size, prefetch, length = (
+            data.get(k) for k in ("batch_size", "prefetch_factor", "dataset_len")
+        )
         return cls(
-            num_workers=int(data["num_workers"]), pin_memory=bool(data["pin_memory"]),
+            num_workers=int(data["num_workers"]),
+            pin_memory=bool(data["pin_memory"]),
             batch_size=None if size is None else int(size),
             persistent_workers=bool(data["persistent_workers"]),
             prefetch_factor=None if prefetch is None else int(prefetch),
             dataset=str(data.get("dataset", "")),
             dataset_len=None if length is None else int(length),
             iterable=bool(data.get("iterable", False)),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -176,7 +185,8 @@ class RunFacts:
     def from_dict(cls, data: dict[str, Any]) -> RunFacts:
         """Read the facts record."""
         return cls(
-            torch=str(data["torch"]), torch_threads=int(data["torch_threads"]),
+            torch=str(data["torch"]),
+            torch_threads=int(data["torch_threads"]),
             interop_threads=int(data["interop_threads"]),
             loaders=tuple(LoaderFacts.from_dict(x) for x in data.get("loaders", [])),
             main_model=dict(data.get("main_model") or {}),
@@ -184,7 +194,7 @@ class RunFacts:
             cuda_initialized=bool(data.get("cuda_initialized", False)),
             optimizer_seen=bool(data.get("optimizer_seen", False)),
             backward_seen=bool(data.get("backward_seen", False)),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -264,16 +274,25 @@ class Profile:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict that :meth:`from_dict` reads back."""
         return {
-            "status": self.status, "mode": self.mode, "warmup": self.warmup,
-            "target_steps": self.target_steps, "steps": [s.to_dict() for s in self.steps],
+            "status": self.status,
+            "mode": self.mode,
+            "warmup": self.warmup,
+            "target_steps": self.target_steps,
+            "steps": [s.to_dict() for s in self.steps],
             "spans": [asdict(s) for s in self.spans],
-            "probe": None if self.probe is None else {**asdict(self.probe),
-                                                      "devices": list(self.probe.devices),
-                                                      "top_ops": list(self.probe.top_ops)},
-            "op_overhead_s": self.op_overhead_s, "device_status": self.device_status,
-            "facts": None if self.facts is None else {
-                **asdict(self.facts), "loaders": [asdict(x) for x in self.facts.loaders]},
+            "probe": None
+            if self.probe is None
+            else {
+                **asdict(self.probe),
+                "devices": list(self.probe.devices),
+                "top_ops": list(self.probe.top_ops),
+            },
+            "op_overhead_s": self.op_overhead_s,
+            "device_status": self.device_status,
+            "facts": None
+            if self.facts is None
+            else {**asdict(self.facts), "loaders": [asdict(x) for x in self.facts.loaders]},
             "exit_code": self.exit_code,
             "error": None if self.error is None else asdict(self.error),
             "whatif": dict(self.whatif),
-        }  # fmt: skip
+        }

@@ -284,19 +284,25 @@ class Recorder:
         origin = self.steps[0][0] if self.steps else 0
         out = []
         for start, end, acc, cnt in self.steps:
-            out.append({
-                "start_s": (start - origin) / 1e9,
-                "duration_s": (end - start) / 1e9,
-                "phases_s": {name: acc[i] / 1e9 for i, name in enumerate(PHASES)},
-                "counts": {name: cnt[i] for i, name in enumerate(COUNTERS)},
-            })  # fmt: skip
+            out.append(
+                {
+                    "start_s": (start - origin) / 1e9,
+                    "duration_s": (end - start) / 1e9,
+                    "phases_s": {name: acc[i] / 1e9 for i, name in enumerate(PHASES)},
+                    "counts": {name: cnt[i] for i, name in enumerate(COUNTERS)},
+                }
+            )
         return out
 
     def spans_payload(self) -> list[dict[str, Any]]:
         """The traced spans (µs since the first step's start), for the Chrome trace."""
         origin = self.steps[0][0] if self.steps else 0
         return [
-            {"name": "step" if phase < 0 else PHASES[phase], "start_us": (start - origin) / 1e3,
-             "duration_us": (end - start) / 1e3, "depth": depth}
+            {
+                "name": "step" if phase < 0 else PHASES[phase],
+                "start_us": (start - origin) / 1e3,
+                "duration_us": (end - start) / 1e3,
+                "depth": depth,
+            }
             for phase, start, end, depth in self.spans
-        ]  # fmt: skip
+        ]

@@ -76,9 +76,14 @@ class DoctorResult:
 
     def documents(self) -> dict[str, Any]:
         """The store documents: ``diagnosis``, ``telemetry`` and one ``whatif`` each."""
-        diagnosis = {"script": self.script, "args": list(self.args),
-                     "diagnosis": self.diagnosis.to_dict(), "profile": self.profile.to_dict(),
-                     "best": self.best, "recommendation": self.recommendation}  # fmt: skip
+        diagnosis = {
+            "script": self.script,
+            "args": list(self.args),
+            "diagnosis": self.diagnosis.to_dict(),
+            "profile": self.profile.to_dict(),
+            "best": self.best,
+            "recommendation": self.recommendation,
+        }
         return {
             "diagnosis": diagnosis,
             "telemetry": None if self.telemetry is None else self.telemetry.to_dict(),
@@ -86,19 +91,24 @@ class DoctorResult:
         }
 
     @classmethod
-    def from_documents(cls, diagnosis: dict[str, Any], telemetry: dict[str, Any] | None,
-                       whatifs: list[dict[str, Any]]) -> DoctorResult:  # fmt: skip
+    def from_documents(
+        cls,
+        diagnosis: dict[str, Any],
+        telemetry: dict[str, Any] | None,
+        whatifs: list[dict[str, Any]],
+    ) -> DoctorResult:
         """Inverse of :meth:`documents`."""
         best = diagnosis.get("best")
         return cls(
-            script=str(diagnosis["script"]), args=tuple(str(a) for a in diagnosis["args"]),
+            script=str(diagnosis["script"]),
+            args=tuple(str(a) for a in diagnosis["args"]),
             profile=Profile.from_dict(diagnosis["profile"]),
             telemetry=None if telemetry is None else Telemetry.from_dict(telemetry),
             diagnosis=Diagnosis.from_dict(diagnosis["diagnosis"]),
             what_ifs=tuple(WhatIfResult.from_dict(w) for w in whatifs),
             best=None if best is None else str(best),
             recommendation=str(diagnosis.get("recommendation", "")),
-        )  # fmt: skip
+        )
 
 
 def failure_message(run: ChildRun, warmup: int, stall_s: float, timeout_s: float) -> str | None:
@@ -112,9 +122,11 @@ def failure_message(run: ChildRun, warmup: int, stall_s: float, timeout_s: float
         return f"your script exited with status {profile.exit_code}{after}"
     if run.ended_by == "stall":
         if steps == 0:
-            return (f"no step within {stall_s:g} s: the script never called optimizer.step(), "
-                    "ran a model forward or drew a DataLoader batch (raise --stall-timeout if "
-                    "its set-up is slow)")  # fmt: skip
+            return (
+                f"no step within {stall_s:g} s: the script never called optimizer.step(), "
+                "ran a model forward or drew a DataLoader batch (raise --stall-timeout if "
+                "its set-up is slow)"
+            )
         return f"the script stopped making progress: no step for {stall_s:g} s{after} (hung?)"
     if run.ended_by == "timeout":
         return f"the run hit --timeout {timeout_s:g} s{after}; lower --steps or raise --timeout"
@@ -128,16 +140,21 @@ def failure_message(run: ChildRun, warmup: int, stall_s: float, timeout_s: float
         extra = f" ({run.unreadable})" if run.unreadable else ""
         return f"the instrumented process {how}{after} without writing results{extra}"
     if not profile.steps:
-        return ("the script finished without a single step: no optimizer.step(), model forward "
-                "or DataLoader batch was seen")  # fmt: skip
+        return (
+            "the script finished without a single step: no optimizer.step(), model forward "
+            "or DataLoader batch was seen"
+        )
     if not profile.measured:
-        return (f"the script finished after {len(profile.steps)} steps, all inside the warm-up "
-                f"(--warmup {warmup}); lower --warmup or let the script run longer")  # fmt: skip
+        return (
+            f"the script finished after {len(profile.steps)} steps, all inside the warm-up "
+            f"(--warmup {warmup}); lower --warmup or let the script run longer"
+        )
     return None
 
 
-def _run(launcher: Launcher, config: ChildConfig, label: str,
-         events: DoctorEvents | None) -> ChildRun:  # fmt: skip
+def _run(
+    launcher: Launcher, config: ChildConfig, label: str, events: DoctorEvents | None
+) -> ChildRun:
     total = config.warmup + config.steps
     if events is not None:
         events.run_started(label, total)
@@ -152,9 +169,12 @@ def _run(launcher: Launcher, config: ChildConfig, label: str,
 
 
 def _measure_what_if(
-    planned: PlannedWhatIf, run: ChildRun, baseline: WhatIfResult | None, warmup: int,
+    planned: PlannedWhatIf,
+    run: ChildRun,
+    baseline: WhatIfResult | None,
+    warmup: int,
     launcher: Launcher,
-) -> WhatIfResult:  # fmt: skip
+) -> WhatIfResult:
     failure = failure_message(run, warmup, launcher.stall_s, launcher.timeout_s)
     if failure is not None:
         return WhatIfResult(planned.name, planned.label, "failed", failure)
@@ -164,16 +184,33 @@ def _measure_what_if(
     notes = tuple(str(n) for n in applied.get("notes", []))
     details = dict(applied.get("details", {}))
     if planned.name != "baseline" and not applied.get("applied", False):
-        return WhatIfResult(planned.name, planned.label, "not applied",
-                            "; ".join(notes) or "nothing to change was found", notes)  # fmt: skip
+        return WhatIfResult(
+            planned.name,
+            planned.label,
+            "not applied",
+            "; ".join(notes) or "nothing to change was found",
+            notes,
+        )
     b = breakdown(profile.measured)
     ratio = low = high = None
     if baseline is not None and baseline.items_per_s is not None:
         ratio, low, high = speedup(baseline.items_per_s, b.items_per_s)
     return WhatIfResult(
-        planned.name, planned.label, "ok", "", notes, b.steps, b.steps_per_s, b.items_per_s,
-        b.items_per_step, ratio, low, high, caveat_for(planned.name, details), details,
-    )  # fmt: skip
+        planned.name,
+        planned.label,
+        "ok",
+        "",
+        notes,
+        b.steps,
+        b.steps_per_s,
+        b.items_per_s,
+        b.items_per_step,
+        ratio,
+        low,
+        high,
+        caveat_for(planned.name, details),
+        details,
+    )
 
 
 def run_doctor(
@@ -192,16 +229,18 @@ def run_doctor(
         MeasurementError: the script crashed, exited, hung, or never reached a measured step.
     """
     mode, chosen = parse_what_ifs(plan.what_if)
-    config = ChildConfig(plan.script, plan.args, plan.warmup, plan.steps,
-                         trace_steps=plan.trace_steps)  # fmt: skip
+    config = ChildConfig(
+        plan.script, plan.args, plan.warmup, plan.steps, trace_steps=plan.trace_steps
+    )
     run = _run(launcher, config, "baseline", events)
     failure = failure_message(run, plan.warmup, launcher.stall_s, launcher.timeout_s)
     if failure is not None:
         raise MeasurementError(failure)
     profile = run.profile
     assert profile is not None
-    ctx = RuleContext(profile, breakdown(profile.measured), run.telemetry, support, cores,
-                      memory_bytes)  # fmt: skip
+    ctx = RuleContext(
+        profile, breakdown(profile.measured), run.telemetry, support, cores, memory_bytes
+    )
     diagnosis = diagnose(ctx)
     if events is not None:
         events.run_finished("baseline", diagnosis.headline)
@@ -213,33 +252,63 @@ def run_doctor(
     try:
         baseline: WhatIfResult | None = None
         if runnable:
-            light = ChildConfig(plan.script, plan.args, plan.warmup, plan.steps, full=False,
-                                trace_steps=0, probe=False)  # fmt: skip
+            light = ChildConfig(
+                plan.script,
+                plan.args,
+                plan.warmup,
+                plan.steps,
+                full=False,
+                trace_steps=0,
+                probe=False,
+            )
             base_planned = PlannedWhatIf("baseline", "baseline (re-measured alike)", None)
             base_run = _run(launcher, light, "baseline (re-measured)", events)
             baseline = _measure_what_if(base_planned, base_run, None, plan.warmup, launcher)
             if baseline.status == "ok":
-                baseline = WhatIfResult(**{**baseline.__dict__, "speedup": 1.0, "speedup_low": 1.0,
-                                           "speedup_high": 1.0})  # fmt: skip
+                baseline = WhatIfResult(
+                    **{**baseline.__dict__, "speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0}
+                )
             else:
                 baseline = None
-            results.append(baseline or WhatIfResult("baseline", "baseline", "failed",
-                                                    "the baseline re-run failed"))  # fmt: skip
+            results.append(
+                baseline
+                or WhatIfResult("baseline", "baseline", "failed", "the baseline re-run failed")
+            )
         for item in planned:
             if item.spec is None:
                 results.append(WhatIfResult(item.name, item.label, "skipped", item.reason))
                 continue
-            config = ChildConfig(plan.script, plan.args, plan.warmup, plan.steps, full=False,
-                                 trace_steps=0, probe=False, whatif=item.spec)  # fmt: skip
+            config = ChildConfig(
+                plan.script,
+                plan.args,
+                plan.warmup,
+                plan.steps,
+                full=False,
+                trace_steps=0,
+                probe=False,
+                whatif=item.spec,
+            )
             child = _run(launcher, config, item.label, events)
             result = _measure_what_if(item, child, baseline, plan.warmup, launcher)
             results.append(result)
             if events is not None:
-                line = (f"{result.speedup:.2f}x items/s" if result.speedup is not None
-                        else result.reason or result.status)  # fmt: skip
+                line = (
+                    f"{result.speedup:.2f}x items/s"
+                    if result.speedup is not None
+                    else result.reason or result.status
+                )
                 events.run_finished(item.label, line)
     except KeyboardInterrupt:
         interrupted = True  # keep the diagnosis and the what-ifs measured so far
     best, sentence = recommend(results) if runnable else (None, "")
-    return DoctorResult(str(plan.script), plan.args, profile, run.telemetry, diagnosis,
-                        tuple(results), best, sentence, interrupted)  # fmt: skip
+    return DoctorResult(
+        str(plan.script),
+        plan.args,
+        profile,
+        run.telemetry,
+        diagnosis,
+        tuple(results),
+        best,
+        sentence,
+        interrupted,
+    )

@@ -58,16 +58,22 @@ class Session:
         self.timeline, self.device_status = cuda_timeline()
         self.op_overhead_s = measure_op_overhead_s() if full else None
         self.recorder = Recorder(
-            target_steps=warmup + steps if steps else 0, warmup=warmup, trace_steps=trace_steps,
-            on_step=on_step, on_done=on_done, device=self.timeline, probe=self.census,
+            target_steps=warmup + steps if steps else 0,
+            warmup=warmup,
+            trace_steps=trace_steps,
+            on_step=on_step,
+            on_done=on_done,
+            device=self.timeline,
+            probe=self.census,
             manual=manual,
-        )  # fmt: skip
+        )
         self.instrumentation = Instrumentation(
             self.recorder, full=full, injector=self.injector, main_model=main_model
         )
 
-    def payload(self, status: str, exit_code: int | None = None,
-                error: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    def payload(
+        self, status: str, exit_code: int | None = None, error: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         """Everything recorded, JSON-ready (the :class:`Profile` schema)."""
         import torch
 
@@ -86,20 +92,35 @@ class Session:
         inst = self.instrumentation
         census = self.census
         return {
-            "schema": SCHEMA, "status": status, "exit_code": exit_code, "error": error,
-            "mode": rec.mode, "warmup": rec.warmup, "target_steps": rec.target_steps,
-            "steps": steps, "spans": rec.spans_payload(),
+            "schema": SCHEMA,
+            "status": status,
+            "exit_code": exit_code,
+            "error": error,
+            "mode": rec.mode,
+            "warmup": rec.warmup,
+            "target_steps": rec.target_steps,
+            "steps": steps,
+            "spans": rec.spans_payload(),
             "probe": census.summary() if census is not None and census.done else None,
-            "op_overhead_s": self.op_overhead_s, "device_status": self.device_status,
+            "op_overhead_s": self.op_overhead_s,
+            "device_status": self.device_status,
             "facts": {
-                "torch": str(torch.__version__), "torch_threads": torch.get_num_threads(),
-                "interop_threads": torch.get_num_interop_threads(), "loaders": inst.loaders,
-                "main_model": inst.main_facts, "autocast": inst.autocast_seen,
+                "torch": str(torch.__version__),
+                "torch_threads": torch.get_num_threads(),
+                "interop_threads": torch.get_num_interop_threads(),
+                "loaders": inst.loaders,
+                "main_model": inst.main_facts,
+                "autocast": inst.autocast_seen,
                 "cuda_initialized": bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]
-                "optimizer_seen": rec.optimizer_seen, "backward_seen": rec.backward_seen,
+                "optimizer_seen": rec.optimizer_seen,
+                "backward_seen": rec.backward_seen,
             },
-            "whatif": None if self.injector is None else {
-                "kind": self.injector.kind, "applied": self.injector.applied,
-                "notes": self.injector.notes, "details": self.injector.details,
+            "whatif": None
+            if self.injector is None
+            else {
+                "kind": self.injector.kind,
+                "applied": self.injector.applied,
+                "notes": self.injector.notes,
+                "details": self.injector.details,
             },
-        }  # fmt: skip
+        }

@@ -17,15 +17,30 @@ def chrome_trace(profile: Profile, title: str) -> dict[str, Any]:
     """The trace document; open it in ui.perfetto.dev or chrome://tracing."""
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": _PID, "args": {"name": title}},
-        {"ph": "M", "name": "thread_name", "pid": _PID, "tid": _STEP_TID,
-         "args": {"name": "steps"}},
-        {"ph": "M", "name": "thread_name", "pid": _PID, "tid": _PHASE_TID,
-         "args": {"name": "phases"}},
-    ]  # fmt: skip
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": _PID,
+            "tid": _STEP_TID,
+            "args": {"name": "steps"},
+        },
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": _PID,
+            "tid": _PHASE_TID,
+            "args": {"name": "phases"},
+        },
+    ]
     index = profile.warmup
     for span in sorted(profile.spans, key=lambda s: (s.start_us, -s.duration_us)):
-        event: dict[str, Any] = {"ph": "X", "pid": _PID, "ts": span.start_us,
-                                 "dur": max(span.duration_us, 0.001), "cat": "doctor"}  # fmt: skip
+        event: dict[str, Any] = {
+            "ph": "X",
+            "pid": _PID,
+            "ts": span.start_us,
+            "dur": max(span.duration_us, 0.001),
+            "cat": "doctor",
+        }
         if span.name == "step":
             event |= {"name": f"step {index}", "tid": _STEP_TID}
             index += 1

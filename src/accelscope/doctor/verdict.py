@@ -38,17 +38,26 @@ class Diagnosis:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"bottleneck": self.bottleneck, "title": self.title, "headline": self.headline,
-                "findings": [f.to_dict() for f in self.findings],
-                "breakdown": self.breakdown.to_dict(), "notes": list(self.notes)}  # fmt: skip
+        return {
+            "bottleneck": self.bottleneck,
+            "title": self.title,
+            "headline": self.headline,
+            "findings": [f.to_dict() for f in self.findings],
+            "breakdown": self.breakdown.to_dict(),
+            "notes": list(self.notes),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
         """Inverse of :meth:`to_dict`."""
-        return cls(str(data["bottleneck"]), str(data["title"]), str(data["headline"]),
-                   tuple(Finding.from_dict(f) for f in data["findings"]),
-                   Breakdown.from_dict(data["breakdown"]),
-                   tuple(str(n) for n in data.get("notes", [])))  # fmt: skip
+        return cls(
+            str(data["bottleneck"]),
+            str(data["title"]),
+            str(data["headline"]),
+            tuple(Finding.from_dict(f) for f in data["findings"]),
+            Breakdown.from_dict(data["breakdown"]),
+            tuple(str(n) for n in data.get("notes", [])),
+        )
 
 
 def _rank(finding: Finding) -> tuple[float, int]:
@@ -102,8 +111,11 @@ def diagnose(ctx: RuleContext, rules: Sequence[Rule] | None = None) -> Diagnosis
     else:
         largest = max(b.shares, key=lambda p: b.shares[p])
         bottleneck, title = largest, f"{largest} time"
-        where = ("outside every instrumented call (the script's own Python code)"
-                 if largest == "other" else f"in {largest}")  # fmt: skip
+        where = (
+            "outside every instrumented call (the script's own Python code)"
+            if largest == "other"
+            else f"in {largest}"
+        )
         headline = (
             f"no rule fired; the largest share of step time, {b.shares[largest]:.0%}, is {where}"
         )

@@ -31,8 +31,15 @@ __all__ = ["Watch", "watch"]
 class Watch:
     """The context manager returned by :func:`watch`."""
 
-    def __init__(self, model: Any = None, loader: Any = None, *, warmup: int = 1,
-                 trace_steps: int = 3, telemetry: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Any = None,
+        loader: Any = None,
+        *,
+        warmup: int = 1,
+        trace_steps: int = 3,
+        telemetry: bool = True,
+    ) -> None:
         if warmup < 0:
             raise ValueError("warmup must be 0 or more")
         self.model = model
@@ -45,8 +52,13 @@ class Watch:
         self._result: DoctorResult | None = None
 
     def __enter__(self) -> Watch:
-        self.session = Session(warmup=self.warmup, steps=0, trace_steps=self.trace_steps,
-                               main_model=self.model, manual=True)  # fmt: skip
+        self.session = Session(
+            warmup=self.warmup,
+            steps=0,
+            trace_steps=self.trace_steps,
+            main_model=self.model,
+            manual=True,
+        )
         self.session.instrumentation.install()
         if self.loader is not None:
             self.session.instrumentation._loader_facts(self.loader)
@@ -62,8 +74,9 @@ class Watch:
             raise RuntimeError("step() outside the watch block")
         self.session.recorder.manual_step()
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         session = self.session
         if session is None:
             return
@@ -78,11 +91,18 @@ class Watch:
                 f"({self.warmup}); call step() more often or lower warmup"
             )
         env = collect_environment()
-        ctx = RuleContext(profile, breakdown(profile.measured), telemetry,
-                          env.precision_support(), available_cores(), env.memory_bytes)  # fmt: skip
+        ctx = RuleContext(
+            profile,
+            breakdown(profile.measured),
+            telemetry,
+            env.precision_support(),
+            available_cores(),
+            env.memory_bytes,
+        )
         name = type(self.model).__name__ if self.model is not None else "loop"
-        self._result = DoctorResult(str(Path(f"<watch:{name}>")), (), profile, telemetry,
-                                    diagnose(ctx))  # fmt: skip
+        self._result = DoctorResult(
+            str(Path(f"<watch:{name}>")), (), profile, telemetry, diagnose(ctx)
+        )
 
     @property
     def result(self) -> DoctorResult:
@@ -92,7 +112,13 @@ class Watch:
         return self._result
 
 
-def watch(model: Any = None, loader: Any = None, *, warmup: int = 1, trace_steps: int = 3,
-          telemetry: bool = True) -> Watch:  # fmt: skip
+def watch(
+    model: Any = None,
+    loader: Any = None,
+    *,
+    warmup: int = 1,
+    trace_steps: int = 3,
+    telemetry: bool = True,
+) -> Watch:
     """Diagnose your own loop in this process; see the module doc."""
     return Watch(model, loader, warmup=warmup, trace_steps=trace_steps, telemetry=telemetry)

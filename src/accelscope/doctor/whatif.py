@@ -45,9 +45,11 @@ NAMES: dict[str, str] = {
     "threads": "torch intra-op threads (default: cores minus workers)",
 }
 _VALUED = {"workers", "prefetch", "batch", "threads"}
-_CHANGES_RESULTS = {"bf16": "changes numerics: check accuracy",
-                    "fp16": "changes numerics: check accuracy (and use a GradScaler)",
-                    "batch": "changes the batch size the script was written for"}  # fmt: skip
+_CHANGES_RESULTS = {
+    "bf16": "changes numerics: check accuracy",
+    "fp16": "changes numerics: check accuracy (and use a GradScaler)",
+    "batch": "changes the batch size the script was written for",
+}
 
 
 def parse_what_ifs(text: str) -> tuple[str, tuple[tuple[str, int | None], ...]]:
@@ -62,8 +64,9 @@ def parse_what_ifs(text: str) -> tuple[str, tuple[tuple[str, int | None], ...]]:
         name, _, raw = part.partition("=")
         name = name.strip()
         if name not in NAMES:
-            raise BadInputError(f"unknown what-if {name!r}; choose all, auto, none or a list of: "
-                                f"{', '.join(NAMES)}")  # fmt: skip
+            raise BadInputError(
+                f"unknown what-if {name!r}; choose all, auto, none or a list of: {', '.join(NAMES)}"
+            )
         number: int | None = None
         if raw:
             if name not in _VALUED:
@@ -129,8 +132,9 @@ def _plan_one(name: str, value: int | None, ctx: RuleContext, explicit: bool) ->
             return skip("no model forward was seen")
         device = Device.CUDA if ctx.device == "cuda" else Device.CPU
         precision = Precision(name)
-        support = next((s for s in ctx.support if s.device is device
-                        and s.precision is precision), None)  # fmt: skip
+        support = next(
+            (s for s in ctx.support if s.device is device and s.precision is precision), None
+        )
         if support is not None and not support.fast and not explicit:
             return skip(f"no {name} fast path: {support.reason}")
         if facts is not None and facts.autocast:
@@ -160,9 +164,11 @@ def _plan_one(name: str, value: int | None, ctx: RuleContext, explicit: bool) ->
 
 
 def plan_what_ifs(
-    mode: str, chosen: tuple[tuple[str, int | None], ...], ctx: RuleContext,
+    mode: str,
+    chosen: tuple[tuple[str, int | None], ...],
+    ctx: RuleContext,
     pointed: tuple[str, ...],
-) -> list[PlannedWhatIf]:  # fmt: skip
+) -> list[PlannedWhatIf]:
     """The what-ifs to run for ``mode`` (``pointed``: what the fired findings suggest)."""
     if mode == "none":
         return []
@@ -218,14 +224,21 @@ class WhatIfResult:
             return None if x is None or x != x or x in (float("inf"), float("-inf")) else x
 
         return {
-            "name": self.name, "label": self.label, "status": self.status,
-            "reason": self.reason, "notes": list(self.notes), "steps": self.steps,
+            "name": self.name,
+            "label": self.label,
+            "status": self.status,
+            "reason": self.reason,
+            "notes": list(self.notes),
+            "steps": self.steps,
             "steps_per_s": None if self.steps_per_s is None else self.steps_per_s.to_dict(),
             "items_per_s": None if self.items_per_s is None else self.items_per_s.to_dict(),
-            "items_per_step": self.items_per_step, "speedup": finite(self.speedup),
-            "speedup_low": finite(self.speedup_low), "speedup_high": finite(self.speedup_high),
-            "caveat": self.caveat, "details": dict(self.details),
-        }  # fmt: skip
+            "items_per_step": self.items_per_step,
+            "speedup": finite(self.speedup),
+            "speedup_low": finite(self.speedup_low),
+            "speedup_high": finite(self.speedup_high),
+            "caveat": self.caveat,
+            "details": dict(self.details),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WhatIfResult:
@@ -237,15 +250,21 @@ class WhatIfResult:
 
         steps_rate, items_rate = data.get("steps_per_s"), data.get("items_per_s")
         return cls(
-            name=str(data["name"]), label=str(data["label"]), status=str(data["status"]),
-            reason=str(data.get("reason", "")), notes=tuple(str(n) for n in data.get("notes", [])),
+            name=str(data["name"]),
+            label=str(data["label"]),
+            status=str(data["status"]),
+            reason=str(data.get("reason", "")),
+            notes=tuple(str(n) for n in data.get("notes", [])),
             steps=int(data.get("steps", 0)),
             steps_per_s=None if steps_rate is None else Rate.from_dict(steps_rate),
             items_per_s=None if items_rate is None else Rate.from_dict(items_rate),
-            items_per_step=float(data.get("items_per_step", 0.0)), speedup=opt("speedup"),
-            speedup_low=opt("speedup_low"), speedup_high=opt("speedup_high"),
-            caveat=str(data.get("caveat", "")), details=dict(data.get("details", {})),
-        )  # fmt: skip
+            items_per_step=float(data.get("items_per_step", 0.0)),
+            speedup=opt("speedup"),
+            speedup_low=opt("speedup_low"),
+            speedup_high=opt("speedup_high"),
+            caveat=str(data.get("caveat", "")),
+            details=dict(data.get("details", {})),
+        )
 
 
 def caveat_for(name: str, details: dict[str, Any]) -> str:
@@ -261,9 +280,15 @@ def recommend(results: list[WhatIfResult]) -> tuple[str | None, str]:
     Eligible: measured, its speedup's lower bound above 1 (a real gain, not noise), and not
     one that changes the script's results (a cache that freezes random augmentation).
     """
-    eligible = [r for r in results if r.status == "ok" and r.name != "baseline"
-                and r.speedup is not None and (r.speedup_low or 0.0) > 1.0
-                and not r.caveat.startswith("changes results")]  # fmt: skip
+    eligible = [
+        r
+        for r in results
+        if r.status == "ok"
+        and r.name != "baseline"
+        and r.speedup is not None
+        and (r.speedup_low or 0.0) > 1.0
+        and not r.caveat.startswith("changes results")
+    ]
     measured = [r for r in results if r.status == "ok" and r.name != "baseline"]
     if not eligible:
         if not measured:

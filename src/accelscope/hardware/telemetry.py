@@ -125,7 +125,8 @@ class Telemetry:
         """JSON-ready, columnar (one list per field) to stay small."""
         samples = self.samples
         return {
-            "interval_s": self.interval_s, "gpu_status": self.gpu_status,
+            "interval_s": self.interval_s,
+            "gpu_status": self.gpu_status,
             "sm_activity_status": self.sm_activity_status,
             "t_s": [s.t_s for s in samples],
             "cpu_percent": [list(s.cpu_percent) for s in samples],
@@ -137,7 +138,7 @@ class Telemetry:
             "available_bytes": [s.available_bytes for s in samples],
             "swap_used_bytes": [s.swap_used_bytes for s in samples],
             "gpus": [[asdict(g) for g in s.gpus] for s in samples],
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Telemetry:
@@ -158,8 +159,12 @@ class Telemetry:
             )
             for i in range(count)
         )
-        return cls(float(data["interval_s"]), samples, str(data["gpu_status"]),
-                   str(data["sm_activity_status"]))  # fmt: skip
+        return cls(
+            float(data["interval_s"]),
+            samples,
+            str(data["gpu_status"]),
+            str(data["sm_activity_status"]),
+        )
 
 
 class ProcessTree:
@@ -306,16 +311,19 @@ class NvmlSource:
             sm_clock = read("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM)
             mem_clock = read("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM)
             sm_active, tensor_active = self._gpm_read(index, handle)
-            out.append(GpuSample(
-                index=index,
-                utilisation_percent=None if util is None else float(util),
-                memory_used_bytes=None if memory is None else int(memory.used),
-                memory_total_bytes=None if memory is None else int(memory.total),
-                power_w=None if power is None else float(power) / 1000.0,
-                sm_clock_mhz=None if sm_clock is None else float(sm_clock),
-                memory_clock_mhz=None if mem_clock is None else float(mem_clock),
-                sm_active_percent=sm_active, tensor_active_percent=tensor_active,
-            ))  # fmt: skip
+            out.append(
+                GpuSample(
+                    index=index,
+                    utilisation_percent=None if util is None else float(util),
+                    memory_used_bytes=None if memory is None else int(memory.used),
+                    memory_total_bytes=None if memory is None else int(memory.total),
+                    power_w=None if power is None else float(power) / 1000.0,
+                    sm_clock_mhz=None if sm_clock is None else float(sm_clock),
+                    memory_clock_mhz=None if mem_clock is None else float(mem_clock),
+                    sm_active_percent=sm_active,
+                    tensor_active_percent=tensor_active,
+                )
+            )
         return tuple(out)
 
     def close(self) -> None:
@@ -379,12 +387,17 @@ class TelemetrySampler:
         self._previous = current
         memory, swap = psutil.virtual_memory(), psutil.swap_memory()
         sample = TelemetrySample(
-            t_s=self._clock() - self._start, cpu_percent=per_core, iowait_percent=iowait,
-            procs_running=current.procs_running, process_rss_bytes=rss,
-            process_cpu_cores=cores, processes=alive, available_bytes=int(memory.available),
+            t_s=self._clock() - self._start,
+            cpu_percent=per_core,
+            iowait_percent=iowait,
+            procs_running=current.procs_running,
+            process_rss_bytes=rss,
+            process_cpu_cores=cores,
+            processes=alive,
+            available_bytes=int(memory.available),
             swap_used_bytes=int(swap.used),
             gpus=self.gpu.sample() if self.gpu is not None else (),
-        )  # fmt: skip
+        )
         self._samples.append(sample)
         return sample
 
@@ -398,8 +411,7 @@ class TelemetrySampler:
 
     def start(self) -> None:
         """Start sampling in a daemon thread."""
-        self._thread = threading.Thread(target=self._loop, name="accelscope-telemetry",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(target=self._loop, name="accelscope-telemetry", daemon=True)
         self._thread.start()
 
     def stop(self) -> Telemetry:

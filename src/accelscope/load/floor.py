@@ -74,9 +74,14 @@ def measure_harness_floor(
 ) -> HarnessFloor:
     """Run the null trial on a fresh :class:`ThreadedExecutor` of ``instances`` null systems
     under test (``rate_per_s`` per instance, no batching) and return its figures."""
-    settings = TrialSettings(min_duration_s=0.0, min_queries=queries, seed=seed,
-                             query_timeout_s=1.0, stall_limit_s=3.0,
-                             max_lag_p99_s=1.0)  # fmt: skip
+    settings = TrialSettings(
+        min_duration_s=0.0,
+        min_queries=queries,
+        seed=seed,
+        query_timeout_s=1.0,
+        stall_limit_s=3.0,
+        max_lag_p99_s=1.0,
+    )
     executor = ThreadedExecutor([NullSUT() for _ in range(instances)])
     try:
         warm = TrialSettings(**{**settings.to_dict(), "min_queries": FLOOR_WARMUP_QUERIES})

@@ -32,8 +32,9 @@ def _limits(settings: TrialSettings, sla_s: float | None, stop_when_failed: bool
 def run_single_stream(executor: Executor, settings: TrialSettings) -> TrialSummary:
     """One query at a time, the next issued when the previous is done; p90 and p99 with their
     early-stopping estimates. No batching (a batch can only ever hold one query)."""
-    source = ClosedLoop(settings.pool_size, settings.seed, settings.min_queries,
-                        settings.min_duration_s)  # fmt: skip
+    source = ClosedLoop(
+        settings.pool_size, settings.seed, settings.min_queries, settings.min_duration_s
+    )
     record = run_trial(source, executor, NO_BATCHING, _limits(settings, None, False))
     return summarize_trial(record, Scenario.SINGLE_STREAM, NO_BATCHING, settings)
 
@@ -68,7 +69,17 @@ def run_server(
         cv=settings.burstiness_cv,
     )
     samples = sample_indices(len(offsets), settings.pool_size, settings.seed)
-    record = run_trial(OpenSchedule(offsets, samples), executor, policy,
-                       _limits(settings, sla_p99_s, stop_when_failed))  # fmt: skip
-    return summarize_trial(record, Scenario.SERVER, policy, settings,
-                           offered_rate_per_s=rate_per_s, sla_p99_s=sla_p99_s)  # fmt: skip
+    record = run_trial(
+        OpenSchedule(offsets, samples),
+        executor,
+        policy,
+        _limits(settings, sla_p99_s, stop_when_failed),
+    )
+    return summarize_trial(
+        record,
+        Scenario.SERVER,
+        policy,
+        settings,
+        offered_rate_per_s=rate_per_s,
+        sla_p99_s=sla_p99_s,
+    )

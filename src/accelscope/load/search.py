@@ -82,8 +82,9 @@ class CapacitySearch:
         passing = [p for p in self.policies if p.capacity_qps > 0]
         if not passing:
             return None
-        return max(passing, key=lambda p: (p.capacity_qps, -p.policy.max_batch,
-                                           -p.policy.max_delay_s))  # fmt: skip
+        return max(
+            passing, key=lambda p: (p.capacity_qps, -p.policy.max_batch, -p.policy.max_delay_s)
+        )
 
     @property
     def trials(self) -> tuple[TrialSummary, ...]:
@@ -134,7 +135,7 @@ def search_rate(
             break
         rate = (low + high) / 2.0
         if rate < floor:
-            note = (f"no rate down to {floor:.3g} queries/s met the bound")  # fmt: skip
+            note = f"no rate down to {floor:.3g} queries/s met the bound"
             break
     return PolicyCapacity(policy, low, ceiling_qps, tuple(trials), note)
 
@@ -160,8 +161,9 @@ def search_capacity(
     if leader.policy.max_batch > 1 and leader.capacity_qps > 0:
         for delay in settings.max_delays_s[1:]:
             policy = BatchPolicy(leader.policy.max_batch, delay)
-            found = search_rate(trial, policy, leader.ceiling_qps, settings,
-                                start_qps=leader.capacity_qps)  # fmt: skip
+            found = search_rate(
+                trial, policy, leader.ceiling_qps, settings, start_qps=leader.capacity_qps
+            )
             results.append(found)
             if on_policy is not None:
                 on_policy(found)

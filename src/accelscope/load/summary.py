@@ -313,8 +313,9 @@ def summarize_trial(
     early = None
     if scenario is Scenario.SERVER and sla_p99_s is not None:
         over = sum(1 for v in latencies if v > sla_p99_s) + errors
-        early = server_early_stopping(record.issued - cancelled, over, settings.percentile,
-                                      settings.confidence)  # fmt: skip
+        early = server_early_stopping(
+            record.issued - cancelled, over, settings.percentile, settings.confidence
+        )
     p90_estimate = p99_estimate = None
     if scenario is Scenario.SINGLE_STREAM and ordered:
         p90_estimate = percentile_estimate(ordered, 0.90, settings.confidence)

@@ -43,18 +43,33 @@ class ApiComparison:
 
     def to_dict(self) -> dict[str, Any]:
         """The stored ``plan`` document for API mode (JSON-ready)."""
-        return {**{k: v for k, v in self.__dict__.items() if k != "assumptions"},
-                "mode": "api", "assumptions": list(self.assumptions)}  # fmt: skip
+        return {
+            **{k: v for k, v in self.__dict__.items() if k != "assumptions"},
+            "mode": "api",
+            "assumptions": list(self.assumptions),
+        }
 
 
-def compare_api(*, tokens_per_month: float, output_share: float, input_price: float,
-                output_price: float, instance: str, price_per_hour: float,
-                throughput_tokens_per_s: float, throughput_basis: str,
-                headroom: float = 0.2) -> ApiComparison:  # fmt: skip
+def compare_api(
+    *,
+    tokens_per_month: float,
+    output_share: float,
+    input_price: float,
+    output_price: float,
+    instance: str,
+    price_per_hour: float,
+    throughput_tokens_per_s: float,
+    throughput_basis: str,
+    headroom: float = 0.2,
+) -> ApiComparison:
     """Compare an API's bill (prices in $ per million tokens) with renting ``instance``."""
-    for value, what in ((tokens_per_month, "tokens per month"), (input_price, "input price"),
-                        (output_price, "output price"), (price_per_hour, "instance price"),
-                        (throughput_tokens_per_s, "throughput")):  # fmt: skip
+    for value, what in (
+        (tokens_per_month, "tokens per month"),
+        (input_price, "input price"),
+        (output_price, "output price"),
+        (price_per_hour, "instance price"),
+        (throughput_tokens_per_s, "throughput"),
+    ):
         if not math.isfinite(value) or value <= 0:
             raise BadInputError(f"{what} must be positive, got {value!r}")
     if not 0 <= output_share <= 1:
@@ -79,15 +94,26 @@ def compare_api(*, tokens_per_month: float, output_share: float, input_price: fl
         "traffic spread evenly over the month; no staff, storage or egress costs",
     )
     if break_even_value is None:
-        assumptions += (f"even at full use, own tokens cost ${full_use:.4g}/M > the API's "
-                        f"${api_per_million:.4g}/M: no break-even",)  # fmt: skip
+        assumptions += (
+            f"even at full use, own tokens cost ${full_use:.4g}/M > the API's "
+            f"${api_per_million:.4g}/M: no break-even",
+        )
     return ApiComparison(
-        tokens_per_month=tokens_per_month, output_share=output_share,
-        input_price_per_million=input_price, output_price_per_million=output_price,
-        instance=instance, price_per_hour=price_per_hour,
-        throughput_tokens_per_s=throughput_tokens_per_s, throughput_basis=throughput_basis,
-        headroom=headroom, api_monthly=api_monthly, own_instances=instances,
-        own_monthly=own_monthly, own_per_million_full_use=full_use,
-        api_per_million=api_per_million, break_even_tokens_per_month=break_even_value,
-        cheaper=cheaper, assumptions=assumptions,
-    )  # fmt: skip
+        tokens_per_month=tokens_per_month,
+        output_share=output_share,
+        input_price_per_million=input_price,
+        output_price_per_million=output_price,
+        instance=instance,
+        price_per_hour=price_per_hour,
+        throughput_tokens_per_s=throughput_tokens_per_s,
+        throughput_basis=throughput_basis,
+        headroom=headroom,
+        api_monthly=api_monthly,
+        own_instances=instances,
+        own_monthly=own_monthly,
+        own_per_million_full_use=full_use,
+        api_per_million=api_per_million,
+        break_even_tokens_per_month=break_even_value,
+        cheaper=cheaper,
+        assumptions=assumptions,
+    )

@@ -63,49 +63,69 @@ class CapacityEstimate:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"qps_per_instance": self.qps_per_instance, "basis": self.basis,
-                "label": self.label, "meets_sla": self.meets_sla, "latency_s": self.latency_s,
-                "assumptions": list(self.assumptions), "detail": dict(self.detail)}  # fmt: skip
+        return {
+            "qps_per_instance": self.qps_per_instance,
+            "basis": self.basis,
+            "label": self.label,
+            "meets_sla": self.meets_sla,
+            "latency_s": self.latency_s,
+            "assumptions": list(self.assumptions),
+            "detail": dict(self.detail),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CapacityEstimate:
         """Inverse of :meth:`to_dict`."""
         latency = data.get("latency_s")
-        return cls(float(data["qps_per_instance"]), str(data["basis"]), str(data["label"]),
-                   bool(data["meets_sla"]), None if latency is None else float(latency),
-                   tuple(str(a) for a in data.get("assumptions", ())),
-                   dict(data.get("detail", {})))  # fmt: skip
+        return cls(
+            float(data["qps_per_instance"]),
+            str(data["basis"]),
+            str(data["label"]),
+            bool(data["meets_sla"]),
+            None if latency is None else float(latency),
+            tuple(str(a) for a in data.get("assumptions", ())),
+            dict(data.get("detail", {})),
+        )
 
 
 def measured_capacity(doc: LoadCapacity, sla_p99_s: float, devices: int = 1) -> CapacityEstimate:
     """A load run's capacity. Valid for this SLA only if it was measured under an SLA at least
     as strict (a capacity at a stricter p99 is a safe lower bound for a looser one)."""
     strict_enough = doc.valid and doc.sla_p99_s <= sla_p99_s * (1 + 1e-9)
-    notes = [f"load run '{doc.label}': p99 met {doc.sla_p99_s * 1e3:.4g} ms up to "
-             f"{doc.capacity_qps:.4g} qps on this machine"]  # fmt: skip
+    notes = [
+        f"load run '{doc.label}': p99 met {doc.sla_p99_s * 1e3:.4g} ms up to "
+        f"{doc.capacity_qps:.4g} qps on this machine"
+    ]
     if doc.sla_p99_s < sla_p99_s:
         notes.append("measured under a stricter SLA than asked: a lower bound")
     if not doc.valid:
         notes.append("the load run was not valid")
     return CapacityEstimate(
         qps_per_instance=doc.capacity_qps * devices if strict_enough else 0.0,
-        basis="measured", label="measured (SLA-tested)",
-        meets_sla=strict_enough and doc.capacity_qps > 0, assumptions=tuple(notes),
+        basis="measured",
+        label="measured (SLA-tested)",
+        meets_sla=strict_enough and doc.capacity_qps > 0,
+        assumptions=tuple(notes),
         detail={"load_label": doc.label, "load_sla_p99_s": doc.sla_p99_s},
-    )  # fmt: skip
+    )
 
 
-def bench_capacity(throughput_per_s: float, p99_s: float, label: str, sla_p99_s: float) -> (
-        CapacityEstimate):  # fmt: skip
+def bench_capacity(
+    throughput_per_s: float, p99_s: float, label: str, sla_p99_s: float
+) -> CapacityEstimate:
     """A bench configuration's closed-loop throughput, usable when its p99 met the SLA."""
     return CapacityEstimate(
         qps_per_instance=throughput_per_s if p99_s <= sla_p99_s else 0.0,
-        basis="bench", label="bench throughput, not SLA-tested", meets_sla=p99_s <= sla_p99_s,
+        basis="bench",
+        label="bench throughput, not SLA-tested",
+        meets_sla=p99_s <= sla_p99_s,
         latency_s=p99_s,
-        assumptions=(f"bench '{label}': {throughput_per_s:.4g} items/s back to back, p99 "
-                     f"{p99_s * 1e3:.4g} ms per call; open-loop arrivals queue, so the rate "
-                     "that keeps p99 within the SLA is lower (run accelscope load to test it)",),
-    )  # fmt: skip
+        assumptions=(
+            f"bench '{label}': {throughput_per_s:.4g} items/s back to back, p99 "
+            f"{p99_s * 1e3:.4g} ms per call; open-loop arrivals queue, so the rate "
+            "that keeps p99 within the SLA is lower (run accelscope load to test it)",
+        ),
+    )
 
 
 def given_capacity(qps: float) -> CapacityEstimate:
@@ -129,8 +149,9 @@ def _peak_for(dtype: str, peaks: Mapping[str, float]) -> tuple[float | None, str
     return None, None
 
 
-def floor_time_s(operators: Sequence[Operator], peaks: Mapping[str, float],
-                 bandwidth_bytes_per_s: float) -> tuple[float, tuple[str, ...]]:  # fmt: skip
+def floor_time_s(
+    operators: Sequence[Operator], peaks: Mapping[str, float], bandwidth_bytes_per_s: float
+) -> tuple[float, tuple[str, ...]]:
     """Roofline floor of one batch: Σ max(flops / peak, bytes / bandwidth), and the notes."""
     total, notes = 0.0, []
     for op in operators:
@@ -170,27 +191,39 @@ def best_calibration(candidates: Sequence[Calibration], device: str) -> Calibrat
     return max(usable, key=lambda c: c.batch_size / c.batch_time_s) if usable else None
 
 
-def _reference(profile: RooflineProfile, here: Instance | None) -> tuple[
-        Mapping[str, float], float, str]:  # fmt: skip
+def _reference(
+    profile: RooflineProfile, here: Instance | None
+) -> tuple[Mapping[str, float], float, str]:
     """Peaks and bandwidth of THIS machine, as close as possible to the footing of the
     catalog's spec figures: the ``--here`` entry, else the roofline's theoretical ceilings,
     else (each part separately) the measured ones."""
     if here is not None:
-        return (dict(here.peak_ops_per_s), here.memory_bandwidth_bytes_per_s,
-                f"this machine's spec peaks from its catalog entry {here.type}")  # fmt: skip
+        return (
+            dict(here.peak_ops_per_s),
+            here.memory_bandwidth_bytes_per_s,
+            f"this machine's spec peaks from its catalog entry {here.type}",
+        )
     if profile.theoretical_peaks:
         peaks, peak_note = dict(profile.theoretical_peaks), "theoretical peaks"
     else:
         peaks = dict(profile.measured_peaks)
-        peak_note = ("MEASURED peaks (optimistic against the target's spec peaks by its "
-                     "achievable/spec ratio)")  # fmt: skip
+        peak_note = (
+            "MEASURED peaks (optimistic against the target's spec peaks by its "
+            "achievable/spec ratio)"
+        )
     if profile.theoretical_bandwidth_bytes_per_s:
         bandwidth, bw_note = profile.theoretical_bandwidth_bytes_per_s, "theoretical bandwidth"
     else:
         bandwidth = profile.measured_bandwidth_bytes_per_s
         bw_note = "MEASURED bandwidth (optimistic against a spec bandwidth there)"
-    return peaks, bandwidth, (f"this machine's {peak_note} and {bw_note} from the roofline "
-                              "ceilings; give --here TYPE to compare spec with spec")  # fmt: skip
+    return (
+        peaks,
+        bandwidth,
+        (
+            f"this machine's {peak_note} and {bw_note} from the roofline "
+            "ceilings; give --here TYPE to compare spec with spec"
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -206,13 +239,19 @@ class _Method:
 
 def _method(profile: RooflineProfile, calibration: Calibration | None) -> _Method:
     if calibration is None:
-        return _Method(profile.operators, profile.batch_size, profile.measured_time_s,
-                       "unfused", (
-            f"calibrated by the roofline profile's own eager run ({profile.precision}, batch "
-            f"{profile.batch_size}, {profile.measured_time_s * 1e3:.4g} ms per batch); no bench "
-            "result of an optimised configuration to calibrate with (run accelscope bench)",
-            "unfused floor: every operator's inputs and outputs cross memory (eager PyTorch)",
-        ))  # fmt: skip
+        return _Method(
+            profile.operators,
+            profile.batch_size,
+            profile.measured_time_s,
+            "unfused",
+            (
+                f"calibrated by the roofline profile's own eager run ({profile.precision}, batch "
+                f"{profile.batch_size}, {profile.measured_time_s * 1e3:.4g} ms per batch); no "
+                "bench result of an optimised configuration to calibrate with "
+                "(run accelscope bench)",
+                "unfused floor: every operator's inputs and outputs cross memory (eager PyTorch)",
+            ),
+        )
     scale = calibration.batch_size / profile.batch_size
     operators = at_precision(profile.operators, calibration.precision, scale)
     notes = [
@@ -228,16 +267,22 @@ def _method(profile: RooflineProfile, calibration: Calibration | None) -> _Metho
         notes.append(f"element size of {calibration.precision} unknown: bytes kept as profiled")
     if calibration.fused:
         notes.append(FUSION_RULE + f" ({calibration.backend} fuses)")
-        return _Method(fuse(operators), calibration.batch_size, calibration.batch_time_s,
-                       "fused", tuple(notes))  # fmt: skip
+        return _Method(
+            fuse(operators), calibration.batch_size, calibration.batch_time_s, "fused", tuple(notes)
+        )
     notes.append("unfused floor: the calibrating configuration runs eagerly")
-    return _Method(operators, calibration.batch_size, calibration.batch_time_s, "unfused",
-                   tuple(notes))  # fmt: skip
+    return _Method(
+        operators, calibration.batch_size, calibration.batch_time_s, "unfused", tuple(notes)
+    )
 
 
-def project_capacity(profile: RooflineProfile, target: Instance, sla_p99_s: float,
-                     here: Instance | None = None,
-                     calibration: Calibration | None = None) -> CapacityEstimate:  # fmt: skip
+def project_capacity(
+    profile: RooflineProfile,
+    target: Instance,
+    sla_p99_s: float,
+    here: Instance | None = None,
+    calibration: Calibration | None = None,
+) -> CapacityEstimate:
     """Project the model onto ``target``; always an ``estimate``.
 
     With a ``calibration`` (the fastest bench configuration here), the profile's work is mapped
@@ -248,8 +293,9 @@ def project_capacity(profile: RooflineProfile, target: Instance, sla_p99_s: floa
     ref_peaks, ref_bw, ref_note = _reference(profile, here)
     floor_here, here_notes = floor_time_s(method.operators, ref_peaks, ref_bw)
     efficiency = min(1.0, floor_here / method.measured_here_s)
-    floor_there, notes = floor_time_s(method.operators, dict(target.peak_ops_per_s),
-                                      target.memory_bandwidth_bytes_per_s)  # fmt: skip
+    floor_there, notes = floor_time_s(
+        method.operators, dict(target.peak_ops_per_s), target.memory_bandwidth_bytes_per_s
+    )
     batch_time = floor_there / efficiency if efficiency > 0 else float("inf")
     per_device = method.batch_size / batch_time if batch_time > 0 else 0.0
     latency = BATCH_LATENCY_FACTOR * batch_time
@@ -277,13 +323,22 @@ def project_capacity(profile: RooflineProfile, target: Instance, sla_p99_s: floa
             f"p99 ≈ {latency * 1e3:.3g} ms > SLA (calibrate with a smaller batch)",
         )
     return CapacityEstimate(
-        qps_per_instance=per_device * target.devices if meets else 0.0, basis="projected",
-        label=ESTIMATE, meets_sla=meets, latency_s=latency, assumptions=assumptions,
-        detail={"floor": method.floor,
-                "calibration": calibration.label if calibration else "roofline eager run",
-                "precision": calibration.precision if calibration else profile.precision,
-                "floor_here_s": floor_here, "measured_here_s": method.measured_here_s,
-                "efficiency": efficiency, "floor_target_s": floor_there,
-                "batch_time_target_s": batch_time, "batch_size": method.batch_size,
-                "per_device_items_per_s": per_device},
-    )  # fmt: skip
+        qps_per_instance=per_device * target.devices if meets else 0.0,
+        basis="projected",
+        label=ESTIMATE,
+        meets_sla=meets,
+        latency_s=latency,
+        assumptions=assumptions,
+        detail={
+            "floor": method.floor,
+            "calibration": calibration.label if calibration else "roofline eager run",
+            "precision": calibration.precision if calibration else profile.precision,
+            "floor_here_s": floor_here,
+            "measured_here_s": method.measured_here_s,
+            "efficiency": efficiency,
+            "floor_target_s": floor_there,
+            "batch_time_target_s": batch_time,
+            "batch_size": method.batch_size,
+            "per_device_items_per_s": per_device,
+        },
+    )

@@ -41,13 +41,33 @@ _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
 _SHIPPED = "catalog.toml"
 
 _FIELDS = {
-    "type", "provider", "region", "kind", "accelerator", "accelerator_count",
-    "device_memory_bytes", "vcpus", "host_memory_bytes", "price_per_hour",
-    "spot_price_per_hour", "peak_ops_per_s", "memory_bandwidth_bytes_per_s", "sources",
-    "published", "notes",
-}  # fmt: skip
-_PUBLISHED_FIELDS = {"model", "items_per_s", "precision", "batch", "scenario", "accelerators",
-                     "source", "date"}  # fmt: skip
+    "type",
+    "provider",
+    "region",
+    "kind",
+    "accelerator",
+    "accelerator_count",
+    "device_memory_bytes",
+    "vcpus",
+    "host_memory_bytes",
+    "price_per_hour",
+    "spot_price_per_hour",
+    "peak_ops_per_s",
+    "memory_bandwidth_bytes_per_s",
+    "sources",
+    "published",
+    "notes",
+}
+_PUBLISHED_FIELDS = {
+    "model",
+    "items_per_s",
+    "precision",
+    "batch",
+    "scenario",
+    "accelerators",
+    "source",
+    "date",
+}
 _SOURCE_KEYS = ("shape", "price_per_hour", "memory_bandwidth_bytes_per_s")
 
 
@@ -144,18 +164,24 @@ class Instance:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the TOML schema, plus where the entry came from)."""
         return {
-            "type": self.type, "provider": self.provider, "region": self.region,
-            "kind": self.kind, "accelerator": self.accelerator,
+            "type": self.type,
+            "provider": self.provider,
+            "region": self.region,
+            "kind": self.kind,
+            "accelerator": self.accelerator,
             "accelerator_count": self.accelerator_count,
-            "device_memory_bytes": self.device_memory_bytes, "vcpus": self.vcpus,
-            "host_memory_bytes": self.host_memory_bytes, "price_per_hour": self.price_per_hour,
+            "device_memory_bytes": self.device_memory_bytes,
+            "vcpus": self.vcpus,
+            "host_memory_bytes": self.host_memory_bytes,
+            "price_per_hour": self.price_per_hour,
             "spot_price_per_hour": self.spot_price_per_hour,
             "peak_ops_per_s": dict(self.peak_ops_per_s),
             "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
             "sources": {k: s.to_dict() for k, s in self.sources},
             "published": [p.to_dict() for p in self.published],
-            "notes": self.notes, "origin": self.origin,
-        }  # fmt: skip
+            "notes": self.notes,
+            "origin": self.origin,
+        }
 
 
 @dataclass(frozen=True)
@@ -247,12 +273,18 @@ def _published(entry: _Entry, raw: Any) -> tuple[PublishedFigure, ...]:
         date = sub.text("date")
         if not _DATE.match(date):
             raise sub.fail("date", f"must look like 2025-06-30, got {date!r}")
-        figures.append(PublishedFigure(
-            model=sub.text("model"), items_per_s=sub.number("items_per_s"),
-            precision=sub.text("precision"), batch=sub.text("batch"),
-            scenario=sub.text("scenario"), accelerators=sub.count("accelerators"),
-            source=sub.text("source"), date=date,
-        ))  # fmt: skip
+        figures.append(
+            PublishedFigure(
+                model=sub.text("model"),
+                items_per_s=sub.number("items_per_s"),
+                precision=sub.text("precision"),
+                batch=sub.text("batch"),
+                scenario=sub.text("scenario"),
+                accelerators=sub.count("accelerators"),
+                source=sub.text("source"),
+                date=date,
+            )
+        )
     return tuple(figures)
 
 
@@ -304,15 +336,24 @@ def _instance(origin: str, index: int, table: Any) -> Instance:
     if not isinstance(notes, str):
         raise entry.fail("notes", "must be text")
     return Instance(
-        type=entry.text("type"), provider=entry.text("provider"), region=entry.text("region"),
-        kind=kind, accelerator=entry.text("accelerator"), accelerator_count=count,
-        device_memory_bytes=device_memory, vcpus=entry.count("vcpus"),
-        host_memory_bytes=host_memory, price_per_hour=entry.number("price_per_hour"),
-        spot_price_per_hour=spot, peak_ops_per_s=tuple(peaks),
+        type=entry.text("type"),
+        provider=entry.text("provider"),
+        region=entry.text("region"),
+        kind=kind,
+        accelerator=entry.text("accelerator"),
+        accelerator_count=count,
+        device_memory_bytes=device_memory,
+        vcpus=entry.count("vcpus"),
+        host_memory_bytes=host_memory,
+        price_per_hour=entry.number("price_per_hour"),
+        spot_price_per_hour=spot,
+        peak_ops_per_s=tuple(peaks),
         memory_bandwidth_bytes_per_s=entry.number("memory_bandwidth_bytes_per_s"),
         sources=tuple(sources.items()),
-        published=_published(entry, table.get("published", [])), notes=notes, origin=origin,
-    )  # fmt: skip
+        published=_published(entry, table.get("published", [])),
+        notes=notes,
+        origin=origin,
+    )
 
 
 def parse_catalog_text(text: str, origin: str) -> tuple[Instance, ...]:
@@ -323,8 +364,10 @@ def parse_catalog_text(text: str, origin: str) -> tuple[Instance, ...]:
         raise BadInputError(f"catalog {origin}: not valid TOML: {exc}") from None
     unknown = set(data) - {"instance"}
     if unknown:
-        raise BadInputError(f"catalog {origin}: unknown top-level key {sorted(unknown)[0]!r} "
-                            "(expected [[instance]] tables)")  # fmt: skip
+        raise BadInputError(
+            f"catalog {origin}: unknown top-level key {sorted(unknown)[0]!r} "
+            "(expected [[instance]] tables)"
+        )
     tables = data.get("instance")
     if not tables:
         raise BadInputError(f"catalog {origin}: no [[instance]] entries (empty catalog)")
@@ -334,8 +377,10 @@ def parse_catalog_text(text: str, origin: str) -> tuple[Instance, ...]:
     seen: set[str] = set()
     for instance in instances:
         if instance.type in seen:
-            raise BadInputError(f"catalog {origin}: instance {instance.type!r}: field 'type': "
-                                "duplicate name in this file")  # fmt: skip
+            raise BadInputError(
+                f"catalog {origin}: instance {instance.type!r}: field 'type': "
+                "duplicate name in this file"
+            )
         seen.add(instance.type)
     return tuple(instances)
 

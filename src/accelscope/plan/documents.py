@@ -15,11 +15,26 @@ from accelscope.errors import BadInputError
 __all__ = ["LoadCapacity", "Operator", "RooflineProfile", "normalise_dtype"]
 
 _DTYPE_ALIASES = {
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32", "tf32": "fp32",
-    "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
-    "int8": "int8", "qint8": "int8", "quint8": "int8", "uint8": "int8", "i8": "int8",
-    "fp8": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
-}  # fmt: skip
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+    "f32": "fp32",
+    "tf32": "fp32",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "int8": "int8",
+    "qint8": "int8",
+    "quint8": "int8",
+    "uint8": "int8",
+    "i8": "int8",
+    "fp8": "fp8",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+}
 
 
 def normalise_dtype(name: str) -> str | None:
@@ -116,23 +131,36 @@ class RooflineProfile:
             op = _Doc(f"{what} operators[{index}]", raw)
             dtype = op.get("dtype", str)
             time_raw = op.payload.get("measured_time_s")
-            operators.append(Operator(
-                name=op.get("name", str), dtype=dtype,
-                flops=op.number("flops", positive=False), bytes=op.number("bytes", positive=False),
-                measured_time_s=float(time_raw) if isinstance(time_raw, int | float)
-                and not isinstance(time_raw, bool) and math.isfinite(time_raw) else None,
-            ))  # fmt: skip
+            operators.append(
+                Operator(
+                    name=op.get("name", str),
+                    dtype=dtype,
+                    flops=op.number("flops", positive=False),
+                    bytes=op.number("bytes", positive=False),
+                    measured_time_s=float(time_raw)
+                    if isinstance(time_raw, int | float)
+                    and not isinstance(time_raw, bool)
+                    and math.isfinite(time_raw)
+                    else None,
+                )
+            )
         if not operators:
             raise doc.fail("operators", "is empty: nothing to project")
         return cls(
-            model=doc.get("model", str), precision=doc.get("precision", str), batch_size=batch,
-            device=device, environment_fingerprint=doc.get("environment_fingerprint", str),
-            measured_time_s=doc.number("measured_time_s"), floor_time_s=doc.number("floor_time_s"),
-            operators=tuple(operators), measured_peaks=peaks,
+            model=doc.get("model", str),
+            precision=doc.get("precision", str),
+            batch_size=batch,
+            device=device,
+            environment_fingerprint=doc.get("environment_fingerprint", str),
+            measured_time_s=doc.number("measured_time_s"),
+            floor_time_s=doc.number("floor_time_s"),
+            operators=tuple(operators),
+            measured_peaks=peaks,
             measured_bandwidth_bytes_per_s=ceilings.number("bandwidth_bytes_per_s"),
-            theoretical_peaks=theoretical_peaks, theoretical_bandwidth_bytes_per_s=theoretical_bw,
+            theoretical_peaks=theoretical_peaks,
+            theoretical_bandwidth_bytes_per_s=theoretical_bw,
             device_name=str(ceilings.payload.get("device_name", device)),
-        )  # fmt: skip
+        )
 
 
 def _peaks(doc: _Doc, key: str, raw: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
@@ -168,9 +196,11 @@ class LoadCapacity:
         if not isinstance(valid, bool):
             raise doc.fail("valid", "missing or not true/false")
         return cls(
-            model=doc.get("model", str), label=doc.get("label", str),
+            model=doc.get("model", str),
+            label=doc.get("label", str),
             sla_p99_s=doc.number("sla_p99_s"),
             capacity_qps=doc.number("capacity_qps", positive=False),
-            device=device, environment_fingerprint=doc.get("environment_fingerprint", str),
+            device=device,
+            environment_fingerprint=doc.get("environment_fingerprint", str),
             valid=valid,
-        )  # fmt: skip
+        )

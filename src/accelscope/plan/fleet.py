@@ -42,8 +42,11 @@ class PlanSettings:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"sla_p99_s": self.sla_p99_s, "headroom": self.headroom,
-                "min_instances": self.min_instances}  # fmt: skip
+        return {
+            "sla_p99_s": self.sla_p99_s,
+            "headroom": self.headroom,
+            "min_instances": self.min_instances,
+        }
 
 
 @dataclass(frozen=True)
@@ -83,10 +86,14 @@ class OptionCost:
         """JSON-ready dict (the option flattened in)."""
         o = self.option
         return {
-            "name": o.name, "kind": o.kind, "description": o.description,
-            "price_per_hour": o.price_per_hour, "spot_price_per_hour": o.spot_price_per_hour,
+            "name": o.name,
+            "kind": o.kind,
+            "description": o.description,
+            "price_per_hour": o.price_per_hour,
+            "spot_price_per_hour": o.spot_price_per_hour,
             "capacity": None if o.capacity is None else o.capacity.to_dict(),
-            "feasible": self.feasible, "reason": self.reason or o.reason,
+            "feasible": self.feasible,
+            "reason": self.reason or o.reason,
             "instances_at_peak": self.instances_at_peak,
             "hourly_instances": list(self.hourly_instances),
             "monthly_always_on": self.monthly_always_on,
@@ -98,7 +105,7 @@ class OptionCost:
             "per_million_full_use": self.per_million_full_use,
             "utilisation_always_on": self.utilisation_always_on,
             "utilisation_autoscaled": self.utilisation_autoscaled,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -132,10 +139,14 @@ def cost_option(option: Option, traffic: Traffic, settings: PlanSettings) -> Opt
     requests_month = traffic.requests_per_day * _DAYS_PER_MONTH
     served = math.fsum(traffic.hourly_qps)
     result = OptionCost(
-        option, True, "", instances_at_peak=peak_n, hourly_instances=hourly,
+        option,
+        True,
+        "",
+        instances_at_peak=peak_n,
+        hourly_instances=hourly,
         utilisation_always_on=served / (peak_n * cap * HOURS),
         utilisation_autoscaled=served / (math.fsum(hourly) * cap),
-    )  # fmt: skip
+    )
     price = option.price_per_hour
     if price is None:
         return result
@@ -167,8 +178,9 @@ def _money(value: float) -> str:
     return f"${value:,.0f}" if value >= 100 else f"${value:,.2f}"
 
 
-def _recommend(ranked: Sequence[OptionCost], traffic: Traffic, settings: PlanSettings) -> (
-        Recommendation):  # fmt: skip
+def _recommend(
+    ranked: Sequence[OptionCost], traffic: Traffic, settings: PlanSettings
+) -> Recommendation:
     priced = [c for c in ranked if c.feasible and c.monthly_autoscaled is not None]
     sla = f"p99 ≤ {settings.sla_p99_s * 1e3:g} ms"
     if not priced:
@@ -199,22 +211,27 @@ def _recommend(ranked: Sequence[OptionCost], traffic: Traffic, settings: PlanSet
                 f"a CPU instance is the cheapest that meets the SLA: the cheapest GPU option "
                 f"({g.option.name}) would cost {_money(g.monthly_autoscaled or 0)}/month and run "
                 f"at {g.utilisation_autoscaled or 0:.0%} average utilisation at this traffic"
-            )  # fmt: skip
+            )
         else:
             why.append("a CPU instance is the cheapest option that meets the SLA")
     if best.utilisation_always_on is not None and best.utilisation_always_on < 0.5:
         ratio = 1 / best.utilisation_always_on if best.utilisation_always_on > 0 else math.inf
-        why.append(f"always on, the fleet is {best.utilisation_always_on:.0%} utilised: each "
-                   f"inference costs {ratio:.3g}x what it would at full use; autoscaling or "
-                   "scale-to-zero recovers most of that")  # fmt: skip
+        why.append(
+            f"always on, the fleet is {best.utilisation_always_on:.0%} utilised: each "
+            f"inference costs {ratio:.3g}x what it would at full use; autoscaling or "
+            "scale-to-zero recovers most of that"
+        )
     if cap.is_estimate:
-        why.append("the capacity is an ESTIMATE projected from a roofline profile: measure on "
-                   "the target (accelscope load) before buying")  # fmt: skip
+        why.append(
+            "the capacity is an ESTIMATE projected from a roofline profile: measure on "
+            "the target (accelscope load) before buying"
+        )
     return Recommendation(best.option.name, tuple(why))
 
 
-def plan_fleet(options: Sequence[Option], traffic: Traffic, settings: PlanSettings) -> tuple[
-        tuple[OptionCost, ...], Recommendation]:  # fmt: skip
+def plan_fleet(
+    options: Sequence[Option], traffic: Traffic, settings: PlanSettings
+) -> tuple[tuple[OptionCost, ...], Recommendation]:
     """Cost every option and rank them: feasible and priced first, cheapest (autoscaled)
     first; then feasible without a price; then infeasible ones, in input order."""
     costs = [cost_option(option, traffic, settings) for option in options]

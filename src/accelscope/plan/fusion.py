@@ -49,38 +49,146 @@ FUSION_RULE = (
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1}
 """Bytes per element of each precision a configuration runs in."""
 
-_ANCHORS = frozenset({
-    "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-    "conv_transpose2d", "conv_transpose3d", "mkldnn_convolution", "_mkldnn_convolution",
-    "cudnn_convolution", "cudnn_convolution_transpose", "_convolution_mode",
-    "mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "linear", "_linear", "mkldnn_linear",
-    "matmul", "_int_mm", "mv", "addmv", "einsum",
-    "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_attention_math", "_scaled_dot_product_cudnn_attention",
-    "_scaled_dot_product_fused_attention_overrideable",
-})  # fmt: skip
+_ANCHORS = frozenset(
+    {
+        "convolution",
+        "_convolution",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "mkldnn_convolution",
+        "_mkldnn_convolution",
+        "cudnn_convolution",
+        "cudnn_convolution_transpose",
+        "_convolution_mode",
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "_addmm_activation",
+        "linear",
+        "_linear",
+        "mkldnn_linear",
+        "matmul",
+        "_int_mm",
+        "mv",
+        "addmv",
+        "einsum",
+        "scaled_dot_product_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_fused_attention_overrideable",
+    }
+)
 
-_FUSED = frozenset({
-    # elementwise and activations
-    "add", "sub", "mul", "div", "rsub", "neg", "abs", "relu", "relu6", "gelu", "silu",
-    "sigmoid", "tanh", "exp", "exp2", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "pow",
-    "hardtanh", "hardswish", "hardsigmoid", "clamp", "clamp_min", "clamp_max", "leaky_relu",
-    "elu", "selu", "celu", "erf", "erfc", "where", "maximum", "minimum", "masked_fill",
-    "reciprocal", "square", "softplus", "mish", "threshold", "prelu", "glu", "_add_relu",
-    "addcmul", "addcdiv", "lerp", "sin", "cos",
-    # norms and softmax
-    "batch_norm", "native_batch_norm", "_batch_norm_impl_index",
-    "_native_batch_norm_legit_no_training", "_native_batch_norm_legit", "_batch_norm_no_update",
-    "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "instance_norm",
-    "rms_norm", "_fused_rms_norm", "softmax", "_softmax", "log_softmax", "_log_softmax",
-    "_safe_softmax",
-    # casts, views, layout copies, inference no-ops
-    "to", "_to_copy", "type_as", "contiguous", "view", "view_as", "_unsafe_view", "reshape",
-    "_reshape_alias", "flatten", "unflatten", "permute", "transpose", "t", "expand",
-    "squeeze", "unsqueeze", "detach", "alias", "lift_fresh", "dropout", "native_dropout",
-    "feature_dropout", "alpha_dropout", "quantize_per_tensor", "dequantize",
-})  # fmt: skip
+_FUSED = frozenset(
+    {
+        # elementwise and activations
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "rsub",
+        "neg",
+        "abs",
+        "relu",
+        "relu6",
+        "gelu",
+        "silu",
+        "sigmoid",
+        "tanh",
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log1p",
+        "log2",
+        "sqrt",
+        "rsqrt",
+        "pow",
+        "hardtanh",
+        "hardswish",
+        "hardsigmoid",
+        "clamp",
+        "clamp_min",
+        "clamp_max",
+        "leaky_relu",
+        "elu",
+        "selu",
+        "celu",
+        "erf",
+        "erfc",
+        "where",
+        "maximum",
+        "minimum",
+        "masked_fill",
+        "reciprocal",
+        "square",
+        "softplus",
+        "mish",
+        "threshold",
+        "prelu",
+        "glu",
+        "_add_relu",
+        "addcmul",
+        "addcdiv",
+        "lerp",
+        "sin",
+        "cos",
+        # norms and softmax
+        "batch_norm",
+        "native_batch_norm",
+        "_batch_norm_impl_index",
+        "_native_batch_norm_legit_no_training",
+        "_native_batch_norm_legit",
+        "_batch_norm_no_update",
+        "layer_norm",
+        "native_layer_norm",
+        "group_norm",
+        "native_group_norm",
+        "instance_norm",
+        "rms_norm",
+        "_fused_rms_norm",
+        "softmax",
+        "_softmax",
+        "log_softmax",
+        "_log_softmax",
+        "_safe_softmax",
+        # casts, views, layout copies, inference no-ops
+        "to",
+        "_to_copy",
+        "type_as",
+        "contiguous",
+        "view",
+        "view_as",
+        "_unsafe_view",
+        "reshape",
+        "_reshape_alias",
+        "flatten",
+        "unflatten",
+        "permute",
+        "transpose",
+        "t",
+        "expand",
+        "squeeze",
+        "unsqueeze",
+        "detach",
+        "alias",
+        "lift_fresh",
+        "dropout",
+        "native_dropout",
+        "feature_dropout",
+        "alpha_dropout",
+        "quantize_per_tensor",
+        "dequantize",
+    }
+)
 
 
 def op_base_name(name: str) -> str:
@@ -101,12 +209,14 @@ def fusion_role(name: str) -> str:
 
 def fuse(operators: Sequence[Operator]) -> tuple[Operator, ...]:
     """The operators as an optimising runtime runs them: fused operators move 0 bytes."""
-    return tuple(replace(op, bytes=0.0) if fusion_role(op.name) == FUSED else op
-                 for op in operators)  # fmt: skip
+    return tuple(
+        replace(op, bytes=0.0) if fusion_role(op.name) == FUSED else op for op in operators
+    )
 
 
-def at_precision(operators: Sequence[Operator], precision: str, scale: float = 1.0) -> (
-        tuple[Operator, ...]):  # fmt: skip
+def at_precision(
+    operators: Sequence[Operator], precision: str, scale: float = 1.0
+) -> tuple[Operator, ...]:
     """The same work run in ``precision`` and scaled ``scale`` times (batch ratio).
 
     FLOPs and bytes scale linearly with the batch (so weight traffic is scaled too: an
@@ -120,6 +230,7 @@ def at_precision(operators: Sequence[Operator], precision: str, scale: float = 1
         own = ELEMENT_BYTES.get(normalise_dtype(op.dtype) or "")
         ratio = size / own if size and own else 1.0
         dtype = precision if fusion_role(op.name) == ANCHOR else op.dtype
-        converted.append(replace(op, dtype=dtype, flops=op.flops * scale,
-                                 bytes=op.bytes * scale * ratio))  # fmt: skip
+        converted.append(
+            replace(op, dtype=dtype, flops=op.flops * scale, bytes=op.bytes * scale * ratio)
+        )
     return tuple(converted)

@@ -38,9 +38,29 @@ RUNTIME_FIXED_BYTES = 1 << 30
 """Per GPU: CUDA context, cuBLAS/attention workspaces, graphs."""
 RUNTIME_FRACTION = 0.10
 """Per GPU: allocator fragmentation and reserve (vLLM's default leaves 10 % of the device)."""
-_GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-                "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "deepseek_v2", "deepseek_v3",
-                "olmo", "olmo2", "granite", "cohere", "cohere2", "exaone", "internlm2"}  # fmt: skip
+_GATED_TYPES = {
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "phi3",
+    "deepseek_v2",
+    "deepseek_v3",
+    "olmo",
+    "olmo2",
+    "granite",
+    "cohere",
+    "cohere2",
+    "exaone",
+    "internlm2",
+}
 _GATED_ACTS = {"silu", "swiglu", "geglu", "gelu_pytorch_tanh_gated"}
 
 
@@ -82,10 +102,16 @@ class ModelShape:
         h, n = self.hidden, self.heads
         if self.mla:
             qk = self.qk_nope_head_dim + self.qk_rope_head_dim
-            q = (h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * n * qk
-                 if self.q_lora_rank else h * n * qk)  # fmt: skip
-            kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
-                  + self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim))  # fmt: skip
+            q = (
+                h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * n * qk
+                if self.q_lora_rank
+                else h * n * qk
+            )
+            kv = (
+                h * (self.kv_lora_rank + self.qk_rope_head_dim)
+                + self.kv_lora_rank
+                + self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
+            )
             return q + kv + n * self.v_head_dim * h
         d = self.head_dim
         return h * n * d + 2 * h * self.kv_heads * d + n * d * h
@@ -100,9 +126,11 @@ class ModelShape:
         dense_layers = self.layers - moe_layers
         mlp = dense_layers * self.mlp_params(self.intermediate)
         if moe_layers:
-            per_layer = (self.experts * self.mlp_params(self.expert_intermediate)
-                         + self.mlp_params(self.shared_expert_intermediate)
-                         + self.hidden * self.experts)  # router  # fmt: skip
+            per_layer = (
+                self.experts * self.mlp_params(self.expert_intermediate)
+                + self.mlp_params(self.shared_expert_intermediate)
+                + self.hidden * self.experts
+            )  # router
             mlp += moe_layers * per_layer
         embed = self.vocab * self.hidden
         return {
@@ -133,8 +161,9 @@ def _int(config: Mapping[str, Any], key: str, origin: str, default: int | None =
     if value is None:
         raise BadInputError(f"config {origin}: key {key!r} missing")
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise BadInputError(f"config {origin}: key {key!r} must be a positive integer, "
-                            f"got {value!r}")  # fmt: skip
+        raise BadInputError(
+            f"config {origin}: key {key!r} must be a positive integer, got {value!r}"
+        )
     return value
 
 
@@ -166,25 +195,34 @@ def shape_from_config(config: Mapping[str, Any], origin: str = "config.json") ->
     heads = _int(config, "num_attention_heads", origin)
     kv_heads = _int(config, "num_key_value_heads", origin, heads)
     if heads % kv_heads:
-        raise BadInputError(f"config {origin}: num_attention_heads ({heads}) is not a multiple "
-                            f"of num_key_value_heads ({kv_heads})")  # fmt: skip
+        raise BadInputError(
+            f"config {origin}: num_attention_heads ({heads}) is not a multiple "
+            f"of num_key_value_heads ({kv_heads})"
+        )
     head_dim = config.get("head_dim") or hidden // heads
     head_dim = _int({"head_dim": head_dim}, "head_dim", origin)
     notes = []
     act = str(config.get("hidden_act", config.get("hidden_activation", ""))).lower()
     gated = model_type in _GATED_TYPES or act in _GATED_ACTS
-    notes.append(f"MLP {'gated (3 matrices)' if gated else 'not gated (2 matrices)'} "
-                 f"for model_type {model_type!r}")  # fmt: skip
+    notes.append(
+        f"MLP {'gated (3 matrices)' if gated else 'not gated (2 matrices)'} "
+        f"for model_type {model_type!r}"
+    )
     tied = config.get("tie_word_embeddings", True)
     if "tie_word_embeddings" not in config:
         notes.append("tie_word_embeddings absent: tied (the transformers default)")
-    experts = int(config.get("num_local_experts") or config.get("n_routed_experts")
-                  or config.get("num_experts") or 0)  # fmt: skip
+    experts = int(
+        config.get("num_local_experts")
+        or config.get("n_routed_experts")
+        or config.get("num_experts")
+        or 0
+    )
     intermediate = _int(config, "intermediate_size", origin)
     shared = 0
     if config.get("n_shared_experts"):
-        shared = int(config["n_shared_experts"]) * int(config.get("moe_intermediate_size")
-                                                      or intermediate)  # fmt: skip
+        shared = int(config["n_shared_experts"]) * int(
+            config.get("moe_intermediate_size") or intermediate
+        )
     elif config.get("shared_expert_intermediate_size"):
         shared = int(config["shared_expert_intermediate_size"])
     window, sliding_layers, window_note = _sliding(config, layers, model_type)
@@ -192,24 +230,37 @@ def shape_from_config(config: Mapping[str, Any], origin: str = "config.json") ->
         notes.append(window_note)
     kv_lora = int(config.get("kv_lora_rank") or 0)
     if kv_lora:
-        notes.append("MLA: the KV cache holds one latent (kv_lora_rank + qk_rope_head_dim) per "
-                     "layer and token")  # fmt: skip
+        notes.append(
+            "MLA: the KV cache holds one latent (kv_lora_rank + qk_rope_head_dim) per "
+            "layer and token"
+        )
     if experts:
         notes.append(f"MoE: {experts} experts per MoE layer, all resident in memory")
     return ModelShape(
-        model_type=model_type, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
-        head_dim=head_dim, intermediate=intermediate, vocab=_int(config, "vocab_size", origin),
-        tied_embeddings=bool(tied), gated_mlp=gated, experts=experts,
+        model_type=model_type,
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=intermediate,
+        vocab=_int(config, "vocab_size", origin),
+        tied_embeddings=bool(tied),
+        gated_mlp=gated,
+        experts=experts,
         experts_per_token=int(config.get("num_experts_per_tok") or 0),
         expert_intermediate=int(config.get("moe_intermediate_size") or intermediate),
         shared_expert_intermediate=shared,
         dense_layers=int(config.get("first_k_dense_replace") or 0) if experts else 0,
-        kv_lora_rank=kv_lora, q_lora_rank=int(config.get("q_lora_rank") or 0),
+        kv_lora_rank=kv_lora,
+        q_lora_rank=int(config.get("q_lora_rank") or 0),
         qk_rope_head_dim=int(config.get("qk_rope_head_dim") or 0),
         qk_nope_head_dim=int(config.get("qk_nope_head_dim") or 0),
         v_head_dim=int(config.get("v_head_dim") or 0),
-        sliding_window=window, sliding_layers=sliding_layers, notes=tuple(notes),
-    )  # fmt: skip
+        sliding_window=window,
+        sliding_layers=sliding_layers,
+        notes=tuple(notes),
+    )
 
 
 def load_config(path: Path) -> dict[str, Any]:
@@ -272,8 +323,12 @@ class MemoryEstimate:
     def to_dict(self) -> dict[str, Any]:
         """The stored ``plan`` document for memory mode (JSON-ready)."""
         data = {k: v for k, v in self.__dict__.items() if k not in ("fits", "assumptions")}
-        return {**data, "mode": "memory", "fits": [f.to_dict() for f in self.fits],
-                "assumptions": list(self.assumptions)}  # fmt: skip
+        return {
+            **data,
+            "mode": "memory",
+            "fits": [f.to_dict() for f in self.fits],
+            "assumptions": list(self.assumptions),
+        }
 
 
 def _activations(shape: ModelShape, batch: int, context: int, act_bytes: float) -> float:
@@ -293,17 +348,26 @@ def _fit(usable_per_gpu: float, gpus: int, need_shared: float, need_per_gpu: flo
     return None
 
 
-def estimate_memory(shape: ModelShape, *, context: int, batch: int, precision: str,
-                    catalog: Catalog, kv_precision: str | None = None,
-                    origin: str = "config.json") -> MemoryEstimate:  # fmt: skip
+def estimate_memory(
+    shape: ModelShape,
+    *,
+    context: int,
+    batch: int,
+    precision: str,
+    catalog: Catalog,
+    kv_precision: str | None = None,
+    origin: str = "config.json",
+) -> MemoryEstimate:
     """Memory to serve ``batch`` sequences of ``context`` tokens at ``precision``."""
     if precision not in BYTES_PER_PARAM:
-        raise BadInputError(f"precision {precision!r} unknown; choose one of "
-                            f"{', '.join(BYTES_PER_PARAM)}")  # fmt: skip
+        raise BadInputError(
+            f"precision {precision!r} unknown; choose one of {', '.join(BYTES_PER_PARAM)}"
+        )
     kv_precision = kv_precision or (precision if precision != "int4" else "bf16")
     if kv_precision not in BYTES_PER_PARAM or kv_precision == "int4":
-        raise BadInputError(f"KV cache precision {kv_precision!r} unknown; choose fp32, bf16, "
-                            "fp16, fp8 or int8")  # fmt: skip
+        raise BadInputError(
+            f"KV cache precision {kv_precision!r} unknown; choose fp32, bf16, fp16, fp8 or int8"
+        )
     params = shape.params()
     weights = math.fsum(params.values()) * BYTES_PER_PARAM[precision]
     kv_bytes = BYTES_PER_PARAM[kv_precision]
@@ -320,10 +384,17 @@ def estimate_memory(shape: ModelShape, *, context: int, batch: int, precision: s
         usable = gpu.device_memory_bytes * (1 - fraction) - fixed
         needed = _fit(usable, gpu.accelerator_count, weights + kv, activations)
         room = gpu.accelerator_count * usable - weights - activations * gpu.accelerator_count
-        fits.append(GpuFit(gpu.type, gpu.accelerator, gpu.accelerator_count,
-                           gpu.device_memory_bytes, needed,
-                           max(0, math.floor(room / per_sequence)) if per_sequence else 0,
-                           gpu.price_per_hour))  # fmt: skip
+        fits.append(
+            GpuFit(
+                gpu.type,
+                gpu.accelerator,
+                gpu.accelerator_count,
+                gpu.device_memory_bytes,
+                needed,
+                max(0, math.floor(room / per_sequence)) if per_sequence else 0,
+                gpu.price_per_hour,
+            )
+        )
     assumptions = (
         *shape.notes,
         f"weights at {precision} ({BYTES_PER_PARAM[precision]:g} B/param), KV cache at "
@@ -335,9 +406,19 @@ def estimate_memory(shape: ModelShape, *, context: int, batch: int, precision: s
         "multi-GPU: weights and KV cache split evenly by tensor parallelism over 1, 2, 4, 8 GPUs",
     )
     return MemoryEstimate(
-        config=origin, precision=precision, kv_precision=kv_precision, context_tokens=context,
-        batch=batch, params=params, weights_bytes=weights, kv_bytes_per_token=per_token,
-        kv_bytes_per_sequence=per_sequence, kv_bytes=kv, activation_bytes=activations,
-        overhead_bytes=overhead, total_bytes=working + overhead, fits=tuple(fits),
+        config=origin,
+        precision=precision,
+        kv_precision=kv_precision,
+        context_tokens=context,
+        batch=batch,
+        params=params,
+        weights_bytes=weights,
+        kv_bytes_per_token=per_token,
+        kv_bytes_per_sequence=per_sequence,
+        kv_bytes=kv,
+        activation_bytes=activations,
+        overhead_bytes=overhead,
+        total_bytes=working + overhead,
+        fits=tuple(fits),
         assumptions=assumptions,
-    )  # fmt: skip
+    )

@@ -49,11 +49,21 @@ class BenchFigure:
 
     def calibration(self) -> Calibration | None:
         """This figure as a projection calibration (``None`` without its configuration)."""
-        if not self.backend or not self.precision or self.batch_size <= 0 or (
-                self.batch_time_s <= 0):  # fmt: skip
+        if (
+            not self.backend
+            or not self.precision
+            or self.batch_size <= 0
+            or (self.batch_time_s <= 0)
+        ):
             return None
-        return Calibration(self.label, self.backend, self.precision, self.batch_size,
-                           self.batch_time_s, self.device)  # fmt: skip
+        return Calibration(
+            self.label,
+            self.backend,
+            self.precision,
+            self.batch_size,
+            self.batch_time_s,
+            self.device,
+        )
 
 
 @dataclass(frozen=True)
@@ -69,8 +79,11 @@ class Evidence:
     @property
     def device(self) -> str | None:
         """The device the measurements ran on (``cpu``/``cuda``), if any says."""
-        for device in ([c.device for c in self.capacities] + [b.device for b in self.bench]
-                       + ([self.profile.device] if self.profile else [])):  # fmt: skip
+        for device in (
+            [c.device for c in self.capacities]
+            + [b.device for b in self.bench]
+            + ([self.profile.device] if self.profile else [])
+        ):
             return device
         return None
 
@@ -91,16 +104,22 @@ class CapacityPlan:
     def to_dict(self) -> dict[str, Any]:
         """The stored ``plan`` document (JSON-ready); the views render this form."""
         return {
-            "schema": PLAN_SCHEMA, "mode": "capacity", "model": self.model,
-            "traffic": self.traffic.to_dict(), "settings": self.settings.to_dict(),
+            "schema": PLAN_SCHEMA,
+            "mode": "capacity",
+            "model": self.model,
+            "traffic": self.traffic.to_dict(),
+            "settings": self.settings.to_dict(),
             "options": [o.to_dict() for o in self.options],
-            "recommendation": self.recommendation.to_dict(), "here": self.here,
-            "catalog_files": list(self.catalog_files), "sources": list(self.sources),
-        }  # fmt: skip
+            "recommendation": self.recommendation.to_dict(),
+            "here": self.here,
+            "catalog_files": list(self.catalog_files),
+            "sources": list(self.sources),
+        }
 
 
-def _here_capacity(evidence: Evidence, settings: PlanSettings, devices: int) -> (
-        CapacityEstimate | None):  # fmt: skip
+def _here_capacity(
+    evidence: Evidence, settings: PlanSettings, devices: int
+) -> CapacityEstimate | None:
     """The best capacity measured here: given > load (SLA-tested) > bench."""
     if evidence.given_qps is not None:
         return given_capacity(evidence.given_qps)
@@ -108,8 +127,9 @@ def _here_capacity(evidence: Evidence, settings: PlanSettings, devices: int) -> 
     usable = [c for c in loads if c.meets_sla]
     if usable:
         return max(usable, key=lambda c: c.qps_per_instance)
-    benches = [bench_capacity(b.items_per_s, b.p99_s, b.label, settings.sla_p99_s)
-               for b in evidence.bench]  # fmt: skip
+    benches = [
+        bench_capacity(b.items_per_s, b.p99_s, b.label, settings.sla_p99_s) for b in evidence.bench
+    ]
     fitting = [b for b in benches if b.meets_sla]
     if fitting:
         return max(fitting, key=lambda c: c.qps_per_instance)
@@ -122,8 +142,10 @@ def _check_here(here: Instance, evidence: Evidence) -> None:
         return
     expected = "gpu" if device == "cuda" else "cpu"
     if here.kind != expected:
-        raise BadInputError(f"--here {here.type} is a {here.kind} instance, but the measurements "
-                            f"here ran on {device}")  # fmt: skip
+        raise BadInputError(
+            f"--here {here.type} is a {here.kind} instance, but the measurements "
+            f"here ran on {device}"
+        )
 
 
 def _option(instance: Instance, capacity: CapacityEstimate | None, reason: str = "") -> Option:
@@ -131,8 +153,15 @@ def _option(instance: Instance, capacity: CapacityEstimate | None, reason: str =
         description = f"{instance.accelerator_count}x {instance.accelerator}"
     else:
         description = f"{instance.accelerator.split(' (')[0]}, {instance.vcpus} vCPU"
-    return Option(instance.type, instance.kind, description, instance.price_per_hour, capacity,
-                  reason, instance.spot_price_per_hour)  # fmt: skip
+    return Option(
+        instance.type,
+        instance.kind,
+        description,
+        instance.price_per_hour,
+        capacity,
+        reason,
+        instance.spot_price_per_hour,
+    )
 
 
 def build_plan(
@@ -159,9 +188,15 @@ def build_plan(
         calibration = best_calibration([c for c in found if c is not None], profile.device)
     options: list[Option] = []
     if here_instance is None and here_cap is not None:
-        options.append(Option(THIS_MACHINE, evidence.device or "cpu",
-                              "where the measurements ran (give --here TYPE to price it)",
-                              None, here_cap))  # fmt: skip
+        options.append(
+            Option(
+                THIS_MACHINE,
+                evidence.device or "cpu",
+                "where the measurements ran (give --here TYPE to price it)",
+                None,
+                here_cap,
+            )
+        )
     for instance in instances:
         if instance is here_instance and here_cap is not None:
             options.append(_option(instance, here_cap))
@@ -171,13 +206,20 @@ def build_plan(
             )
             options.append(_option(instance, projected))
         else:
-            options.append(_option(instance, None, f"no roofline profile of {model} to project "
-                                   f"from (run: accelscope roofline {model})"))  # fmt: skip
+            options.append(
+                _option(
+                    instance,
+                    None,
+                    f"no roofline profile of {model} to project "
+                    f"from (run: accelscope roofline {model})",
+                )
+            )
     if not any(o.capacity is not None for o in options):
         raise BadInputError(
             f"nothing known about {model}'s capacity: no roofline profile, load capacity or bench "
             "result in the store for it (run accelscope roofline/load/bench, or give --capacity)"
         )
     ranked, recommendation = plan_fleet(options, traffic, settings)
-    return CapacityPlan(model, traffic, settings, ranked, recommendation, here,
-                        catalog.files, evidence.sources)  # fmt: skip
+    return CapacityPlan(
+        model, traffic, settings, ranked, recommendation, here, catalog.files, evidence.sources
+    )

@@ -57,8 +57,12 @@ class Traffic:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"hourly_qps": list(self.hourly_qps), "peak_qps": self.peak_qps,
-                "description": self.description, "notes": list(self.notes)}  # fmt: skip
+        return {
+            "hourly_qps": list(self.hourly_qps),
+            "peak_qps": self.peak_qps,
+            "description": self.description,
+            "notes": list(self.notes),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Traffic:
@@ -198,14 +202,22 @@ def _spread(start_s: float, end_s: float, weight: float, sums: list[float]) -> N
         t = stop
 
 
-def _from_coverage(rates: list[float], covered: list[float], peak: float, total: float,
-                   span_s: float, description: str) -> Traffic:  # fmt: skip
+def _from_coverage(
+    rates: list[float],
+    covered: list[float],
+    peak: float,
+    total: float,
+    span_s: float,
+    description: str,
+) -> Traffic:
     if all(c > 0 for c in covered):
         hourly = [r / c for r, c in zip(rates, covered, strict=True)]
         return Traffic(tuple(hourly), max(peak, max(hourly)), description)
     mean = total / span_s
-    note = (f"the trace covers {span_s / 3600:.2g} h, not every hour of the day: its mean rate "
-            f"({mean:.4g} qps) is assumed all day and its peak kept for sizing")  # fmt: skip
+    note = (
+        f"the trace covers {span_s / 3600:.2g} h, not every hour of the day: its mean rate "
+        f"({mean:.4g} qps) is assumed all day and its peak kept for sizing"
+    )
     return Traffic((mean,) * HOURS, max(peak, mean), description, (note,))
 
 
@@ -223,8 +235,9 @@ def _rate_trace(rows: list[tuple[int, list[str]]], source: _File) -> Traffic:
         total += rate * (end - t)
     span = points[-1][1] - points[0][1] + (points[-1][1] - points[-2][1])
     peak = max(rate for _, _, rate in points)
-    return _from_coverage(sums, covered, peak, total, span,
-                          f"rate trace {source.name} ({len(points)} samples)")  # fmt: skip
+    return _from_coverage(
+        sums, covered, peak, total, span, f"rate trace {source.name} ({len(points)} samples)"
+    )
 
 
 def _request_trace(rows: list[tuple[int, list[str]]], source: _File) -> Traffic:
@@ -244,8 +257,14 @@ def _request_trace(rows: list[tuple[int, list[str]]], source: _File) -> Traffic:
         busiest = max(busiest, end - start + 1)
     span = stamps[-1] - stamps[0]
     peak = busiest / min(window, span)
-    return _from_coverage(counts, covered, peak, float(len(stamps)), span,
-                          f"request trace {source.name} ({len(stamps)} requests)")  # fmt: skip
+    return _from_coverage(
+        counts,
+        covered,
+        peak,
+        float(len(stamps)),
+        span,
+        f"request trace {source.name} ({len(stamps)} requests)",
+    )
 
 
 def parse_traffic_text(text: str, name: str) -> Traffic:
@@ -255,8 +274,9 @@ def parse_traffic_text(text: str, name: str) -> Traffic:
     if len(rows[0][1]) == 1:
         return _request_trace(rows, source)
     first = header[0] if header else ""
-    hours_like = all(_looks_numeric(c[0]) and float(c[0]).is_integer() and 0 <= float(c[0]) < 24
-                     for _, c in rows)  # fmt: skip
+    hours_like = all(
+        _looks_numeric(c[0]) and float(c[0]).is_integer() and 0 <= float(c[0]) < 24 for _, c in rows
+    )
     if first.startswith("hour") or (not first and hours_like and len(rows) == HOURS):
         traffic = _hourly(rows, source)
     else:

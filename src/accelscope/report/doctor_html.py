@@ -19,15 +19,29 @@ from accelscope.units import format_bytes, format_seconds
 
 __all__ = ["render_doctor_report"]
 
-PHASE_COLORS = {"input": "#dc2626", "copy": "#c026d3", "forward": "#2563eb",
-                "backward": "#0891b2", "optimizer": "#16a34a", "sync": "#d97706",
-                "other": "#9ca3af"}  # fmt: skip
+PHASE_COLORS = {
+    "input": "#dc2626",
+    "copy": "#c026d3",
+    "forward": "#2563eb",
+    "backward": "#0891b2",
+    "optimizer": "#16a34a",
+    "sync": "#d97706",
+    "other": "#9ca3af",
+}
 
 
 def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
-    return chart_layout(title, x_title, y_title, **{
-        "height": 380, "margin": {"l": 70, "r": 70, "t": 50, "b": 50}, "barmode": "stack",
-        **extra})  # fmt: skip
+    return chart_layout(
+        title,
+        x_title,
+        y_title,
+        **{
+            "height": 380,
+            "margin": {"l": 70, "r": 70, "t": 50, "b": 50},
+            "barmode": "stack",
+            **extra,
+        },
+    )
 
 
 def _breakdown_figure(result: DoctorResult) -> dict[str, Any]:
@@ -63,14 +77,26 @@ def _telemetry_figure(result: DoctorResult) -> dict[str, Any] | None:
     ts = [s.t_s for s in samples]
     cores = len(samples[0].cpu_percent)
     traces: list[dict[str, Any]] = [
-        {"type": "scatter", "mode": "lines", "name": f"cpu{i} %", "x": ts,
-         "y": [s.cpu_percent[i] if i < len(s.cpu_percent) else None for s in samples],
-         "line": {"width": 1}}
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": f"cpu{i} %",
+            "x": ts,
+            "y": [s.cpu_percent[i] if i < len(s.cpu_percent) else None for s in samples],
+            "line": {"width": 1},
+        }
         for i in range(cores)
-    ]  # fmt: skip
-    traces.append({"type": "scatter", "mode": "lines", "name": "script CPU (cores x 100)",
-                   "x": ts, "y": [s.process_cpu_cores * 100 for s in samples],
-                   "line": {"width": 2, "color": "#111827"}})  # fmt: skip
+    ]
+    traces.append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "script CPU (cores x 100)",
+            "x": ts,
+            "y": [s.process_cpu_cores * 100 for s in samples],
+            "line": {"width": 2, "color": "#111827"},
+        }
+    )
     traces.append(
         {
             "type": "scatter",
@@ -81,17 +107,40 @@ def _telemetry_figure(result: DoctorResult) -> dict[str, Any] | None:
             "line": {"dash": "dot"},
         }
     )
-    traces.append({"type": "scatter", "mode": "lines", "name": "script RSS (MiB)", "x": ts,
-                   "y": [s.process_rss_bytes / 2**20 for s in samples], "yaxis": "y2",
-                   "line": {"color": "#7c3aed"}})  # fmt: skip
+    traces.append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "script RSS (MiB)",
+            "x": ts,
+            "y": [s.process_rss_bytes / 2**20 for s in samples],
+            "yaxis": "y2",
+            "line": {"color": "#7c3aed"},
+        }
+    )
     for gpu in range(len(samples[0].gpus)):
-        traces.append({"type": "scatter", "mode": "lines", "name": f"GPU{gpu} util %", "x": ts,
-                       "y": [s.gpus[gpu].utilisation_percent if gpu < len(s.gpus) else None
-                             for s in samples]})  # fmt: skip
-    layout = _layout(f"telemetry ({1 / telemetry.interval_s:.0f} Hz, sampled outside the script)",
-                     "seconds", "% / cores x 100")  # fmt: skip
-    layout["yaxis2"] = {"title": {"text": "MiB"}, "overlaying": "y", "side": "right",
-                        "showgrid": False}  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"GPU{gpu} util %",
+                "x": ts,
+                "y": [
+                    s.gpus[gpu].utilisation_percent if gpu < len(s.gpus) else None for s in samples
+                ],
+            }
+        )
+    layout = _layout(
+        f"telemetry ({1 / telemetry.interval_s:.0f} Hz, sampled outside the script)",
+        "seconds",
+        "% / cores x 100",
+    )
+    layout["yaxis2"] = {
+        "title": {"text": "MiB"},
+        "overlaying": "y",
+        "side": "right",
+        "showgrid": False,
+    }
     return {"data": traces, "layout": layout}
 
 
@@ -104,8 +153,10 @@ def _what_if_figure(result: DoctorResult) -> dict[str, Any] | None:
     speed = [w.speedup or 0.0 for w in rows]
     plus = [max(0.0, (w.speedup_high or w.speedup or 0.0) - (w.speedup or 0.0)) for w in rows]
     minus = [max(0.0, (w.speedup or 0.0) - (w.speedup_low or 0.0)) for w in rows]
-    colors = ["#facc15" if w.name == result.best else "#9ca3af" if w.name == "baseline"
-              else "#2563eb" for w in rows]  # fmt: skip
+    colors = [
+        "#facc15" if w.name == result.best else "#9ca3af" if w.name == "baseline" else "#2563eb"
+        for w in rows
+    ]
     trace = {
         "type": "bar",
         "orientation": "h",
@@ -118,9 +169,13 @@ def _what_if_figure(result: DoctorResult) -> dict[str, Any] | None:
         "hovertext": labels,
         "hovertemplate": "%{hovertext}: %{x:.2f}\u00d7<extra></extra>",
     }
-    layout = _layout("what-ifs: items/s vs the re-measured baseline (95 % bounds)",
-                     "\u00d7 baseline items/s", "", showlegend=False,
-                     height=max(300, 100 + 40 * len(rows)))  # fmt: skip
+    layout = _layout(
+        "what-ifs: items/s vs the re-measured baseline (95 % bounds)",
+        "\u00d7 baseline items/s",
+        "",
+        showlegend=False,
+        height=max(300, 100 + 40 * len(rows)),
+    )
     layout["yaxis"].update(tickvals=list(range(len(rows))), ticktext=labels, automargin=True)
     layout["shapes"] = [
         {
@@ -139,28 +194,38 @@ def _what_if_figure(result: DoctorResult) -> dict[str, Any] | None:
 
 @functools.cache
 def _template() -> jinja2.Template:
-    filters = {"seconds": format_seconds, "bytes": format_bytes, "pct": "{:.1%}".format,
-               "rate": "{:,.2f}".format}  # fmt: skip
+    filters = {
+        "seconds": format_seconds,
+        "bytes": format_bytes,
+        "pct": "{:.1%}".format,
+        "rate": "{:,.2f}".format,
+    }
     return template("doctor.html.j2", filters)
 
 
-def render_doctor_report(result: DoctorResult, env: Environment | None, *,
-                         trace_name: str = "") -> str:  # fmt: skip
+def render_doctor_report(
+    result: DoctorResult, env: Environment | None, *, trace_name: str = ""
+) -> str:
     """One self-contained, offline HTML document for a doctor run."""
     charts = [
         ("chart-breakdown", "Step-time breakdown", "no measured steps", _breakdown_figure(result)),
         ("chart-telemetry", "Telemetry", "no telemetry was sampled", _telemetry_figure(result)),
         ("chart-whatif", "What-ifs", "no what-if was measured", _what_if_figure(result)),
-    ]  # fmt: skip
+    ]
     figures = [{"id": cid, **fig} for cid, _, _, fig in charts if fig is not None]
     d = result.diagnosis
     return _template().render(
         title=f"accelscope doctor: {result.script.rsplit('/', 1)[-1]}",
-        result=result, diagnosis=d, breakdown=d.breakdown, phases=ALL_PHASES,
-        colors=PHASE_COLORS, env=env, trace_name=trace_name,
+        result=result,
+        diagnosis=d,
+        breakdown=d.breakdown,
+        phases=ALL_PHASES,
+        colors=PHASE_COLORS,
+        env=env,
+        trace_name=trace_name,
         telemetry=result.telemetry,
         charts=[(cid, heading, note, fig is not None) for cid, heading, note, fig in charts],
         figures_json=script_safe_json(figures),
         plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),
         plotly_js=plotly_js(),
-    )  # fmt: skip
+    )

@@ -14,8 +14,15 @@ from accelscope.units import format_seconds
 
 __all__ = ["PHASE_COLORS", "doctor_view"]
 
-PHASE_COLORS = {"input": "red", "copy": "magenta", "forward": "blue", "backward": "cyan",
-                "optimizer": "green", "sync": "yellow", "other": "bright_black"}  # fmt: skip
+PHASE_COLORS = {
+    "input": "red",
+    "copy": "magenta",
+    "forward": "blue",
+    "backward": "cyan",
+    "optimizer": "green",
+    "sync": "yellow",
+    "other": "bright_black",
+}
 _BAR_WIDTH = 60
 
 
@@ -41,8 +48,11 @@ def _breakdown(result: DoctorResult) -> RenderableType:
     for phase in ALL_PHASES:
         share = b.shares.get(phase, 0.0)
         style = PHASE_COLORS[phase]
-        table.add_row(Text("■ ", style=style) + Text(phase), format_seconds(b.phase_mean_s[phase])
-                      if b.phase_mean_s[phase] > 0 else "0", f"{share:.1%}")  # fmt: skip
+        table.add_row(
+            Text("■ ", style=style) + Text(phase),
+            format_seconds(b.phase_mean_s[phase]) if b.phase_mean_s[phase] > 0 else "0",
+            f"{share:.1%}",
+        )
     rates = (
         f"{b.steps} measured steps · step median {format_seconds(b.step_median_s)} "
         f"(95% CI {format_seconds(b.step_ci_low_s)}-{format_seconds(b.step_ci_high_s)}, "
@@ -63,8 +73,13 @@ def _findings(result: DoctorResult) -> Table:
     for finding in result.diagnosis.findings:
         share = "" if finding.share is None else f"{finding.share:.0%}"
         status = finding.status + (f" ({finding.severity})" if finding.severity else "")
-        table.add_row(finding.rule, Text(status, style=colors.get(finding.status, "")), share,
-                      escape(finding.summary), escape(finding.threshold))  # fmt: skip
+        table.add_row(
+            finding.rule,
+            Text(status, style=colors.get(finding.status, "")),
+            share,
+            escape(finding.summary),
+            escape(finding.threshold),
+        )
     return table
 
 
@@ -94,11 +109,14 @@ def doctor_view(result: DoctorResult, *, title: str) -> RenderableType:
     """The full terminal summary of a doctor result."""
     d = result.diagnosis
     parts: list[RenderableType] = [
-        Panel(Text(d.headline), title=f"[bold]{escape(title)}[/] · bottleneck: "
-              f"[bold red]{escape(d.title)}[/]", title_align="left"),
+        Panel(
+            Text(d.headline),
+            title=f"[bold]{escape(title)}[/] · bottleneck: [bold red]{escape(d.title)}[/]",
+            title_align="left",
+        ),
         _breakdown(result),
         _findings(result),
-    ]  # fmt: skip
+    ]
     advice = [f for f in d.fired if f.advice]
     if advice:
         parts.append(Text("advice: " + advice[0].advice, style="bold"))

@@ -43,8 +43,9 @@ _MAX_POINT_LABELS = 10
 """Scatter points are labelled on the chart up to this many; beyond, only on hover."""
 _LOG_SPREAD = 30.0
 """An axis switches to a log scale when its largest value is this many times the smallest."""
-_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
-                                  "\u2028": "\\u2028", "\u2029": "\\u2029"})  # fmt: skip
+_SCRIPT_ESCAPES = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
@@ -112,8 +113,10 @@ def _speedups(results: Sequence[Result], baseline_key: str | None) -> list[float
     if base is None or base.measurement is None:
         return [None] * len(results)
     base_tp = base.measurement.throughput_items_per_s
-    return [None if r.measurement is None else r.measurement.throughput_items_per_s / base_tp
-            for r in results]  # fmt: skip
+    return [
+        None if r.measurement is None else r.measurement.throughput_items_per_s / base_tp
+        for r in results
+    ]
 
 
 def _accuracy_text(accuracy: Accuracy | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -170,8 +173,16 @@ def _axis_type(values: Sequence[float]) -> str:
 
 def _vertical_line(x: float, color: str) -> dict[str, Any]:
     line = {"color": color, "width": 2, "dash": "dot"}
-    return {"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
-            "line": line}  # fmt: skip
+    return {
+        "type": "line",
+        "xref": "x",
+        "yref": "paper",
+        "x0": x,
+        "x1": x,
+        "y0": 0,
+        "y1": 1,
+        "line": line,
+    }
 
 
 def _status_traces(points: Sequence[_Point]) -> list[dict[str, Any]]:
@@ -180,23 +191,37 @@ def _status_traces(points: Sequence[_Point]) -> list[dict[str, Any]]:
     for status in Status:
         if not (chosen := [p for p in points if p.result.status is status]):
             continue
-        traces.append({
-            "type": "scatter", "name": status.value, "x": [p.x for p in chosen],
-            "y": [p.y for p in chosen],
-            "mode": "markers+text" if len(points) <= _MAX_POINT_LABELS else "markers",
-            "text": [plot_label(p.label, 40) for p in chosen], "textposition": "top center",
-            "textfont": {"size": 10, "color": "#4b5563"}, "cliponaxis": False,
-            "hovertext": [p.hover for p in chosen], "hovertemplate": "%{hovertext}<extra></extra>",
-            "marker": {"color": _COLORS[status], "symbol": _SYMBOLS[status], "size": 11,
-                       "line": {"width": 1.5, "color": _COLORS[status]}},
-        })  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "name": status.value,
+                "x": [p.x for p in chosen],
+                "y": [p.y for p in chosen],
+                "mode": "markers+text" if len(points) <= _MAX_POINT_LABELS else "markers",
+                "text": [plot_label(p.label, 40) for p in chosen],
+                "textposition": "top center",
+                "textfont": {"size": 10, "color": "#4b5563"},
+                "cliponaxis": False,
+                "hovertext": [p.hover for p in chosen],
+                "hovertemplate": "%{hovertext}<extra></extra>",
+                "marker": {
+                    "color": _COLORS[status],
+                    "symbol": _SYMBOLS[status],
+                    "size": 11,
+                    "line": {"width": 1.5, "color": _COLORS[status]},
+                },
+            }
+        )
     return traces
 
 
 def _throughput_figure(
-    results: Sequence[Result], labels: Sequence[str], model: str, best_key: str | None,
+    results: Sequence[Result],
+    labels: Sequence[str],
+    model: str,
+    best_key: str | None,
     sla_p99_s: float | None,
-) -> go.Figure | None:  # fmt: skip
+) -> go.Figure | None:
     """Items/s (y) against p99 latency in ms (x), the Pareto front of the ok points, the SLA."""
     points = []
     for result, label in zip(results, labels, strict=True):
@@ -208,14 +233,36 @@ def _throughput_figure(
         return None
     ok = [p for p in points if p.result.status is Status.OK]
     front = [ok[i] for i in pareto_front([(p.y, p.x) for p in ok])]
-    traces = [{"type": "scatter", "name": "Pareto front (ok only)", "mode": "lines",
-               "x": [p.x for p in front], "y": [p.y for p in front], "hoverinfo": "skip",
-               "line": {"color": "#16a34a", "width": 2, "dash": "dash"}}]  # fmt: skip
+    traces = [
+        {
+            "type": "scatter",
+            "name": "Pareto front (ok only)",
+            "mode": "lines",
+            "x": [p.x for p in front],
+            "y": [p.y for p in front],
+            "hoverinfo": "skip",
+            "line": {"color": "#16a34a", "width": 2, "dash": "dash"},
+        }
+    ]
     traces += _status_traces(points)
-    traces += [{"type": "scatter", "name": "best", "mode": "markers", "x": [p.x], "y": [p.y],
-                "hoverinfo": "skip", "marker": {"symbol": "star", "size": 20, "color": "#facc15",
-                "line": {"width": 1, "color": "#854d0e"}}}
-               for p in points if best_key and p.result.spec.key == best_key]  # fmt: skip
+    traces += [
+        {
+            "type": "scatter",
+            "name": "best",
+            "mode": "markers",
+            "x": [p.x],
+            "y": [p.y],
+            "hoverinfo": "skip",
+            "marker": {
+                "symbol": "star",
+                "size": 20,
+                "color": "#facc15",
+                "line": {"width": 1, "color": "#854d0e"},
+            },
+        }
+        for p in points
+        if best_key and p.result.spec.key == best_key
+    ]
     xs = [p.x for p in points] + ([sla_p99_s * 1e3] if sla_p99_s else [])
     layout = chart_layout(f"{model}: throughput vs p99 latency", "p99 latency (ms)", "items / s")
     layout["xaxis"]["type"] = _axis_type(xs)
@@ -224,34 +271,57 @@ def _throughput_figure(
         sla_ms = sla_p99_s * 1e3
         layout["shapes"] = [_vertical_line(sla_ms, "#dc2626")]
         at = math.log10(sla_ms) if layout["xaxis"]["type"] == "log" else sla_ms  # log axis: log10
-        layout["annotations"] = [{"xref": "x", "yref": "paper", "x": at, "y": 1,
-                                  "yanchor": "bottom", "showarrow": False,
-                                  "text": f"SLA p99 ≤ {_ms(sla_p99_s)} ms",
-                                  "font": {"color": "#dc2626"}}]  # fmt: skip
+        layout["annotations"] = [
+            {
+                "xref": "x",
+                "yref": "paper",
+                "x": at,
+                "y": 1,
+                "yanchor": "bottom",
+                "showarrow": False,
+                "text": f"SLA p99 ≤ {_ms(sla_p99_s)} ms",
+                "font": {"color": "#dc2626"},
+            }
+        ]
     return go.Figure(data=traces, layout=layout)
 
 
 def _speedup_figure(
-    results: Sequence[Result], labels: Sequence[str], speedups: Sequence[float | None],
+    results: Sequence[Result],
+    labels: Sequence[str],
+    speedups: Sequence[float | None],
     baseline_label: str,
-) -> go.Figure | None:  # fmt: skip
+) -> go.Figure | None:
     """Horizontal bars of speedup vs the baseline, largest on top, coloured by status."""
-    bars = sorted((s, label, r) for r, label, s in zip(results, labels, speedups, strict=True)
-                  if s is not None)  # fmt: skip
+    bars = sorted(
+        (s, label, r)
+        for r, label, s in zip(results, labels, speedups, strict=True)
+        if s is not None
+    )
     if not bars:
         return None
     trace = {
-        "type": "bar", "orientation": "h", "x": [s for s, _, _ in bars],
+        "type": "bar",
+        "orientation": "h",
+        "x": [s for s, _, _ in bars],
         "y": list(range(len(bars))),
         "marker": {"color": [_COLORS[r.status] for _, _, r in bars]},
-        "text": [f"{s:.2f}{_TIMES}" for s, _, _ in bars], "textposition": "outside",
-        "cliponaxis": False, "hovertemplate": "%{hovertext}<extra></extra>",
-        "hovertext": [_hover(r, label, f"{s:.2f}{_TIMES} baseline throughput")
-                      for s, label, r in bars],
-    }  # fmt: skip
-    layout = chart_layout("speedup vs baseline", f"{_TIMES} throughput of {baseline_label}", "",
-                     showlegend=False, height=max(420, 120 + 30 * len(bars)),
-                     shapes=[_vertical_line(1.0, "#6b7280")])  # fmt: skip
+        "text": [f"{s:.2f}{_TIMES}" for s, _, _ in bars],
+        "textposition": "outside",
+        "cliponaxis": False,
+        "hovertemplate": "%{hovertext}<extra></extra>",
+        "hovertext": [
+            _hover(r, label, f"{s:.2f}{_TIMES} baseline throughput") for s, label, r in bars
+        ],
+    }
+    layout = chart_layout(
+        "speedup vs baseline",
+        f"{_TIMES} throughput of {baseline_label}",
+        "",
+        showlegend=False,
+        height=max(420, 120 + 30 * len(bars)),
+        shapes=[_vertical_line(1.0, "#6b7280")],
+    )
     ticks = [plot_label(label, 48) for _, label, _ in bars]  # index categories: no merged bars
     layout["yaxis"].update(automargin=True, tickvals=list(range(len(bars))), ticktext=ticks)
     layout["xaxis"]["range"] = [0, bars[-1][0] * 1.18]
@@ -264,28 +334,42 @@ def _accuracy_axis(
     """(y title, y axis, value getter): metric drop, else top-1 agreement, else rel-L2."""
     if any(a.metric_drop is not None for a in accuracies):
         name = next(a.metric_name for a in accuracies if a.metric_drop is not None) or "metric"
-        return (f"{name} drop vs reference (pp)", {"type": "linear"},
-                lambda a: None if a.metric_drop is None else a.metric_drop * 100)  # fmt: skip
+        return (
+            f"{name} drop vs reference (pp)",
+            {"type": "linear"},
+            lambda a: None if a.metric_drop is None else a.metric_drop * 100,
+        )
     fids = [a.fidelity for a in accuracies if a.fidelity is not None]
     if any(f.top1_agreement is not None for f in fids):
-        return ("top-1 agreement with reference (%)", {"type": "linear"},
-                lambda a: None if a.fidelity is None or a.fidelity.top1_agreement is None
-                else a.fidelity.top1_agreement * 100)  # fmt: skip
+        return (
+            "top-1 agreement with reference (%)",
+            {"type": "linear"},
+            lambda a: (
+                None
+                if a.fidelity is None or a.fidelity.top1_agreement is None
+                else a.fidelity.top1_agreement * 100
+            ),
+        )
     if not fids:
         return None
     floor = min((f.rel_l2 for f in fids if f.rel_l2 > 0), default=1e-9) / 10  # where 0 sits
     zero = f" (0 drawn at {floor:.0e})" if any(f.rel_l2 == 0 for f in fids) else ""
     log = {"type": "log", "dtick": 1, "exponentformat": "power"}
-    return (f"rel-L2 error vs reference{zero}", log,
-            lambda a: None if a.fidelity is None else max(a.fidelity.rel_l2, floor))  # fmt: skip
+    return (
+        f"rel-L2 error vs reference{zero}",
+        log,
+        lambda a: None if a.fidelity is None else max(a.fidelity.rel_l2, floor),
+    )
 
 
 def _accuracy_figure(
     results: Sequence[Result], labels: Sequence[str], speedups: Sequence[float | None]
 ) -> go.Figure | None:
     """Accuracy (see :func:`_accuracy_axis`) against speedup, or items/s without a baseline."""
-    rows = [(r, label, s, r.accuracy, r.measurement)
-            for r, label, s in zip(results, labels, speedups, strict=True)]  # fmt: skip
+    rows = [
+        (r, label, s, r.accuracy, r.measurement)
+        for r, label, s in zip(results, labels, speedups, strict=True)
+    ]
     axis = _accuracy_axis([a for _, _, _, a, m in rows if a is not None and m is not None])
     if axis is None:
         return None
@@ -342,25 +426,43 @@ def render_bench_report(
         rows.append(_Row(result, label, text, badges, *_accuracy_text(result.accuracy)))
     baseline = next((row.label for row in rows if "baseline" in row.badges), None)
     charts = [
-        ("chart-throughput", "Throughput vs p99 latency", "no configuration was measured",
-         _throughput_figure(results, labels, model, best_key, sla_p99_s)),
-        ("chart-speedup", "Speedup vs baseline", "no measured baseline, so no speedups",
-         _speedup_figure(results, labels, speedups, baseline or "")),
-        ("chart-accuracy", "Accuracy vs speed", "no accuracy was measured",
-         _accuracy_figure(results, labels, speedups)),
-    ]  # fmt: skip
+        (
+            "chart-throughput",
+            "Throughput vs p99 latency",
+            "no configuration was measured",
+            _throughput_figure(results, labels, model, best_key, sla_p99_s),
+        ),
+        (
+            "chart-speedup",
+            "Speedup vs baseline",
+            "no measured baseline, so no speedups",
+            _speedup_figure(results, labels, speedups, baseline or ""),
+        ),
+        (
+            "chart-accuracy",
+            "Accuracy vs speed",
+            "no accuracy was measured",
+            _accuracy_figure(results, labels, speedups),
+        ),
+    ]
     return _template().render(
-        title=title, model=model, verdict=verdict, rows=rows, baseline=baseline, skipped=skipped,
+        title=title,
+        model=model,
+        verdict=verdict,
+        rows=rows,
+        baseline=baseline,
+        skipped=skipped,
         speedup_note=speedup_note,
         warnings=[(lb, w) for r, lb in zip(results, labels, strict=True) for w in r.warnings],
         env=results[0].environment if results else None,
         sla=None if sla_p99_s is None else f"{_ms(sla_p99_s)} ms",
         charts=[(cid, heading, note, fig is not None) for cid, heading, note, fig in charts],
         figures_json=script_safe_json(
-            [{"id": cid, **fig.to_plotly_json()} for cid, _, _, fig in charts if fig]),
+            [{"id": cid, **fig.to_plotly_json()} for cid, _, _, fig in charts if fig]
+        ),
         plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),
         plotly_js=plotly_js(),
-    )  # fmt: skip
+    )
 
 
 def write_report(html_text: str, path: Path) -> Path:

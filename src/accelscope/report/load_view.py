@@ -42,9 +42,21 @@ def load_table(trials: Sequence[dict[str, Any]], title: str = "") -> Table:
     """One row per trial: batcher, offered rate, latency percentiles, queue vs compute,
     errors, timeouts, generator lag and verdict."""
     table = Table(title=title or None, title_justify="left", header_style="bold")
-    for name in ("batcher", "offered q/s", "queries", "p50 ms", "p90 ms", "p99 ms",
-                 "queue mean/p99 ms", "compute mean/p99 ms", "batch", "err", "t/o", "lag p99 ms",
-                 "done q/s"):  # fmt: skip
+    for name in (
+        "batcher",
+        "offered q/s",
+        "queries",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "queue mean/p99 ms",
+        "compute mean/p99 ms",
+        "batch",
+        "err",
+        "t/o",
+        "lag p99 ms",
+        "done q/s",
+    ):
         table.add_column(name, justify="left" if name == "batcher" else "right", no_wrap=True)
     table.add_column("verdict", overflow="fold")
     for trial in trials:

@@ -30,13 +30,16 @@ def chart_layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[s
     """A plotly layout; the titles are plain text and escaped here; ``extra`` overrides."""
     return {
         "title": {"text": f"<b>{plot_label(title, 90)}</b>", "x": 0.01, "font": {"size": 16}},
-        "template": "plotly_white", "font": {"family": FONT, "size": 12}, "height": 420,
-        "margin": {"l": 70, "r": 24, "t": 56, "b": 60}, "hoverlabel": {"align": "left"},
+        "template": "plotly_white",
+        "font": {"family": FONT, "size": 12},
+        "height": 420,
+        "margin": {"l": 70, "r": 24, "t": 56, "b": 60},
+        "hoverlabel": {"align": "left"},
         "legend": {"orientation": "h", "y": -0.2, "x": 0},
         "xaxis": {"title": {"text": plot_label(x_title)}},
         "yaxis": {"title": {"text": plot_label(y_title)}},
         **extra,
-    }  # fmt: skip
+    }
 
 
 @functools.cache

@@ -44,17 +44,25 @@ def capacity_view(doc: Mapping[str, Any]) -> RenderableType:
     """The ranked options and the recommendation."""
     settings, traffic = doc["settings"], doc["traffic"]
     head = Text.assemble(
-        ("plan: ", "bold"), (str(doc.get("model", "")), "bold cyan"),
+        ("plan: ", "bold"),
+        (str(doc.get("model", "")), "bold cyan"),
         f" · p99 SLA {settings['sla_p99_s'] * 1e3:g} ms · headroom {settings['headroom']:.0%} · "
         f"min instances {settings['min_instances']} · traffic {traffic['description']} "
         f"(peak {traffic['peak_qps']:,.4g} qps, mean "
         f"{sum(traffic['hourly_qps']) / len(traffic['hourly_qps']):,.4g} qps)",
-    )  # fmt: skip
+    )
     table = Table(show_lines=False, header_style="bold")
-    for name, justify in (("#", "right"), ("option", "left"), ("capacity / instance", "left"),
-                          ("at peak", "right"), ("$/mo always on", "right"),
-                          ("$/mo autoscaled", "right"), ("$/mo to zero", "right"),
-                          ("$/M inferences", "right"), ("util.", "right")):  # fmt: skip
+    for name, justify in (
+        ("#", "right"),
+        ("option", "left"),
+        ("capacity / instance", "left"),
+        ("at peak", "right"),
+        ("$/mo always on", "right"),
+        ("$/mo autoscaled", "right"),
+        ("$/mo to zero", "right"),
+        ("$/M inferences", "right"),
+        ("util.", "right"),
+    ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     choice = doc.get("recommendation", {}).get("choice")
     unknown: dict[str, list[str]] = {}
@@ -68,18 +76,26 @@ def capacity_view(doc: Mapping[str, Any]) -> RenderableType:
         style = "bold green" if option["name"] == choice else ("" if feasible else "dim")
         name = f"{option['name']}\n[dim]{option.get('description', '')}[/]"
         if feasible:
-            table.add_row(str(rank), name, capacity_cell(option.get("capacity")),
-                          str(option["instances_at_peak"]), _money(option["monthly_always_on"]),
-                          _money(option["monthly_autoscaled"]),
-                          _money(option["monthly_scale_to_zero"]),
-                          _money(option["per_million_autoscaled"]),
-                          _pct(option["utilisation_autoscaled"]), style=style)  # fmt: skip
+            table.add_row(
+                str(rank),
+                name,
+                capacity_cell(option.get("capacity")),
+                str(option["instances_at_peak"]),
+                _money(option["monthly_always_on"]),
+                _money(option["monthly_autoscaled"]),
+                _money(option["monthly_scale_to_zero"]),
+                _money(option["per_million_autoscaled"]),
+                _pct(option["utilisation_autoscaled"]),
+                style=style,
+            )
         else:
             reason = f"{capacity_cell(option.get('capacity'))}: {option.get('reason', '')}"
             table.add_row(str(rank), name, reason, "—", "", "", "", "", "", style=style)
     rec = doc.get("recommendation", {})
-    lines = [Text("recommendation: ", style="bold") + Text(str(rec.get("choice") or "none"),
-                                                          style="bold green")]  # fmt: skip
+    lines = [
+        Text("recommendation: ", style="bold")
+        + Text(str(rec.get("choice") or "none"), style="bold green")
+    ]
     lines += [Text(f"  · {why}") for why in rec.get("why", [])]
     for reason, names in unknown.items():
         lines.append(Text(f"no capacity for {', '.join(names)}: {reason}", style="dim"))
@@ -89,29 +105,41 @@ def capacity_view(doc: Mapping[str, Any]) -> RenderableType:
         lines += [Text(f"  · {a}", style="dim") for a in chosen["capacity"].get("assumptions", [])]
     for note in traffic.get("notes", []):
         lines.append(Text(f"note: {note}", style="yellow"))
-    lines.append(Text("$/M inferences and utilisation: following the traffic curve (hourly "
-                      "autoscaling). Prices: catalog list prices; see catalog sources.",
-                      style="dim"))  # fmt: skip
+    lines.append(
+        Text(
+            "$/M inferences and utilisation: following the traffic curve (hourly "
+            "autoscaling). Prices: catalog list prices; see catalog sources.",
+            style="dim",
+        )
+    )
     return Group(head, table, *lines)
 
 
 def memory_view(doc: Mapping[str, Any]) -> RenderableType:
     """Memory breakdown and the GPU fit table."""
-    head = Text.assemble(("plan memory: ", "bold"), (str(doc["config"]), "bold cyan"),
-                         f" · context {doc['context_tokens']:,} tokens · batch {doc['batch']} · "
-                         f"{doc['precision']} weights, {doc['kv_precision']} KV cache")  # fmt: skip
+    head = Text.assemble(
+        ("plan memory: ", "bold"),
+        (str(doc["config"]), "bold cyan"),
+        f" · context {doc['context_tokens']:,} tokens · batch {doc['batch']} · "
+        f"{doc['precision']} weights, {doc['kv_precision']} KV cache",
+    )
     parts = Table(header_style="bold", title="memory (estimate)")
     parts.add_column("part")
     parts.add_column("bytes", justify="right")
     parts.add_column("", justify="right")
     params = sum(int(v) for v in doc["params"].values())
-    rows = (("weights", doc["weights_bytes"], f"{params / 1e9:.2f} B params"),
-            ("KV cache", doc["kv_bytes"],
-             f"{doc['kv_bytes_per_token']:,.0f} B/token, "
-             f"{format_bytes(doc['kv_bytes_per_sequence'])}/sequence"),
-            ("activations", doc["activation_bytes"], "estimate"),
-            ("runtime overhead", doc["overhead_bytes"], "estimate"),
-            ("total", doc["total_bytes"], ""))  # fmt: skip
+    rows = (
+        ("weights", doc["weights_bytes"], f"{params / 1e9:.2f} B params"),
+        (
+            "KV cache",
+            doc["kv_bytes"],
+            f"{doc['kv_bytes_per_token']:,.0f} B/token, "
+            f"{format_bytes(doc['kv_bytes_per_sequence'])}/sequence",
+        ),
+        ("activations", doc["activation_bytes"], "estimate"),
+        ("runtime overhead", doc["overhead_bytes"], "estimate"),
+        ("total", doc["total_bytes"], ""),
+    )
     for name, value, note in rows:
         parts.add_row(
             name, format_bytes(float(value)), note, style="bold" if name == "total" else ""
@@ -127,12 +155,15 @@ def memory_view(doc: Mapping[str, Any]) -> RenderableType:
         fits.add_column(name, justify=justify)  # type: ignore[arg-type]
     for fit in doc["fits"]:
         needed = fit["gpus_needed"]
-        verdict = (f"yes, on {needed} GPU{'s' if needed > 1 else ''}" if needed
-                   else "no")  # fmt: skip
-        fits.add_row(fit["instance"], f"{fit['gpus']}x {fit['accelerator']} "
-                     f"({format_bytes(fit['device_memory_bytes'])})", verdict,
-                     f"{fit['max_sequences']:,}", _money(fit["price_per_hour"]),
-                     style="" if needed else "dim")  # fmt: skip
+        verdict = f"yes, on {needed} GPU{'s' if needed > 1 else ''}" if needed else "no"
+        fits.add_row(
+            fit["instance"],
+            f"{fit['gpus']}x {fit['accelerator']} ({format_bytes(fit['device_memory_bytes'])})",
+            verdict,
+            f"{fit['max_sequences']:,}",
+            _money(fit["price_per_hour"]),
+            style="" if needed else "dim",
+        )
     notes = [Text(f"  · {a}", style="dim") for a in doc.get("assumptions", [])]
     return Group(head, parts, fits, Text("assumptions:", style="bold"), *notes)
 
@@ -144,10 +175,16 @@ def api_view(doc: Mapping[str, Any]) -> RenderableType:
     table.add_column("API", justify="right")
     table.add_column(f"own: {doc['instance']}", justify="right")
     table.add_row("tokens", f"{doc['tokens_per_month']:,.4g}", f"{doc['tokens_per_month']:,.4g}")
-    table.add_row("$ per million tokens", _money(doc["api_per_million"]),
-                  f"{_money(doc['own_per_million_full_use'])} at full use")  # fmt: skip
-    table.add_row("monthly bill", _money(doc["api_monthly"]),
-                  f"{_money(doc['own_monthly'])} ({doc['own_instances']} instance(s))")  # fmt: skip
+    table.add_row(
+        "$ per million tokens",
+        _money(doc["api_per_million"]),
+        f"{_money(doc['own_per_million_full_use'])} at full use",
+    )
+    table.add_row(
+        "monthly bill",
+        _money(doc["api_monthly"]),
+        f"{_money(doc['own_monthly'])} ({doc['own_instances']} instance(s))",
+    )
     even = doc.get("break_even_tokens_per_month")
     verdict = Text(
         f"cheaper: {'own hardware' if doc['cheaper'] == 'own' else 'the API'}; "

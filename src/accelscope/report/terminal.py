@@ -64,8 +64,21 @@ def results_view(
     With a ``baseline`` a speedup column is added; the ``best_key`` row is marked with a star.
     """
     table = Table(title=title or None, title_justify="left", show_lines=False)
-    headers = ["backend", "prec", "batch", "thr", "items/s", "mean ms", "p50 ms", "p99 ms",
-               "min ms", "accuracy", "peak RSS", "first call", "status"]  # fmt: skip
+    headers = [
+        "backend",
+        "prec",
+        "batch",
+        "thr",
+        "items/s",
+        "mean ms",
+        "p50 ms",
+        "p99 ms",
+        "min ms",
+        "accuracy",
+        "peak RSS",
+        "first call",
+        "status",
+    ]
     if baseline is not None:
         headers.insert(headers.index("status"), "speedup")
     for header in headers:
@@ -83,11 +96,25 @@ def results_view(
             cells = ["—"] * 6
         else:
             s = m.summary
-            cells = [f"{m.throughput_items_per_s:,.1f}", _ms(s.mean_s), _ms(s.p50_s),
-                     _ms(s.p99_s), _ms(s.min_s), format_seconds(m.first_call_s)]  # fmt: skip
+            cells = [
+                f"{m.throughput_items_per_s:,.1f}",
+                _ms(s.mean_s),
+                _ms(s.p50_s),
+                _ms(s.p99_s),
+                _ms(s.min_s),
+                format_seconds(m.first_call_s),
+            ]
         peak = format_bytes(result.memory.rss_peak_bytes) if result.memory else "—"
-        row = [backend, spec.precision.value, str(spec.batch_size), str(spec.threads),
-               *cells[:5], _accuracy_text(result), peak, cells[5]]  # fmt: skip
+        row = [
+            backend,
+            spec.precision.value,
+            str(spec.batch_size),
+            str(spec.threads),
+            *cells[:5],
+            _accuracy_text(result),
+            peak,
+            cells[5],
+        ]
         if baseline is not None:
             row.append(_speedup_text(result, baseline))
         table.add_row(*row, Text(status, style=style))
@@ -97,8 +124,11 @@ def results_view(
             note = f"{spec.label()}: {m.stop_explanation()}; median CI "
             note += f"[{_ms(m.summary.median_ci_low_s)}, {_ms(m.summary.median_ci_high_s)}] ms"
             notes.append(Text(note, style="dim"))
-        notes.extend(Text(f"{spec.label()}: warning: {w}", style="yellow") for w in
-                     result.warnings if m is None or w != m.stop_explanation())  # fmt: skip
+        notes.extend(
+            Text(f"{spec.label()}: warning: {w}", style="yellow")
+            for w in result.warnings
+            if m is None or w != m.stop_explanation()
+        )
     return Group(table, *notes)
 
 
@@ -117,8 +147,11 @@ def environment_view(env: Environment, probes: ProbeTable | None = None) -> Rend
     )
     if cpu.max_freq_mhz:
         facts.add_row("max clock", f"{cpu.max_freq_mhz:.0f} MHz")
-    caches = [f"L{n} {format_bytes(b)}" for n, b in ((2, cpu.l2_cache_bytes),
-              (3, cpu.l3_cache_bytes)) if b]  # fmt: skip
+    caches = [
+        f"L{n} {format_bytes(b)}"
+        for n, b in ((2, cpu.l2_cache_bytes), (3, cpu.l3_cache_bytes))
+        if b
+    ]
     if caches:
         facts.add_row("cache", ", ".join(caches))
     facts.add_row("ISA", " ".join(cpu.isa) or "(none recognised)")
@@ -179,8 +212,14 @@ def runs_view(runs: Sequence[RunRecord]) -> RenderableType:
     for header in ("id", "kind", "model", "results", "status", "started (UTC)"):
         table.add_column(header, no_wrap=header != "model")
     for run in runs:
-        table.add_row(run.id, run.kind, run.model, str(run.result_count), run.status,
-                      run.created_at[:19].replace("T", " "))  # fmt: skip
+        table.add_row(
+            run.id,
+            run.kind,
+            run.model,
+            str(run.result_count),
+            run.status,
+            run.created_at[:19].replace("T", " "),
+        )
     return table
 
 

@@ -13,12 +13,36 @@ from accelscope.store.sqlite import RunRecord
 __all__ = ["CSV_COLUMNS", "result_row", "run_to_csv", "run_to_json"]
 
 CSV_COLUMNS = (
-    "run_id", "model", "backend", "precision", "batch_size", "threads", "device", "status",
-    "status_reason", "items_per_s", "latency_mean_s", "latency_p50_s", "latency_p90_s",
-    "latency_p99_s", "latency_min_s", "latency_max_s", "latency_iqr_s", "median_ci_low_s",
-    "median_ci_high_s", "samples", "stop_reason", "first_call_s", "prepare_s", "peak_rss_bytes",
-    "metric_name", "metric_value", "rel_l2", "cpu_model", "created_at",
-)  # fmt: skip
+    "run_id",
+    "model",
+    "backend",
+    "precision",
+    "batch_size",
+    "threads",
+    "device",
+    "status",
+    "status_reason",
+    "items_per_s",
+    "latency_mean_s",
+    "latency_p50_s",
+    "latency_p90_s",
+    "latency_p99_s",
+    "latency_min_s",
+    "latency_max_s",
+    "latency_iqr_s",
+    "median_ci_low_s",
+    "median_ci_high_s",
+    "samples",
+    "stop_reason",
+    "first_call_s",
+    "prepare_s",
+    "peak_rss_bytes",
+    "metric_name",
+    "metric_value",
+    "rel_l2",
+    "cpu_model",
+    "created_at",
+)
 
 
 def result_row(run_id: str, result: Result) -> dict[str, Any]:

@@ -25,8 +25,15 @@ class RunSink:
     """Commits each result or document of one run as it arrives (``path`` ``None``: nothing
     is written). ``resume_id`` reopens that run now instead of starting a new one."""
 
-    def __init__(self, path: Path | None, kind: str, model: str, env: Environment,
-                 settings: dict[str, Any], resume_id: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: Path | None,
+        kind: str,
+        model: str,
+        env: Environment,
+        settings: dict[str, Any],
+        resume_id: str | None = None,
+    ) -> None:
         self.path = path
         self.kind = kind
         self.model = model

@@ -54,8 +54,13 @@ class DoctorRequest:
 
     def settings(self) -> dict[str, Any]:
         """Stored with the run."""
-        return {"args": list(self.args), "steps": self.steps, "warmup": self.warmup,
-                "what_if": self.what_if, "device": self.device}  # fmt: skip
+        return {
+            "args": list(self.args),
+            "steps": self.steps,
+            "warmup": self.warmup,
+            "what_if": self.what_if,
+            "device": self.device,
+        }
 
 
 @dataclass(frozen=True)
@@ -98,8 +103,9 @@ def _validate(request: DoctorRequest, env: Environment) -> dict[str, str]:
             raise NotAvailableError("device 'cuda' not available: no CUDA device")
         if index is not None:
             if int(index) >= len(env.gpus):
-                raise NotAvailableError(f"device cuda:{index} not available: "
-                                        f"{len(env.gpus)} GPU(s) visible")  # fmt: skip
+                raise NotAvailableError(
+                    f"device cuda:{index} not available: {len(env.gpus)} GPU(s) visible"
+                )
             return {"CUDA_VISIBLE_DEVICES": index}
     return {}
 
@@ -169,11 +175,14 @@ def doctor(
     if request.report_path is not None:
         check_report_path(request.report_path)
     runner = launcher or Launcher(
-        timeout_s=request.timeout_s, stall_s=request.stall_s,
-        env={**request.env, **device_env}, stdout=2 if request.quiet_stdout else None,
-    )  # fmt: skip
-    plan = DoctorPlan(request.script.resolve(), request.args, request.warmup, request.steps,
-                      request.what_if)  # fmt: skip
+        timeout_s=request.timeout_s,
+        stall_s=request.stall_s,
+        env={**request.env, **device_env},
+        stdout=2 if request.quiet_stdout else None,
+    )
+    plan = DoctorPlan(
+        request.script.resolve(), request.args, request.warmup, request.steps, request.what_if
+    )
     support = env.precision_support()
     if request.device.strip().lower() == "cpu" or not env.gpus:  # probes decide, ISA explains
         table = probe_table(
@@ -211,5 +220,11 @@ def doctor(
             f"interrupted: the diagnosis ({result.diagnosis.bottleneck}) and {kept} measured "
             f"what-if(s) are kept in {where}; report: {report_path}"
         )
-    return DoctorOutcome(result, run_id, store_path if run_id else None, report_path,
-                         trace_path, time.monotonic() - started)  # fmt: skip
+    return DoctorOutcome(
+        result,
+        run_id,
+        store_path if run_id else None,
+        report_path,
+        trace_path,
+        time.monotonic() - started,
+    )

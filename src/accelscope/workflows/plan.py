@@ -108,8 +108,11 @@ def _profile_from_file(path: Path) -> RooflineProfile:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadInputError(f"profile {path}: not a readable JSON file: {exc}") from None
     if isinstance(data, dict) and isinstance(data.get("documents"), list):  # runs show --json
-        found = [d.get("payload") for d in data["documents"]
-                 if isinstance(d, dict) and d.get("kind") == "roofline"]  # fmt: skip
+        found = [
+            d.get("payload")
+            for d in data["documents"]
+            if isinstance(d, dict) and d.get("kind") == "roofline"
+        ]
         if not found:
             raise BadInputError(f"profile {path}: the run export holds no roofline document")
         data = found[-1]
@@ -124,20 +127,32 @@ def bench_figures(results: Sequence[Result]) -> tuple[BenchFigure, ...]:
         m = result.measurement
         if result.status is Status.OK and m is not None:
             spec = result.spec
-            figures.append(BenchFigure(
-                spec.label(), m.throughput_items_per_s, m.summary.p99_s, spec.device.value,
-                backend=spec.backend, precision=spec.precision.value,
-                batch_size=spec.batch_size, batch_time_s=m.summary.median_s,
-            ))  # fmt: skip
+            figures.append(
+                BenchFigure(
+                    spec.label(),
+                    m.throughput_items_per_s,
+                    m.summary.p99_s,
+                    spec.device.value,
+                    backend=spec.backend,
+                    precision=spec.precision.value,
+                    batch_size=spec.batch_size,
+                    batch_time_s=m.summary.median_s,
+                )
+            )
     return tuple(figures)
 
 
 def _evidence_of_run(run: RunRecord) -> Evidence:
     profiles = run.documents_of("roofline")
-    profile = (RooflineProfile.from_payload(profiles[-1], f"run {run.id} roofline document")
-               if profiles else None)  # fmt: skip
-    capacities = tuple(LoadCapacity.from_payload(p, f"run {run.id} capacity document")
-                       for p in run.documents_of("capacity"))  # fmt: skip
+    profile = (
+        RooflineProfile.from_payload(profiles[-1], f"run {run.id} roofline document")
+        if profiles
+        else None
+    )
+    capacities = tuple(
+        LoadCapacity.from_payload(p, f"run {run.id} capacity document")
+        for p in run.documents_of("capacity")
+    )
     bench = bench_figures(run.results) if run.kind == "bench" else ()
     return Evidence(profile, capacities, bench, sources=(f"{run.kind} run {run.id}",))
 
@@ -158,9 +173,11 @@ def _gather(store: ResultStore, request: PlanRequest) -> tuple[str, Evidence]:
     for head in store.list_runs(_SCAN_RUNS):  # newest first
         if head.status != "complete" or not _model_matches(head, model):
             continue
-        wanted = ((head.kind == "roofline" and profile is None)
-                  or (head.kind == "load" and not capacities)
-                  or (head.kind == "bench" and not bench))  # fmt: skip
+        wanted = (
+            (head.kind == "roofline" and profile is None)
+            or (head.kind == "load" and not capacities)
+            or (head.kind == "bench" and not bench)
+        )
         if not wanted:
             continue
         found = _evidence_of_run(store.get_run(head.id))
@@ -184,8 +201,13 @@ def _validate(request: PlanRequest) -> None:
         raise BadInputError("the p99 SLA must be positive")
 
 
-def _store_document(store_path: Path, kind_model: str, settings: dict[str, Any],
-                    document: dict[str, Any], environment: Environment | None) -> str:  # fmt: skip
+def _store_document(
+    store_path: Path,
+    kind_model: str,
+    settings: dict[str, Any],
+    document: dict[str, Any],
+    environment: Environment | None,
+) -> str:
     env = environment or collect_environment()
     with ResultStore(store_path) as store:
         run_id = store.start_run(RUN_KIND, kind_model, command_line(), env, settings)
@@ -198,9 +220,14 @@ def _store_document(store_path: Path, kind_model: str, settings: dict[str, Any],
     return run_id
 
 
-def plan_capacity(request: PlanRequest, *, store_path: Path | None = DEFAULT_STORE_PATH,
-                  save: bool = True, environment: Environment | None = None,
-                  catalog: Catalog | None = None) -> PlanOutcome:  # fmt: skip
+def plan_capacity(
+    request: PlanRequest,
+    *,
+    store_path: Path | None = DEFAULT_STORE_PATH,
+    save: bool = True,
+    environment: Environment | None = None,
+    catalog: Catalog | None = None,
+) -> PlanOutcome:
     """Plan the fleet for a model from what the store (or ``--profile``) knows about it."""
     _validate(request)
     traffic = load_traffic(request.traffic)
@@ -227,8 +254,13 @@ def plan_capacity(request: PlanRequest, *, store_path: Path | None = DEFAULT_STO
             (*evidence.sources, f"profile file {request.profile_file}"),
         )
     if request.capacity_qps is not None:
-        evidence = Evidence(evidence.profile, evidence.capacities, evidence.bench,
-                            request.capacity_qps, (*evidence.sources, "--capacity"))  # fmt: skip
+        evidence = Evidence(
+            evidence.profile,
+            evidence.capacities,
+            evidence.bench,
+            request.capacity_qps,
+            (*evidence.sources, "--capacity"),
+        )
     settings = PlanSettings(request.sla_p99_s, request.headroom, request.min_instances)
     plan = build_plan(model, catalog, traffic, settings, evidence, request.here, request.only)
     document = plan.to_dict()
@@ -247,8 +279,12 @@ def plan_capacity(request: PlanRequest, *, store_path: Path | None = DEFAULT_STO
     return PlanOutcome(document, run_id, store_path if run_id else None, report)
 
 
-def plan_memory(request: MemoryRequest, *, store_path: Path | None = None,
-                environment: Environment | None = None) -> PlanOutcome:  # fmt: skip
+def plan_memory(
+    request: MemoryRequest,
+    *,
+    store_path: Path | None = None,
+    environment: Environment | None = None,
+) -> PlanOutcome:
     """Memory to serve an LLM config at a context and batch; GPU fit and max concurrency."""
     if request.batch <= 0:
         raise BadInputError(f"--batch must be positive, got {request.batch}")
@@ -274,20 +310,25 @@ def plan_memory(request: MemoryRequest, *, store_path: Path | None = None,
     return PlanOutcome(document, run_id, store_path if run_id else None)
 
 
-def plan_api(request: ApiRequest, *, store_path: Path | None = None,
-             environment: Environment | None = None) -> PlanOutcome:  # fmt: skip
+def plan_api(
+    request: ApiRequest, *, store_path: Path | None = None, environment: Environment | None = None
+) -> PlanOutcome:
     """API bill vs renting ``request.instance`` at the measured throughput; break-even."""
     catalog = load_catalog(request.catalog_files)
     instance = catalog.get(request.instance)
     if store_path is not None:
         check_store_path(store_path)
     comparison = compare_api(
-        tokens_per_month=request.tokens_per_month, output_share=request.output_share,
-        input_price=request.input_price, output_price=request.output_price,
-        instance=instance.type, price_per_hour=instance.price_per_hour,
+        tokens_per_month=request.tokens_per_month,
+        output_share=request.output_share,
+        input_price=request.input_price,
+        output_price=request.output_price,
+        instance=instance.type,
+        price_per_hour=instance.price_per_hour,
         throughput_tokens_per_s=request.throughput_tokens_per_s,
-        throughput_basis="given (--throughput), measured by you", headroom=request.headroom,
-    )  # fmt: skip
+        throughput_basis="given (--throughput), measured by you",
+        headroom=request.headroom,
+    )
     document = comparison.to_dict()
     run_id = None
     if store_path is not None:

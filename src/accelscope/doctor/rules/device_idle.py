@@ -19,8 +19,9 @@ class DeviceIdle:
         share = ctx.breakdown.device_idle_share
         if share is None:
             status = ctx.profile.device_status or "not available: no CUDA device"
-            return Finding(self.name, "device idle between steps", NOT_APPLICABLE, status,
-                           threshold)  # fmt: skip
+            return Finding(
+                self.name, "device idle between steps", NOT_APPLICABLE, status, threshold
+            )
         step_s = ctx.breakdown.device_step_mean_s or 0.0
         evidence = {
             "device_idle_share": share,
@@ -28,17 +29,29 @@ class DeviceIdle:
             "device_idle_per_step_s": share * step_s,
         }
         if share < THRESHOLD:
-            return Finding(self.name, "device idle between steps", CLEAR,
-                           f"the GPU is idle {share:.0%} of each step (measured)", threshold,
-                           share, evidence=evidence)  # fmt: skip
+            return Finding(
+                self.name,
+                "device idle between steps",
+                CLEAR,
+                f"the GPU is idle {share:.0%} of each step (measured)",
+                threshold,
+                share,
+                evidence=evidence,
+            )
         return Finding(
-            self.name, "device idle between steps", FIRED,
+            self.name,
+            "device idle between steps",
+            FIRED,
             f"the GPU sits idle {share * step_s * 1e3:.1f} ms per step ({share:.0%}) while the "
-            "host waits for the next batch (measured with CUDA events)", threshold, share,
-            severity(share, HIGH), evidence,
+            "host waits for the next batch (measured with CUDA events)",
+            threshold,
+            share,
+            severity(share, HIGH),
+            evidence,
             "Feed the device faster: more DataLoader workers, pinned memory and non-blocking "
-            "copies, or prefetch the next batch to the device.", ("workers", "pin_memory"),
-        )  # fmt: skip
+            "copies, or prefetch the next batch to the device.",
+            ("workers", "pin_memory"),
+        )
 
 
 RULE = DeviceIdle()

@@ -20,18 +20,29 @@ class InputBound:
         facts = ctx.profile.facts
         loaders = facts.loaders if facts is not None else ()
         evidence: dict[str, object] = {
-            "input_wait_share": share, "input_wait_per_step_s": wait_s,
+            "input_wait_share": share,
+            "input_wait_per_step_s": wait_s,
             "step_median_s": ctx.breakdown.step_median_s,
-        }  # fmt: skip
+        }
         threshold = f"time waiting for input >= {THRESHOLD:.0%} of step time"
         if share < THRESHOLD:
-            return Finding(self.name, "input-bound", CLEAR,
-                           f"input wait is {share:.0%} of step time", threshold, share)  # fmt: skip
+            return Finding(
+                self.name,
+                "input-bound",
+                CLEAR,
+                f"input wait is {share:.0%} of step time",
+                threshold,
+                share,
+            )
         what_ifs: list[str] = []
         loader = loaders[0] if loaders else None
         if loader is not None:
-            evidence |= {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
-                         "batch_size": loader.batch_size, "dataset": loader.dataset}  # fmt: skip
+            evidence |= {
+                "num_workers": loader.num_workers,
+                "pin_memory": loader.pin_memory,
+                "batch_size": loader.batch_size,
+                "dataset": loader.dataset,
+            }
             if loader.num_workers < 2 * ctx.cores:
                 what_ifs.append("workers")
             if not loader.iterable:
@@ -57,8 +68,18 @@ class InputBound:
             f"the loop waits {wait_s * 1e3:.1f} ms per step for input: {share:.0%} of step "
             f"time" + (f" (DataLoader num_workers={workers})" if loader is not None else "")
         )
-        return Finding(self.name, "input-bound", FIRED, summary, threshold, share,
-                       severity(share, HIGH), evidence, advice, tuple(what_ifs))  # fmt: skip
+        return Finding(
+            self.name,
+            "input-bound",
+            FIRED,
+            summary,
+            threshold,
+            share,
+            severity(share, HIGH),
+            evidence,
+            advice,
+            tuple(what_ifs),
+        )
 
 
 RULE = InputBound()

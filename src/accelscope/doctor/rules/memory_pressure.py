@@ -16,12 +16,15 @@ class MemoryPressure:
 
     def check(self, ctx: RuleContext) -> Finding:
         """Peak RSS, available memory and swap growth from telemetry."""
-        threshold = (f"peak RSS >= {RSS_FRACTION:.0%} of memory, available <= "
-                     f"{AVAILABLE_FRACTION:.0%}, or swap grows >= 64 MiB")  # fmt: skip
+        threshold = (
+            f"peak RSS >= {RSS_FRACTION:.0%} of memory, available <= "
+            f"{AVAILABLE_FRACTION:.0%}, or swap grows >= 64 MiB"
+        )
         telemetry = ctx.telemetry
         if telemetry is None or not telemetry.samples or ctx.memory_bytes <= 0:
-            return Finding(self.name, "memory pressure", NOT_APPLICABLE,
-                           "no telemetry samples", threshold)  # fmt: skip
+            return Finding(
+                self.name, "memory pressure", NOT_APPLICABLE, "no telemetry samples", threshold
+            )
         samples = telemetry.samples
         peak = max(s.process_rss_bytes for s in samples)
         least = min(s.available_bytes for s in samples)
@@ -40,13 +43,26 @@ class MemoryPressure:
         if swap_growth >= SWAP_GROWTH_BYTES:
             reasons.append(f"swap use grew by {swap_growth / 2**20:.0f} MiB")
         if not reasons:
-            return Finding(self.name, "memory pressure", CLEAR,
-                           f"peak RSS {peak / 2**30:.2f} GiB of {ctx.memory_bytes / 2**30:.1f} "
-                           "GiB", threshold, evidence=evidence)  # fmt: skip
-        return Finding(self.name, "memory pressure", FIRED, "; ".join(reasons), threshold, None,
-                       "high" if swap_growth >= SWAP_GROWTH_BYTES else "medium", evidence,
-                       "Lower the batch size or the number of workers (each holds a copy of "
-                       "the dataset object), or cache less in memory.")  # fmt: skip
+            return Finding(
+                self.name,
+                "memory pressure",
+                CLEAR,
+                f"peak RSS {peak / 2**30:.2f} GiB of {ctx.memory_bytes / 2**30:.1f} GiB",
+                threshold,
+                evidence=evidence,
+            )
+        return Finding(
+            self.name,
+            "memory pressure",
+            FIRED,
+            "; ".join(reasons),
+            threshold,
+            None,
+            "high" if swap_growth >= SWAP_GROWTH_BYTES else "medium",
+            evidence,
+            "Lower the batch size or the number of workers (each holds a copy of "
+            "the dataset object), or cache less in memory.",
+        )
 
 
 RULE = MemoryPressure()

@@ -27,16 +27,26 @@ class MissingMixedPrecision:
 
     def check(self, ctx: RuleContext) -> Finding:
         """fp32 matmul share of step time against the threshold."""
-        threshold = (f"fp32 matmul/conv time >= {THRESHOLD:.0%} of step time, autocast off, "
-                     "a bf16/fp16 fast path present")  # fmt: skip
+        threshold = (
+            f"fp32 matmul/conv time >= {THRESHOLD:.0%} of step time, autocast off, "
+            "a bf16/fp16 fast path present"
+        )
         title = "missing mixed precision"
         probe = ctx.profile.probe
         if probe is None or probe.op_time_s <= 0:
-            return Finding(self.name, title, NOT_APPLICABLE,
-                           "no operator census (use --warmup >= 1)", threshold)  # fmt: skip
+            return Finding(
+                self.name,
+                title,
+                NOT_APPLICABLE,
+                "no operator census (use --warmup >= 1)",
+                threshold,
+            )
         device = Device.CUDA if ctx.device == "cuda" else Device.CPU
-        fast = [s for s in ctx.support if s.device is device and s.fast
-                and s.precision in (Precision.BF16, Precision.FP16)]  # fmt: skip
+        fast = [
+            s
+            for s in ctx.support
+            if s.device is device and s.fast and s.precision in (Precision.BF16, Precision.FP16)
+        ]
         autocast = (ctx.profile.facts.autocast if ctx.profile.facts else None) or next(
             (v for v in probe.autocast.values() if v != "off"), None
         )
@@ -51,39 +61,67 @@ class MissingMixedPrecision:
         share = ctx.compute_share * fp32_fraction
         per_op = wall_per_op_s(ctx) or 0.0
         evidence: dict[str, object] = {
-            "fp32_matmul_fraction_of_op_time": fp32_fraction, "compute_share": ctx.compute_share,
-            "fp32_matmul_share": share, "matmul_calls": probe.matmul_calls,
+            "fp32_matmul_fraction_of_op_time": fp32_fraction,
+            "compute_share": ctx.compute_share,
+            "fp32_matmul_share": share,
+            "matmul_calls": probe.matmul_calls,
             "fp32_matmul_gflop_per_step": probe.matmul_flops.get("float32", 0.0) / 1e9,
-            "wall_per_op_s": per_op, "autocast": autocast or "off",
+            "wall_per_op_s": per_op,
+            "autocast": autocast or "off",
             "parameter_dtypes": ", ".join(
-                ctx.profile.facts.main_model.get("parameter_dtypes", {}) if ctx.profile.facts
-                else {}),
-        }  # fmt: skip
+                ctx.profile.facts.main_model.get("parameter_dtypes", {})
+                if ctx.profile.facts
+                else {}
+            ),
+        }
         if autocast:
-            return Finding(self.name, title, CLEAR, f"autocast is on ({autocast})", threshold,
-                           evidence=evidence)  # fmt: skip
+            return Finding(
+                self.name,
+                title,
+                CLEAR,
+                f"autocast is on ({autocast})",
+                threshold,
+                evidence=evidence,
+            )
         if not fast:
-            reasons = "; ".join(s.reason for s in ctx.support if s.device is device
-                                and s.precision in (Precision.BF16, Precision.FP16))  # fmt: skip
-            return Finding(self.name, title, NOT_APPLICABLE,
-                           f"no bf16/fp16 fast path on {device.value}: {reasons}", threshold,
-                           evidence=evidence)  # fmt: skip
+            reasons = "; ".join(
+                s.reason
+                for s in ctx.support
+                if s.device is device and s.precision in (Precision.BF16, Precision.FP16)
+            )
+            return Finding(
+                self.name,
+                title,
+                NOT_APPLICABLE,
+                f"no bf16/fp16 fast path on {device.value}: {reasons}",
+                threshold,
+                evidence=evidence,
+            )
         units = ", ".join(f"{s.precision.value} on {s.unit}" for s in fast)
         evidence["fast_paths"] = units
         if share < THRESHOLD or per_op < MIN_OP_WALL_S:
-            why = (f"fp32 matmul/conv work is {share:.0%} of step time" if share < THRESHOLD
-                   else f"operators are small ({per_op * 1e6:.0f} us each): overhead, not "
-                   "arithmetic, dominates")  # fmt: skip
+            why = (
+                f"fp32 matmul/conv work is {share:.0%} of step time"
+                if share < THRESHOLD
+                else f"operators are small ({per_op * 1e6:.0f} us each): overhead, not "
+                "arithmetic, dominates"
+            )
             return Finding(self.name, title, CLEAR, why, threshold, share, evidence=evidence)
         what_ifs = tuple(s.precision.value for s in fast)
         return Finding(
-            self.name, title, FIRED,
+            self.name,
+            title,
+            FIRED,
             f"fp32 matrix multiplies/convolutions take {share:.0%} of step time with autocast "
-            f"off, while this {device.value} has a fast path ({units})", threshold, share,
-            severity(share, HIGH), evidence,
+            f"off, while this {device.value} has a fast path ({units})",
+            threshold,
+            share,
+            severity(share, HIGH),
+            evidence,
             "Run the forward under torch.autocast with bf16 (or fp16 with a GradScaler), and "
-            "check the accuracy (accelscope bench guards it).", what_ifs,
-        )  # fmt: skip
+            "check the accuracy (accelscope bench guards it).",
+            what_ifs,
+        )
 
 
 RULE = MissingMixedPrecision()

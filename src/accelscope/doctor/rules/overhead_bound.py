@@ -50,41 +50,65 @@ class OverheadBound:
     def check(self, ctx: RuleContext) -> Finding:
         """Wall time per operator and the share of step time it concerns."""
         limit = tiny_op_limit_s(ctx)
-        threshold = (f"operators average < {limit * 1e6:.0f} us of wall time each (20 us, or "
-                     f"{TINY_OP_FACTOR:g}x a trivial op here), over >= {THRESHOLD:.0%} of step "
-                     "time")  # fmt: skip
+        threshold = (
+            f"operators average < {limit * 1e6:.0f} us of wall time each (20 us, or "
+            f"{TINY_OP_FACTOR:g}x a trivial op here), over >= {THRESHOLD:.0%} of step "
+            "time"
+        )
         probe = ctx.profile.probe
         per_op = wall_per_op_s(ctx)
         if probe is None or per_op is None:
-            return Finding(self.name, "overhead-bound", NOT_APPLICABLE,
-                           "no operator census (use --warmup >= 1)", threshold)  # fmt: skip
+            return Finding(
+                self.name,
+                "overhead-bound",
+                NOT_APPLICABLE,
+                "no operator census (use --warmup >= 1)",
+                threshold,
+            )
         shares = ctx.breakdown.shares
         share = 1.0 - shares["input"] - shares["sync"] - shares["copy"]
         items = ctx.breakdown.items_per_step
         evidence: dict[str, object] = {
-            "ops_per_step": probe.ops, "forward_ops": probe.forward_ops,
-            "wall_per_op_us": per_op * 1e6, "operator_share": share, "items_per_step": items,
-        }  # fmt: skip
+            "ops_per_step": probe.ops,
+            "forward_ops": probe.forward_ops,
+            "wall_per_op_us": per_op * 1e6,
+            "operator_share": share,
+            "items_per_step": items,
+        }
         if ctx.profile.op_overhead_s is not None:
             evidence["trivial_op_cost_us"] = ctx.profile.op_overhead_s * 1e6
         if per_op >= limit or share < THRESHOLD:
-            why = (f"operators average {per_op * 1e6:.0f} us each" if per_op >= limit
-                   else f"operator work is {share:.0%} of step time")  # fmt: skip
-            return Finding(self.name, "overhead-bound", CLEAR, why, threshold, share,
-                           evidence=evidence)  # fmt: skip
+            why = (
+                f"operators average {per_op * 1e6:.0f} us each"
+                if per_op >= limit
+                else f"operator work is {share:.0%} of step time"
+            )
+            return Finding(
+                self.name, "overhead-bound", CLEAR, why, threshold, share, evidence=evidence
+            )
         what_ifs = ["batch"] if items <= 64 else []
         what_ifs.append("compile")
         small = f" at batch size {items:g}" if items <= SMALL_BATCH else ""
-        trivial = (f"; a trivial op alone costs {ctx.profile.op_overhead_s * 1e6:.1f} us here"
-                   if ctx.profile.op_overhead_s else "")  # fmt: skip
+        trivial = (
+            f"; a trivial op alone costs {ctx.profile.op_overhead_s * 1e6:.1f} us here"
+            if ctx.profile.op_overhead_s
+            else ""
+        )
         return Finding(
-            self.name, "overhead-bound", FIRED,
+            self.name,
+            "overhead-bound",
+            FIRED,
             f"{probe.ops} operators per step{small} average {per_op * 1e6:.1f} us of wall time "
             f"each{trivial}: fixed per-operator costs, not arithmetic, set the pace of "
-            f"{share:.0%} of the step", threshold, share, severity(share, HIGH), evidence,
+            f"{share:.0%} of the step",
+            threshold,
+            share,
+            severity(share, HIGH),
+            evidence,
             "Give each operator more work: batch requests together, or fuse operators with "
-            "torch.compile (on CUDA, CUDA graphs remove launch overhead too).", tuple(what_ifs),
-        )  # fmt: skip
+            "torch.compile (on CUDA, CUDA graphs remove launch overhead too).",
+            tuple(what_ifs),
+        )
 
 
 RULE = OverheadBound()

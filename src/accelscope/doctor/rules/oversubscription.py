@@ -17,12 +17,15 @@ class Oversubscription:
 
     def check(self, ctx: RuleContext) -> Finding:
         """Thread demand against the cores, with other processes' load from telemetry."""
-        threshold = ("torch intra-op threads + DataLoader workers (+ other processes' measured "
-                     "load, for multi-threaded operators) > usable cores")  # fmt: skip
+        threshold = (
+            "torch intra-op threads + DataLoader workers (+ other processes' measured "
+            "load, for multi-threaded operators) > usable cores"
+        )
         facts = ctx.profile.facts
         if facts is None:
-            return Finding(self.name, "thread oversubscription", CLEAR,
-                           "no thread facts recorded", threshold)  # fmt: skip
+            return Finding(
+                self.name, "thread oversubscription", CLEAR, "no thread facts recorded", threshold
+            )
         workers = sum(loader.num_workers for loader in facts.loaders)
         demand = facts.torch_threads + workers
         evidence: dict[str, object] = {
@@ -41,22 +44,38 @@ class Oversubscription:
         own = demand > ctx.cores
         shared = facts.torch_threads > 1 and demand + external >= ctx.cores + EXTERNAL_MARGIN
         if not own and not shared:
-            return Finding(self.name, "thread oversubscription", CLEAR,
-                           f"{facts.torch_threads} threads + {workers} workers on {ctx.cores} "
-                           "cores", threshold, evidence=evidence)  # fmt: skip
+            return Finding(
+                self.name,
+                "thread oversubscription",
+                CLEAR,
+                f"{facts.torch_threads} threads + {workers} workers on {ctx.cores} cores",
+                threshold,
+                evidence=evidence,
+            )
         threads = max(1, ctx.cores - workers - (round(external) if shared and not own else 0))
-        summary = (f"{facts.torch_threads} intra-op threads + {workers} DataLoader workers "
-                   f"compete for {ctx.cores} cores")  # fmt: skip
+        summary = (
+            f"{facts.torch_threads} intra-op threads + {workers} DataLoader workers "
+            f"compete for {ctx.cores} cores"
+        )
         if shared and not own:
-            summary = (f"{facts.torch_threads} intra-op threads share {ctx.cores} cores with "
-                       f"other processes using ~{external:.1f} cores: multi-threaded operators "
-                       "wait for their threads")  # fmt: skip
+            summary = (
+                f"{facts.torch_threads} intra-op threads share {ctx.cores} cores with "
+                f"other processes using ~{external:.1f} cores: multi-threaded operators "
+                "wait for their threads"
+            )
         return Finding(
-            self.name, "thread oversubscription", FIRED, summary, threshold, None, "medium",
+            self.name,
+            "thread oversubscription",
+            FIRED,
+            summary,
+            threshold,
+            None,
+            "medium",
             evidence,
             f"torch.set_num_threads({threads}) in the main process, or fewer workers, so the "
-            "threads stop waiting for each other.", (f"threads={threads}",),
-        )  # fmt: skip
+            "threads stop waiting for each other.",
+            (f"threads={threads}",),
+        )
 
 
 RULE = Oversubscription()

@@ -19,10 +19,14 @@ class PageableCopies:
         counts = ctx.breakdown.counts_per_step
         copies, pageable = counts.get("copies", 0.0), counts.get("pageable_copies", 0.0)
         if ctx.device != "cuda" or copies == 0:
-            why = ("the loop ran on the CPU: no host->device copies" if ctx.device != "cuda"
-                   else "no host->device copies were seen")  # fmt: skip
-            return Finding(self.name, "pageable host->device copies", NOT_APPLICABLE, why,
-                           threshold)  # fmt: skip
+            why = (
+                "the loop ran on the CPU: no host->device copies"
+                if ctx.device != "cuda"
+                else "no host->device copies were seen"
+            )
+            return Finding(
+                self.name, "pageable host->device copies", NOT_APPLICABLE, why, threshold
+            )
         share = ctx.breakdown.shares["copy"]
         evidence = {
             "copies_per_step": copies,
@@ -31,20 +35,31 @@ class PageableCopies:
             "copy_share": share,
         }
         if pageable == 0 or share < THRESHOLD:
-            return Finding(self.name, "pageable host->device copies", CLEAR,
-                           f"{pageable:.1f} pageable copies per step, {share:.0%} of step time",
-                           threshold, share, evidence=evidence)  # fmt: skip
+            return Finding(
+                self.name,
+                "pageable host->device copies",
+                CLEAR,
+                f"{pageable:.1f} pageable copies per step, {share:.0%} of step time",
+                threshold,
+                share,
+                evidence=evidence,
+            )
         facts = ctx.profile.facts
         has_loader = facts is not None and bool(facts.loaders)
         return Finding(
-            self.name, "pageable host->device copies", FIRED,
+            self.name,
+            "pageable host->device copies",
+            FIRED,
             f"{pageable:.1f} of {copies:.1f} host->device copies per step come from pageable "
-            f"memory; copies take {share:.0%} of step time", threshold, share,
-            severity(share, HIGH), evidence,
+            f"memory; copies take {share:.0%} of step time",
+            threshold,
+            share,
+            severity(share, HIGH),
+            evidence,
             "Pin the source: DataLoader(pin_memory=True) and .to(device, non_blocking=True), so "
             "copies run asynchronously from page-locked memory.",
             ("pin_memory",) if has_loader else (),
-        )  # fmt: skip
+        )
 
 
 RULE = PageableCopies()

@@ -18,23 +18,40 @@ class SyncBound:
         share = ctx.breakdown.shares["sync"]
         per_step = ctx.breakdown.counts_per_step.get("syncs", 0.0)
         sync_s = ctx.breakdown.phase_mean_s["sync"]
-        threshold = (f"readbacks and syncs (.item/.tolist/.numpy/.cpu/bool()/synchronize) "
-                     f">= {THRESHOLD:.0%} of step time")  # fmt: skip
+        threshold = (
+            f"readbacks and syncs (.item/.tolist/.numpy/.cpu/bool()/synchronize) "
+            f">= {THRESHOLD:.0%} of step time"
+        )
         evidence = {"sync_share": share, "syncs_per_step": per_step, "sync_per_step_s": sync_s}
         if share < THRESHOLD:
-            return Finding(self.name, "synchronisation-bound", CLEAR,
-                           f"{per_step:.1f} readbacks per step, {share:.0%} of step time",
-                           threshold, share, evidence=evidence)  # fmt: skip
-        where = ("each one waits for the device's queue to drain" if ctx.device == "cuda" else
-                 "on the CPU nothing is queued, so this is the cost of converting tensors "
-                 "to Python values")  # fmt: skip
+            return Finding(
+                self.name,
+                "synchronisation-bound",
+                CLEAR,
+                f"{per_step:.1f} readbacks per step, {share:.0%} of step time",
+                threshold,
+                share,
+                evidence=evidence,
+            )
+        where = (
+            "each one waits for the device's queue to drain"
+            if ctx.device == "cuda"
+            else "on the CPU nothing is queued, so this is the cost of converting tensors "
+            "to Python values"
+        )
         return Finding(
-            self.name, "synchronisation-bound", FIRED,
+            self.name,
+            "synchronisation-bound",
+            FIRED,
             f"{per_step:.1f} readbacks per step take {sync_s * 1e3:.2f} ms, {share:.0%} of step "
-            f"time; {where}", threshold, share, severity(share, HIGH), evidence,
+            f"time; {where}",
+            threshold,
+            share,
+            severity(share, HIGH),
+            evidence,
             "Keep per-step values on the device (accumulate the loss in a tensor) and read them "
             "back every N steps; log whole-batch predictions rarely, not with .tolist() per step.",
-        )  # fmt: skip
+        )
 
 
 RULE = SyncBound()
