@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from accelscope.hardware.fingerprint import collect_environment
-from accelscope.measure.threads import available_cores
+from accelscope.measurement.threads import available_cores
 from accelscope.roofline.cache import cache_path, save_cached
 from accelscope.roofline.ceilings import DTYPES
 from accelscope.roofline.measure_ceilings import CeilingsPlan, measure_ceilings

@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from accelscope.doctor.diagnose import DoctorPlan, run_doctor
 from accelscope.doctor.launcher import Launcher
-from accelscope.doctor.run import DoctorPlan, run_doctor
 from accelscope.hardware.fingerprint import collect_environment
-from accelscope.measure.threads import available_cores
+from accelscope.measurement.threads import available_cores
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "doctor"
 NAMES = ("input_bound", "sync_bound", "batch1_inference", "compute_bound")

@@ -28,8 +28,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from accelscope.doctor.session import Session
-from accelscope.measure.stats import median_ci
+from accelscope.doctor.inprocess.session import Session
+from accelscope.measurement.stats import median_ci
 
 
 def make_step(width: int) -> Callable[[], None]:

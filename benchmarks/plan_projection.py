@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from accelscope.commands.plan.workflow import bench_figures
+from accelscope.documents import RooflineProfile
 from accelscope.plan.capacity import Calibration, best_calibration, project_capacity
 from accelscope.plan.catalog import Instance, load_catalog
-from accelscope.plan.documents import RooflineProfile
 from accelscope.store.sqlite import ResultStore
-from accelscope.workflows.plan import bench_figures
 
 MODEL = "resnet50"
 ROOFLINE_ARGS = [

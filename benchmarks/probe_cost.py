@@ -18,7 +18,7 @@ from pathlib import Path
 
 from accelscope.engine.probe import probe_pairs, probe_runtime_version, probe_table
 from accelscope.hardware.fingerprint import collect_environment
-from accelscope.measure.threads import available_cores
+from accelscope.measurement.threads import available_cores
 
 
 def main() -> None:

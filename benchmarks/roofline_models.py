@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from accelscope.commands.roofline.workflow import CeilingsRequest, ceilings
 from accelscope.hardware.fingerprint import collect_environment
-from accelscope.measure.threads import available_cores
-from accelscope.measure.timer import TimerConfig
+from accelscope.measurement.threads import available_cores
+from accelscope.measurement.timer import TimerConfig
 from accelscope.models.loading import load_model
 from accelscope.roofline.model_profile import profile_model
 from accelscope.spec import Precision
-from accelscope.workflows.roofline import CeilingsRequest, ceilings
 
 
 def main() -> int:

@@ -34,7 +34,7 @@ def one_run(model: str, batch: int, budget: str) -> dict[str, float | str | int]
     ]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     result = json.loads(output)["results"][0]
-    from accelscope.measure.measurement import Measurement
+    from accelscope.measurement.record import Measurement
 
     measurement = Measurement.from_dict(result["measurement"])
     summary = measurement.summary

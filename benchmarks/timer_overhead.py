@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from accelscope.measure.timer import Timer, TimerConfig
+from accelscope.measurement.timer import Timer, TimerConfig
 
 
 def _empty() -> None:

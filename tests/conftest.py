@@ -8,9 +8,9 @@ from accelscope.accuracy.fidelity import Fidelity
 from accelscope.hardware.cpu import CpuInfo
 from accelscope.hardware.fingerprint import Environment
 from accelscope.hardware.gpu import GpuInfo
-from accelscope.measure.measurement import Measurement, StopReason
-from accelscope.measure.memory import MemoryPeak
-from accelscope.measure.threads import ThreadSettings
+from accelscope.measurement.memory import MemoryPeak
+from accelscope.measurement.record import Measurement, StopReason
+from accelscope.measurement.threads import ThreadSettings
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Device, Precision, RunSpec
 

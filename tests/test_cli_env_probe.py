@@ -11,7 +11,7 @@ import pytest
 from accelscope.cli import main
 from accelscope.engine.probe import cache_path, probe_pairs, probe_runtime_version
 from accelscope.hardware.fingerprint import collect_environment
-from accelscope.measure.threads import available_cores
+from accelscope.measurement.threads import available_cores
 from accelscope.spec import Precision
 from accelscope.testing import fake_probe_table
 

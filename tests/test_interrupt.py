@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from accelscope.api import MeasureRequest, measure
+from accelscope.commands.measure.workflow import MeasureRequest, measure
 from accelscope.errors import InterruptedRunError
-from accelscope.measure.timer import TimerConfig
+from accelscope.measurement.timer import TimerConfig
 from accelscope.spec import TensorSpec
 from accelscope.store.sqlite import ResultStore
 from conftest import default_sigint

@@ -3,9 +3,9 @@
 The public, typed API. Everything not listed in ``__all__`` is internal.
 """
 
-from accelscope.api import MeasureOutcome, MeasureRequest, measure
 from accelscope.backends.base import Availability, Backend, Runner
 from accelscope.backends.registry import all_backends, get_backend, register_backend
+from accelscope.commands.measure.workflow import MeasureOutcome, MeasureRequest, measure
 from accelscope.doctor import DoctorResult, watch
 from accelscope.errors import (
     AccelscopeError,
@@ -19,9 +19,9 @@ from accelscope.errors import (
     UnsafeModelError,
 )
 from accelscope.hardware.fingerprint import Environment, collect_environment
-from accelscope.measure.measurement import Measurement, StopReason
-from accelscope.measure.stats import Summary, summarize
-from accelscope.measure.timer import Timer, TimerConfig
+from accelscope.measurement.record import Measurement, StopReason
+from accelscope.measurement.stats import Summary, summarize
+from accelscope.measurement.timer import Timer, TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.loading import load_model
 from accelscope.result import Accuracy, Result, Status

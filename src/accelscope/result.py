@@ -15,9 +15,9 @@ from typing import Any
 from accelscope.accuracy.fidelity import Fidelity
 from accelscope.errors import StoreError
 from accelscope.hardware.fingerprint import Environment
-from accelscope.measure.measurement import Measurement
-from accelscope.measure.memory import MemoryPeak
-from accelscope.measure.threads import ThreadSettings
+from accelscope.measurement.memory import MemoryPeak
+from accelscope.measurement.record import Measurement
+from accelscope.measurement.threads import ThreadSettings
 from accelscope.spec import RunSpec
 
 __all__ = ["SCHEMA_VERSION", "Accuracy", "Result", "Status", "utc_now"]

@@ -25,10 +25,10 @@ from accelscope.engine.accuracy_check import (
     calibration_batches,
     with_reference,
 )
-from accelscope.engine.run import measure_config
+from accelscope.engine.configuration import measure_config
 from accelscope.errors import BadInputError, MeasurementError
 from accelscope.hardware.fingerprint import Environment
-from accelscope.measure.timer import TimerConfig
+from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.loading import load_model
 from accelscope.result import Status

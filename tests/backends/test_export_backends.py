@@ -26,10 +26,10 @@ from accelscope.backends.openvino import OpenVinoBackend
 from accelscope.backends.registry import get_backend, register_backend
 from accelscope.backends.tensorrt import TensorRtBackend
 from accelscope.engine.accuracy_check import build_accuracy_check, calibration_batches, run_chunked
-from accelscope.engine.run import measure_config
+from accelscope.engine.configuration import measure_config
 from accelscope.errors import MeasurementError, NotAvailableError
 from accelscope.hardware.fingerprint import Environment
-from accelscope.measure.timer import TimerConfig
+from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel, ModelFormat, Task
 from accelscope.models.inputs import make_batch
 from accelscope.models.loading import load_model

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from accelscope.doctor.diagnose import DoctorPlan, DoctorResult, failure_message, run_doctor
 from accelscope.doctor.launcher import ChildRun, Launcher
 from accelscope.doctor.profile import Profile
-from accelscope.doctor.run import DoctorPlan, DoctorResult, failure_message, run_doctor
 from accelscope.errors import MeasurementError
 from accelscope.hardware.fingerprint import collect_environment
 from accelscope.testing import fake_environment

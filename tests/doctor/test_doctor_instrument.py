@@ -7,9 +7,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from accelscope.doctor.inject import Injector
-from accelscope.doctor.instrument import Instrumentation
-from accelscope.doctor.recorder import Recorder
+from accelscope.doctor.inprocess.inject import Injector
+from accelscope.doctor.inprocess.instrument import Instrumentation
+from accelscope.doctor.inprocess.recorder import Recorder
 
 
 class Noisy(Dataset[torch.Tensor]):

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from accelscope.doctor.device import CudaTimeline
-from accelscope.doctor.recorder import FORWARD, N_SYNC, SYNC, Recorder
+from accelscope.doctor.inprocess.device import CudaTimeline
+from accelscope.doctor.inprocess.recorder import FORWARD, N_SYNC, SYNC, Recorder
 
 
 class Clock:

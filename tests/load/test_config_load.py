@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from accelscope.config import load_load_config
+from accelscope.cli.config import load_load_config
 from accelscope.errors import ConfigError
 
 GOOD = """

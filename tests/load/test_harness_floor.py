@@ -12,6 +12,9 @@ import pytest
 from rich.console import Console
 
 from accelscope.cli import main
+from accelscope.commands.load.html import harness_floor_text, render_load_report
+from accelscope.commands.load.view import load_view
+from accelscope.commands.load.workflow import capacity_document, floor_notes, summary_document
 from accelscope.hardware.fingerprint import Environment
 from accelscope.load.batcher import NO_BATCHING
 from accelscope.load.clock import SimClock
@@ -20,11 +23,8 @@ from accelscope.load.fakes import FixedService
 from accelscope.load.floor import FLOOR_QUERIES, HarnessFloor, measure_harness_floor
 from accelscope.load.scenarios import run_server
 from accelscope.load.summary import Distribution, Scenario, TrialSettings
-from accelscope.report.load_html import harness_floor_text, render_load_report
-from accelscope.report.load_view import load_view
 from accelscope.spec import Precision, RunSpec
 from accelscope.store.sqlite import ResultStore
-from accelscope.workflows.load import capacity_document, floor_notes, summary_document
 
 TINY = """\
 import torch

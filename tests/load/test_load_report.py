@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from accelscope.commands.load.html import render_load_report
+from accelscope.commands.load.view import load_view
+from accelscope.commands.load.workflow import capacity_document
 from accelscope.hardware.fingerprint import Environment
 from accelscope.load.batcher import NO_BATCHING, BatchPolicy
+from accelscope.load.capacity_search import CapacitySearch, PolicyCapacity
 from accelscope.load.clock import SimClock
 from accelscope.load.executor import SimulatedExecutor
 from accelscope.load.fakes import BatchLinearService, FaultyService
 from accelscope.load.scenarios import run_server
-from accelscope.load.search import CapacitySearch, PolicyCapacity
 from accelscope.load.summary import TrialSettings
-from accelscope.report.load_html import render_load_report
-from accelscope.report.load_view import load_view
 from accelscope.spec import Precision, RunSpec
-from accelscope.workflows.load import capacity_document
 from browser import browse, console_messages, page_requests
 
 HOSTILE = (

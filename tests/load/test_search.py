@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from accelscope.load.batcher import BatchPolicy
+from accelscope.load.capacity_search import SearchSettings, policy_grid, search_capacity
 from accelscope.load.clock import SimClock
 from accelscope.load.executor import SimulatedExecutor
 from accelscope.load.fakes import BatchLinearService, FaultyService, FixedService
 from accelscope.load.scenarios import run_offline, run_server
-from accelscope.load.search import SearchSettings, policy_grid, search_capacity
 from accelscope.load.summary import TrialSettings, TrialSummary
 from accelscope.load.sut import ServiceModel
 

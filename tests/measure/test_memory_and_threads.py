@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from accelscope.errors import BadInputError
-from accelscope.measure import memory as memory_module
-from accelscope.measure.memory import MemoryProbe, track_peak_memory
-from accelscope.measure.threads import available_cores, pinned_threads
+from accelscope.measurement import memory as memory_module
+from accelscope.measurement.memory import MemoryProbe, track_peak_memory
+from accelscope.measurement.threads import available_cores, pinned_threads
 
 
 def test_region_peak_sees_a_transient_allocation() -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accelscope.measure.stats import median_ci, percentile, summarize
+from accelscope.measurement.stats import median_ci, percentile, summarize
 
 
 @given(

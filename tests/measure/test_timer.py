@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from accelscope.errors import BadInputError
-from accelscope.measure.measurement import Measurement, StopReason
-from accelscope.measure.timer import HostInterval, Timer, TimerConfig
+from accelscope.measurement.record import Measurement, StopReason
+from accelscope.measurement.timer import HostInterval, Timer, TimerConfig
 from accelscope.testing import FakeClock, ScriptedWork
 
 

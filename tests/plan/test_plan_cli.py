@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from plan_helpers import capacity_payload, roofline_payload, run_cli
 
+from accelscope.commands.plan.view import capacity_cell
 from accelscope.hardware.fingerprint import Environment
-from accelscope.report.plan_view import capacity_cell
 from accelscope.store.sqlite import ResultStore
 
 

@@ -7,16 +7,16 @@ import dataclasses
 import pytest
 from plan_helpers import roofline_payload
 
+from accelscope.commands.plan.workflow import bench_figures
+from accelscope.documents import Operator, RooflineProfile
 from accelscope.hardware.fingerprint import Environment
 from accelscope.plan.capacity import Calibration, best_calibration, floor_time_s, project_capacity
 from accelscope.plan.catalog import load_catalog
-from accelscope.plan.documents import Operator, RooflineProfile
 from accelscope.plan.fleet import PlanSettings
 from accelscope.plan.fusion import ANCHOR, FUSED, KEPT, at_precision, fuse, fusion_role
 from accelscope.plan.service import BenchFigure, Evidence, build_plan
 from accelscope.plan.traffic import constant_traffic
 from accelscope.spec import Precision
-from accelscope.workflows.plan import bench_figures
 from conftest import make_result
 
 COMPILE_INT8 = Calibration("compile/int8/b16/t2", "compile", "int8", 16, 0.2)

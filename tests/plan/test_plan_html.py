@@ -10,13 +10,13 @@ from typing import Any
 
 from plan_helpers import roofline_payload
 
+from accelscope.commands.plan.html import render_plan_report
+from accelscope.documents import RooflineProfile
 from accelscope.plan.capacity import given_capacity, project_capacity
 from accelscope.plan.catalog import load_catalog
-from accelscope.plan.documents import RooflineProfile
 from accelscope.plan.fleet import PlanSettings
 from accelscope.plan.service import Evidence, build_plan
 from accelscope.plan.traffic import hourly_traffic
-from accelscope.report.plan_html import render_plan_report
 from browser import Dom, browse, console_messages, page_requests
 
 HOSTILE = "<img src=x onerror=\"document.title='PWNED'\"></script><script>document.title='PWNED'"

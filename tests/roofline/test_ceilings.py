@@ -12,9 +12,9 @@ from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.roofline.cache import cache_path, load_cached, save_cached
 from accelscope.roofline.ceilings import Theoretical
+from accelscope.roofline.kernel_search import Candidate, best_first_search, measure_rate
 from accelscope.roofline.kernels import Kernel, build_kernel, neighbors, seeds
 from accelscope.roofline.measure_ceilings import CeilingsPlan, measure_ceilings
-from accelscope.roofline.search import Candidate, best_first_search, measure_rate
 from accelscope.roofline.theoretical import parse_topology, theoretical_cpu
 from accelscope.testing import FakeClock, ScriptedWork
 

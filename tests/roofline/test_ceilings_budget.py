@@ -12,10 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from accelscope.commands.roofline.workflow import (
+    CeilingsRequest,
+    RooflineRequest,
+    ceiling_dtypes,
+    ceilings,
+    roofline,
+)
 from accelscope.hardware.fingerprint import Environment
 from accelscope.roofline.analysis import build_profile
 from accelscope.roofline.cache import load_cached
 from accelscope.roofline.ceilings import DTYPES, Ceilings, Theoretical
+from accelscope.roofline.kernel_search import Candidate, Deadline, best_first_search, fastest_call_s
 from accelscope.roofline.kernels import Kernel, kernel_flops, probe_ladder
 from accelscope.roofline.measure_ceilings import (
     HOPELESS_FRACTION,
@@ -23,16 +31,8 @@ from accelscope.roofline.measure_ceilings import (
     CeilingsPlan,
     measure_ceilings,
 )
-from accelscope.roofline.search import Candidate, Deadline, best_first_search, fastest_call_s
 from accelscope.spec import Precision, parse_tensor_spec
 from accelscope.testing import FakeClock, ScriptedWork
-from accelscope.workflows.roofline import (
-    CeilingsRequest,
-    RooflineRequest,
-    ceiling_dtypes,
-    ceilings,
-    roofline,
-)
 
 GFLOP = 1e9
 

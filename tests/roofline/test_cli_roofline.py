@@ -10,7 +10,7 @@ import pytest
 
 from accelscope.cli import main
 from accelscope.hardware.fingerprint import collect_environment
-from accelscope.measure.threads import available_cores
+from accelscope.measurement.threads import available_cores
 from accelscope.roofline.cache import cache_path, save_cached
 from accelscope.store.sqlite import ResultStore
 from roofline.test_analysis import make_ceilings

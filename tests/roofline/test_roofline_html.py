@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from accelscope.report.roofline_html import render_roofline_report, roofline_figure
+from accelscope.commands.roofline.html import render_roofline_report, roofline_figure
 from accelscope.roofline.analysis import RooflineProfile, build_profile
 from accelscope.roofline.counting import OpRecord
 from browser import browse, console_messages, page_requests

@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 
 from accelscope.hardware.fingerprint import collect_environment
-from accelscope.measure.stats import paired_ratio_ci
-from accelscope.measure.timer import TimerConfig
+from accelscope.measurement.stats import paired_ratio_ci
+from accelscope.measurement.timer import TimerConfig
 from accelscope.models.loading import load_model
 from accelscope.spec import Precision, RunSpec, TensorSpec
 from accelscope.sweep.confirm import Confirmation, confirmation_from_blocks

@@ -9,13 +9,13 @@ import pytest
 
 from accelscope.accuracy.fidelity import Fidelity
 from accelscope.hardware.fingerprint import Environment
-from accelscope.measure.measurement import Measurement
+from accelscope.measurement.record import Measurement
 from accelscope.models.loading import load_model
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Precision, RunSpec, TensorSpec
+from accelscope.sweep.driver import SweepPlan, run_sweep
 from accelscope.sweep.executor import WorkerOutcome
 from accelscope.sweep.guard import AccuracyRule, apply_guard
-from accelscope.sweep.run import SweepPlan, run_sweep
 from accelscope.sweep.select import select
 from accelscope.sweep.space import SweepSpace
 from accelscope.sweep.worker import InterleaveTask, WorkerTask
@@ -165,7 +165,7 @@ def test_runspec_label_is_stable() -> None:
 
 
 def test_contenders_are_those_the_screening_cannot_rule_out(environment: Environment) -> None:
-    from accelscope.sweep.run import _contenders
+    from accelscope.sweep.driver import _contenders
 
     results = []
     for batch, rate in zip((1, 2, 3, 4, 5, 6), (100.0, 95.0, 90.0, 50.0, 40.0, 30.0), strict=True):

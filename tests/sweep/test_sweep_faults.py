@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from accelscope.bench import BenchRequest, bench
+from accelscope.commands.bench.workflow import BenchRequest, bench
 from accelscope.result import Status
 from accelscope.spec import Precision, TensorSpec
 from accelscope.store.sqlite import ResultStore

@@ -8,11 +8,11 @@ from typing import Any
 
 import typer
 
-from accelscope.bench import BenchRequest, bench
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
-from accelscope.config import load_bench_config
+from accelscope.cli.config import load_bench_config
+from accelscope.commands.bench.view import bench_view
+from accelscope.commands.bench.workflow import BenchRequest, bench
 from accelscope.models.zoo import DEFAULT_MODEL
-from accelscope.report.terminal import bench_view
 from accelscope.result import Result, Status
 from accelscope.spec import (
     RunSpec,

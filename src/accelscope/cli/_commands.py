@@ -8,16 +8,16 @@ from typing import Any
 
 import typer
 
-from accelscope.api import MeasureRequest, measure
 from accelscope.backends.registry import all_backends
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, _progress, app
-from accelscope.config import load_config
+from accelscope.cli.config import load_config
+from accelscope.commands.bench.view import environment_view, results_view
+from accelscope.commands.measure.workflow import MeasureRequest, measure
 from accelscope.engine.probe import probe_pairs, probe_runtime_version, probe_table
 from accelscope.hardware.fingerprint import collect_environment
-from accelscope.measure.threads import available_cores
-from accelscope.measure.timer import TimerConfig
+from accelscope.measurement.threads import available_cores
+from accelscope.measurement.timer import TimerConfig
 from accelscope.models.zoo import DEFAULT_MODEL, ZOO
-from accelscope.report.terminal import environment_view, results_view
 from accelscope.spec import (
     parse_batch_sizes,
     parse_device,

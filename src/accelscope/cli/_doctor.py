@@ -10,10 +10,10 @@ import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
 from accelscope.cli._runs import register_show
-from accelscope.report.doctor_view import doctor_view
+from accelscope.commands.doctor.view import doctor_view
+from accelscope.commands.doctor.workflow import DoctorRequest, doctor, result_for_run
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
 from accelscope.units import parse_duration_s
-from accelscope.workflows.doctor import DoctorRequest, doctor, result_for_run
 
 
 class _Events:

@@ -10,17 +10,10 @@ import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
 from accelscope.cli._runs import register_show
-from accelscope.config import load_load_config
-from accelscope.errors import BadInputError
-from accelscope.load.floor import HarnessFloor
-from accelscope.load.search import PolicyCapacity
-from accelscope.load.summary import Scenario, TrialSummary
-from accelscope.report.load_html import harness_floor_text
-from accelscope.report.load_view import load_view
-from accelscope.spec import RunSpec, parse_device, parse_options, parse_precision, parse_tensor_spec
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
-from accelscope.units import parse_duration_s
-from accelscope.workflows.load import (
+from accelscope.cli.config import load_load_config
+from accelscope.commands.load.html import harness_floor_text
+from accelscope.commands.load.view import load_view
+from accelscope.commands.load.workflow import (
     CAPACITY_DOCUMENT,
     SUMMARY_DOCUMENT,
     TRIAL_DOCUMENT,
@@ -28,6 +21,13 @@ from accelscope.workflows.load import (
     LoadRequest,
     load,
 )
+from accelscope.errors import BadInputError
+from accelscope.load.capacity_search import PolicyCapacity
+from accelscope.load.floor import HarnessFloor
+from accelscope.load.summary import Scenario, TrialSummary
+from accelscope.spec import RunSpec, parse_device, parse_options, parse_precision, parse_tensor_spec
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
+from accelscope.units import parse_duration_s
 
 
 def _scenario(text: str) -> Scenario:

@@ -9,18 +9,8 @@ import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _out, app
 from accelscope.cli._runs import register_show
-from accelscope.errors import BadInputError
-from accelscope.plan.quantities import (
-    parse_count,
-    parse_money,
-    parse_percent,
-    parse_rate_per_s,
-    parse_tokens,
-)
-from accelscope.report.plan_view import plan_view
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
-from accelscope.units import parse_duration_s
-from accelscope.workflows.plan import (
+from accelscope.commands.plan.view import plan_view
+from accelscope.commands.plan.workflow import (
     ApiRequest,
     MemoryRequest,
     PlanOutcome,
@@ -29,6 +19,16 @@ from accelscope.workflows.plan import (
     plan_capacity,
     plan_memory,
 )
+from accelscope.errors import BadInputError
+from accelscope.plan.quantities import (
+    parse_count,
+    parse_money,
+    parse_percent,
+    parse_rate_per_s,
+    parse_tokens,
+)
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
+from accelscope.units import parse_duration_s
 
 plan_app = typer.Typer(
     help="Right-size: instances, dollars and memory fit from what was measured.",

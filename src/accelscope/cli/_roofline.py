@@ -11,20 +11,20 @@ import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
 from accelscope.cli._runs import register_show
-from accelscope.errors import BadInputError
-from accelscope.report.roofline_view import ceilings_view, roofline_view
-from accelscope.roofline.analysis import RooflineProfile
-from accelscope.roofline.ceilings import Ceilings
-from accelscope.spec import parse_device, parse_precision, parse_tensor_spec
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
-from accelscope.units import parse_duration_s
-from accelscope.workflows.roofline import (
+from accelscope.commands.roofline.view import ceilings_view, roofline_view
+from accelscope.commands.roofline.workflow import (
     CeilingsOutcome,
     CeilingsRequest,
     RooflineRequest,
     ceilings,
     roofline,
 )
+from accelscope.errors import BadInputError
+from accelscope.roofline.analysis import RooflineProfile
+from accelscope.roofline.ceilings import Ceilings
+from accelscope.spec import parse_device, parse_precision, parse_tensor_spec
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
+from accelscope.units import parse_duration_s
 
 
 def _positive_int(text: str | None, what: str) -> int | None:

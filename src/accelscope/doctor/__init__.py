@@ -6,7 +6,7 @@ API mode (:func:`watch`) instruments the caller's own loop. Both produce a
 :class:`DoctorResult`.
 """
 
-from accelscope.doctor.run import DoctorPlan, DoctorResult, run_doctor
+from accelscope.doctor.diagnose import DoctorPlan, DoctorResult, run_doctor
 from accelscope.doctor.verdict import Diagnosis
 from accelscope.doctor.watch import Watch, watch
 

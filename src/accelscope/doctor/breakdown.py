@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from accelscope.doctor.profile import PHASES, Step
-from accelscope.measure.stats import median_ci, summarize
+from accelscope.measurement.stats import median_ci, summarize
 
 __all__ = ["ALL_PHASES", "Breakdown", "Rate", "breakdown", "rate"]
 

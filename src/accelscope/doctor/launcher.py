@@ -1,7 +1,7 @@
 """Runs the user's script in an instrumented child process, bounded in time, watched from outside.
 
-The child (``python -m accelscope.doctor._bootstrap``, the same interpreter) runs in its own
-process group with the script's output passed straight through. The parent samples telemetry
+The child (``python -m accelscope.doctor.inprocess.bootstrap``, the same interpreter) runs in its
+own process group with the script's output passed straight through. The parent samples telemetry
 of the child's process tree, counts steps from a progress pipe (one byte per step), and
 enforces two bounds: a wall-clock ``timeout_s`` for the whole run and a ``stall_s`` within which
 the next step must arrive. On a bound, or Ctrl-C, the child is asked for what it has (SIGUSR1,
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelscope.doctor.inprocess.session import PROGRESS_FD_ENV
 from accelscope.doctor.profile import Profile
-from accelscope.doctor.session import PROGRESS_FD_ENV
 from accelscope.hardware.telemetry import NvmlSource, Telemetry, TelemetrySampler
 
 __all__ = ["ChildConfig", "ChildRun", "Launcher"]
@@ -128,7 +128,7 @@ class Launcher:
     def _spawn(self, config_path: Path, write_fd: int) -> subprocess.Popen[bytes]:
         env = {**os.environ, **self.env, PROGRESS_FD_ENV: str(write_fd)}
         return subprocess.Popen(
-            [self.python, "-m", "accelscope.doctor._bootstrap", str(config_path)],
+            [self.python, "-m", "accelscope.doctor.inprocess.bootstrap", str(config_path)],
             stdin=subprocess.DEVNULL,
             stdout=self.stdout,
             pass_fds=(write_fd,),

@@ -10,7 +10,7 @@ from typing import Any
 from accelscope.doctor.breakdown import Breakdown
 from accelscope.doctor.findings import Finding, Rule, RuleContext
 from accelscope.doctor.rules import all_rules
-from accelscope.measure.stats import NOISE_IQR_RATIO
+from accelscope.measurement.stats import NOISE_IQR_RATIO
 
 __all__ = ["Diagnosis", "diagnose", "machine_notes"]
 

@@ -1,6 +1,6 @@
 """API mode: ``with accelscope.doctor.watch(model=..., loader=...) as w:`` around your own
 loop, ``w.step()`` at the end of each step; ``w.result`` is the same
-:class:`~accelscope.doctor.run.DoctorResult` the command produces (without what-ifs, which
+:class:`~accelscope.doctor.diagnose.DoctorResult` the command produces (without what-ifs, which
 need the script to be re-run).
 
 Telemetry is sampled from a thread of this process here (there is no separate parent), at the
@@ -15,15 +15,15 @@ from types import TracebackType
 from typing import Any
 
 from accelscope.doctor.breakdown import breakdown
+from accelscope.doctor.diagnose import DoctorResult
 from accelscope.doctor.findings import RuleContext
+from accelscope.doctor.inprocess.session import Session
 from accelscope.doctor.profile import Profile
-from accelscope.doctor.run import DoctorResult
-from accelscope.doctor.session import Session
 from accelscope.doctor.verdict import diagnose
 from accelscope.errors import MeasurementError
 from accelscope.hardware.fingerprint import collect_environment
 from accelscope.hardware.telemetry import NvmlSource, TelemetrySampler
-from accelscope.measure.threads import available_cores
+from accelscope.measurement.threads import available_cores
 
 __all__ = ["Watch", "watch"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from accelscope.doctor.breakdown import Rate
 from accelscope.doctor.findings import RuleContext
-from accelscope.doctor.inject import describe
+from accelscope.doctor.inprocess.inject import describe
 from accelscope.errors import BadInputError
 from accelscope.spec import Device, Precision
 

@@ -17,7 +17,7 @@ from accelscope.backends.base import Batch, Runner
 from accelscope.backends.registry import get_backend
 from accelscope.errors import MeasurementError
 from accelscope.hardware.fingerprint import Environment
-from accelscope.measure.threads import pinned_threads
+from accelscope.measurement.threads import pinned_threads
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.inputs import make_batch
 from accelscope.spec import BATCH_DIM, Precision, RunSpec

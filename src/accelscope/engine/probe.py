@@ -495,7 +495,7 @@ def measure_probes(pairs: Iterable[tuple[str, Precision]], threads: int) -> list
     """
     import torch
 
-    from accelscope.measure.threads import pinned_threads
+    from accelscope.measurement.threads import pinned_threads
 
     verdicts = []
     with pinned_threads(threads):

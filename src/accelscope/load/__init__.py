@@ -11,6 +11,13 @@ real-time path, below which service times cannot be told from the harness's own 
 """
 
 from accelscope.load.batcher import NO_BATCHING, BatchPolicy
+from accelscope.load.capacity_search import (
+    CapacitySearch,
+    PolicyCapacity,
+    SearchSettings,
+    policy_grid,
+    search_capacity,
+)
 from accelscope.load.clock import LoadClock, RealClock, SimClock
 from accelscope.load.early_stopping import (
     EarlyStopping,
@@ -23,13 +30,6 @@ from accelscope.load.executor import Completion, Executor, SimulatedExecutor, Th
 from accelscope.load.floor import HarnessFloor, measure_harness_floor
 from accelscope.load.scenarios import run_offline, run_server, run_single_stream
 from accelscope.load.schedule import Query, arrival_offsets_s
-from accelscope.load.search import (
-    CapacitySearch,
-    PolicyCapacity,
-    SearchSettings,
-    policy_grid,
-    search_capacity,
-)
 from accelscope.load.summary import Distribution, Scenario, TrialSettings, TrialSummary
 from accelscope.load.sut import ServiceModel, SystemUnderTest
 

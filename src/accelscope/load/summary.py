@@ -16,7 +16,7 @@ from accelscope.load.early_stopping import (
     server_early_stopping,
 )
 from accelscope.load.trial import QueryStatus, TrialRecord
-from accelscope.measure.stats import percentile
+from accelscope.measurement.stats import percentile
 
 __all__ = ["Distribution", "Scenario", "TrialSettings", "TrialSummary", "summarize_trial"]
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelscope.documents import LoadCapacity, Operator, RooflineProfile, normalise_dtype
 from accelscope.plan.catalog import Instance
-from accelscope.plan.documents import LoadCapacity, Operator, RooflineProfile, normalise_dtype
 from accelscope.plan.fusion import ELEMENT_BYTES, FUSION_RULE, at_precision, fuse
 
 __all__ = [

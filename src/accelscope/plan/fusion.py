@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from accelscope.plan.documents import Operator, normalise_dtype
+from accelscope.documents import Operator, normalise_dtype
 
 __all__ = [
     "ANCHOR",

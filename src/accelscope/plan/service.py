@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from accelscope.documents import LoadCapacity, RooflineProfile
 from accelscope.errors import BadInputError
 from accelscope.plan.capacity import (
     Calibration,
@@ -24,7 +25,6 @@ from accelscope.plan.capacity import (
     project_capacity,
 )
 from accelscope.plan.catalog import Catalog, Instance
-from accelscope.plan.documents import LoadCapacity, RooflineProfile
 from accelscope.plan.fleet import Option, OptionCost, PlanSettings, Recommendation, plan_fleet
 from accelscope.plan.traffic import Traffic
 

@@ -48,9 +48,10 @@ def plotly_js() -> str:
     return re.sub(r"</(script)", r"<\\/\1", get_plotlyjs(), flags=re.IGNORECASE)
 
 
-def template(name: str, filters: dict[str, Callable[..., str]]) -> jinja2.Template:
-    """The packaged template ``templates/<name>`` in an autoescaping, strict environment."""
-    source = resources.files("accelscope.report").joinpath("templates", name)
+def template(package: str, name: str, filters: dict[str, Callable[..., str]]) -> jinja2.Template:
+    """The template ``name`` packaged beside its renderer in ``package`` (a command's package), in
+    an autoescaping, strict environment."""
+    source = resources.files(package).joinpath(name)
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters.update(filters)
     return env.from_string(source.read_text(encoding="utf-8"))

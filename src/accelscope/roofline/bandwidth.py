@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from accelscope.hardware.sync import IntervalTimer
-from accelscope.roofline.search import measure_rate
+from accelscope.roofline.kernel_search import measure_rate
 
 __all__ = ["ITEM_BYTES", "StreamSize", "measure_streams", "stream_size"]
 

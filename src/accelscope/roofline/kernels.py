@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from accelscope.roofline.search import Candidate
+from accelscope.roofline.kernel_search import Candidate
 
 __all__ = [
     "MAX_OPERAND_BYTES",

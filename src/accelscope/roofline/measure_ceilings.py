@@ -43,9 +43,16 @@ from pathlib import Path
 from accelscope.errors import BadInputError, NotAvailableError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.hardware.sync import IntervalTimer
-from accelscope.measure.threads import available_cores, pinned_threads
+from accelscope.measurement.threads import available_cores, pinned_threads
 from accelscope.roofline.bandwidth import measure_streams, stream_size
 from accelscope.roofline.ceilings import DTYPES, Ceilings, KernelPeak, Theoretical
+from accelscope.roofline.kernel_search import (
+    Candidate,
+    Deadline,
+    SearchOutcome,
+    best_first_search,
+    fastest_call_s,
+)
 from accelscope.roofline.kernels import (
     Kernel,
     build_kernel,
@@ -54,13 +61,6 @@ from accelscope.roofline.kernels import (
     neighbors,
     probe_ladder,
     seeds,
-)
-from accelscope.roofline.search import (
-    Candidate,
-    Deadline,
-    SearchOutcome,
-    best_first_search,
-    fastest_call_s,
 )
 from accelscope.roofline.theoretical import parse_topology, theoretical_cpu, theoretical_gpu
 

@@ -14,8 +14,8 @@ from accelscope.backends.base import Backend
 from accelscope.backends.eager import EagerBackend
 from accelscope.errors import NotAvailableError
 from accelscope.hardware.fingerprint import Environment
-from accelscope.measure.threads import pinned_threads
-from accelscope.measure.timer import Timer, TimerConfig
+from accelscope.measurement.threads import pinned_threads
+from accelscope.measurement.timer import Timer, TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.inputs import make_batch
 from accelscope.roofline.analysis import RooflineProfile, build_profile

@@ -6,7 +6,7 @@ so a ratio of two of them can be off by as much. Here each round times one block
 configuration in the order A B C C B A; a linear drift over the round hits every configuration
 alike and cancels in the per-round ratio. The rounds are the statistical unit: the speedup is the
 geometric mean of the per-round ratios with a Student-t 95 % interval on the log scale
-(:func:`accelscope.measure.stats.paired_ratio_ci`).
+(:func:`accelscope.measurement.stats.paired_ratio_ci`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from accelscope.measure.stats import paired_ratio_ci
+from accelscope.measurement.stats import paired_ratio_ci
 from accelscope.result import Result
 
 __all__ = [

@@ -21,11 +21,11 @@ from typing import Any
 from accelscope.backends.base import Runner
 from accelscope.backends.registry import get_backend
 from accelscope.engine.accuracy_check import calibration_batches, load_accuracy_check
-from accelscope.engine.run import measure_config
+from accelscope.engine.configuration import measure_config
 from accelscope.errors import AccelscopeError
 from accelscope.hardware.fingerprint import Environment
-from accelscope.measure.threads import pinned_threads
-from accelscope.measure.timer import TimerConfig
+from accelscope.measurement.threads import pinned_threads
+from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.inputs import make_batch
 from accelscope.models.loading import load_model

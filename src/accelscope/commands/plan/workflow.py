@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelscope.commands.bench.html import check_report_path, write_report
+from accelscope.commands.plan.html import render_plan_report
+from accelscope.documents import LoadCapacity, RooflineProfile
 from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.plan.api_cost import compare_api
 from accelscope.plan.catalog import Catalog, load_catalog
-from accelscope.plan.documents import LoadCapacity, RooflineProfile
 from accelscope.plan.fleet import PlanSettings
 from accelscope.plan.llm_memory import estimate_memory, load_config, shape_from_config
 from accelscope.plan.service import BenchFigure, Evidence, build_plan
 from accelscope.plan.traffic import load_traffic
-from accelscope.report.html import check_report_path, write_report
-from accelscope.report.plan_html import render_plan_report
 from accelscope.result import Result, Status
 from accelscope.store.sink import command_line
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord, check_store_path

@@ -25,7 +25,7 @@ from accelscope.engine.accuracy_check import (
 )
 from accelscope.engine.probe import ProbeTable
 from accelscope.hardware.fingerprint import Environment
-from accelscope.measure.timer import TimerConfig
+from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.result import Result, Status
 from accelscope.spec import RunSpec, TensorSpec

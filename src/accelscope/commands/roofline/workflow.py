@@ -11,13 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from accelscope.commands.bench.html import check_report_path, write_report
+from accelscope.commands.roofline.html import render_roofline_report
 from accelscope.errors import BadInputError, NotAvailableError
 from accelscope.hardware.fingerprint import Environment, collect_environment
-from accelscope.measure.threads import available_cores
-from accelscope.measure.timer import TimerConfig
+from accelscope.measurement.threads import available_cores
+from accelscope.measurement.timer import TimerConfig
 from accelscope.models.loading import load_model
-from accelscope.report.html import check_report_path, write_report
-from accelscope.report.roofline_html import render_roofline_report
 from accelscope.roofline.analysis import RooflineProfile
 from accelscope.roofline.cache import cache_path, load_cached, save_cached
 from accelscope.roofline.ceilings import DTYPES, Ceilings

@@ -394,7 +394,11 @@ def _accuracy_figure(
 
 @functools.cache
 def _template() -> jinja2.Template:
-    return template("bench.html.j2", {"ms": _ms, "bytes": format_bytes, "rate": "{:,.1f}".format})
+    return template(
+        "accelscope.commands.bench",
+        "bench.html.j2",
+        {"ms": _ms, "bytes": format_bytes, "rate": "{:,.1f}".format},
+    )
 
 
 def render_bench_report(

@@ -1,7 +1,7 @@
 """Self-contained offline HTML report of a doctor run: verdict, stacked step-time breakdown,
 telemetry timeline, findings with thresholds, what-if bars. Same safety rules as the bench
-report (:mod:`accelscope.report.html`): plotly inlined, CSP forbids fetching, every user string
-escaped (jinja autoescape; ``html.escape`` for plotly labels; script-safe JSON)."""
+report (:mod:`accelscope.commands.bench.html`): plotly inlined, CSP forbids fetching, every
+user string escaped (jinja autoescape; ``html.escape`` for plotly labels; script-safe JSON)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import jinja2
 
+from accelscope.commands.bench.html import script_safe_json
 from accelscope.doctor.breakdown import ALL_PHASES
-from accelscope.doctor.run import DoctorResult
+from accelscope.doctor.diagnose import DoctorResult
 from accelscope.hardware.fingerprint import Environment
-from accelscope.report.html import script_safe_json
 from accelscope.report.page import chart_layout, plot_label, plotly_js, template
 from accelscope.units import format_bytes, format_seconds
 
@@ -200,7 +200,7 @@ def _template() -> jinja2.Template:
         "pct": "{:.1%}".format,
         "rate": "{:,.2f}".format,
     }
-    return template("doctor.html.j2", filters)
+    return template("accelscope.commands.doctor", "doctor.html.j2", filters)
 
 
 def render_doctor_report(

@@ -14,7 +14,7 @@ from typing import Any
 
 import jinja2
 
-from accelscope.report.html import _ms, script_safe_json
+from accelscope.commands.bench.html import _ms, script_safe_json
 from accelscope.report.page import chart_layout, plot_label, plotly_js, template
 
 __all__ = ["harness_floor_text", "load_verdict", "render_load_report"]
@@ -203,7 +203,11 @@ def _split_figure(trial: dict[str, Any] | None) -> dict[str, Any] | None:
 
 @functools.cache
 def _template() -> jinja2.Template:
-    return template("load.html.j2", {"ms": _ms, "rate": "{:,.1f}".format, "policy": _policy_label})
+    return template(
+        "accelscope.commands.load",
+        "load.html.j2",
+        {"ms": _ms, "rate": "{:,.1f}".format, "policy": _policy_label},
+    )
 
 
 def render_load_report(

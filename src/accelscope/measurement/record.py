@@ -7,7 +7,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from accelscope.measure.stats import Summary, summarize
+from accelscope.measurement.stats import Summary, summarize
 
 __all__ = ["Measurement", "StopReason"]
 

@@ -1,7 +1,7 @@
 """Instrumentation of an unmodified PyTorch program by patching torch, not the program.
 
 Installed in the process that runs the user's loop (the bootstrap child, or the caller in API
-mode), it feeds the :class:`~accelscope.doctor.recorder.Recorder`:
+mode), it feeds the :class:`~accelscope.doctor.inprocess.recorder.Recorder`:
 
 * global module forward pre/post hooks find the top-level forward (nesting depth 0) and the
   *main model* (the first top-level module with parameters), whose forwards drive inference
@@ -29,8 +29,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from accelscope.doctor.inject import Injector
-from accelscope.doctor.recorder import (
+from accelscope.doctor.inprocess.inject import Injector
+from accelscope.doctor.inprocess.recorder import (
     COPY,
     COPY_BYTES,
     INPUT,

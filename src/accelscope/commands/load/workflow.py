@@ -15,19 +15,24 @@ from pathlib import Path
 from typing import Any
 
 from accelscope.backends.registry import get_backend
+from accelscope.commands.bench.html import check_report_path, write_report
+from accelscope.commands.load.html import render_load_report
 from accelscope.errors import BadInputError, InterruptedRunError, MeasurementError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.load.batcher import BatchPolicy
+from accelscope.load.capacity_search import (
+    CapacitySearch,
+    PolicyCapacity,
+    policy_grid,
+    search_capacity,
+)
 from accelscope.load.executor import ThreadedExecutor
 from accelscope.load.floor import HarnessFloor, measure_harness_floor
 from accelscope.load.model_sut import ModelSUT
 from accelscope.load.scenarios import run_offline, run_server, run_single_stream
-from accelscope.load.search import CapacitySearch, PolicyCapacity, policy_grid, search_capacity
 from accelscope.load.summary import Scenario, TrialSettings, TrialSummary
-from accelscope.measure.threads import available_cores, pinned_threads
+from accelscope.measurement.threads import available_cores, pinned_threads
 from accelscope.models.loading import load_model
-from accelscope.report.html import check_report_path, write_report
-from accelscope.report.load_html import render_load_report
 from accelscope.spec import Device, Precision, RunSpec, TensorSpec
 from accelscope.store.sink import RunSink
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path

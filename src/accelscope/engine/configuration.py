@@ -15,9 +15,9 @@ from accelscope.backends.base import Backend, Batch, Runner
 from accelscope.engine.accuracy_check import AccuracyCheck, run_chunked, score
 from accelscope.errors import BadInputError, MeasurementError
 from accelscope.hardware.fingerprint import Environment
-from accelscope.measure.memory import MemoryProbe
-from accelscope.measure.threads import pinned_threads
-from accelscope.measure.timer import Clock, ProgressFn, Timer, TimerConfig
+from accelscope.measurement.memory import MemoryProbe
+from accelscope.measurement.threads import pinned_threads
+from accelscope.measurement.timer import Clock, ProgressFn, Timer, TimerConfig
 from accelscope.models.base import LoadedModel, Task
 from accelscope.models.inputs import make_batch
 from accelscope.result import Accuracy, Result, Status

@@ -16,11 +16,11 @@ from accelscope.engine.accuracy_check import (
     reference_spec,
     with_reference,
 )
-from accelscope.engine.run import measure_config
+from accelscope.engine.configuration import measure_config
 from accelscope.errors import BadInputError, InterruptedRunError
 from accelscope.hardware.fingerprint import Environment, collect_environment
-from accelscope.measure.threads import available_cores
-from accelscope.measure.timer import ProgressFn, TimerConfig
+from accelscope.measurement.threads import available_cores
+from accelscope.measurement.timer import ProgressFn, TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.loading import load_model
 from accelscope.result import Result

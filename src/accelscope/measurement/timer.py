@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from accelscope.errors import BadInputError
 from accelscope.hardware.sync import IntervalTimer
-from accelscope.measure.measurement import Measurement, StopReason
-from accelscope.measure.stats import median_ci
+from accelscope.measurement.record import Measurement, StopReason
+from accelscope.measurement.stats import median_ci
 
 __all__ = ["HostInterval", "IntervalTimer", "ProgressFn", "Timer", "TimerConfig"]
 

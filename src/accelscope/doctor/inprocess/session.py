@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from accelscope.doctor.device import CudaTimeline, cuda_timeline
-from accelscope.doctor.inject import Injector
-from accelscope.doctor.instrument import Instrumentation
-from accelscope.doctor.probe import OpCensus, measure_op_overhead_s
-from accelscope.doctor.recorder import Recorder
+from accelscope.doctor.inprocess.device import CudaTimeline, cuda_timeline
+from accelscope.doctor.inprocess.inject import Injector
+from accelscope.doctor.inprocess.instrument import Instrumentation
+from accelscope.doctor.inprocess.probe import OpCensus, measure_op_overhead_s
+from accelscope.doctor.inprocess.recorder import Recorder
 
 __all__ = ["PROGRESS_FD_ENV", "SCHEMA", "Session"]
 

@@ -15,22 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from accelscope.accuracy.metrics import metric_fn
+from accelscope.commands.bench.html import check_report_path, render_bench_report, write_report
 from accelscope.engine.probe import ProbeTable, probe_table
 from accelscope.errors import BadInputError, InterruptedRunError
 from accelscope.hardware.fingerprint import Environment, collect_environment
-from accelscope.measure.threads import available_cores
-from accelscope.measure.timer import TimerConfig
+from accelscope.measurement.threads import available_cores
+from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.loading import load_model
-from accelscope.report.html import check_report_path, render_bench_report, write_report
 from accelscope.result import Result
 from accelscope.spec import Device, Precision, TensorSpec
 from accelscope.store.sink import RunSink
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
 from accelscope.sweep.confirm import Confirmation
+from accelscope.sweep.driver import STRATEGIES, SweepEvents, SweepPlan, run_sweep
 from accelscope.sweep.executor import Executor, LocalExecutor
 from accelscope.sweep.guard import AccuracyRule
-from accelscope.sweep.run import STRATEGIES, SweepEvents, SweepPlan, run_sweep
 from accelscope.sweep.select import SPEEDUP_COLUMN_NOTE, Selection, select
 from accelscope.sweep.space import SweepSpace, probe_requests
 

@@ -1,7 +1,8 @@
 """The child process of ``accelscope doctor``: instrument torch, run the user's script, report.
 
-Run as ``python -m accelscope.doctor._bootstrap CONFIG.json`` by :mod:`.launcher`. It installs
-the instrumentation (and the what-if change, if any), runs the script with ``runpy`` as
+Run as ``python -m accelscope.doctor.inprocess.bootstrap CONFIG.json`` by
+:mod:`accelscope.doctor.launcher`. It installs the instrumentation (and the what-if change, if
+any), runs the script with ``runpy`` as
 ``__main__`` with the script's own ``sys.argv`` and ``sys.path[0]``, and, once warm-up +
 measured steps are done, writes the results as JSON (atomically) and leaves with ``os._exit``
 so that none of the script's remaining work runs. If the script ends, exits or raises first,
@@ -22,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from accelscope.doctor.session import PROGRESS_FD_ENV, Session
+from accelscope.doctor.inprocess.session import PROGRESS_FD_ENV, Session
 
 __all__ = ["main"]
 _PR_SET_PDEATHSIG = 1
@@ -147,7 +148,7 @@ class _Child:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``python -m accelscope.doctor._bootstrap CONFIG.json``."""
+    """Entry point: ``python -m accelscope.doctor.inprocess.bootstrap CONFIG.json``."""
     args = sys.argv[1:] if argv is None else argv
     _die_with_parent()
     config = json.loads(Path(args[0]).read_text(encoding="utf-8"))

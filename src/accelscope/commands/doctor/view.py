@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from accelscope.doctor.breakdown import ALL_PHASES
-from accelscope.doctor.run import DoctorResult
+from accelscope.doctor.diagnose import DoctorResult
 from accelscope.units import format_seconds
 
 __all__ = ["PHASE_COLORS", "doctor_view"]

@@ -13,7 +13,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from accelscope.report.load_html import harness_floor_text, load_verdict
+from accelscope.commands.load.html import harness_floor_text, load_verdict
 
 __all__ = ["load_table", "load_view"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from accelscope.report.html import script_safe_json
+from accelscope.commands.bench.html import script_safe_json
 from accelscope.report.page import plot_label, plotly_js, template
 from accelscope.roofline.analysis import RooflineProfile
 from accelscope.units import format_bytes
@@ -109,7 +109,7 @@ def roofline_figure(profile: RooflineProfile) -> dict[str, Any]:
 
 @functools.cache
 def _template() -> jinja2.Template:
-    return template("roofline.html.j2", {})
+    return template("accelscope.commands.roofline", "roofline.html.j2", {})
 
 
 def render_roofline_report(profile: RooflineProfile) -> str:

@@ -15,9 +15,9 @@ from typing import Any
 
 import jinja2
 
-from accelscope.report.html import script_safe_json
+from accelscope.commands.bench.html import script_safe_json
+from accelscope.commands.plan.view import capacity_cell
 from accelscope.report.page import chart_layout, plot_label, plotly_js, template
-from accelscope.report.plan_view import capacity_cell
 
 __all__ = ["render_plan_report"]
 
@@ -133,7 +133,7 @@ def _template() -> jinja2.Template:
         "capacity": capacity_cell,
         "pct": lambda v: "—" if v is None else f"{float(v):.0%}",
     }
-    return template("plan.html.j2", filters)
+    return template("accelscope.commands.plan", "plan.html.j2", filters)
 
 
 def render_plan_report(doc: Mapping[str, Any], *, title: str) -> str:

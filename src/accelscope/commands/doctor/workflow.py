@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelscope.commands.bench.html import check_report_path, write_report
+from accelscope.commands.doctor.html import render_doctor_report
+from accelscope.doctor.diagnose import DoctorEvents, DoctorPlan, DoctorResult, run_doctor
 from accelscope.doctor.launcher import Launcher
-from accelscope.doctor.run import DoctorEvents, DoctorPlan, DoctorResult, run_doctor
 from accelscope.doctor.trace import chrome_trace
 from accelscope.doctor.whatif import parse_what_ifs
 from accelscope.engine.probe import measured_support, probe_table
 from accelscope.errors import BadInputError, InterruptedRunError, NotAvailableError
 from accelscope.hardware.fingerprint import Environment, collect_environment
-from accelscope.measure.threads import available_cores
-from accelscope.report.doctor_html import render_doctor_report
-from accelscope.report.html import check_report_path, write_report
+from accelscope.measurement.threads import available_cores
 from accelscope.spec import Precision
 from accelscope.store.sink import command_line
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path

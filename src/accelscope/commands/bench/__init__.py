@@ -1,0 +1,1 @@
+"""``accelscope bench``: request + workflow, terminal view, HTML report."""

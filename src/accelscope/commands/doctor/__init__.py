@@ -1,0 +1,1 @@
+"""``accelscope doctor``: request + workflow, terminal view, HTML report."""

@@ -1,0 +1,1 @@
+"""``accelscope load``: request + workflow, terminal view, HTML report."""

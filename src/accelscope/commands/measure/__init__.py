@@ -1,0 +1,1 @@
+"""``accelscope measure``: request + workflow, terminal view, HTML report."""

@@ -1,0 +1,1 @@
+"""``accelscope plan``: request + workflow, terminal view, HTML report."""

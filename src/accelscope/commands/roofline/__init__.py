@@ -1,0 +1,1 @@
+"""``accelscope roofline``: request + workflow, terminal view, HTML report."""
