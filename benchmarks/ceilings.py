@@ -64,7 +64,7 @@ def main() -> int:
     save_cached(found, path)
     print(f"cached: {path}")
     if args.json:
-        args.json.write_text(json.dumps(found.to_dict(), indent=1), encoding="utf-8")
+        args.json.write_text(json.dumps(found.model_dump(mode="json"), indent=1), encoding="utf-8")
     return 0
 
 

@@ -13,13 +13,16 @@ import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
 from accelscope.cli import main
+from accelscope.commands.measure.workflow import MeasureRequest
 from accelscope.errors import AccelscopeError, BadInputError, UnsafeModelError
+from accelscope.models.zoo import DEFAULT_MODEL
 from accelscope.store.sqlite import ResultStore
 from conftest import tiny_onnx_bytes
 
@@ -397,6 +400,36 @@ def _config_nan_budget(tmp: Path) -> tuple[list[str], str]:
     return ["measure", "--config", cfg], "nan"
 
 
+def _config_budget_bool(tmp: Path) -> tuple[list[str], str]:
+    cfg = _write_config(tmp, '[model]\nref = "digits-cnn"\n\n[run]\nbudget = true\n')
+    return ["measure", "--config", cfg], "run.budget"
+
+
+def _config_budget_text(tmp: Path) -> tuple[list[str], str]:
+    cfg = _write_config(tmp, '[model]\nref = "digits-cnn"\n\n[run]\nbudget = "soon"\n')
+    return ["measure", "--config", cfg], "run.budget"
+
+
+def _config_threads_fraction(tmp: Path) -> tuple[list[str], str]:
+    cfg = _write_config(tmp, '[model]\nref = "digits-cnn"\n\n[run]\nthreads = 1.5\n')
+    return ["measure", "--config", cfg], "run.threads"
+
+
+def _config_device_list(tmp: Path) -> tuple[list[str], str]:
+    cfg = _write_config(tmp, '[model]\nref = "digits-cnn"\n\n[run]\ndevice = ["cpu"]\n')
+    return ["measure", "--config", cfg], "run.device"
+
+
+def _config_options_not_list(tmp: Path) -> tuple[list[str], str]:
+    cfg = _write_config(tmp, '[model]\nref = "digits-cnn"\n\n[run]\noptions = "a=b"\n')
+    return ["measure", "--config", cfg], "run.options"
+
+
+def _config_store_number(tmp: Path) -> tuple[list[str], str]:
+    cfg = _write_config(tmp, '[model]\nref = "digits-cnn"\n\n[run]\nstore = 5\n')
+    return ["measure", "--config", cfg], "run.store"
+
+
 def _config_invalid_toml(tmp: Path) -> tuple[list[str], str]:
     cfg = _write_config(tmp, '[model\nref = "digits-cnn"\n')
     return ["measure", "--config", cfg], "cfg.toml"
@@ -467,12 +500,18 @@ MEASURE_CASES: dict[str, Case] = {
     "config-bad-input-spec": _config_bad_input_spec,
     "config-zero-batch": _config_zero_batch,
     "config-nan-budget": _config_nan_budget,
+    "config-budget-bool": _config_budget_bool,
+    "config-budget-text": _config_budget_text,
+    "config-threads-fraction": _config_threads_fraction,
+    "config-device-list": _config_device_list,
+    "config-options-not-list": _config_options_not_list,
+    "config-store-number": _config_store_number,
     "config-invalid-toml": _config_invalid_toml,
     "config-not-utf8": _config_not_utf8,
 }
 
 
-OWN_BUDGET_CASES = {"config-nan-budget"}
+OWN_BUDGET_CASES = {"config-nan-budget", "config-budget-bool", "config-budget-text"}
 
 
 def _param(name: str) -> object:
@@ -494,8 +533,119 @@ def test_bad_measure_input_is_one_line_exit_2_and_writes_nothing(
     args, mention = case(tmp_path)
     code, out, err = run_cli(capsys, _argv(name, args, tmp_path / "r.db"))
     assert_one_line_error(code, err, mention)
+    if name.startswith("config-") and name not in ("config-missing", "config-invalid-toml"):
+        assert "cfg.toml" in err or "latin.toml" in err  # the line names the file
     assert out == ""
     assert_nothing_written(tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
+# the config file feeds the flags (click's default_map): same conversion, flags win
+
+
+class _Called(Exception):
+    """Raised instead of measuring: carries the request the CLI built."""
+
+    def __init__(self, request: MeasureRequest, command_line: str | None) -> None:
+        super().__init__("measure called")
+        self.request = request
+        self.command_line = command_line
+
+
+@pytest.fixture
+def measure_request(monkeypatch: pytest.MonkeyPatch) -> Callable[..., MeasureRequest]:
+    """Run ``accelscope measure ARGS`` up to the workflow call; return the request."""
+    import accelscope.cli._commands as commands
+
+    def fake_measure(request: MeasureRequest, **kwargs: Any) -> None:
+        raise _Called(request, kwargs.get("command_line"))
+
+    monkeypatch.setattr(commands, "measure", fake_measure)
+
+    def run(*args: str) -> MeasureRequest:
+        with pytest.raises(_Called) as called:
+            main(["--debug", "measure", *args])
+        return called.value.request
+
+    return run
+
+
+def test_measure_defaults_are_the_requests(
+    measure_request: Callable[..., MeasureRequest],
+) -> None:
+    """No flag and no file: every default comes from MeasureRequest / TimerConfig alone."""
+    assert measure_request() == MeasureRequest(model=DEFAULT_MODEL)
+
+
+@pytest.mark.parametrize(
+    ("text", "flags"),
+    [
+        ('budget = "2s"', ["--budget", "2s"]),
+        ("budget = 2", ["--budget", "2"]),
+        ('target_ci = "5%"', ["--target-ci", "5%"]),
+        ("target_ci = 0.05", ["--target-ci", "0.05"]),
+        ("batch = [1, 8]", ["--batch", "1,8"]),
+        ('batch = "1,8"', ["--batch", "1,8"]),
+        ("batch = 4", ["--batch", "4"]),
+        ('threads = "2"', ["--threads", "2"]),
+        ('precision = "BF16"', ["--precision", "BF16"]),
+        ('device = "cuda:0"', ["--device", "cuda:0"]),
+        ('options = ["channels_last=true"]', ["--option", "channels_last=true"]),
+        ('store = "elsewhere.db"', ["--store", "elsewhere.db"]),
+    ],
+)
+def test_config_value_converts_exactly_like_the_flag(
+    text: str,
+    flags: list[str],
+    tmp_path: Path,
+    measure_request: Callable[..., MeasureRequest],
+) -> None:
+    cfg = _write_config(tmp_path, f'[model]\nref = "digits-cnn"\n[run]\n{text}\n')
+    from_file = measure_request("--config", cfg)
+    from_flag = measure_request("digits-cnn", *flags)
+    assert from_file == from_flag
+    assert from_file != MeasureRequest(model="digits-cnn") or "store" in text
+
+
+def test_flags_win_over_the_config_file(
+    tmp_path: Path, measure_request: Callable[..., MeasureRequest]
+) -> None:
+    cfg = _write_config(
+        tmp_path,
+        '[model]\nref = "digits-cnn"\ninputs = [{name = "x", shape = ["N", 16]}]\n'
+        '[run]\nbatch = [2]\nbudget = "3s"\nthreads = 1\noptions = ["a=1"]\n',
+    )
+    request = measure_request("--config", cfg, "--batch", "5", "--option", "b=2", "tiny.py:make")
+    assert request.model == "tiny.py:make" and request.batch_sizes == (5,)
+    assert request.options == (("b", "2"),)
+    assert request.timer.budget_s == 3.0 and request.threads == 1  # not overridden: the file's
+    assert request.inputs is not None and request.inputs[0].shape == ("N", 16)
+
+
+def test_config_wrong_type_names_file_section_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _write_config(tmp_path, '[model]\nref = "digits-cnn"\n[run]\nthreads = "two"\n')
+    code, out, err = run_cli(capsys, ["measure", "--config", cfg, "--threads", "1"])
+    # a bad file value is refused even where a flag overrides it
+    assert_one_line_error(code, err, "cfg.toml", "run.threads", "two")
+    assert out == ""
+
+
+def test_command_line_is_passed_by_the_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import accelscope.cli._commands as commands
+
+    seen: list[str | None] = []
+
+    def fake_measure(request: MeasureRequest, **kwargs: Any) -> None:
+        seen.append(kwargs.get("command_line"))
+        raise _Called(request, kwargs.get("command_line"))
+
+    monkeypatch.setattr(commands, "measure", fake_measure)
+    monkeypatch.setattr("sys.argv", ["accelscope", "measure", "my model", "--batch", "2"])
+    with pytest.raises(_Called):
+        main(["--debug", "measure", "digits-cnn"])
+    assert seen == ["accelscope measure 'my model' --batch 2"]
 
 
 def test_model_failing_on_first_call_is_bad_input(

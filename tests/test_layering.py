@@ -13,6 +13,8 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "spec": 1,
     "units": 1,
+    "validation": 1,
+    "files": 1,
     "hardware": 2,
     "models": 3,
     "backends": 4,

@@ -1,18 +1,54 @@
-"""Reading other analyses' stored documents (contracts.md): roofline profiles and load
-capacities. Every key read is validated; a malformed document is a one-line error naming the
-document and the key, never a ``KeyError``.
+"""The documents commands hand each other through the result store (the contract between
+commands): ``ceilings`` (:class:`Ceilings`), ``roofline`` (:class:`RooflineProfile` and its
+:class:`Operator` rows) and ``capacity`` (:class:`LoadCapacity`).
+
+Each is one pydantic model. Producers build their document through it
+(``Model(...).model_dump(mode="json")``) and readers validate through it
+(``Model.from_payload(payload, what)``), so both sides agree on every key. A malformed document
+is the one-line :class:`~accelscope.errors.BadInputError` of :mod:`accelscope.validation`
+(``run 7f3a roofline document: field 'operators[0].flops': must be a number, got 'many'``),
+never a ``KeyError``. Keys a reader does not know are ignored, so a newer document still loads;
+keys added after documents were first stored are optional with defaults, so older ones load too.
+
+Reading also checks what makes a document usable beyond its keys: a roofline profile with no
+operators is a valid record of a model that does no counted work (its producer may build it),
+but a reader has nothing to project from it.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar, Self
 
-from accelscope.errors import BadInputError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, model_validator
 
-__all__ = ["LoadCapacity", "Operator", "RooflineProfile", "normalise_dtype"]
+from accelscope.spec import Device
+from accelscope.validation import (
+    Count,
+    FieldProblem,
+    NonNegativeNumber,
+    Number,
+    PositiveCount,
+    PositiveNumber,
+    validate,
+)
+
+__all__ = [
+    "DTYPES",
+    "Ceilings",
+    "CurvePoint",
+    "Document",
+    "KernelPeak",
+    "LoadCapacity",
+    "Operator",
+    "RooflineProfile",
+    "SearchedPolicy",
+    "Theoretical",
+    "normalise_dtype",
+]
+
+DTYPES = ("fp32", "bf16", "fp16", "int8")
+"""Dtypes whose matrix peak the ceilings search measures, in display order."""
 
 _DTYPE_ALIASES = {
     "fp32": "fp32",
@@ -42,165 +78,265 @@ def normalise_dtype(name: str) -> str | None:
     return _DTYPE_ALIASES.get(name.strip().lower().removeprefix("torch."))
 
 
-class _Doc:
-    def __init__(self, what: str, payload: Any) -> None:
-        if not isinstance(payload, Mapping):
-            raise BadInputError(f"{what}: not a JSON object")
-        self.what, self.payload = what, payload
+class Document(BaseModel):
+    """A stored document: immutable, unknown keys ignored, validated on the way in."""
 
-    def fail(self, key: str, problem: str) -> BadInputError:
-        return BadInputError(f"{self.what}: key {key!r}: {problem}")
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
-    def get(self, key: str, kind: type | tuple[type, ...]) -> Any:
-        if key not in self.payload:
-            raise self.fail(key, "missing")
-        value = self.payload[key]
-        if isinstance(value, bool) or not isinstance(value, kind):
-            raise self.fail(key, f"has the wrong type ({type(value).__name__})")
-        return value
+    kind: ClassVar[str] = "document"
+    """The store's document kind (``ceilings``, ``roofline``, ``capacity``)."""
 
-    def number(self, key: str, *, positive: bool = True, source: Any = None) -> float:
-        value = self.get(key, (int, float)) if source is None else source
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail(key, f"must be a number, got {value!r}")
-        number = float(value)
-        if not math.isfinite(number) or number < 0 or (positive and number == 0):
-            raise self.fail(key, f"must be a {'positive' if positive else 'non-negative'} number")
-        return number
+    @classmethod
+    def from_payload(cls, payload: object, what: str | None = None) -> Self:
+        """Validate a stored payload for use; ``what`` names it in the one-line error."""
+        return validate(cls, payload, what or f"{cls.kind} document", _READING)
 
 
-@dataclass(frozen=True)
-class Operator:
-    """One operator's work for one batch (from a roofline profile)."""
+_READING = {"reading": True}
+"""Validation context of :meth:`Document.from_payload` (see :func:`_reading`)."""
+
+
+def _reading(info: ValidationInfo) -> bool:
+    """Whether a document is being read for use (not built by its producer)."""
+    return bool(info.context and info.context.get("reading"))
+
+
+# ------------------------------------------------------------------------------------ ceilings
+
+
+class KernelPeak(Document):
+    """The kernel that reached a dtype's peak: family (``linear``, ``conv3x3_nhwc`` …), shape,
+    threads, rate (FLOP/s) and the library path that ran it. ``probe``: the dtype was not
+    searched (see :attr:`Ceilings.not_searched`) and this is its probe's small call."""
+
+    family: str
+    shape: tuple[Count, ...]
+    threads: Count
+    flops_per_s: NonNegativeNumber
+    path: str = ""
+    probe: bool = False
+
+
+class Theoretical(Document):
+    """The ISA (or datasheet) peak: FLOP/s per dtype, bandwidth when known, and how it was
+    derived. Absent from a ceilings document, it is empty (no theoretical figures)."""
+
+    flops_per_s: dict[str, PositiveNumber] = Field(default_factory=dict)
+    bandwidth_bytes_per_s: NonNegativeNumber | None = None
+    derivation: str = ""
+
+
+class Ceilings(Document):
+    """Measured ceilings of one device (all usable cores on CPU): the ``ceilings`` document.
+
+    ``matmul_flops_per_s`` holds only dtypes with a measured peak. ``bandwidth_bytes_per_s`` is
+    the memory roof used by rooflines: the best of the measured streams (copy, triad).
+    ``by_threads`` maps a thread count to its per-dtype peaks (the roofs for ``--threads``).
+
+    ``measured_dtypes`` are the dtypes this measurement covered (searched, stopped after their
+    probe, or found not to run here); a command needing another dtype measures it and extends
+    the cached ceilings. A document without the key covers every dtype (older measurements
+    searched them all). ``not_searched`` maps a dtype stopped after its probe to the reason; its
+    peak is then the probe's figure (``probe_flops_per_s``, the best small call per dtype).
+
+    Required: the peaks and the bandwidth. What describes the measurement (device, name,
+    fingerprint, time, stream detail, theoretical peaks) was never required by plan's reader,
+    so it defaults to empty.
+    """
+
+    kind: ClassVar[str] = "ceilings"
+
+    device: str = ""
+    device_name: str = ""
+    environment_fingerprint: str = ""
+    measured_at: str = ""
+    threads: Count = 0
+    matmul_flops_per_s: dict[str, PositiveNumber]
+    bandwidth_bytes_per_s: PositiveNumber
+    bandwidth_detail_bytes_per_s: dict[str, NonNegativeNumber] = Field(default_factory=dict)
+    theoretical: Theoretical = Field(default_factory=Theoretical)
+    peaks: dict[str, KernelPeak] = Field(default_factory=dict)
+    by_threads: dict[int, dict[str, NonNegativeNumber]] = Field(default_factory=dict)
+    naive_flops_per_s: dict[str, NonNegativeNumber] = Field(default_factory=dict)
+    """A naive square matmul per dtype (4096² on CPU), for comparison with the searched peak."""
+    trials: Count = 0
+    search_s: NonNegativeNumber = 0.0
+    notes: tuple[str, ...] = ()
+    measured_dtypes: tuple[str, ...] = DTYPES
+    probe_flops_per_s: dict[str, NonNegativeNumber] = Field(default_factory=dict)
+    not_searched: dict[str, str] = Field(default_factory=dict)
+
+    def missing(self, dtypes: Sequence[str]) -> tuple[str, ...]:
+        """The dtypes of ``dtypes`` this measurement did not cover, in order."""
+        return tuple(d for d in dtypes if d not in self.measured_dtypes)
+
+    def peak(self, dtype: str, threads: int | None = None) -> float | None:
+        """The measured peak for ``dtype`` (at ``threads`` when measured), ``None`` if absent."""
+        if threads is not None and threads in self.by_threads:
+            value = self.by_threads[threads].get(dtype)
+            if value is not None:
+                return value
+        return self.matmul_flops_per_s.get(dtype)
+
+    def fraction_of_theoretical(self, dtype: str) -> float | None:
+        """Measured peak / ISA peak for ``dtype`` (``None`` when either is unknown)."""
+        measured = self.matmul_flops_per_s.get(dtype)
+        ideal = self.theoretical.flops_per_s.get(dtype)
+        return None if not measured or not ideal else measured / ideal
+
+
+def _by_dtype(rates: dict[str, float]) -> tuple[tuple[str, float], ...]:
+    """``rates`` under the catalog's dtype names (unknown names dropped)."""
+    found = ((normalise_dtype(name), rate) for name, rate in rates.items())
+    return tuple((dtype, rate) for dtype, rate in found if dtype is not None)
+
+
+# ------------------------------------------------------------------------------------ roofline
+
+
+class Operator(Document):
+    """One operator (name + dtype) of a roofline profile, summed over its calls in one batch.
+
+    ``name``, ``dtype``, ``flops`` and ``bytes`` are the work (what plan projects);
+    ``measured_time_s`` and the roofs used are optional for readers. The derived figures
+    (intensity … bound) are written by ``roofline`` for people reading the raw document;
+    readers recompute what they use.
+    """
 
     name: str
     dtype: str
-    flops: float
-    bytes: float
-    measured_time_s: float | None
+    flops: NonNegativeNumber
+    bytes: NonNegativeNumber
+    measured_time_s: NonNegativeNumber | None = None
+    category: str = ""
+    calls: Count = 0
+    flops_counted: bool = True
+    peak_flops_per_s: PositiveNumber | None = None
+    peak_dtype: str | None = None
+    bandwidth_bytes_per_s: PositiveNumber | None = None
+    unmatched_calls: Count = 0
+    intensity_flops_per_byte: Number | None = None
+    floor_time_s: Number | None = None
+    attainable_flops_per_s: Number | None = None
+    achieved_flops_per_s: Number | None = None
+    efficiency: Number | None = None
+    bound: str | None = None
 
 
-@dataclass(frozen=True)
-class RooflineProfile:
-    """What plan needs from a ``roofline`` document: the model's per-operator work for one
-    batch, how long that batch took here, and this machine's ceilings (measured, and the
-    theoretical spec peaks where the roofline helper derived them)."""
+class RooflineProfile(Document):
+    """A ``roofline`` document: a model's per-operator work for one batch, how long that batch
+    took here, and this machine's ceilings. The properties are what plan projects with: the
+    measured peaks (catalog dtype names), and the theoretical spec peaks where known."""
+
+    kind: ClassVar[str] = "roofline"
 
     model: str
+    backend: str = "eager"
     precision: str
-    batch_size: int
-    device: str
+    batch_size: PositiveCount
+    device: Device
+    threads: Count = 0
     environment_fingerprint: str
-    measured_time_s: float
-    floor_time_s: float
+    measured_time_s: PositiveNumber
+    measured_ci_rel: NonNegativeNumber = 0.0
+    floor_time_s: NonNegativeNumber
+    total_flops: NonNegativeNumber | None = None
+    total_bytes: NonNegativeNumber | None = None
+    profiled_time_s: NonNegativeNumber | None = None
+    gap: Number | None = None
+    mfu: Number | None = None
+    uncounted_ops: tuple[str, ...] = ()
+    above_ceiling: tuple[str, ...] = ()
+    ceilings: Ceilings
     operators: tuple[Operator, ...]
-    measured_peaks: tuple[tuple[str, float], ...]
-    measured_bandwidth_bytes_per_s: float
-    theoretical_peaks: tuple[tuple[str, float], ...]
-    theoretical_bandwidth_bytes_per_s: float | None
-    device_name: str
+    notes: tuple[str, ...] = ()
+    conventions: dict[str, str] = Field(default_factory=dict)
 
-    @classmethod
-    def from_payload(cls, payload: Any, what: str = "roofline document") -> RooflineProfile:
-        """Validate a ``roofline`` payload (contracts.md) and keep what plan uses."""
-        doc = _Doc(what, payload)
-        device = doc.get("device", str)
-        if device not in ("cpu", "cuda"):
-            raise doc.fail("device", f"must be 'cpu' or 'cuda', got {device!r}")
-        batch = doc.get("batch_size", int)
-        if batch <= 0:
-            raise doc.fail("batch_size", "must be positive")
-        ceilings = _Doc(f"{what} ceilings", doc.get("ceilings", Mapping))
-        peaks_raw = ceilings.get("matmul_flops_per_s", Mapping)
-        peaks = _peaks(ceilings, "matmul_flops_per_s", peaks_raw)
-        if not peaks:
-            raise ceilings.fail("matmul_flops_per_s", "holds no measured peak")
-        theoretical_peaks: tuple[tuple[str, float], ...] = ()
-        theoretical_bw = None
-        theory = ceilings.payload.get("theoretical")
-        if isinstance(theory, Mapping):
-            flops = theory.get("flops_per_s")
-            if isinstance(flops, Mapping):
-                theoretical_peaks = _peaks(ceilings, "theoretical.flops_per_s", flops)
-            bw = theory.get("bandwidth_bytes_per_s")
-            if isinstance(bw, int | float) and not isinstance(bw, bool) and bw > 0:
-                theoretical_bw = float(bw)
-        operators_raw = doc.get("operators", list)
-        operators = []
-        for index, raw in enumerate(operators_raw):
-            op = _Doc(f"{what} operators[{index}]", raw)
-            dtype = op.get("dtype", str)
-            time_raw = op.payload.get("measured_time_s")
-            operators.append(
-                Operator(
-                    name=op.get("name", str),
-                    dtype=dtype,
-                    flops=op.number("flops", positive=False),
-                    bytes=op.number("bytes", positive=False),
-                    measured_time_s=float(time_raw)
-                    if isinstance(time_raw, int | float)
-                    and not isinstance(time_raw, bool)
-                    and math.isfinite(time_raw)
-                    else None,
-                )
+    @model_validator(mode="after")
+    def _usable(self, info: ValidationInfo) -> Self:
+        """A profile read for use has work to project, a floor, and a measured peak."""
+        if not _reading(info):
+            return self
+        if not self.operators:
+            raise FieldProblem("operators", "is empty: nothing to project")
+        if self.floor_time_s <= 0:
+            raise FieldProblem(
+                "floor_time_s", f"must be a positive number, got {self.floor_time_s}"
             )
-        if not operators:
-            raise doc.fail("operators", "is empty: nothing to project")
-        return cls(
-            model=doc.get("model", str),
-            precision=doc.get("precision", str),
-            batch_size=batch,
-            device=device,
-            environment_fingerprint=doc.get("environment_fingerprint", str),
-            measured_time_s=doc.number("measured_time_s"),
-            floor_time_s=doc.number("floor_time_s"),
-            operators=tuple(operators),
-            measured_peaks=peaks,
-            measured_bandwidth_bytes_per_s=ceilings.number("bandwidth_bytes_per_s"),
-            theoretical_peaks=theoretical_peaks,
-            theoretical_bandwidth_bytes_per_s=theoretical_bw,
-            device_name=str(ceilings.payload.get("device_name", device)),
-        )
+        if not self.measured_peaks:
+            raise FieldProblem("ceilings.matmul_flops_per_s", "holds no measured peak")
+        return self
+
+    @property
+    def measured_peaks(self) -> tuple[tuple[str, float], ...]:
+        """The measured matrix peaks (FLOP/s) by catalog dtype."""
+        return _by_dtype(self.ceilings.matmul_flops_per_s)
+
+    @property
+    def measured_bandwidth_bytes_per_s(self) -> float:
+        """The measured memory roof."""
+        return self.ceilings.bandwidth_bytes_per_s
+
+    @property
+    def theoretical_peaks(self) -> tuple[tuple[str, float], ...]:
+        """The spec peaks by catalog dtype (empty when the roofline derived none)."""
+        return _by_dtype(self.ceilings.theoretical.flops_per_s)
+
+    @property
+    def theoretical_bandwidth_bytes_per_s(self) -> float | None:
+        """The spec memory bandwidth, ``None`` when unknown."""
+        return self.ceilings.theoretical.bandwidth_bytes_per_s or None
+
+    @property
+    def device_name(self) -> str:
+        """The device's name (its kind when the ceilings do not name it)."""
+        return self.ceilings.device_name or self.device
 
 
-def _peaks(doc: _Doc, key: str, raw: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
-    found = []
-    for name, value in raw.items():
-        dtype = normalise_dtype(str(name))
-        if dtype is None or value is None:
-            continue
-        found.append((dtype, doc.number(f"{key}.{name}", source=value)))
-    return tuple(found)
+# ------------------------------------------------------------------------------------ capacity
 
 
-@dataclass(frozen=True)
-class LoadCapacity:
-    """A ``capacity`` document: the highest rate whose p99 met the SLA, measured here."""
+class SearchedPolicy(Document):
+    """One batcher policy's capacity in a ``capacity`` document's search."""
+
+    batching: dict[str, Any]
+    capacity_qps: NonNegativeNumber
+    ceiling_qps: NonNegativeNumber
+    trials: Count
+    note: str = ""
+
+
+class CurvePoint(Document):
+    """One server trial of a ``capacity`` document's latency curve."""
+
+    offered_rate_per_s: NonNegativeNumber
+    batching: dict[str, Any]
+    p50_s: NonNegativeNumber
+    p90_s: NonNegativeNumber
+    p99_s: NonNegativeNumber
+    meets_sla: bool
+    valid: bool
+
+
+class LoadCapacity(Document):
+    """A ``capacity`` document: the highest rate whose p99 met the SLA, measured here, with
+    the search's policies, its latency curve and the harness floor as extras (``spec``,
+    ``batching``, ``capacity_trial`` and ``harness_floor`` are the documents of their own
+    classes; ``harness_floor`` is absent from documents stored before it existed)."""
+
+    kind: ClassVar[str] = "capacity"
 
     model: str
     label: str
-    sla_p99_s: float
-    capacity_qps: float
-    device: str
+    spec: dict[str, Any] = Field(default_factory=dict)
+    scenario: str = "server"
+    sla_p99_s: PositiveNumber
+    capacity_qps: NonNegativeNumber
+    batching: dict[str, Any] | None = None
     environment_fingerprint: str
-    valid: bool
-
-    @classmethod
-    def from_payload(cls, payload: Any, what: str = "capacity document") -> LoadCapacity:
-        """Validate a ``capacity`` payload (contracts.md)."""
-        doc = _Doc(what, payload)
-        device = doc.get("device", str)
-        if device not in ("cpu", "cuda"):
-            raise doc.fail("device", f"must be 'cpu' or 'cuda', got {device!r}")
-        valid = doc.payload.get("valid")
-        if not isinstance(valid, bool):
-            raise doc.fail("valid", "missing or not true/false")
-        return cls(
-            model=doc.get("model", str),
-            label=doc.get("label", str),
-            sla_p99_s=doc.number("sla_p99_s"),
-            capacity_qps=doc.number("capacity_qps", positive=False),
-            device=device,
-            environment_fingerprint=doc.get("environment_fingerprint", str),
-            valid=valid,
-        )
+    device: Device
+    valid: StrictBool
+    capacity_trial: dict[str, Any] | None = None
+    policies: tuple[SearchedPolicy, ...] = ()
+    curve: tuple[CurvePoint, ...] = ()
+    harness_floor: dict[str, Any] | None = None

@@ -23,7 +23,8 @@ from accelscope.spec import RunSpec
 __all__ = ["SCHEMA_VERSION", "Accuracy", "Result", "Status", "utc_now"]
 
 SCHEMA_VERSION = 1
-"""Version of the Result JSON layout and of the store schema."""
+"""Version of the Result JSON layout (the store's tables have their own,
+``accelscope.store.sqlite.STORE_SCHEMA_VERSION``)."""
 
 
 def utc_now() -> str:

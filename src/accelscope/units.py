@@ -7,7 +7,7 @@ import re
 
 from accelscope.errors import BadInputError
 
-__all__ = ["format_bytes", "format_seconds", "parse_duration_s", "parse_fraction"]
+__all__ = ["parse_duration_s", "parse_fraction"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s|sec|m|min|h)?\s*$")
 _SCALE_S = {
@@ -53,21 +53,3 @@ def parse_fraction(text: str | float | int) -> float:
     if not 0.0 < value < 1.0:
         raise BadInputError(f"fraction must be between 0 and 1 (exclusive), got {text!r}")
     return value
-
-
-def format_seconds(seconds: float) -> str:
-    """Human duration with a unit that keeps 3 significant digits (``12.3 ms``)."""
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
-
-
-def format_bytes(count: float) -> str:
-    """Human size in binary units (``1.5 GiB``)."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,28 +13,42 @@ from accelscope.hardware.telemetry import (
     NvmlSource,
     Telemetry,
     TelemetrySampler,
+    cpu_times_from_psutil,
     cpu_utilisation,
-    parse_proc_stat,
 )
 
-STAT_0 = """cpu  100 0 100 800 0 0 0 0 0 0
-cpu0 50 0 50 400 0 0 0 0 0 0
-cpu1 50 0 50 400 0 0 0 0 0 0
-procs_running 3
-"""
-STAT_1 = """cpu  200 0 100 850 50 0 0 0 0 0
-cpu0 150 0 50 400 0 0 0 0 0 0
-cpu1 50 0 50 450 50 0 0 0 0 0
-procs_running 1
-"""
+# Shaped as psutil's Linux ``scputimes`` (seconds; guest is inside user).
+scputimes = namedtuple(
+    "scputimes", "user nice system idle iowait irq softirq steal guest guest_nice"
+)
+TIMES_0 = [scputimes(0.5, 0, 0.5, 4, 0, 0, 0, 0, 0, 0), scputimes(0.5, 0, 0.5, 4, 0, 0, 0, 0, 0, 0)]
+TIMES_1 = [
+    scputimes(1.5, 0, 0.5, 4, 0, 0, 0, 0, 0.7, 0),
+    scputimes(0.5, 0, 0.5, 4.5, 0.5, 0, 0, 0, 0, 0),
+]
 
 
-def test_proc_stat_deltas_give_per_core_busy_and_iowait() -> None:
-    before, after = parse_proc_stat(STAT_0), parse_proc_stat(STAT_1)
+def test_cpu_time_deltas_give_per_core_busy_and_iowait() -> None:
+    before, after = cpu_times_from_psutil(TIMES_0, 3), cpu_times_from_psutil(TIMES_1, 1)
     assert before.procs_running == 3 and len(before.cores) == 2
     per_core, iowait = cpu_utilisation(before, after)
     assert per_core == pytest.approx((100.0, 0.0))
     assert iowait == pytest.approx(25.0)
+
+
+def test_cpu_times_without_iowait_count_it_as_zero() -> None:
+    other_os = namedtuple("other_os", "user system idle")
+    times = cpu_times_from_psutil([other_os(1.0, 1.0, 2.0)], 0)
+    assert times.cores == ((2.0, 4.0),) and times.iowait == 0.0 and times.total == 4.0
+
+
+def test_real_psutil_times_fold_per_core() -> None:
+    import psutil
+
+    per_cpu = psutil.cpu_times(percpu=True)
+    times = cpu_times_from_psutil(per_cpu, 1)
+    assert len(times.cores) == len(per_cpu)
+    assert all(0.0 <= busy <= total for busy, total in times.cores)
 
 
 class FakeNvml:
@@ -110,11 +125,14 @@ def test_nvml_without_gpm_says_so() -> None:
 
 
 def test_sampler_samples_this_process_and_round_trips() -> None:
-    texts = iter([STAT_0, STAT_1, STAT_1])
-    sampler = TelemetrySampler(os.getpid(), proc_stat=lambda: next(texts))
+    readings = iter([TIMES_0, TIMES_1, TIMES_1])
+    sampler = TelemetrySampler(
+        os.getpid(), cpu_times=lambda: next(readings), procs_running=lambda: 2
+    )
     assert sampler.sample_once() is None  # primes the counters
     sample = sampler.sample_once()
     assert sample is not None and sample.process_rss_bytes > 0 and sample.processes >= 1
+    assert sample.cpu_percent == pytest.approx((100.0, 0.0)) and sample.procs_running == 2
     telemetry = sampler.stop()
     assert len(telemetry.samples) == 1
     assert Telemetry.from_dict(telemetry.to_dict()) == telemetry

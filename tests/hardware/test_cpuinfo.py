@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,7 +14,6 @@ from accelscope.hardware.cpu import (
     memory_total_bytes,
     parse_cache_size,
     parse_cpuinfo,
-    parse_meminfo,
     read_cache_sizes,
     read_cpu_info,
 )
@@ -228,15 +228,25 @@ def test_cpuinfo_dict_round_trip() -> None:
     assert info.to_dict()["isa"] == ["avx2", "fma"]
 
 
-def test_parse_meminfo_and_memory_total(tmp_path: Path) -> None:
-    text = "MemTotal:       24684084 kB\nMemFree:        22234948 kB\n"
-    assert parse_meminfo(text) == 24684084 * 1024
-    assert parse_meminfo("MemFree: 1 kB\n") is None
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text(text)
-    assert memory_total_bytes(meminfo) == 24684084 * 1024
-    # Missing file: falls back to psutil, which knows this machine's memory.
-    assert memory_total_bytes(tmp_path / "missing") > 0
+def test_memory_total_comes_from_psutil() -> None:
+    assert memory_total_bytes(lambda: SimpleNamespace(total=24684084 * 1024)) == 24684084 * 1024
+    # This machine, through psutil (MemTotal of /proc/meminfo on Linux).
+    assert memory_total_bytes() > 0
+    proc = Path("/proc/meminfo")
+    if proc.exists():
+        kib = next(
+            int(line.split()[1])
+            for line in proc.read_text().splitlines()
+            if line.startswith("MemTotal:")
+        )
+        assert memory_total_bytes() == kib * 1024
+
+
+def test_memory_total_is_zero_when_unknown() -> None:
+    def refuse() -> None:
+        raise OSError("no /proc/meminfo")
+
+    assert memory_total_bytes(refuse) == 0
 
 
 def test_this_machine_isa_matches_proc_cpuinfo() -> None:

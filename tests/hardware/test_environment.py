@@ -204,9 +204,11 @@ def test_collect_environment_survives_a_machine_without_proc(
     monkeypatch.setattr(
         fp_mod, "read_cpu_info", lambda: cpu_mod.read_cpu_info(tmp_path / "a", tmp_path / "b")
     )
-    monkeypatch.setattr(
-        fp_mod, "memory_total_bytes", lambda: cpu_mod.memory_total_bytes(tmp_path / "c")
-    )
+
+    def no_memory() -> None:
+        raise OSError("no /proc/meminfo")
+
+    monkeypatch.setattr(fp_mod, "memory_total_bytes", lambda: cpu_mod.memory_total_bytes(no_memory))
     collect_environment.cache_clear()
     try:
         env = collect_environment()

@@ -214,7 +214,7 @@ def test_from_run_serves_the_bench_selection(
 def test_ctrl_c_exits_130_and_leaves_an_interrupted_run(
     tiny: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from accelscope.workflows import load as workflow
+    from accelscope.commands.load import workflow
 
     real = scenarios.run_server
     calls: list[int] = []

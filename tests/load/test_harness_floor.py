@@ -12,7 +12,8 @@ import pytest
 from rich.console import Console
 
 from accelscope.cli import main
-from accelscope.commands.load.html import harness_floor_text, render_load_report
+from accelscope.commands.load.html import render_load_report
+from accelscope.commands.load.verdict import harness_floor_text
 from accelscope.commands.load.view import load_view
 from accelscope.commands.load.workflow import capacity_document, floor_notes, summary_document
 from accelscope.hardware.fingerprint import Environment

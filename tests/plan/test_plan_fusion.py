@@ -50,9 +50,9 @@ def test_operators_are_classified_by_name(name: str, role: str) -> None:
 
 def test_fused_floor_of_a_hand_made_operator_list() -> None:
     ops = (
-        Operator("aten::conv2d", "fp32", 1e9, 4e6, None),
-        Operator("aten::relu_", "fp32", 1e6, 8e6, None),
-        Operator("aten::max_pool2d", "fp32", 1e6, 2e6, None),
+        Operator(name="aten::conv2d", dtype="fp32", flops=1e9, bytes=4e6),
+        Operator(name="aten::relu_", dtype="fp32", flops=1e6, bytes=8e6),
+        Operator(name="aten::max_pool2d", dtype="fp32", flops=1e6, bytes=2e6),
     )
     mapped = fuse(at_precision(ops, "int8", scale=2.0))
     # conv → int8 (its peak), 2x the work, 1/4 the bytes; relu fused (bytes 0, fp32 FLOPs kept);

@@ -134,8 +134,10 @@ def test_mla_and_moe_shapes() -> None:
         ("[]", "not a JSON object"),
         (
             json.dumps({k: v for k, v in LLAMA_8B.items() if k != "hidden_size"}),
-            "'hidden_size' missing",
+            "config.json: field 'hidden_size': missing",
         ),
+        (json.dumps({**LLAMA_8B, "vocab_size": "many"}), "field 'vocab_size': must be an integer"),
+        (json.dumps({**LLAMA_8B, "n_routed_experts": True}), "field 'n_routed_experts'"),
         (json.dumps({**LLAMA_8B, "num_key_value_heads": 5}), "not a multiple"),
         (json.dumps({**LLAMA_8B, "num_hidden_layers": -1}), "positive integer"),
     ],

@@ -61,14 +61,15 @@ def test_measured_ceilings_are_used_only_as_a_last_resort() -> None:
 @pytest.mark.parametrize(
     ("path", "value", "expected"),
     [
-        (("operators",), None, "key 'operators': missing"),
-        (("batch_size",), "8", "key 'batch_size': has the wrong type"),
+        (("operators",), None, "field 'operators': missing"),
+        (("batch_size",), "8", "field 'batch_size': must be an integer, got '8'"),
         (("device",), "tpu", "must be 'cpu' or 'cuda'"),
         (("measured_time_s",), -1.0, "must be a positive number"),
         (("ceilings", "matmul_flops_per_s"), {}, "holds no measured peak"),
         (("ceilings", "bandwidth_bytes_per_s"), None, "bandwidth_bytes_per_s"),
         (("operators",), [], "is empty"),
-        (("operators", 0, "flops"), "many", "operators[0]: key 'flops'"),
+        (("operators", 0, "flops"), "many", "field 'operators[0].flops': must be a number"),
+        (("floor_time_s",), 0.0, "field 'floor_time_s': must be a positive number"),
     ],
 )
 def test_malformed_roofline_documents_are_clear_errors(

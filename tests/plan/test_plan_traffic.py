@@ -75,9 +75,20 @@ BAD = {
     "header only": ("timestamp,qps\n", "no data rows"),
     "unsorted": ("timestamp,qps\n10,1\n5,2\n20,3\n", "line 3: timestamps are not sorted"),
     "duplicate": ("timestamp,qps\n10,1\n10,2\n20,3\n", "line 3: duplicate timestamp"),
-    "negative": ("timestamp,qps\n10,1\n20,-2\n", "line 3: negative rate"),
-    "non-numeric": ("timestamp,qps\n10,1\n20,lots\n", "line 3: rate 'lots' is not a number"),
-    "bad timestamp": ("timestamp,qps\n10,1\nyesterday,2\n", "neither Unix seconds nor ISO"),
+    "negative": (
+        "timestamp,qps\n10,1\n20,-2\n",
+        "line 3: field 'qps': must be a non-negative rate, got '-2'",
+    ),
+    "non-numeric": (
+        "timestamp,qps\n10,1\n20,lots\n",
+        "line 3: field 'qps': must be a number, got 'lots'",
+    ),
+    "bad timestamp": (
+        "timestamp,qps\n10,1\nyesterday,2\n",
+        "line 3: field 'timestamp': must be Unix seconds or ISO-8601, got 'yesterday'",
+    ),
+    "earliest bad cell": ("timestamp,qps\n10,1\n20,x\nnow,2\n", "line 3: field 'qps'"),
+    "bad hour": (_hourly([1.0] * 24).replace("\n7,1.0", "\n7.5,1.0"), "field 'hour'"),
     "missing hour": (_hourly([1.0] * 24).replace("\n7,1.0", ""), "missing 7"),
     "duplicate hour": ("hour,qps\n" + "0,1\n" * 24, "duplicate hour 0"),
     "ragged": ("timestamp,qps\n10,1\n20,2,3\n", "same 1 (timestamp) or 2"),

@@ -24,16 +24,14 @@ from markupsafe import escape
 from plotly.offline import get_plotlyjs
 
 from accelscope.accuracy.fidelity import Fidelity
-from accelscope.commands.bench.html import (
-    pareto_front,
-    render_bench_report,
-    script_safe_json,
-    write_report,
-)
+from accelscope.commands._lifecycle import write_report
+from accelscope.commands.bench.html import render_bench_report
 from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment
+from accelscope.report.page import script_safe_json
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Precision, RunSpec
+from accelscope.sweep.select import pareto_front
 from browser import BrowserRun, Dom, browse, console_messages, page_requests
 from conftest import make_result
 

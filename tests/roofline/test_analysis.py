@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from accelscope.documents import RooflineProfile
 from accelscope.errors import BadInputError
 from accelscope.roofline.analysis import build_profile, classify, peak_for
 from accelscope.roofline.ceilings import Ceilings, KernelPeak, Theoretical
@@ -26,8 +27,14 @@ def make_ceilings(**overrides: object) -> Ceilings:
         matmul_flops_per_s={"fp32": PEAK, "bf16": 4 * PEAK},
         bandwidth_bytes_per_s=BANDWIDTH,
         bandwidth_detail_bytes_per_s={"copy": 0.9 * BANDWIDTH, "triad": BANDWIDTH},
-        theoretical=Theoretical({"fp32": 2 * PEAK, "bf16": 8 * PEAK}, None, "2 cores x ..."),
-        peaks={"fp32": KernelPeak("mm", (64, 64, 64), 2, PEAK, "torch.mm")},
+        theoretical=Theoretical(
+            flops_per_s={"fp32": 2 * PEAK, "bf16": 8 * PEAK}, derivation="2 cores x ..."
+        ),
+        peaks={
+            "fp32": KernelPeak(
+                family="mm", shape=(64, 64, 64), threads=2, flops_per_s=PEAK, path="torch.mm"
+            )
+        },
         by_threads={1: {"fp32": PEAK / 2}, 2: {"fp32": PEAK, "bf16": 4 * PEAK}},
     )
     values.update(overrides)
@@ -130,7 +137,7 @@ def test_roofline_document_has_the_contract_keys_and_round_trips() -> None:
         times_s=[4e-3, 0.0, 1e-3, 4e-3, 1e-5],
         measured_time_s=0.012,
     )
-    data = json.loads(json.dumps(profile.to_dict(), allow_nan=False))
+    data = json.loads(json.dumps(profile.document().model_dump(mode="json"), allow_nan=False))
     for key in (
         "model",
         "backend",
@@ -164,24 +171,26 @@ def test_roofline_document_has_the_contract_keys_and_round_trips() -> None:
         "bandwidth_bytes_per_s",
         "derivation",
     }
-    again = type(profile).from_dict(data)
+    again = type(profile).from_document(RooflineProfile.from_payload(data))
     assert again.floor_time_s == pytest.approx(profile.floor_time_s)
     assert again.ceilings == profile.ceilings
 
 
-def test_ceilings_from_dict_names_the_bad_key() -> None:
-    data = make_ceilings().to_dict()
+def test_ceilings_from_payload_names_the_bad_key() -> None:
+    data = make_ceilings().model_dump(mode="json")
     del data["bandwidth_bytes_per_s"]
     with pytest.raises(BadInputError, match="bandwidth_bytes_per_s"):
-        Ceilings.from_dict(data)
+        Ceilings.from_payload(data)
     with pytest.raises(BadInputError, match="matmul_flops_per_s"):
-        Ceilings.from_dict({**make_ceilings().to_dict(), "matmul_flops_per_s": [1]})
+        Ceilings.from_payload({**data, "bandwidth_bytes_per_s": 1.0, "matmul_flops_per_s": [1]})
     with pytest.raises(BadInputError, match="JSON object"):
-        Ceilings.from_dict([])
+        Ceilings.from_payload([])
 
 
-def _event(name: str, start: float, end: float, nested: bool = False) -> ProfiledEvent:
-    return ProfiledEvent(name, start, end, device_time_us=(end - start) / 2, nested=nested)
+def _event(name: str, start_us: float, end_us: float, nested: bool = False) -> ProfiledEvent:
+    """An event given in µs, as torch.profiler reports them (ProfiledEvent holds seconds)."""
+    us = 1e-6
+    return ProfiledEvent(name, start_us * us, end_us * us, (end_us - start_us) / 2 * us, nested)
 
 
 def test_events_match_calls_in_order_skipping_nested_and_missing() -> None:

@@ -131,7 +131,7 @@ def test_measure_ceilings_on_fake_kernels(environment: Environment) -> None:
 
         return Kernel(fn, kernel.flops, kernel.path)
 
-    ideal = Theoretical({"fp32": 1e6}, None, "test")
+    ideal = Theoretical(flops_per_s={"fp32": 1e6}, derivation="test")
     found = measure_ceilings(
         plan,
         environment,
@@ -199,7 +199,7 @@ def test_cache_round_trip_and_corrupt_file(tmp_path: Path, environment: Environm
         builder=builder,
         clock=clock,
         streams=lambda n, d: {"copy": 1.0, "triad": 2.0},
-        theoretical=Theoretical({}, None, "x"),
+        theoretical=Theoretical(derivation="x"),
     )
     path = cache_path(tmp_path / "ceilings", "abc", "cpu", 2)
     assert path.name == "abc-cpu-t2.json"
@@ -241,7 +241,9 @@ def test_gpu_ceilings_through_the_seams(environment: Environment) -> None:
         builder=builder,
         clock=clock,
         streams=lambda n, d: {"copy": 4.0e12},
-        theoretical=Theoretical({"bf16": 989e12}, 4.8e12, "H200"),
+        theoretical=Theoretical(
+            flops_per_s={"bf16": 989e12}, bandwidth_bytes_per_s=4.8e12, derivation="H200"
+        ),
     )
     assert set(seen) == {"cuda"}
     assert found.device == "cuda" and found.device_name == "NVIDIA H200"

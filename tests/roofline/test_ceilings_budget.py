@@ -105,7 +105,7 @@ def _measure(
         builder=device.build,
         clock=device.clock,
         streams=device.streams,
-        theoretical=ideal or Theoretical({"fp32": 200 * GFLOP}, None, "fake"),
+        theoretical=ideal or Theoretical(flops_per_s={"fp32": 200 * GFLOP}, derivation="fake"),
     )
 
 
@@ -145,7 +145,7 @@ def test_an_ample_dtype_is_searched_and_a_native_unit_gets_no_emulation_hint(
     environment: Environment,
 ) -> None:
     device = FakeDevice(FakeClock(), {"fp32": 100 * GFLOP, "bf16": 20 * GFLOP, "int8": 400 * GFLOP})
-    ideal = Theoretical({"fp32": 200 * GFLOP, "bf16": 200 * GFLOP}, None, "fake")
+    ideal = Theoretical(flops_per_s={"fp32": 200 * GFLOP, "bf16": 200 * GFLOP}, derivation="fake")
     found = _measure(device, environment, 60.0, dtypes=("fp32", "bf16", "int8"), ideal=ideal)
     assert HOPELESS_FRACTION > 20 / 100  # bf16 at 0.2x fp32 is below the line
     assert "bf16" in found.not_searched and "emulated" not in found.not_searched["bf16"]
@@ -296,7 +296,7 @@ class Recorder:
             builder=self.device.build,
             clock=self.device.clock,
             streams=self.device.streams,
-            theoretical=Theoretical({"fp32": 200 * GFLOP}, None, "fake"),
+            theoretical=Theoretical(flops_per_s={"fp32": 200 * GFLOP}, derivation="fake"),
         )
         return measure(replace(plan, threads=(1,)), env, **kwargs)
 
@@ -407,8 +407,8 @@ def test_older_documents_cover_every_dtype_and_new_keys_are_optional() -> None:
         probe_flops_per_s={"bf16": 1e9},
         not_searched={"bf16": "bf16 not searched: probe"},
     )
-    document = new.to_dict()
-    assert Ceilings.from_dict(document) == new
+    document = new.model_dump(mode="json")
+    assert Ceilings.from_payload(document) == new
     old = {
         k: v
         for k, v in document.items()
@@ -416,7 +416,7 @@ def test_older_documents_cover_every_dtype_and_new_keys_are_optional() -> None:
     }
     for peak in old["peaks"].values():
         peak.pop("probe")
-    loaded = Ceilings.from_dict(old)
+    loaded = Ceilings.from_payload(old)
     assert loaded.measured_dtypes == DTYPES and loaded.missing(DTYPES) == ()
     assert loaded.not_searched == {} and not loaded.peaks["fp32"].probe
     assert new.missing(("fp32", "bf16")) == ("bf16",)

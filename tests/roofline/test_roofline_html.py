@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from accelscope.commands.roofline.html import render_roofline_report, roofline_figure
-from accelscope.roofline.analysis import RooflineProfile, build_profile
+from accelscope.roofline.analysis import RooflineAnalysis, build_profile
 from accelscope.roofline.counting import OpRecord
 from browser import browse, console_messages, page_requests
 from roofline.test_analysis import make_ceilings
@@ -18,7 +18,7 @@ HOSTILE = (
 )
 
 
-def _profile() -> RooflineProfile:
+def _profile() -> RooflineAnalysis:
     records = [
         OpRecord("aten::conv2d", "conv", "bf16", 4e9, 2_000_000, 1_000_000),
         OpRecord("aten::relu_", "elementwise", "bf16", 1e6, 2_000_000, 2_000_000),

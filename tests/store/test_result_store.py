@@ -10,9 +10,9 @@ import pytest
 
 from accelscope.errors import BadInputError, StoreError
 from accelscope.hardware.fingerprint import Environment
-from accelscope.result import SCHEMA_VERSION, Result
+from accelscope.result import Result
 from accelscope.store.export import CSV_COLUMNS, run_to_csv, run_to_json
-from accelscope.store.sqlite import ResultStore
+from accelscope.store.sqlite import STORE_SCHEMA_VERSION, ResultStore
 from conftest import make_result
 
 
@@ -33,7 +33,7 @@ def test_result_round_trips_through_the_store(tmp_path: Path, environment: Envir
         store.finish_run(run_id, "complete")
     with ResultStore(tmp_path / "r.db") as store:
         run = store.get_run(run_id)
-        assert store.schema_version == SCHEMA_VERSION
+        assert store.schema_version == STORE_SCHEMA_VERSION
     assert run.results == (result,)
     assert run.status == "complete" and run.result_count == 1
 
@@ -43,7 +43,7 @@ def test_store_uses_wal_and_records_schema_version(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / "r.db")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     version = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
-    assert int(version) == SCHEMA_VERSION
+    assert int(version) == STORE_SCHEMA_VERSION
 
 
 def test_each_result_is_visible_to_another_reader_at_once(
@@ -158,7 +158,9 @@ def test_run_sink_creates_nothing_until_the_first_row(
     from accelscope.store.sink import RunSink
 
     path = tmp_path / "r.db"
-    sink = RunSink(path, "load", "m", environment, {"sla_p99_s": 0.1})
+    sink = RunSink(
+        path, "load", "m", environment, {"sla_p99_s": 0.1}, command_line="accelscope load m"
+    )
     sink.finish("failed")  # nothing measured: no file, no empty run
     sink.close()
     assert not path.exists() and sink.run_id is None
@@ -171,6 +173,6 @@ def test_run_sink_creates_nothing_until_the_first_row(
     assert run.id == sink.run_id and run.status == "complete" and run.kind == "load"
     assert run.settings == {"sla_p99_s": 0.1} and run.command.startswith("accelscope")
     assert [d.kind for d in run.documents] == ["trial", "capacity"]
-    nowhere = RunSink(None, "load", "m", environment, {})
+    nowhere = RunSink(None, "load", "m", environment, {}, command_line="accelscope load m")
     nowhere.add_document("trial", {"rate": 1.0})
     assert nowhere.run_id is None

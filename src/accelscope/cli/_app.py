@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -11,9 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from accelscope import __version__
-from accelscope.spec import (
-    RunSpec,
-)
+from accelscope.spec import RunSpec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
 app = typer.Typer(
@@ -35,6 +35,17 @@ if not _err.is_terminal:
 
 StoreOption = typer.Option(None, "--store", help=f"Results store (default {DEFAULT_STORE_PATH}).")
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON only.")
+
+
+def command_line() -> str:
+    """The command as typed, stored with the run: ``accelscope`` and the shell-quoted args."""
+    return shlex.join(["accelscope", *sys.argv[1:]])
+
+
+def given(**values: Any) -> dict[str, Any]:
+    """The keyword arguments whose flag (or config key) was given; the others are left out, so
+    the request's own defaults apply (each default lives in one place: the request)."""
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def _version(value: bool) -> None:

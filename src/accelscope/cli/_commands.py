@@ -4,26 +4,37 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import typer
 
 from accelscope.backends.registry import all_backends
-from accelscope.cli._app import JsonOption, StoreOption, _err, _out, _progress, app
-from accelscope.cli.config import load_config
-from accelscope.commands.bench.view import environment_view, results_view
+from accelscope.cli._app import (
+    JsonOption,
+    StoreOption,
+    _err,
+    _out,
+    _progress,
+    app,
+    command_line,
+    given,
+)
+from accelscope.cli._types import Sizes, parse_input, parse_sizes
+from accelscope.cli.config import config_option
+from accelscope.commands.env.view import environment_view
 from accelscope.commands.measure.workflow import MeasureRequest, measure
 from accelscope.engine.probe import probe_pairs, probe_runtime_version, probe_table
 from accelscope.hardware.fingerprint import collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.zoo import DEFAULT_MODEL, ZOO
+from accelscope.report.tables import results_view
 from accelscope.spec import (
-    parse_batch_sizes,
+    Device,
+    Precision,
+    TensorSpec,
     parse_device,
     parse_options,
     parse_precision,
-    parse_tensor_spec,
 )
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 from accelscope.units import parse_duration_s, parse_fraction
@@ -111,70 +122,81 @@ def models(as_json: bool = JsonOption) -> None:
 
 @app.command("measure")
 def measure_command(
-    model: str = typer.Argument(None, help="Zoo name, file.py:fn, module:fn, .onnx or .pt2."),
-    backend: str = typer.Option(None, "--backend", help="Runtime: eager, onnxruntime."),
-    precision: str = typer.Option(None, "--precision", help="fp32, bf16, fp16."),
-    batch: str = typer.Option(None, "--batch", help="Batch size(s), e.g. 8 or 1,8,32."),
-    threads: int = typer.Option(None, "--threads", help="Intra-op threads (default: all cores)."),
-    device: str = typer.Option(None, "--device", help="cpu or cuda."),
-    options: list[str] = typer.Option(None, "--option", help="Backend option key=value."),
-    inputs: list[str] = typer.Option(
-        None, "--input", help="Input spec NAME:SHAPE:DTYPE, N = batch (repeatable)."
+    model: str | None = typer.Argument(
+        None, help="Zoo name, file.py:fn, module:fn, .onnx or .pt2."
     ),
-    weights: Path = typer.Option(None, "--weights", help="State dict (.safetensors/.pt)."),
-    trust_model_code: bool = typer.Option(
+    backend: str | None = typer.Option(None, "--backend", help="Runtime: eager, onnxruntime."),
+    precision: Precision | None = typer.Option(
+        None, "--precision", parser=parse_precision, help="fp32, bf16, fp16."
+    ),
+    batch: Sizes | None = typer.Option(
+        None, "--batch", parser=parse_sizes, metavar="LIST", help="Batch size(s), e.g. 8 or 1,8,32."
+    ),
+    threads: int | None = typer.Option(
+        None, "--threads", help="Intra-op threads (default: all cores)."
+    ),
+    device: Device | None = typer.Option(
+        None, "--device", parser=parse_device, help="cpu or cuda."
+    ),
+    options: list[str] | None = typer.Option(None, "--option", help="Backend option key=value."),
+    inputs: list[TensorSpec] | None = typer.Option(
+        None,
+        "--input",
+        parser=parse_input,
+        metavar="SPEC",
+        help="Input spec NAME:SHAPE:DTYPE, N = batch (repeatable).",
+    ),
+    weights: Path | None = typer.Option(None, "--weights", help="State dict (.safetensors/.pt)."),
+    trust_model_code: bool | None = typer.Option(
         None, "--trust-model-code", help="Allow unpickling model files (runs code in them)."
     ),
-    budget: str = typer.Option(None, "--budget", help="Sampling time budget per config (10s)."),
-    target_ci: str = typer.Option(None, "--target-ci", help="Stop at median CI ± this (2%)."),
-    config: Path = typer.Option(None, "--config", help="TOML config file; flags override it."),
-    store: Path = StoreOption,
+    budget: float | None = typer.Option(
+        None,
+        "--budget",
+        parser=parse_duration_s,
+        metavar="DURATION",
+        help="Sampling time budget per config (10s).",
+    ),
+    target_ci: float | None = typer.Option(
+        None,
+        "--target-ci",
+        parser=parse_fraction,
+        metavar="FRACTION",
+        help="Stop at median CI ± this (2%).",
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Input seed (0)."),
+    config: Path | None = config_option("run", help="TOML config file; flags override it."),
+    store: Path | None = StoreOption,
     no_store: bool = typer.Option(False, "--no-store", help="Do not write results."),
     as_json: bool = JsonOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the results table."),
 ) -> None:
     """Measure a model's latency, throughput and peak memory (adaptive, noise-aware)."""
-    settings: dict[str, Any] = load_config(config) if config is not None else {}
-    flags = {
-        "model": model,
-        "backend": backend,
-        "precision": precision,
-        "threads": threads,
-        "device": device,
-        "weights": weights,
-        "trust_model_code": trust_model_code,
-        "budget": budget,
-        "target_ci": target_ci,
-        "store": store,
-    }
-    settings.update({k: v for k, v in flags.items() if v is not None})
-    if batch is not None:
-        settings["batch"] = parse_batch_sizes(batch)
-    if inputs:
-        settings["inputs"] = tuple(parse_tensor_spec(text) for text in inputs)
-    timer = TimerConfig(
-        budget_s=parse_duration_s(settings.get("budget", 10.0)),
-        target_rel_ci=parse_fraction(settings.get("target_ci", 0.02)),
-    )
     request = MeasureRequest(
-        model=settings.get("model") or DEFAULT_MODEL,
-        backend=settings.get("backend", "eager"),
-        precision=parse_precision(settings.get("precision", "fp32")),
-        batch_sizes=settings.get("batch", ()),
-        threads=settings.get("threads"),
-        device=parse_device(settings.get("device", "cpu")),
+        model=model or DEFAULT_MODEL,
         options=parse_options(tuple(options or ())),
-        inputs=settings.get("inputs"),
-        weights=settings.get("weights"),
-        trust_model_code=bool(settings.get("trust_model_code", False)),
-        timer=timer,
-        seed=int(settings.get("seed", 0)),
+        timer=TimerConfig(**given(budget_s=budget, target_rel_ci=target_ci)),
+        **given(
+            backend=backend,
+            precision=precision,
+            batch_sizes=batch.values if batch else None,
+            threads=threads,
+            device=device,
+            inputs=tuple(inputs) if inputs else None,
+            weights=weights,
+            trust_model_code=trust_model_code,
+            seed=seed,
+        ),
     )
-    store_path = None if no_store else settings.get("store", DEFAULT_STORE_PATH)
+    store_path = None if no_store else (store or DEFAULT_STORE_PATH)
     show_progress = not (quiet or as_json) and _err.is_terminal
     with _progress(show_progress) as (on_config, on_progress):
         outcome = measure(
-            request, store_path=store_path, on_config=on_config, on_progress=on_progress
+            request,
+            store_path=store_path,
+            on_config=on_config,
+            on_progress=on_progress,
+            command_line=command_line(),
         )
     if as_json:
         document = {

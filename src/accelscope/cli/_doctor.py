@@ -8,8 +8,9 @@ from pathlib import Path
 
 import typer
 
-from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
+from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line
 from accelscope.cli._runs import register_show
+from accelscope.cli._types import duration_text
 from accelscope.commands.doctor.view import doctor_view
 from accelscope.commands.doctor.workflow import DoctorRequest, doctor, result_for_run
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
@@ -38,14 +39,30 @@ class _Events:
 def doctor_command(
     script: Path = typer.Argument(..., help="Your training or inference script (.py)."),
     script_args: list[str] = typer.Argument(None, help="Arguments for the script (after --)."),
-    steps: int = typer.Option(50, "--steps", help="Measured steps."),
-    warmup: int = typer.Option(10, "--warmup", help="Steps run before measuring."),
-    what_if: str = typer.Option(
-        "auto", "--what-if", help="all, auto, none, or a list: workers,bf16,batch=4,cache,..."
+    steps: int = typer.Option(DoctorRequest.steps, "--steps", help="Measured steps."),
+    warmup: int = typer.Option(
+        DoctorRequest.warmup, "--warmup", help="Steps run before measuring."
     ),
-    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
-    timeout: str = typer.Option("300s", "--timeout", help="Wall-clock bound per run."),
-    stall: str = typer.Option("120s", "--stall-timeout", help="Bound on the wait for a step."),
+    what_if: str = typer.Option(
+        DoctorRequest.what_if,
+        "--what-if",
+        help="all, auto, none, or a list: workers,bf16,batch=4,cache,...",
+    ),
+    device: str = typer.Option(DoctorRequest.device, "--device", help="auto, cpu, cuda or cuda:N."),
+    timeout: float = typer.Option(
+        duration_text(DoctorRequest.timeout_s),
+        "--timeout",
+        parser=parse_duration_s,
+        metavar="DURATION",
+        help="Wall-clock bound per run.",
+    ),
+    stall: float = typer.Option(
+        duration_text(DoctorRequest.stall_s),
+        "--stall-timeout",
+        parser=parse_duration_s,
+        metavar="DURATION",
+        help="Bound on the wait for a step.",
+    ),
     report: Path = typer.Option(None, "--report", help="HTML report path."),
     store: Path = StoreOption,
     no_store: bool = typer.Option(False, "--no-store", help="Do not write results."),
@@ -61,13 +78,18 @@ def doctor_command(
         warmup=warmup,
         what_if=what_if,
         device=device,
-        timeout_s=parse_duration_s(timeout),
-        stall_s=parse_duration_s(stall),
+        timeout_s=timeout,
+        stall_s=stall,
         report_path=report,
         quiet_stdout=as_json,
     )
     store_path = None if no_store else (store or DEFAULT_STORE_PATH)
-    outcome = doctor(request, store_path=store_path, events=_Events(quiet or as_json))
+    outcome = doctor(
+        request,
+        store_path=store_path,
+        events=_Events(quiet or as_json),
+        command_line=command_line(),
+    )
     result = outcome.result
     if as_json:
         document = {

@@ -8,10 +8,11 @@ from typing import Any
 
 import typer
 
-from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
+from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line, given
 from accelscope.cli._runs import register_show
-from accelscope.cli.config import load_load_config
-from accelscope.commands.load.html import harness_floor_text
+from accelscope.cli._types import parse_input, seconds_or_zero
+from accelscope.cli.config import config_option
+from accelscope.commands.load.verdict import harness_floor_text
 from accelscope.commands.load.view import load_view
 from accelscope.commands.load.workflow import (
     CAPACITY_DOCUMENT,
@@ -25,38 +26,25 @@ from accelscope.errors import BadInputError
 from accelscope.load.capacity_search import PolicyCapacity
 from accelscope.load.floor import HarnessFloor
 from accelscope.load.summary import Scenario, TrialSummary
-from accelscope.spec import RunSpec, parse_device, parse_options, parse_precision, parse_tensor_spec
+from accelscope.spec import (
+    Device,
+    Precision,
+    RunSpec,
+    TensorSpec,
+    parse_device,
+    parse_options,
+    parse_precision,
+)
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
 from accelscope.units import parse_duration_s
 
 
-def _scenario(text: str) -> Scenario:
+def _scenario(text: Any) -> Scenario:
     try:
         return Scenario(str(text).strip().lower())
     except ValueError:
         choices = ", ".join(s.value for s in Scenario)
         raise BadInputError(f"unknown scenario {text!r}; choose one of: {choices}") from None
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool):
-        raise BadInputError(f"{what} must be a number, got {value!r}")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise BadInputError(f"{what} must be a number, got {value!r}") from None
-
-
-def _integer(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not str(value).strip().lstrip("+-").isdigit():
-        raise BadInputError(f"{what} must be an integer, got {value!r}")
-    return int(value)
-
-
-def _min_duration_s(value: Any) -> float:
-    if value in (0, "0", "0s"):
-        return 0.0
-    return parse_duration_s(value)
 
 
 class _Events(LoadEvents):
@@ -120,110 +108,108 @@ register_show("load", _show_load_run)
 
 @app.command("load")
 def load_command(
-    model: str = typer.Argument(None, help="Zoo name, file.py:fn, module:fn, .onnx or .pt2."),
-    scenario: str = typer.Option(None, "--scenario", help="single-stream, offline or server."),
-    sla_p99: str = typer.Option(None, "--sla-p99", help="p99 latency bound, e.g. 100ms."),
-    backend: str = typer.Option(None, "--backend", help="Runtime (eager, compile, ...)."),
-    precision: str = typer.Option(None, "--precision", help="fp32, bf16, int8, ..."),
-    batch: str = typer.Option(None, "--batch", help="The dynamic batcher's max batch (8)."),
-    threads: str = typer.Option(None, "--threads", help="Intra-op threads (all cores)."),
-    device: str = typer.Option(None, "--device", help="cpu or cuda."),
-    options: list[str] = typer.Option(None, "--option", help="Backend option key=value."),
-    from_run: str = typer.Option(
+    model: str | None = typer.Argument(
+        None, help="Zoo name, file.py:fn, module:fn, .onnx or .pt2."
+    ),
+    scenario: Scenario | None = typer.Option(
+        None, "--scenario", parser=_scenario, help="single-stream, offline or server."
+    ),
+    sla_p99: float | None = typer.Option(
+        None,
+        "--sla-p99",
+        parser=parse_duration_s,
+        metavar="DURATION",
+        help="p99 latency bound, e.g. 100ms.",
+    ),
+    backend: str | None = typer.Option(None, "--backend", help="Runtime (eager, compile, ...)."),
+    precision: Precision | None = typer.Option(
+        None, "--precision", parser=parse_precision, help="fp32, bf16, int8, ..."
+    ),
+    batch: int | None = typer.Option(None, "--batch", help="The dynamic batcher's max batch (8)."),
+    threads: int | None = typer.Option(None, "--threads", help="Intra-op threads (all cores)."),
+    device: Device | None = typer.Option(
+        None, "--device", parser=parse_device, help="cpu or cuda."
+    ),
+    options: list[str] | None = typer.Option(None, "--option", help="Backend option key=value."),
+    from_run: str | None = typer.Option(
         None, "--from-run", help="Serve the best config of a stored bench run (id or latest)."
     ),
-    rate: str = typer.Option(None, "--rate", help="Server: one offered rate, queries/s."),
-    search: bool = typer.Option(
+    rate: float | None = typer.Option(None, "--rate", help="Server: one offered rate, queries/s."),
+    search: bool | None = typer.Option(
         None, "--search", help="Server: search the highest rate meeting the SLA (default)."
     ),
-    no_batching: bool = typer.Option(None, "--no-batching", help="One query per batch."),
-    max_delay: str = typer.Option(None, "--max-delay", help="Batcher max queue delay."),
-    min_duration: str = typer.Option(None, "--min-duration", help="Per trial (10s)."),
-    min_queries: str = typer.Option(None, "--min-queries", help="Per trial (1000)."),
-    seed: str = typer.Option(None, "--seed", help="Schedule and input seed (0)."),
-    burstiness_cv: str = typer.Option(
+    batching: bool | None = typer.Option(None, " /--no-batching", help="One query per batch."),
+    max_delay: float | None = typer.Option(
+        None,
+        "--max-delay",
+        parser=seconds_or_zero,
+        metavar="DURATION",
+        help="Batcher max queue delay.",
+    ),
+    min_duration: float | None = typer.Option(
+        None, "--min-duration", parser=seconds_or_zero, metavar="DURATION", help="Per trial (10s)."
+    ),
+    min_queries: int | None = typer.Option(None, "--min-queries", help="Per trial (1000)."),
+    seed: int | None = typer.Option(None, "--seed", help="Schedule and input seed (0)."),
+    burstiness_cv: float | None = typer.Option(
         None, "--burstiness-cv", help="Gap coefficient of variation (1 = Poisson)."
     ),
-    query_timeout: str = typer.Option(
-        None, "--query-timeout", help="A query not done this long after its arrival times out."
+    query_timeout: float | None = typer.Option(
+        None,
+        "--query-timeout",
+        parser=parse_duration_s,
+        metavar="DURATION",
+        help="A query not done this long after its arrival times out.",
     ),
-    inputs: list[str] = typer.Option(None, "--input", help="Input spec NAME:SHAPE:DTYPE."),
-    weights: Path = typer.Option(None, "--weights", help="State dict (.safetensors/.pt)."),
-    trust_model_code: bool = typer.Option(
+    inputs: list[TensorSpec] | None = typer.Option(
+        None, "--input", parser=parse_input, metavar="SPEC", help="Input spec NAME:SHAPE:DTYPE."
+    ),
+    weights: Path | None = typer.Option(None, "--weights", help="State dict (.safetensors/.pt)."),
+    trust_model_code: bool | None = typer.Option(
         None, "--trust-model-code", help="Allow unpickling model files."
     ),
-    config: Path = typer.Option(None, "--config", help="TOML config; flags override it."),
-    report: Path = typer.Option(None, "--report", help="HTML report path."),
-    store: Path = StoreOption,
+    config: Path | None = config_option("load"),
+    report: Path | None = typer.Option(None, "--report", help="HTML report path."),
+    store: Path | None = StoreOption,
     no_store: bool = typer.Option(False, "--no-store", help="Do not write results."),
     as_json: bool = JsonOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the table and verdict."),
 ) -> None:
     """Drive a configuration with MLPerf-style load; find the highest rate within a p99 SLA."""
-    settings: dict[str, Any] = load_load_config(config) if config is not None else {}
-    flags = {
-        "model": model,
-        "scenario": scenario,
-        "sla_p99": sla_p99,
-        "backend": backend,
-        "precision": precision,
-        "batch": batch,
-        "threads": threads,
-        "device": device,
-        "from_run": from_run,
-        "rate": rate,
-        "search": search,
-        "max_delay": max_delay,
-        "min_duration": min_duration,
-        "min_queries": min_queries,
-        "seed": seed,
-        "burstiness_cv": burstiness_cv,
-        "query_timeout": query_timeout,
-        "weights": weights,
-        "trust_model_code": trust_model_code,
-        "report": report,
-        "store": store,
-    }
-    settings.update({k: v for k, v in flags.items() if v is not None})
-    if no_batching:
-        settings["batching"] = False
-    if options:
-        settings["options"] = tuple(options)
-    if inputs:
-        settings["inputs"] = tuple(parse_tensor_spec(text) for text in inputs)
-
-    def get(key: str, default: Any = None) -> Any:
-        return settings.get(key, default)
-
     request = LoadRequest(
-        model=get("model"),
-        scenario=_scenario(get("scenario", "server")),
-        sla_p99_s=parse_duration_s(get("sla_p99")) if get("sla_p99") is not None else None,
-        backend=get("backend"),
-        precision=parse_precision(get("precision")) if get("precision") else None,
-        max_batch=_integer(get("batch"), "--batch") if get("batch") is not None else None,
-        threads=_integer(get("threads"), "--threads") if get("threads") is not None else None,
-        device=parse_device(str(get("device", "cpu"))),
-        options=parse_options(tuple(get("options"))) if get("options") is not None else None,
-        from_run=get("from_run"),
-        rate_per_s=_number(get("rate"), "--rate") if get("rate") is not None else None,
-        search=get("search"),
-        batching=bool(get("batching", True)),
-        max_delay_s=_min_duration_s(get("max_delay")) if get("max_delay") is not None else None,
-        min_duration_s=_min_duration_s(get("min_duration", "10s")),
-        min_queries=_integer(get("min_queries", 1000), "--min-queries"),
-        seed=_integer(get("seed", 0), "--seed"),
-        burstiness_cv=_number(get("burstiness_cv", 1.0), "--burstiness-cv"),
-        query_timeout_s=parse_duration_s(get("query_timeout"))
-        if get("query_timeout") is not None
-        else None,
-        inputs=get("inputs"),
-        weights=get("weights"),
-        trust_model_code=bool(get("trust_model_code", False)),
-        report_path=get("report"),
+        model=model,
+        **given(
+            scenario=scenario,
+            sla_p99_s=sla_p99,
+            backend=backend,
+            precision=precision,
+            max_batch=batch,
+            threads=threads,
+            device=device,
+            options=parse_options(tuple(options)) if options else None,
+            from_run=from_run,
+            rate_per_s=rate,
+            search=search,
+            batching=batching,
+            max_delay_s=max_delay,
+            min_duration_s=min_duration,
+            min_queries=min_queries,
+            seed=seed,
+            burstiness_cv=burstiness_cv,
+            query_timeout_s=query_timeout,
+            inputs=tuple(inputs) if inputs else None,
+            weights=weights,
+            trust_model_code=trust_model_code,
+            report_path=report,
+        ),
     )
-    store_path = None if no_store else get("store", DEFAULT_STORE_PATH)
-    outcome = load(request, store_path=store_path, events=_Events(quiet or as_json))
+    store_path = None if no_store else (store or DEFAULT_STORE_PATH)
+    outcome = load(
+        request,
+        store_path=store_path,
+        events=_Events(quiet or as_json),
+        command_line=command_line(),
+    )
     trials = [t.to_dict() for t in outcome.trials]
     floor = outcome.harness_floor.to_dict() if outcome.harness_floor is not None else None
     if as_json:

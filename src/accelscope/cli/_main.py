@@ -39,7 +39,7 @@ def _exception_classes(name: str, *extra: type[BaseException]) -> tuple[type[Bas
     return tuple({c for c in (*found, *extra) if isinstance(c, type)})
 
 
-_USAGE_ERRORS = _exception_classes("ClickException")
+USAGE_ERRORS = _exception_classes("ClickException")
 _EXITS = _exception_classes("Exit", typer.Exit)
 _ABORTS = _exception_classes("Abort", typer.Abort)
 
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         returned = command.main(args=args, prog_name="accelscope", standalone_mode=False)
     except _EXITS as done:
         return int(getattr(done, "exit_code", 0))
-    except _USAGE_ERRORS as exc:
+    except USAGE_ERRORS as exc:
         if debug:
             raise
         if type(exc).__name__ == "NoArgsIsHelpError":

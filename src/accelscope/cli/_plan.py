@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from accelscope.cli._app import JsonOption, StoreOption, _out, app
+from accelscope.cli._app import JsonOption, StoreOption, _out, app, command_line
 from accelscope.cli._runs import register_show
 from accelscope.commands.plan.view import plan_view
 from accelscope.commands.plan.workflow import (
@@ -63,9 +63,17 @@ def plan_command(
     traffic: str = typer.Option(
         None, "--traffic", help="peak=300qps, hourly.csv (hour,qps) or trace.csv."
     ),
-    sla_p99: str = typer.Option(None, "--sla-p99", help="p99 latency SLA, e.g. 100ms."),
+    sla_p99: float | None = typer.Option(
+        None,
+        "--sla-p99",
+        parser=parse_duration_s,
+        metavar="DURATION",
+        help="p99 latency SLA, e.g. 100ms.",
+    ),
     headroom: str = typer.Option("20%", "--headroom", help="Spare capacity at peak (20%)."),
-    min_instances: int = typer.Option(1, "--min-instances", help="Never fewer instances (1)."),
+    min_instances: int = typer.Option(
+        PlanRequest.min_instances, "--min-instances", help="Never fewer instances (1)."
+    ),
     catalog: list[Path] = CatalogOption,
     here: str = typer.Option(None, "--here", help="Catalog type of the machine measured on."),
     capacity: str = typer.Option(
@@ -87,7 +95,7 @@ def plan_command(
         raise BadInputError("give the latency SLA: --sla-p99 100ms")
     request = PlanRequest(
         traffic=traffic,
-        sla_p99_s=parse_duration_s(sla_p99),
+        sla_p99_s=sla_p99,
         model=model,
         run_id=run,
         headroom=parse_percent(headroom, "--headroom"),
@@ -100,7 +108,9 @@ def plan_command(
         report_path=report,
     )
     store_path = store or DEFAULT_STORE_PATH
-    outcome = plan_capacity(request, store_path=store_path, save=not no_store)
+    outcome = plan_capacity(
+        request, store_path=store_path, save=not no_store, command_line=command_line()
+    )
     _print(outcome, as_json)
 
 
@@ -108,8 +118,10 @@ def plan_command(
 def plan_memory_command(
     config: Path = typer.Argument(..., help="A local Hugging Face config.json."),
     context: str = typer.Option("8k", "--context", help="Tokens per sequence, e.g. 32k."),
-    batch: int = typer.Option(1, "--batch", help="Concurrent sequences."),
-    precision: str = typer.Option("bf16", "--precision", help="fp32, bf16, fp16, fp8, int8, int4."),
+    batch: int = typer.Option(MemoryRequest.batch, "--batch", help="Concurrent sequences."),
+    precision: str = typer.Option(
+        MemoryRequest.precision, "--precision", help="fp32, bf16, fp16, fp8, int8, int4."
+    ),
     kv_precision: str = typer.Option(None, "--kv-precision", help="KV cache dtype (= weights)."),
     catalog: list[Path] = CatalogOption,
     store: Path = StoreOption,
@@ -125,7 +137,11 @@ def plan_memory_command(
         kv_precision=kv_precision.lower() if kv_precision else None,
         catalog_files=tuple(catalog or ()),
     )
-    outcome = plan_memory(request, store_path=(store or DEFAULT_STORE_PATH) if save else None)
+    outcome = plan_memory(
+        request,
+        store_path=(store or DEFAULT_STORE_PATH) if save else None,
+        command_line=command_line(),
+    )
     _print(outcome, as_json)
 
 
@@ -156,7 +172,11 @@ def plan_api_command(
         headroom=parse_percent(headroom, "--headroom"),
         catalog_files=tuple(catalog or ()),
     )
-    outcome = plan_api(request, store_path=(store or DEFAULT_STORE_PATH) if save else None)
+    outcome = plan_api(
+        request,
+        store_path=(store or DEFAULT_STORE_PATH) if save else None,
+        command_line=command_line(),
+    )
     _print(outcome, as_json)
 
 

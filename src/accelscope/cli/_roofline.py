@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
-from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app
+from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line
 from accelscope.cli._runs import register_show
+from accelscope.cli._types import duration_text, parse_input, positive_int
 from accelscope.commands.roofline.view import ceilings_view, roofline_view
 from accelscope.commands.roofline.workflow import (
     CeilingsOutcome,
@@ -19,20 +19,11 @@ from accelscope.commands.roofline.workflow import (
     ceilings,
     roofline,
 )
-from accelscope.errors import BadInputError
-from accelscope.roofline.analysis import RooflineProfile
+from accelscope.roofline.analysis import RooflineAnalysis
 from accelscope.roofline.ceilings import Ceilings
-from accelscope.spec import parse_device, parse_precision, parse_tensor_spec
+from accelscope.spec import Device, Precision, TensorSpec, parse_device, parse_precision
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
 from accelscope.units import parse_duration_s
-
-
-def _positive_int(text: str | None, what: str) -> int | None:
-    if text is None:
-        return None
-    if not re.fullmatch(r"\s*\+?\d+\s*", text) or int(text) <= 0:
-        raise BadInputError(f"{what} must be a positive integer, got {text!r}")
-    return int(text)
 
 
 def _say(quiet: bool) -> Callable[[str], None]:
@@ -54,10 +45,18 @@ def _source(outcome: CeilingsOutcome) -> str:
 
 @app.command("ceilings")
 def ceilings_command(
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
-    refresh: bool = typer.Option(False, "--refresh", help="Re-measure; ignore the cache."),
-    budget: str = typer.Option(
-        "3m", "--budget", help="Time budget of the measurement, e.g. 3m (overrun: one call)."
+    device: Device = typer.Option(
+        CeilingsRequest.device, "--device", parser=parse_device, help="cpu or cuda."
+    ),
+    refresh: bool = typer.Option(
+        CeilingsRequest.refresh, "--refresh", help="Re-measure; ignore the cache."
+    ),
+    budget: float = typer.Option(
+        duration_text(CeilingsRequest.budget_s),
+        "--budget",
+        parser=parse_duration_s,
+        metavar="DURATION",
+        help="Time budget of the measurement, e.g. 3m (overrun: one call).",
     ),
     store: Path = StoreOption,
     no_store: bool = typer.Option(False, "--no-store", help="Do not record a run."),
@@ -65,11 +64,16 @@ def ceilings_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the table."),
 ) -> None:
     """Measure this machine's ceilings: peak matrix rate per dtype and memory bandwidth."""
-    request = CeilingsRequest(parse_device(device), refresh, parse_duration_s(budget))
+    request = CeilingsRequest(device, refresh, budget)
     store_path = None if no_store else (store or DEFAULT_STORE_PATH)
-    outcome = ceilings(request, store_path=store_path, events=_say(quiet or as_json))
+    outcome = ceilings(
+        request,
+        store_path=store_path,
+        events=_say(quiet or as_json),
+        command_line=command_line(),
+    )
     if as_json:
-        _out.print_json(json.dumps(outcome.ceilings.to_dict()))
+        _out.print_json(json.dumps(outcome.ceilings.model_dump(mode="json")))
         return
     _out.print(ceilings_view(outcome.ceilings))
     if quiet:
@@ -82,22 +86,51 @@ def ceilings_command(
 @app.command("roofline")
 def roofline_command(
     model: str = typer.Argument(..., help="Zoo name, file.py:fn, module:fn or .pt2."),
-    backend: str = typer.Option("eager", "--backend", help="Runtime (eager)."),
-    precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 (autocast) or fp16."),
-    batch: str = typer.Option("8", "--batch", help="Batch size."),
-    threads: str = typer.Option(None, "--threads", help="Threads (default: all usable cores)."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
-    measure_budget: str = typer.Option("10s", "--measure-budget", help="Model timing budget."),
-    ceilings_budget: str = typer.Option(
-        "3m",
+    backend: str = typer.Option(RooflineRequest.backend, "--backend", help="Runtime (eager)."),
+    precision: Precision = typer.Option(
+        RooflineRequest.precision,
+        "--precision",
+        parser=parse_precision,
+        help="fp32, bf16 (autocast) or fp16.",
+    ),
+    batch: int = typer.Option(
+        RooflineRequest.batch_size,
+        "--batch",
+        parser=positive_int("batch size"),
+        help="Batch size.",
+    ),
+    threads: int | None = typer.Option(
+        None,
+        "--threads",
+        parser=positive_int("threads"),
+        help="Threads (default: all usable cores).",
+    ),
+    device: Device = typer.Option(
+        RooflineRequest.device, "--device", parser=parse_device, help="cpu or cuda."
+    ),
+    measure_budget: float = typer.Option(
+        duration_text(RooflineRequest.measure_budget_s),
+        "--measure-budget",
+        parser=parse_duration_s,
+        metavar="DURATION",
+        help="Model timing budget.",
+    ),
+    ceilings_budget: float = typer.Option(
+        duration_text(RooflineRequest.ceilings_budget_s),
         "--ceilings-budget",
+        parser=parse_duration_s,
+        metavar="DURATION",
         help="Budget if ceilings must be measured (only fp32, the precision's and bandwidth).",
     ),
-    refresh_ceilings: bool = typer.Option(False, "--refresh-ceilings", help="Re-measure them."),
-    inputs: list[str] = typer.Option(None, "--input", help="Input spec NAME:SHAPE:DTYPE."),
+    refresh_ceilings: bool = typer.Option(
+        RooflineRequest.refresh_ceilings, "--refresh-ceilings", help="Re-measure them."
+    ),
+    inputs: list[TensorSpec] | None = typer.Option(
+        None, "--input", parser=parse_input, metavar="SPEC", help="Input spec NAME:SHAPE:DTYPE."
+    ),
     weights: Path = typer.Option(None, "--weights", help="State dict (.safetensors/.pt)."),
     trust_model_code: bool = typer.Option(
-        False, "--trust-model-code", help="Allow unpickling model files."
+        RooflineRequest.trust_model_code, "--trust-model-code", help="Allow unpickling model files."
     ),
     report: Path = typer.Option(None, "--report", help="HTML report path."),
     store: Path = StoreOption,
@@ -109,27 +142,32 @@ def roofline_command(
     request = RooflineRequest(
         model=model,
         backend=backend.strip(),
-        precision=parse_precision(precision),
-        batch_size=_positive_int(batch, "batch size") or 8,
-        threads=_positive_int(threads, "threads"),
-        device=parse_device(device),
+        precision=precision,
+        batch_size=batch,
+        threads=threads,
+        device=device,
         report_path=report,
-        measure_budget_s=parse_duration_s(measure_budget),
-        ceilings_budget_s=parse_duration_s(ceilings_budget),
+        measure_budget_s=measure_budget,
+        ceilings_budget_s=ceilings_budget,
         refresh_ceilings=refresh_ceilings,
-        inputs=tuple(parse_tensor_spec(t) for t in inputs) if inputs else None,
+        inputs=tuple(inputs) if inputs else None,
         weights=weights,
         trust_model_code=trust_model_code,
     )
     store_path = None if no_store else (store or DEFAULT_STORE_PATH)
-    outcome = roofline(request, store_path=store_path, events=_say(quiet or as_json))
+    outcome = roofline(
+        request,
+        store_path=store_path,
+        events=_say(quiet or as_json),
+        command_line=command_line(),
+    )
     if as_json:
         _out.print_json(
             json.dumps(
                 {
                     "run_id": outcome.run_id,
                     "report": str(outcome.report_path),
-                    **outcome.profile.to_dict(),
+                    **outcome.profile.document().model_dump(mode="json"),
                 }
             )
         )
@@ -145,12 +183,12 @@ def roofline_command(
 
 def _show_ceilings(run: RunRecord) -> None:
     for payload in run.documents_of("ceilings"):
-        _out.print(ceilings_view(Ceilings.from_dict(payload)))
+        _out.print(ceilings_view(Ceilings.from_payload(payload)))
 
 
 def _show_roofline(run: RunRecord) -> None:
     for payload in run.documents_of("roofline"):
-        _out.print(roofline_view(RooflineProfile.from_dict(payload)))
+        _out.print(roofline_view(RooflineAnalysis.from_stored(payload)))
 
 
 register_show("ceilings", _show_ceilings)

@@ -10,12 +10,13 @@ from pathlib import Path
 import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, runs_app
-from accelscope.commands.bench.view import bench_view, results_view, runs_view
+from accelscope.commands.bench.view import bench_view
 from accelscope.commands.bench.workflow import selection_for_run
 from accelscope.errors import (
     BadInputError,
     StoreError,
 )
+from accelscope.report.tables import results_view, runs_view
 from accelscope.store.export import run_to_csv, run_to_json
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord
 from accelscope.sweep.driver import latest_by_key

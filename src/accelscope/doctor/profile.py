@@ -96,12 +96,22 @@ class Step:
 
 @dataclass(frozen=True)
 class Span:
-    """One traced span (µs from the first step's start); ``name`` is a phase or ``step``."""
+    """One traced span (seconds from the first step's start); ``name`` is a phase or ``step``."""
 
     name: str
-    start_us: float
-    duration_us: float
+    start_s: float
+    duration_s: float
     depth: int
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Span:
+        """Read one span; stores written before spans were kept in seconds hold
+        ``start_us``/``duration_us`` instead, still read (as seconds) so old runs still show."""
+        if "start_s" in data:
+            start, duration = _f(data, "start_s"), _f(data, "duration_s")
+        else:
+            start, duration = _f(data, "start_us") * 1e-6, _f(data, "duration_us") * 1e-6
+        return cls(str(data["name"]), start, duration, int(data["depth"]))
 
 
 @dataclass(frozen=True)
@@ -252,10 +262,7 @@ class Profile:
             warmup=int(data["warmup"]),
             target_steps=int(data["target_steps"]),
             steps=tuple(Step.from_dict(s) for s in data["steps"]),
-            spans=tuple(
-                Span(str(s["name"]), float(s["start_us"]), float(s["duration_us"]), int(s["depth"]))
-                for s in data.get("spans", [])
-            ),
+            spans=tuple(Span.from_dict(s) for s in data.get("spans", [])),
             probe=None if probe is None else OpSummary.from_dict(probe),
             op_overhead_s=None if overhead is None else float(overhead),
             device_status=str(data.get("device_status", "")),

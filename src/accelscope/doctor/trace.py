@@ -1,5 +1,8 @@
 """A Chrome / Perfetto trace (``traceEvents``, complete ``X`` events in µs) of the few
-instrumented steps the run traced, one track for the steps and one for their phases."""
+instrumented steps the run traced, one track for the steps and one for their phases.
+
+The profile's spans are in seconds; the trace format's timestamps and durations are in µs by
+its spec, so they are converted here, when the document is written, and nowhere else."""
 
 from __future__ import annotations
 
@@ -11,6 +14,9 @@ __all__ = ["chrome_trace"]
 
 _PID = 1
 _STEP_TID, _PHASE_TID = 1, 2
+_US_PER_S = 1e6
+_MIN_DUR_US = 0.001
+"""Shortest duration written, so a zero-length span still shows (1 ns)."""
 
 
 def chrome_trace(profile: Profile, title: str) -> dict[str, Any]:
@@ -33,12 +39,12 @@ def chrome_trace(profile: Profile, title: str) -> dict[str, Any]:
         },
     ]
     index = profile.warmup
-    for span in sorted(profile.spans, key=lambda s: (s.start_us, -s.duration_us)):
+    for span in sorted(profile.spans, key=lambda s: (s.start_s, -s.duration_s)):
         event: dict[str, Any] = {
             "ph": "X",
             "pid": _PID,
-            "ts": span.start_us,
-            "dur": max(span.duration_us, 0.001),
+            "ts": span.start_s * _US_PER_S,
+            "dur": max(span.duration_s * _US_PER_S, _MIN_DUR_US),
             "cat": "doctor",
         }
         if span.name == "step":

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import tempfile
 import time
 import warnings
@@ -38,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from accelscope.files import write_atomic
 from accelscope.hardware.fastpaths import PrecisionSupport
 from accelscope.spec import Device, Precision
 
@@ -565,9 +565,7 @@ def _load_cached(path: Path) -> list[ProbeVerdict]:
 def _save_cached(table: ProbeTable, path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(table.to_dict(), indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(table.to_dict(), indent=1))
     except OSError:
         pass  # an unwritable cache costs a re-probe next time, nothing else
 

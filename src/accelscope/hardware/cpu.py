@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,6 @@ __all__ = [
     "memory_total_bytes",
     "parse_cache_size",
     "parse_cpuinfo",
-    "parse_meminfo",
     "read_cache_sizes",
     "read_cpu_info",
 ]
@@ -82,7 +82,6 @@ _ARM_PARTS = {  # (implementer, part) -> core name, for the common server and bo
 _X86_VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygon"}
 
 _CPUINFO = Path("/proc/cpuinfo")
-_MEMINFO = Path("/proc/meminfo")
 _SYS_CPU = Path("/sys/devices/system/cpu")
 
 
@@ -346,20 +345,16 @@ def read_cpu_info(cpuinfo: Path = _CPUINFO, sys_cpu: Path = _SYS_CPU) -> CpuInfo
     )
 
 
-def parse_meminfo(text: str) -> int | None:
-    """``MemTotal`` from ``/proc/meminfo`` text, in bytes; ``None`` if absent."""
-    match = re.search(r"^MemTotal:\s*(\d+)\s*kB", text, flags=re.MULTILINE)
-    return int(match.group(1)) * 1024 if match else None
+def _virtual_memory() -> Any:
+    import psutil
+
+    return psutil.virtual_memory()
 
 
-def memory_total_bytes(meminfo: Path = _MEMINFO) -> int:
-    """Total physical memory in bytes (``/proc/meminfo``, else psutil, else 0 if unknown)."""
-    total = parse_meminfo(_read(meminfo) or "")
-    if total:
-        return total
+def memory_total_bytes(virtual_memory: Callable[[], Any] = _virtual_memory) -> int:
+    """Total physical memory in bytes (``psutil.virtual_memory().total``, which is
+    ``MemTotal`` of ``/proc/meminfo`` on Linux); 0 if unknown. ``virtual_memory`` is a seam."""
     try:
-        import psutil
-
-        return int(psutil.virtual_memory().total)
+        return int(virtual_memory().total)
     except Exception:  # noqa: BLE001 - psutil raises assorted errors on odd kernels
         return 0

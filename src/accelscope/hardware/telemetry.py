@@ -1,15 +1,15 @@
 """Cheap system telemetry sampled from *outside* the measured process, at 10 Hz or more.
 
 Sampling from the parent keeps the instrumented process free of an extra thread fighting for
-its GIL. Per sample: per-core CPU utilisation and iowait (from ``/proc/stat`` deltas), the run
-queue (``procs_running``), the measured process tree's resident memory and CPU use (the script
-and its DataLoader workers, via psutil), available memory and swap; per GPU, through NVML when
-present: utilisation, memory, power, clocks, and SM / tensor-core activity from GPM (Hopper and
-newer) where the driver offers it. What is missing is said (``"not available: ..."``), never
-guessed.
+its GIL. Per sample: per-core CPU utilisation and iowait (from ``psutil.cpu_times(percpu=True)``
+deltas), the run queue (``procs_running`` of ``/proc/stat``), the measured process tree's
+resident memory and CPU use (the script and its DataLoader workers, via psutil), available
+memory and swap; per GPU, through NVML when present: utilisation, memory, power, clocks, and
+SM / tensor-core activity from GPM (Hopper and newer) where the driver offers it. What is
+missing is said (``"not available: ..."``), never guessed.
 
-Every source is a seam: the ``/proc/stat`` text, the process probe and the NVML module can be
-replaced, so the arithmetic is tested without the hardware.
+Every source is a seam: the per-CPU times, the run queue, the process probe and the NVML module
+can be replaced, so the arithmetic is tested without the hardware.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,44 +30,36 @@ __all__ = [
     "Telemetry",
     "TelemetrySample",
     "TelemetrySampler",
+    "cpu_times_from_psutil",
     "cpu_utilisation",
-    "parse_proc_stat",
 ]
 
 _PROC_STAT = Path("/proc/stat")
 _CHILDREN_REFRESH_S = 1.0
+_TOTAL_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+"""psutil ``scputimes`` fields that add up to a CPU's total time (guest is inside user)."""
 
 
 @dataclass(frozen=True)
 class CpuTimes:
-    """Cumulative jiffies from ``/proc/stat``: per core ``(busy, total)``, aggregate iowait."""
+    """Cumulative CPU seconds: per core ``(busy, total)``, iowait and total over all cores."""
 
-    cores: tuple[tuple[int, int], ...]
-    iowait: int
-    total: int
+    cores: tuple[tuple[float, float], ...]
+    iowait: float
+    total: float
     procs_running: int
 
 
-def parse_proc_stat(text: str) -> CpuTimes:
-    """Parse ``/proc/stat``: busy = total - idle - iowait (guest time is inside user)."""
-    cores: list[tuple[int, int]] = []
-    iowait = total = running = 0
-    for line in text.splitlines():
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0].startswith("cpu"):
-            values = [int(v) for v in parts[1:9]] + [0] * max(0, 8 - len(parts[1:9]))
-            user, nice, system, idle, io, irq, softirq, steal = values[:8]
-            line_total = user + nice + system + idle + io + irq + softirq + steal
-            busy = line_total - idle - io
-            if parts[0] == "cpu":
-                iowait, total = io, line_total
-            else:
-                cores.append((busy, line_total))
-        elif parts[0] == "procs_running" and len(parts) > 1:
-            running = int(parts[1])
-    return CpuTimes(tuple(cores), iowait, total, running)
+def cpu_times_from_psutil(per_cpu: Sequence[Any], procs_running: int) -> CpuTimes:
+    """Fold ``psutil.cpu_times(percpu=True)`` into :class:`CpuTimes`: busy = total - idle -
+    iowait; a field the platform lacks (iowait off Linux) counts as 0."""
+    cores = []
+    for times in per_cpu:
+        core_total = sum(float(getattr(times, name, 0.0)) for name in _TOTAL_FIELDS)
+        idle = float(times.idle) + float(getattr(times, "iowait", 0.0))
+        cores.append((core_total - idle, core_total))
+    iowait = sum(float(getattr(times, "iowait", 0.0)) for times in per_cpu)
+    return CpuTimes(tuple(cores), iowait, sum(total for _, total in cores), procs_running)
 
 
 def cpu_utilisation(before: CpuTimes, after: CpuTimes) -> tuple[tuple[float, ...], float]:
@@ -337,8 +329,18 @@ class NvmlSource:
             self.nvml.nvmlShutdown()
 
 
-def _read_proc_stat() -> str:
-    return _PROC_STAT.read_text(encoding="ascii")
+def _read_cpu_times() -> list[Any]:
+    import psutil
+
+    return list(psutil.cpu_times(percpu=True))
+
+
+def _read_procs_running() -> int:
+    """The run queue now (``procs_running`` of ``/proc/stat``; psutil has no such call)."""
+    for line in _PROC_STAT.read_text(encoding="ascii").splitlines():
+        if line.startswith("procs_running "):
+            return int(line.split()[1])
+    raise OSError("/proc/stat has no procs_running line")
 
 
 class TelemetrySampler:
@@ -348,7 +350,8 @@ class TelemetrySampler:
         pid: The measured process (its descendants are included).
         interval_s: Time between samples (0.1 s = 10 Hz).
         gpu: An :class:`NvmlSource`, or ``None`` for none.
-        proc_stat: Returns the text of ``/proc/stat`` (seam).
+        cpu_times: Returns per-CPU times shaped as ``psutil.cpu_times(percpu=True)`` (seam).
+        procs_running: Returns the run queue length; ``OSError`` where unknown (seam).
         clock: Monotonic seconds (seam).
     """
 
@@ -357,12 +360,14 @@ class TelemetrySampler:
         pid: int,
         interval_s: float = 0.1,
         gpu: NvmlSource | None = None,
-        proc_stat: Callable[[], str] = _read_proc_stat,
+        cpu_times: Callable[[], Sequence[Any]] = _read_cpu_times,
+        procs_running: Callable[[], int] = _read_procs_running,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.interval_s = interval_s
         self.gpu = gpu
-        self._proc_stat = proc_stat
+        self._cpu_times = cpu_times
+        self._procs_running = procs_running
         self._clock = clock
         self._tree = ProcessTree(pid, clock)
         self._samples: list[TelemetrySample] = []
@@ -376,7 +381,7 @@ class TelemetrySampler:
         import psutil
 
         try:
-            current = parse_proc_stat(self._proc_stat())
+            current = cpu_times_from_psutil(self._cpu_times(), self._procs_running())
         except OSError:
             current = None
         rss, cores, alive = self._tree.sample()

@@ -26,7 +26,7 @@ from accelscope.load.early_stopping import (
     percentile_estimate,
     server_early_stopping,
 )
-from accelscope.load.executor import Completion, Executor, SimulatedExecutor, ThreadedExecutor
+from accelscope.load.executor import Completion, QueryExecutor, SimulatedExecutor, ThreadedExecutor
 from accelscope.load.floor import HarnessFloor, measure_harness_floor
 from accelscope.load.scenarios import run_offline, run_server, run_single_stream
 from accelscope.load.schedule import Query, arrival_offsets_s
@@ -40,11 +40,11 @@ __all__ = [
     "Completion",
     "Distribution",
     "EarlyStopping",
-    "Executor",
     "HarnessFloor",
     "LoadClock",
     "PolicyCapacity",
     "Query",
+    "QueryExecutor",
     "RealClock",
     "Scenario",
     "SearchSettings",

@@ -5,7 +5,8 @@ is within the bound" at confidence ``c`` when, were the true over-bound fraction
 ``1 - p``, seeing ``t`` or fewer over-bound queries would have probability at most ``1 - c``
 (one-sided binomial test, as MLPerf LoadGen's ``early_stopping.cc``; tolerance 0). With no
 query over the bound at p99 and 99 % confidence that takes 459 queries; every over-bound query
-raises the count needed. Pure Python (log-space binomial sums), no SciPy.
+raises the count needed. The binomial CDF is :func:`accelscope.measurement.stats.binomial_cdf`
+(SciPy), the same one the Timer's CI of the median uses.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from accelscope.measurement.stats import binomial_cdf
 
 __all__ = [
     "EarlyStopping",
@@ -23,53 +26,6 @@ __all__ = [
 ]
 
 DEFAULT_CONFIDENCE = 0.99
-
-
-def _log_pmf(x: int, n: int, q: float) -> float:
-    return (
-        math.lgamma(n + 1)
-        - math.lgamma(x + 1)
-        - math.lgamma(n - x + 1)
-        + x * math.log(q)
-        + (n - x) * math.log1p(-q)
-    )
-
-
-def _tail_sum(start: int, stop: int, step: int, n: int, q: float) -> float:
-    """Sum of P(X = x) from ``start`` towards ``stop`` (inclusive), moving away from the
-    mode so the terms shrink; stops once they cannot change a double."""
-    log_ratio = math.log(q) - math.log1p(-q)
-    log_first = _log_pmf(start, n, q)
-    total = 0.0
-    log_term = log_first
-    x = start
-    while True:
-        term = math.exp(log_term - log_first)
-        total += term
-        if x == stop or term < 1e-18 * total:
-            break
-        if step < 0:  # P(X = x - 1) from P(X = x)
-            log_term += math.log(x) - math.log(n - x + 1) - log_ratio
-        else:  # P(X = x + 1) from P(X = x)
-            log_term += math.log(n - x) - math.log(x + 1) + log_ratio
-        x += step
-    return math.exp(log_first) * total
-
-
-def binomial_cdf(k: int, n: int, q: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, q), in log space (no underflow for large n).
-
-    The sum runs away from the mode (down from ``k`` below it, or the upper tail from
-    ``k + 1`` above it), so its terms shrink and it stops early."""
-    if k < 0:
-        return 0.0
-    if k >= n or q <= 0.0:
-        return 1.0
-    if q >= 1.0:
-        return 0.0
-    if k <= (n + 1) * q:
-        return min(1.0, _tail_sum(k, 0, -1, n, q))
-    return max(0.0, 1.0 - _tail_sum(k + 1, n, 1, n, q))
 
 
 def _passes(h: int, t: int, percentile: float, confidence: float) -> bool:

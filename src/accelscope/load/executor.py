@@ -21,7 +21,7 @@ from accelscope.load.schedule import Query
 from accelscope.load.sut import ServiceModel, SystemUnderTest
 from accelscope.load.waiting import EarlyWake, TimedOut
 
-__all__ = ["MAIN", "Completion", "Driver", "Executor", "SimulatedExecutor", "ThreadedExecutor"]
+__all__ = ["MAIN", "Completion", "Driver", "QueryExecutor", "SimulatedExecutor", "ThreadedExecutor"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Completion:
     error: str | None = None
 
 
-class Executor(Protocol):
+class QueryExecutor(Protocol):
     """Runs batches on ``instances`` servers and reports completions."""
 
     @property

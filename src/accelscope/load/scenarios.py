@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from accelscope.load.batcher import NO_BATCHING, BatchPolicy
-from accelscope.load.executor import Executor
+from accelscope.load.executor import QueryExecutor
 from accelscope.load.schedule import arrival_offsets_s, sample_indices
 from accelscope.load.sources import ClosedLoop, OpenSchedule
 from accelscope.load.summary import Scenario, TrialSettings, TrialSummary, summarize_trial
@@ -29,7 +29,7 @@ def _limits(settings: TrialSettings, sla_s: float | None, stop_when_failed: bool
     )
 
 
-def run_single_stream(executor: Executor, settings: TrialSettings) -> TrialSummary:
+def run_single_stream(executor: QueryExecutor, settings: TrialSettings) -> TrialSummary:
     """One query at a time, the next issued when the previous is done; p90 and p99 with their
     early-stopping estimates. No batching (a batch can only ever hold one query)."""
     source = ClosedLoop(
@@ -39,7 +39,9 @@ def run_single_stream(executor: Executor, settings: TrialSettings) -> TrialSumma
     return summarize_trial(record, Scenario.SINGLE_STREAM, NO_BATCHING, settings)
 
 
-def run_offline(executor: Executor, policy: BatchPolicy, settings: TrialSettings) -> TrialSummary:
+def run_offline(
+    executor: QueryExecutor, policy: BatchPolicy, settings: TrialSettings
+) -> TrialSummary:
     """Every query at time zero (``min_queries`` of them); throughput. The batcher launches
     full batches back to back."""
     count = settings.min_queries
@@ -50,7 +52,7 @@ def run_offline(executor: Executor, policy: BatchPolicy, settings: TrialSettings
 
 
 def run_server(
-    executor: Executor,
+    executor: QueryExecutor,
     rate_per_s: float,
     policy: BatchPolicy,
     settings: TrialSettings,

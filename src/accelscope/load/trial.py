@@ -26,7 +26,7 @@ from enum import StrEnum
 
 from accelscope.load.batcher import BatchPolicy
 from accelscope.load.early_stopping import min_passing_queries
-from accelscope.load.executor import MAIN, Completion, Executor, ThreadedExecutor
+from accelscope.load.executor import MAIN, Completion, QueryExecutor, ThreadedExecutor
 from accelscope.load.schedule import Query
 from accelscope.load.sources import ArrivalSource
 
@@ -84,7 +84,11 @@ class TrialRecord:
 
 class _Loop:
     def __init__(
-        self, source: ArrivalSource, executor: Executor, policy: BatchPolicy, limits: TrialLimits
+        self,
+        source: ArrivalSource,
+        executor: QueryExecutor,
+        policy: BatchPolicy,
+        limits: TrialLimits,
     ) -> None:
         self.source = source
         self.executor = executor
@@ -438,7 +442,7 @@ class _Loop:
 
 
 def run_trial(
-    source: ArrivalSource, executor: Executor, policy: BatchPolicy, limits: TrialLimits
+    source: ArrivalSource, executor: QueryExecutor, policy: BatchPolicy, limits: TrialLimits
 ) -> TrialRecord:
     """Run one trial to the end (or an early stop) and return its raw per-query record."""
     return _Loop(source, executor, policy, limits).run()

@@ -1,30 +1,45 @@
 """The hardware catalog: instance types with prices, peak rates and a source for every number.
 
 A catalog is a TOML file of ``[[instance]]`` tables (schema: ``plan/data/catalog.toml``, which
-ships with the package). Users extend or override it with their own file of the same schema;
-an entry whose ``type`` equals a shipped one replaces it. Every problem in a file is reported
-as one line naming the file, the entry and the field.
+ships with the package, and :class:`Instance`). Users extend or override it with their own file
+of the same schema; an entry whose ``type`` equals a shipped one replaces it. Every problem in a
+file is reported as one line naming the file, the entry and the field.
 
 Units: prices in US dollars per hour; memory in bytes; peak rates in operations per second per
 *device* (one GPU, or for a CPU instance the instance's whole CPU share), dense, no sparsity;
 bandwidth in bytes per second per device.
+
+Old names: ``price_per_hour`` and ``spot_price_per_hour`` (as keys of an entry and of its
+``sources`` table) are read as ``price_usd_per_hour`` and ``spot_price_usd_per_hour``, so
+catalog files written before the rename still load.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    model_validator,
+)
 
 from accelscope.errors import BadInputError
+from accelscope.validation import FieldProblem, PositiveCount, PositiveNumber, Text, validate
 
 __all__ = [
     "DTYPES",
+    "RENAMED",
     "Catalog",
     "Instance",
     "PublishedFigure",
@@ -36,52 +51,51 @@ __all__ = [
 DTYPES = ("fp32", "bf16", "fp16", "int8", "fp8")
 """Dtypes a peak rate may be given for (``fp8`` optional; ``int8`` counts ops, not FLOPs)."""
 
-KINDS = ("cpu", "gpu")
 _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
 _SHIPPED = "catalog.toml"
-
-_FIELDS = {
-    "type",
-    "provider",
-    "region",
-    "kind",
-    "accelerator",
-    "accelerator_count",
-    "device_memory_bytes",
-    "vcpus",
-    "host_memory_bytes",
-    "price_per_hour",
-    "spot_price_per_hour",
-    "peak_ops_per_s",
-    "memory_bandwidth_bytes_per_s",
-    "sources",
-    "published",
-    "notes",
+_SOURCE_KEYS = ("shape", "price_usd_per_hour", "memory_bandwidth_bytes_per_s")
+RENAMED = {
+    "price_per_hour": "price_usd_per_hour",
+    "spot_price_per_hour": "spot_price_usd_per_hour",
 }
-_PUBLISHED_FIELDS = {
-    "model",
-    "items_per_s",
-    "precision",
-    "batch",
-    "scenario",
-    "accelerators",
-    "source",
-    "date",
-}
-_SOURCE_KEYS = ("shape", "price_per_hour", "memory_bandwidth_bytes_per_s")
+"""Old catalog key -> its current name (both accepted; not both in one table)."""
 
 
-@dataclass(frozen=True)
-class Source:
+def _date(text: str) -> str:
+    if not _DATE.match(text):
+        raise ValueError(f"must be a date like 2025-06-30 or 2025-06, got {text!r}")
+    return text
+
+
+Date = Annotated[Text, AfterValidator(_date)]
+
+
+def _not_twice(table: Mapping[str, Any], where: str = "") -> None:
+    for old, new in RENAMED.items():
+        if old in table and new in table:
+            raise FieldProblem(
+                f"{where}{new}", f"given twice: as {new!r} and as its old name {old!r}"
+            )
+
+
+def _renamed(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``table`` with old key names moved to the current ones."""
+    _not_twice(table, where)
+    return {RENAMED.get(key, key): value for key, value in table.items()}
+
+
+class _Table(BaseModel):
+    """A catalog TOML table: immutable, unknown keys refused (typos)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Source(_Table):
     """Where a number comes from (URL or document; ``unverified: ...`` when it could not be
     checked) and when it was read (``YYYY-MM-DD`` or ``YYYY-MM``)."""
 
-    source: str
-    date: str
-
-    def to_dict(self) -> dict[str, str]:
-        """JSON-ready dict."""
-        return {"source": self.source, "date": self.date}
+    source: Text
+    date: Date
 
     @property
     def verified(self) -> bool:
@@ -89,61 +103,112 @@ class Source:
         return "unverified" not in self.source.lower()
 
 
-@dataclass(frozen=True)
-class PublishedFigure:
+class PublishedFigure(_Table):
     """A published throughput for a model on this instance's accelerator, used to check
     projections (not to size fleets)."""
 
-    model: str
-    items_per_s: float
-    precision: str
-    batch: str
-    scenario: str
-    accelerators: int
-    source: str
-    date: str
+    model: Text
+    items_per_s: PositiveNumber
+    precision: Text
+    batch: Text
+    scenario: Text
+    accelerators: PositiveCount
+    source: Text
+    date: Date
 
     @property
     def items_per_s_per_device(self) -> float:
         """The figure divided by the number of accelerators it was measured on."""
         return self.items_per_s / self.accelerators
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "model": self.model,
-            "items_per_s": self.items_per_s,
-            "precision": self.precision,
-            "batch": self.batch,
-            "scenario": self.scenario,
-            "accelerators": self.accelerators,
-            "source": self.source,
-            "date": self.date,
-        }
 
+class Instance(_Table):
+    """One rentable machine type (one ``[[instance]]`` table). ``devices`` is the number of
+    independent replicas it serves (GPUs for a GPU instance, 1 for a CPU instance); peaks and
+    bandwidth are per device. ``device_memory_bytes`` defaults to the host memory on a CPU
+    instance. Every number needs a source: ``sources`` has ``shape``, ``price_usd_per_hour``,
+    ``memory_bandwidth_bytes_per_s``, ``spot_price_usd_per_hour`` when a spot price is given,
+    and ``peak_ops_per_s`` (all dtypes) or ``peak_ops_per_s.<dtype>`` (one dtype)."""
 
-@dataclass(frozen=True)
-class Instance:
-    """One rentable machine type. ``devices`` is the number of independent replicas it serves
-    (GPUs for a GPU instance, 1 for a CPU instance); peaks and bandwidth are per device."""
-
-    type: str
-    provider: str
-    region: str
-    kind: str
-    accelerator: str
-    accelerator_count: int
-    device_memory_bytes: int
-    vcpus: int
-    host_memory_bytes: int
-    price_per_hour: float
-    spot_price_per_hour: float | None
-    peak_ops_per_s: tuple[tuple[str, float], ...]
-    memory_bandwidth_bytes_per_s: float
-    sources: tuple[tuple[str, Source], ...]
+    type: Text
+    provider: Text
+    region: Text
+    kind: Literal["cpu", "gpu"]
+    accelerator: Text
+    accelerator_count: PositiveCount
+    device_memory_bytes: PositiveCount
+    vcpus: PositiveCount
+    host_memory_bytes: PositiveCount
+    price_usd_per_hour: PositiveNumber = Field(
+        validation_alias=AliasChoices("price_usd_per_hour", "price_per_hour")
+    )
+    spot_price_usd_per_hour: PositiveNumber | None = Field(
+        default=None,
+        validation_alias=AliasChoices("spot_price_usd_per_hour", "spot_price_per_hour"),
+    )
+    peak_ops_per_s: dict[str, PositiveNumber]
+    memory_bandwidth_bytes_per_s: PositiveNumber
+    sources: dict[str, Source]
     published: tuple[PublishedFigure, ...] = ()
     notes: str = ""
-    origin: str = ""
+    _origin: str = PrivateAttr(default="")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names_and_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        _not_twice(data)
+        data = dict(data)
+        if isinstance(data.get("sources"), Mapping):
+            data["sources"] = _renamed(data["sources"], "sources.")
+        if "device_memory_bytes" not in data and data.get("kind") == "cpu":
+            data["device_memory_bytes"] = data.get("host_memory_bytes")
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.kind == "cpu" and self.accelerator_count != 1:
+            raise FieldProblem("accelerator_count", "must be 1 for a cpu instance (its CPU share)")
+        if not self.peak_ops_per_s:
+            raise FieldProblem(
+                "peak_ops_per_s", "missing (a table of dtype = ops/s, e.g. fp32 = 8.1e12)"
+            )
+        for dtype in self.peak_ops_per_s:
+            if dtype not in DTYPES:
+                raise FieldProblem(
+                    f"peak_ops_per_s.{dtype}", f"unknown dtype (use {', '.join(DTYPES)})"
+                )
+        if "fp32" not in self.peak_ops_per_s:
+            raise FieldProblem("peak_ops_per_s.fp32", "missing (every entry needs an fp32 peak)")
+        spot = ["spot_price_usd_per_hour"] if self.spot_price_usd_per_hour is not None else []
+        for key in (*_SOURCE_KEYS, *spot):
+            if key not in self.sources:
+                raise FieldProblem(f"sources.{key}", "missing (every number needs a source)")
+        for dtype in self.peak_ops_per_s:
+            if (
+                f"peak_ops_per_s.{dtype}" not in self.sources
+                and "peak_ops_per_s" not in self.sources
+            ):
+                raise FieldProblem(f"sources.peak_ops_per_s.{dtype}", "missing")
+        return self
+
+    @classmethod
+    def from_table(cls, table: object, origin: str, index: int) -> Instance:
+        """Validate the ``index``-th ``[[instance]]`` table of the catalog file ``origin``."""
+        name = f"entry #{index + 1}"
+        if isinstance(table, Mapping) and isinstance(table.get("type"), str) and table["type"]:
+            name = f"instance {table['type']!r}"
+        if not isinstance(table, Mapping):
+            raise BadInputError(f"catalog {origin}: {name}: must be a table")
+        instance = validate(cls, table, f"catalog {origin}: {name}")
+        instance._origin = origin
+        return instance
+
+    @property
+    def origin(self) -> str:
+        """The catalog file the entry came from."""
+        return self._origin
 
     @property
     def devices(self) -> int:
@@ -152,36 +217,13 @@ class Instance:
 
     def peak(self, dtype: str) -> float | None:
         """Peak ops/s per device for ``dtype``, or ``None`` where the catalog gives none."""
-        return dict(self.peak_ops_per_s).get(dtype)
+        return self.peak_ops_per_s.get(dtype)
 
     def source_of(self, key: str) -> Source | None:
         """The source for ``key`` (``peak_ops_per_s.bf16`` falls back to ``peak_ops_per_s``)."""
-        found = dict(self.sources)
-        if key in found:
-            return found[key]
-        return found.get(key.split(".", 1)[0])
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (the TOML schema, plus where the entry came from)."""
-        return {
-            "type": self.type,
-            "provider": self.provider,
-            "region": self.region,
-            "kind": self.kind,
-            "accelerator": self.accelerator,
-            "accelerator_count": self.accelerator_count,
-            "device_memory_bytes": self.device_memory_bytes,
-            "vcpus": self.vcpus,
-            "host_memory_bytes": self.host_memory_bytes,
-            "price_per_hour": self.price_per_hour,
-            "spot_price_per_hour": self.spot_price_per_hour,
-            "peak_ops_per_s": dict(self.peak_ops_per_s),
-            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
-            "sources": {k: s.to_dict() for k, s in self.sources},
-            "published": [p.to_dict() for p in self.published],
-            "notes": self.notes,
-            "origin": self.origin,
-        }
+        if key in self.sources:
+            return self.sources[key]
+        return self.sources.get(key.split(".", 1)[0])
 
 
 @dataclass(frozen=True)
@@ -205,157 +247,6 @@ class Catalog:
         return tuple(i for i in self.instances if i.kind == "gpu")
 
 
-class _Entry:
-    """Validation context for one ``[[instance]]`` table: every error names file, entry, field."""
-
-    def __init__(self, origin: str, name: str, table: Mapping[str, Any]) -> None:
-        self.origin, self.name, self.table = origin, name, table
-
-    def fail(self, key: str, problem: str) -> BadInputError:
-        return BadInputError(f"catalog {self.origin}: {self.name}: field {key!r}: {problem}")
-
-    def text(self, key: str, *, required: bool = True, default: str = "") -> str:
-        if key not in self.table:
-            if required:
-                raise self.fail(key, "missing")
-            return default
-        value = self.table[key]
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(key, f"must be non-empty text, got {value!r}")
-        return value.strip()
-
-    def number(self, key: str, value: Any = None, *, allow_zero: bool = False) -> float:
-        value = self.table.get(key) if value is None else value
-        if value is None:
-            raise self.fail(key, "missing")
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail(key, f"must be a number, got {value!r}")
-        number = float(value)
-        if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
-            kind = "non-negative" if allow_zero else "positive"
-            raise self.fail(key, f"must be a {kind} number, got {value!r}")
-        return number
-
-    def count(self, key: str, *, allow_zero: bool = False) -> int:
-        number = self.number(key, allow_zero=allow_zero)
-        if number != int(number):
-            raise self.fail(key, f"must be a whole number, got {self.table[key]!r}")
-        return int(number)
-
-
-def _source(entry: _Entry, key: str, raw: Any) -> Source:
-    where = f"sources.{key}"
-    if not isinstance(raw, Mapping):
-        raise entry.fail(where, "must be a table {source = ..., date = ...}")
-    unknown = set(raw) - {"source", "date"}
-    if unknown:
-        raise entry.fail(where, f"unknown key(s) {', '.join(sorted(unknown))}")
-    text, date = raw.get("source"), raw.get("date")
-    if not isinstance(text, str) or not text.strip():
-        raise entry.fail(where, "needs a non-empty 'source' (URL, document, or 'unverified: ...')")
-    if not isinstance(date, str) or not _DATE.match(date):
-        raise entry.fail(where, f"needs a 'date' like 2025-06-30, got {date!r}")
-    return Source(text.strip(), date)
-
-
-def _published(entry: _Entry, raw: Any) -> tuple[PublishedFigure, ...]:
-    if not isinstance(raw, list):
-        raise entry.fail("published", "must be an array of tables")
-    figures = []
-    for index, item in enumerate(raw):
-        where = f"published[{index}]"
-        if not isinstance(item, Mapping):
-            raise entry.fail(where, "must be a table")
-        unknown = set(item) - _PUBLISHED_FIELDS
-        if unknown:
-            raise entry.fail(where, f"unknown key(s) {', '.join(sorted(unknown))}")
-        sub = _Entry(entry.origin, f"{entry.name} {where}", item)
-        date = sub.text("date")
-        if not _DATE.match(date):
-            raise sub.fail("date", f"must look like 2025-06-30, got {date!r}")
-        figures.append(
-            PublishedFigure(
-                model=sub.text("model"),
-                items_per_s=sub.number("items_per_s"),
-                precision=sub.text("precision"),
-                batch=sub.text("batch"),
-                scenario=sub.text("scenario"),
-                accelerators=sub.count("accelerators"),
-                source=sub.text("source"),
-                date=date,
-            )
-        )
-    return tuple(figures)
-
-
-def _instance(origin: str, index: int, table: Any) -> Instance:
-    name = f"entry #{index + 1}"
-    if isinstance(table, Mapping) and isinstance(table.get("type"), str) and table["type"]:
-        name = f"instance {table['type']!r}"
-    entry = _Entry(origin, name, table if isinstance(table, Mapping) else {})
-    if not isinstance(table, Mapping):
-        raise entry.fail("instance", "must be a table")
-    unknown = set(table) - _FIELDS
-    if unknown:
-        raise entry.fail(sorted(unknown)[0], "unknown field (typo?)")
-    kind = entry.text("kind")
-    if kind not in KINDS:
-        raise entry.fail("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
-    count = entry.count("accelerator_count")
-    if kind == "cpu" and count != 1:
-        raise entry.fail("accelerator_count", "must be 1 for a cpu instance (its CPU share)")
-    host_memory = entry.count("host_memory_bytes")
-    device_memory = host_memory
-    if kind == "gpu" or "device_memory_bytes" in table:
-        device_memory = entry.count("device_memory_bytes")
-    peaks_raw = table.get("peak_ops_per_s")
-    if not isinstance(peaks_raw, Mapping) or not peaks_raw:
-        raise entry.fail("peak_ops_per_s", "missing (a table of dtype = ops/s, e.g. fp32 = 8.1e12)")
-    peaks = []
-    for dtype, value in peaks_raw.items():
-        if dtype not in DTYPES:
-            raise entry.fail(f"peak_ops_per_s.{dtype}", f"unknown dtype (use {', '.join(DTYPES)})")
-        peaks.append((dtype, entry.number(f"peak_ops_per_s.{dtype}", value)))
-    if "fp32" not in dict(peaks):
-        raise entry.fail("peak_ops_per_s.fp32", "missing (every entry needs an fp32 peak)")
-    spot = None
-    if "spot_price_per_hour" in table:
-        spot = entry.number("spot_price_per_hour")
-    sources_raw = table.get("sources")
-    if not isinstance(sources_raw, Mapping):
-        raise entry.fail("sources", "missing (every number needs a source and a date)")
-    sources = {str(k): _source(entry, str(k), v) for k, v in sources_raw.items()}
-    needed = list(_SOURCE_KEYS) + (["spot_price_per_hour"] if spot is not None else [])
-    for key in needed:
-        if key not in sources:
-            raise entry.fail(f"sources.{key}", "missing (every number needs a source)")
-    for dtype, _ in peaks:
-        if f"peak_ops_per_s.{dtype}" not in sources and "peak_ops_per_s" not in sources:
-            raise entry.fail(f"sources.peak_ops_per_s.{dtype}", "missing")
-    notes = table.get("notes", "")
-    if not isinstance(notes, str):
-        raise entry.fail("notes", "must be text")
-    return Instance(
-        type=entry.text("type"),
-        provider=entry.text("provider"),
-        region=entry.text("region"),
-        kind=kind,
-        accelerator=entry.text("accelerator"),
-        accelerator_count=count,
-        device_memory_bytes=device_memory,
-        vcpus=entry.count("vcpus"),
-        host_memory_bytes=host_memory,
-        price_per_hour=entry.number("price_per_hour"),
-        spot_price_per_hour=spot,
-        peak_ops_per_s=tuple(peaks),
-        memory_bandwidth_bytes_per_s=entry.number("memory_bandwidth_bytes_per_s"),
-        sources=tuple(sources.items()),
-        published=_published(entry, table.get("published", [])),
-        notes=notes,
-        origin=origin,
-    )
-
-
 def parse_catalog_text(text: str, origin: str) -> tuple[Instance, ...]:
     """Parse and validate one catalog file's text; ``origin`` names it in error messages."""
     try:
@@ -373,7 +264,7 @@ def parse_catalog_text(text: str, origin: str) -> tuple[Instance, ...]:
         raise BadInputError(f"catalog {origin}: no [[instance]] entries (empty catalog)")
     if not isinstance(tables, list):
         raise BadInputError(f"catalog {origin}: 'instance' must be an array of tables")
-    instances = [_instance(origin, i, table) for i, table in enumerate(tables)]
+    instances = [Instance.from_table(table, origin, i) for i, table in enumerate(tables)]
     seen: set[str] = set()
     for instance in instances:
         if instance.type in seen:

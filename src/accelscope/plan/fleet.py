@@ -57,10 +57,10 @@ class Option:
     name: str
     kind: str
     description: str
-    price_per_hour: float | None
+    price_usd_per_hour: float | None
     capacity: CapacityEstimate | None
     reason: str = ""
-    spot_price_per_hour: float | None = None
+    spot_price_usd_per_hour: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,8 @@ class OptionCost:
             "name": o.name,
             "kind": o.kind,
             "description": o.description,
-            "price_per_hour": o.price_per_hour,
-            "spot_price_per_hour": o.spot_price_per_hour,
+            "price_usd_per_hour": o.price_usd_per_hour,
+            "spot_price_usd_per_hour": o.spot_price_usd_per_hour,
             "capacity": None if o.capacity is None else o.capacity.to_dict(),
             "feasible": self.feasible,
             "reason": self.reason or o.reason,
@@ -147,7 +147,7 @@ def cost_option(option: Option, traffic: Traffic, settings: PlanSettings) -> Opt
         utilisation_always_on=served / (peak_n * cap * HOURS),
         utilisation_autoscaled=served / (math.fsum(hourly) * cap),
     )
-    price = option.price_per_hour
+    price = option.price_usd_per_hour
     if price is None:
         return result
     always = peak_n * price * HOURS_PER_MONTH

@@ -22,7 +22,6 @@ an estimate wherever it is used.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from accelscope.documents import Operator, normalise_dtype
 
@@ -207,10 +206,16 @@ def fusion_role(name: str) -> str:
     return FUSED if base in _FUSED else KEPT
 
 
+def _work(op: Operator, dtype: str, flops: float, bytes_: float) -> Operator:
+    """``op``'s work as another configuration would run it (nothing measured of it)."""
+    return Operator(name=op.name, category=op.category, dtype=dtype, flops=flops, bytes=bytes_)
+
+
 def fuse(operators: Sequence[Operator]) -> tuple[Operator, ...]:
     """The operators as an optimising runtime runs them: fused operators move 0 bytes."""
     return tuple(
-        replace(op, bytes=0.0) if fusion_role(op.name) == FUSED else op for op in operators
+        _work(op, op.dtype, op.flops, 0.0) if fusion_role(op.name) == FUSED else op
+        for op in operators
     )
 
 
@@ -230,7 +235,5 @@ def at_precision(
         own = ELEMENT_BYTES.get(normalise_dtype(op.dtype) or "")
         ratio = size / own if size and own else 1.0
         dtype = precision if fusion_role(op.name) == ANCHOR else op.dtype
-        converted.append(
-            replace(op, dtype=dtype, flops=op.flops * scale, bytes=op.bytes * scale * ratio)
-        )
+        converted.append(_work(op, dtype, op.flops * scale, op.bytes * scale * ratio))
     return tuple(converted)

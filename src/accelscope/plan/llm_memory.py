@@ -8,6 +8,9 @@ shared experts and router), norms, and ``lm_head`` unless tied. Biases are ignor
 KV cache per token = 2 x layers x kv_heads x head_dim x bytes; layers with sliding-window
 attention cache at most ``sliding_window`` tokens; MLA caches one latent of
 ``kv_lora_rank + qk_rope_head_dim`` values per layer instead of K and V.
+
+The config keys read are validated by :class:`ModelConfig` (pydantic); a bad one is one error
+line naming the file and the key.
 """
 
 from __future__ import annotations
@@ -17,17 +20,21 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
 from accelscope.errors import BadInputError
 from accelscope.plan.catalog import Catalog
+from accelscope.validation import Count, FieldProblem, PositiveCount, validate
 
 __all__ = [
     "BYTES_PER_PARAM",
     "MemoryEstimate",
+    "ModelConfig",
     "ModelShape",
     "estimate_memory",
-    "load_config",
+    "load_model_config",
     "shape_from_config",
 ]
 
@@ -156,28 +163,90 @@ class ModelShape:
         return per_layer * (full * tokens + self.sliding_layers * min(tokens, self.sliding_window))
 
 
-def _int(config: Mapping[str, Any], key: str, origin: str, default: int | None = None) -> int:
-    value = config.get(key, default)
-    if value is None:
-        raise BadInputError(f"config {origin}: key {key!r} missing")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise BadInputError(
-            f"config {origin}: key {key!r} must be a positive integer, got {value!r}"
-        )
-    return value
+def _window(value: Any) -> int | None:
+    """``sliding_window``: anything but a positive integer means none (configs write null,
+    0 or false for it)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
 
 
-def _sliding(
-    config: Mapping[str, Any], layers: int, model_type: str
-) -> tuple[int | None, int, str]:
-    window = config.get("sliding_window")
-    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+class ModelConfig(BaseModel):
+    """The keys of a Hugging Face text-model ``config.json`` that memory depends on (a
+    ``text_config`` overrides the top level; other keys are ignored). Optional sizes may be
+    null or absent."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    model_type: str = "unknown"
+    hidden_size: PositiveCount
+    num_hidden_layers: PositiveCount
+    num_attention_heads: PositiveCount
+    num_key_value_heads: PositiveCount | None = None
+    head_dim: Count | None = None
+    intermediate_size: PositiveCount
+    vocab_size: PositiveCount
+    tie_word_embeddings: bool | None = None
+    hidden_act: str | None = None
+    hidden_activation: str | None = None
+    num_local_experts: Count | None = None
+    n_routed_experts: Count | None = None
+    num_experts: Count | None = None
+    num_experts_per_tok: Count | None = None
+    n_shared_experts: Count | None = None
+    moe_intermediate_size: Count | None = None
+    shared_expert_intermediate_size: Count | None = None
+    first_k_dense_replace: Count | None = None
+    kv_lora_rank: Count | None = None
+    q_lora_rank: Count | None = None
+    qk_rope_head_dim: Count | None = None
+    qk_nope_head_dim: Count | None = None
+    v_head_dim: Count | None = None
+    sliding_window: Annotated[int | None, BeforeValidator(_window)] = None
+    use_sliding_window: bool | None = None
+    layer_types: list[Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_config(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and isinstance(data.get("text_config"), Mapping):
+            return {**data, **data["text_config"]}
+        return data
+
+    @model_validator(mode="after")
+    def _heads(self) -> Self:
+        if self.num_attention_heads % self.kv_heads:
+            raise FieldProblem(
+                "num_key_value_heads",
+                f"num_attention_heads ({self.num_attention_heads}) is not a multiple "
+                f"of num_key_value_heads ({self.kv_heads})",
+            )
+        if not self.head_dim and self.hidden_size < self.num_attention_heads:
+            raise FieldProblem(
+                "head_dim", "missing, and hidden_size / num_attention_heads is below 1"
+            )
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        """K/V heads (= attention heads without GQA)."""
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def experts(self) -> int:
+        """Routed experts per MoE layer (0: dense)."""
+        return self.num_local_experts or self.n_routed_experts or self.num_experts or 0
+
+
+def _sliding(config: ModelConfig, layers: int, model_type: str) -> tuple[int | None, int, str]:
+    window = config.sliding_window
+    if window is None:
         return None, 0, ""
-    types = config.get("layer_types")
-    if isinstance(types, list) and len(types) == layers:
+    types = config.layer_types
+    if types is not None and len(types) == layers:
         count = sum(1 for t in types if str(t).startswith("sliding"))
         return window, count, f"{count} of {layers} layers use a {window}-token sliding window"
-    if config.get("use_sliding_window") is False:
+    if config.use_sliding_window is False:
         return None, 0, "sliding_window present but use_sliding_window is false: ignored"
     if model_type.startswith("gemma2") or model_type.startswith("gemma3"):
         count = layers // 2 if model_type.startswith("gemma2") else layers - layers // 6
@@ -187,48 +256,29 @@ def _sliding(
 
 def shape_from_config(config: Mapping[str, Any], origin: str = "config.json") -> ModelShape:
     """Read a Hugging Face config (text models; a ``text_config`` is used when present)."""
-    if isinstance(config.get("text_config"), Mapping):
-        config = {**config, **config["text_config"]}
-    model_type = str(config.get("model_type", "unknown"))
-    hidden = _int(config, "hidden_size", origin)
-    layers = _int(config, "num_hidden_layers", origin)
-    heads = _int(config, "num_attention_heads", origin)
-    kv_heads = _int(config, "num_key_value_heads", origin, heads)
-    if heads % kv_heads:
-        raise BadInputError(
-            f"config {origin}: num_attention_heads ({heads}) is not a multiple "
-            f"of num_key_value_heads ({kv_heads})"
-        )
-    head_dim = config.get("head_dim") or hidden // heads
-    head_dim = _int({"head_dim": head_dim}, "head_dim", origin)
+    cfg = validate(ModelConfig, config, f"config {origin}")
+    model_type = cfg.model_type
+    hidden, layers, heads = cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads
     notes = []
-    act = str(config.get("hidden_act", config.get("hidden_activation", ""))).lower()
+    act = (cfg.hidden_act or cfg.hidden_activation or "").lower()
     gated = model_type in _GATED_TYPES or act in _GATED_ACTS
     notes.append(
         f"MLP {'gated (3 matrices)' if gated else 'not gated (2 matrices)'} "
         f"for model_type {model_type!r}"
     )
-    tied = config.get("tie_word_embeddings", True)
-    if "tie_word_embeddings" not in config:
+    if cfg.tie_word_embeddings is None:
         notes.append("tie_word_embeddings absent: tied (the transformers default)")
-    experts = int(
-        config.get("num_local_experts")
-        or config.get("n_routed_experts")
-        or config.get("num_experts")
-        or 0
-    )
-    intermediate = _int(config, "intermediate_size", origin)
+    experts = cfg.experts
+    intermediate = cfg.intermediate_size
     shared = 0
-    if config.get("n_shared_experts"):
-        shared = int(config["n_shared_experts"]) * int(
-            config.get("moe_intermediate_size") or intermediate
-        )
-    elif config.get("shared_expert_intermediate_size"):
-        shared = int(config["shared_expert_intermediate_size"])
-    window, sliding_layers, window_note = _sliding(config, layers, model_type)
+    if cfg.n_shared_experts:
+        shared = cfg.n_shared_experts * (cfg.moe_intermediate_size or intermediate)
+    elif cfg.shared_expert_intermediate_size:
+        shared = cfg.shared_expert_intermediate_size
+    window, sliding_layers, window_note = _sliding(cfg, layers, model_type)
     if window_note:
         notes.append(window_note)
-    kv_lora = int(config.get("kv_lora_rank") or 0)
+    kv_lora = cfg.kv_lora_rank or 0
     if kv_lora:
         notes.append(
             "MLA: the KV cache holds one latent (kv_lora_rank + qk_rope_head_dim) per "
@@ -241,30 +291,31 @@ def shape_from_config(config: Mapping[str, Any], origin: str = "config.json") ->
         hidden=hidden,
         layers=layers,
         heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
+        kv_heads=cfg.kv_heads,
+        head_dim=cfg.head_dim or hidden // heads,
         intermediate=intermediate,
-        vocab=_int(config, "vocab_size", origin),
-        tied_embeddings=bool(tied),
+        vocab=cfg.vocab_size,
+        tied_embeddings=cfg.tie_word_embeddings is not False,
         gated_mlp=gated,
         experts=experts,
-        experts_per_token=int(config.get("num_experts_per_tok") or 0),
-        expert_intermediate=int(config.get("moe_intermediate_size") or intermediate),
+        experts_per_token=cfg.num_experts_per_tok or 0,
+        expert_intermediate=cfg.moe_intermediate_size or intermediate,
         shared_expert_intermediate=shared,
-        dense_layers=int(config.get("first_k_dense_replace") or 0) if experts else 0,
+        dense_layers=(cfg.first_k_dense_replace or 0) if experts else 0,
         kv_lora_rank=kv_lora,
-        q_lora_rank=int(config.get("q_lora_rank") or 0),
-        qk_rope_head_dim=int(config.get("qk_rope_head_dim") or 0),
-        qk_nope_head_dim=int(config.get("qk_nope_head_dim") or 0),
-        v_head_dim=int(config.get("v_head_dim") or 0),
+        q_lora_rank=cfg.q_lora_rank or 0,
+        qk_rope_head_dim=cfg.qk_rope_head_dim or 0,
+        qk_nope_head_dim=cfg.qk_nope_head_dim or 0,
+        v_head_dim=cfg.v_head_dim or 0,
         sliding_window=window,
         sliding_layers=sliding_layers,
         notes=tuple(notes),
     )
 
 
-def load_config(path: Path) -> dict[str, Any]:
-    """Read a local ``config.json`` (never downloads)."""
+def load_model_config(path: Path) -> dict[str, Any]:
+    """Read a model's local Hugging Face ``config.json`` as a JSON object (never downloads);
+    :func:`shape_from_config` validates the keys memory depends on."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -293,7 +344,7 @@ class GpuFit:
     device_memory_bytes: int
     gpus_needed: int | None
     max_sequences: int
-    price_per_hour: float
+    price_usd_per_hour: float
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -392,7 +443,7 @@ def estimate_memory(
                 gpu.device_memory_bytes,
                 needed,
                 max(0, math.floor(room / per_sequence)) if per_sequence else 0,
-                gpu.price_per_hour,
+                gpu.price_usd_per_hour,
             )
         )
     assumptions = (

@@ -107,7 +107,7 @@ class CapacityPlan:
             "schema": PLAN_SCHEMA,
             "mode": "capacity",
             "model": self.model,
-            "traffic": self.traffic.to_dict(),
+            "traffic": self.traffic.model_dump(mode="json"),
             "settings": self.settings.to_dict(),
             "options": [o.to_dict() for o in self.options],
             "recommendation": self.recommendation.to_dict(),
@@ -157,10 +157,10 @@ def _option(instance: Instance, capacity: CapacityEstimate | None, reason: str =
         instance.type,
         instance.kind,
         description,
-        instance.price_per_hour,
+        instance.price_usd_per_hour,
         capacity,
         reason,
-        instance.spot_price_per_hour,
+        instance.spot_price_usd_per_hour,
     )
 
 

@@ -3,7 +3,8 @@
 Three inputs (``--traffic``): a constant (``peak=300qps``), an hourly profile file (24 rows
 ``hour,qps``), or a trace file (``timestamp,qps`` rows, or one ``timestamp`` per request).
 Timestamps are Unix seconds or ISO-8601; hours of the day are in the timestamps' own clock
-(UTC for Unix seconds). Every malformed file is one error line naming the file and line.
+(UTC for Unix seconds). A file's columns are validated with pydantic (``hour``, ``timestamp``,
+``qps``); every malformed file is one error line naming the file, the line and the field.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ import io
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
 from accelscope.errors import BadInputError
 from accelscope.plan.quantities import parse_rate_per_s
+from accelscope.validation import NonNegativeNumber, first_problem
 
 __all__ = ["HOURS", "Traffic", "constant_traffic", "load_traffic", "parse_traffic_text"]
 
@@ -29,21 +32,18 @@ PEAK_BIN_S = 60.0
 _MAX_BYTES = 512 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class Traffic:
+class Traffic(BaseModel):
     """Mean request rate for each hour of the day, and the peak rate to provision for.
 
     ``peak_qps`` is at least the largest hourly mean: a trace's short bursts can exceed it.
     """
 
-    hourly_qps: tuple[float, ...]
-    peak_qps: float
+    model_config = ConfigDict(frozen=True)
+
+    hourly_qps: tuple[NonNegativeNumber, ...] = Field(min_length=HOURS, max_length=HOURS)
+    peak_qps: NonNegativeNumber
     description: str
     notes: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if len(self.hourly_qps) != HOURS:
-            raise ValueError(f"hourly_qps needs {HOURS} values, got {len(self.hourly_qps)}")
 
     @property
     def mean_qps(self) -> float:
@@ -55,34 +55,65 @@ class Traffic:
         """Requests in one day at the hourly means."""
         return math.fsum(self.hourly_qps) * 3600.0
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "hourly_qps": list(self.hourly_qps),
-            "peak_qps": self.peak_qps,
-            "description": self.description,
-            "notes": list(self.notes),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Traffic:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            tuple(float(x) for x in data["hourly_qps"]),
-            float(data["peak_qps"]),
-            str(data["description"]),
-            tuple(str(n) for n in data.get("notes", ())),
-        )
-
 
 def constant_traffic(qps: float, description: str | None = None) -> Traffic:
     """The same rate all day."""
-    return Traffic((qps,) * HOURS, qps, description or f"constant {qps:g} qps")
+    return Traffic(
+        hourly_qps=(qps,) * HOURS, peak_qps=qps, description=description or f"constant {qps:g} qps"
+    )
 
 
 def hourly_traffic(hourly_qps: Sequence[float], description: str) -> Traffic:
     """A 24-hour profile; the peak is its busiest hour."""
-    return Traffic(tuple(float(x) for x in hourly_qps), max(hourly_qps), description)
+    return Traffic(hourly_qps=tuple(hourly_qps), peak_qps=max(hourly_qps), description=description)
+
+
+def _finite(text: Any) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def _hour(text: Any) -> int:
+    value = _finite(text)
+    if not value.is_integer() or not 0 <= value < HOURS:
+        raise ValueError(f"must be a whole hour 0-23, got {text!r}")
+    return int(value)
+
+
+def _rate(text: Any) -> float:
+    value = _finite(text)
+    if value < 0:
+        raise ValueError(f"must be a non-negative rate, got {text!r}")
+    return value
+
+
+def _timestamp(text: Any) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(seconds):
+            raise ValueError(f"must be a finite number of Unix seconds, got {text!r}")
+        return seconds
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"must be Unix seconds or ISO-8601, got {text!r}") from None
+    if moment.tzinfo is None:  # naive: keep its wall clock for the hour of day
+        return (moment - datetime(1970, 1, 1)).total_seconds()
+    return moment.timestamp()
+
+
+_HOUR = TypeAdapter(list[Annotated[int, BeforeValidator(_hour)]])
+_RATE = TypeAdapter(list[Annotated[float, BeforeValidator(_rate)]])
+_TIMESTAMP = TypeAdapter(list[Annotated[float, BeforeValidator(_timestamp)]])
+"""A file's columns, validated a column at a time (a trace can hold millions of rows)."""
 
 
 class _File:
@@ -95,35 +126,25 @@ class _File:
         where = f" line {line}" if line is not None else ""
         return BadInputError(f"traffic file {self.name}{where}: {problem}")
 
-    def number(self, text: str, line: int, what: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise self.fail(f"{what} {text!r} is not a number", line) from None
-        if not math.isfinite(value):
-            raise self.fail(f"{what} {text!r} is not a finite number", line)
-        return value
-
-    def rate(self, text: str, line: int) -> float:
-        value = self.number(text, line, "rate")
-        if value < 0:
-            raise self.fail(f"negative rate {text!r}", line)
-        return value
-
-    def timestamp(self, text: str, line: int) -> float:
-        try:
-            return float(text)
-        except ValueError:
-            pass
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise self.fail(
-                f"timestamp {text!r} is neither Unix seconds nor ISO-8601", line
-            ) from None
-        if moment.tzinfo is None:  # naive: keep its wall clock for the hour of day
-            return (moment - datetime(1970, 1, 1)).total_seconds()
-        return moment.timestamp()
+    def columns(
+        self, rows: list[tuple[int, list[str]]], *fields: tuple[str, TypeAdapter[list[Any]]]
+    ) -> list[list[Any]]:
+        """The values of each named column of ``rows``; the bad cell on the earliest line is
+        the error (naming its line and field)."""
+        found: list[list[Any]] = []
+        worst: tuple[int, str, str] | None = None
+        for column, (field, adapter) in enumerate(fields):
+            try:
+                found.append(adapter.validate_python([cells[column] for _, cells in rows]))
+            except ValidationError as exc:
+                loc, problem, _ = first_problem(exc)
+                row = int(loc[0])
+                if worst is None or row < worst[0]:
+                    worst = (row, field, problem)
+        if worst is not None:
+            row, field, problem = worst
+            raise self.fail(f"field {field!r}: {problem}", rows[row][0])
+        return found
 
 
 def _rows(text: str, source: _File) -> tuple[list[tuple[int, list[str]]], list[str] | None]:
@@ -166,14 +187,12 @@ def _looks_iso(text: str) -> bool:
 
 
 def _hourly(rows: list[tuple[int, list[str]]], source: _File) -> Traffic:
+    hours, rates = source.columns(rows, ("hour", _HOUR), ("qps", _RATE))
     profile: dict[int, float] = {}
-    for line, (hour_text, rate_text) in rows:
-        hour = source.number(hour_text, line, "hour")
-        if hour != int(hour) or not 0 <= hour < HOURS:
-            raise source.fail(f"hour {hour_text!r} must be a whole number 0-23", line)
-        if int(hour) in profile:
-            raise source.fail(f"duplicate hour {int(hour)}", line)
-        profile[int(hour)] = source.rate(rate_text, line)
+    for (line, _), hour, rate in zip(rows, hours, rates, strict=True):
+        if hour in profile:
+            raise source.fail(f"duplicate hour {hour}", line)
+        profile[hour] = rate
     missing = [h for h in range(HOURS) if h not in profile]
     if missing:
         raise source.fail(f"an hourly profile needs all 24 hours; missing {missing[0]}")
@@ -211,18 +230,24 @@ def _from_coverage(
     description: str,
 ) -> Traffic:
     if all(c > 0 for c in covered):
-        hourly = [r / c for r, c in zip(rates, covered, strict=True)]
-        return Traffic(tuple(hourly), max(peak, max(hourly)), description)
+        hourly = tuple(r / c for r, c in zip(rates, covered, strict=True))
+        return Traffic(hourly_qps=hourly, peak_qps=max(peak, *hourly), description=description)
     mean = total / span_s
     note = (
         f"the trace covers {span_s / 3600:.2g} h, not every hour of the day: its mean rate "
         f"({mean:.4g} qps) is assumed all day and its peak kept for sizing"
     )
-    return Traffic((mean,) * HOURS, max(peak, mean), description, (note,))
+    return Traffic(
+        hourly_qps=(mean,) * HOURS,
+        peak_qps=max(peak, mean),
+        description=description,
+        notes=(note,),
+    )
 
 
 def _rate_trace(rows: list[tuple[int, list[str]]], source: _File) -> Traffic:
-    points = [(line, source.timestamp(t, line), source.rate(r, line)) for line, (t, r) in rows]
+    stamps, rates = source.columns(rows, ("timestamp", _TIMESTAMP), ("qps", _RATE))
+    points = [(line, t, r) for (line, _), t, r in zip(rows, stamps, rates, strict=True)]
     if len(points) < 2:
         raise source.fail("a rate trace needs at least 2 rows (timestamp,qps)")
     _check_order([(line, t) for line, t, _ in points], source, strict=True)
@@ -241,9 +266,9 @@ def _rate_trace(rows: list[tuple[int, list[str]]], source: _File) -> Traffic:
 
 
 def _request_trace(rows: list[tuple[int, list[str]]], source: _File) -> Traffic:
-    times = [(line, source.timestamp(cells[0], line)) for line, cells in rows]
+    (stamps,) = source.columns(rows, ("timestamp", _TIMESTAMP))
+    times = [(line, t) for (line, _), t in zip(rows, stamps, strict=True)]
     _check_order(times, source, strict=False)  # equal stamps: requests in the same instant
-    stamps = [t for _, t in times]
     if len(stamps) < 2 or stamps[-1] == stamps[0]:
         raise source.fail("a request trace needs requests spread over time (2+ distinct times)")
     counts, covered = [0.0] * HOURS, [0.0] * HOURS

@@ -11,6 +11,7 @@ from importlib import resources
 from typing import Any
 
 import jinja2
+from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
 __all__ = ["FONT", "chart_layout", "plot_label", "plotly_js", "template"]
@@ -55,3 +56,17 @@ def template(package: str, name: str, filters: dict[str, Callable[..., str]]) ->
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters.update(filters)
     return env.from_string(source.read_text(encoding="utf-8"))
+
+
+_SCRIPT_ESCAPES = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
+def script_safe_json(obj: Any) -> str:
+    """JSON (plotly's encoder) that is safe inside a ``<script>`` element.
+
+    ``<``, ``>``, ``&`` (and U+2028/9) only occur inside JSON strings, where the ``\\u003c``
+    escapes mean the same characters, so neither ``</script>`` nor ``<!--`` can appear.
+    """
+    return str(to_json_plotly(obj)).translate(_SCRIPT_ESCAPES)

@@ -15,23 +15,32 @@ For each operator (aggregated by name and dtype, one batch):
 Dtypes without a measured matrix peak (int64, bool, fp64 …) use the fp32 peak as a stand-in.
 Operators above their roof are listed: above the compute roof means the ceiling search missed a
 faster kernel; above the memory roof is normal for data that stays in cache.
+
+:class:`RooflineAnalysis` is the analysis (live figures); the ``roofline`` document it stores is
+:class:`accelscope.documents.RooflineProfile`, built by :meth:`RooflineAnalysis.document` and read
+back by :meth:`RooflineAnalysis.from_document`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelscope.documents import Ceilings, Operator
+from accelscope.documents import RooflineProfile as RooflineDocument
 from accelscope.errors import BadInputError
-from accelscope.roofline.ceilings import Ceilings
 from accelscope.roofline.counting import OpRecord
+from accelscope.spec import Device
+from accelscope.validation import validate
 
 __all__ = [
+    "CONVENTIONS",
     "OVERHEAD_CALL_S",
     "OVERHEAD_EFFICIENCY",
     "OperatorRoofline",
-    "RooflineProfile",
+    "RooflineAnalysis",
     "build_profile",
     "classify",
     "peak_for",
@@ -40,6 +49,13 @@ __all__ = [
 OVERHEAD_EFFICIENCY = 0.10
 OVERHEAD_CALL_S = 50e-6
 _PEAK_DTYPES = ("fp32", "bf16", "fp16", "int8")
+CONVENTIONS = {
+    "bytes": "lower bound: distinct input + output storages per op, no cache effects",
+    "overhead_bound": f"efficiency < {OVERHEAD_EFFICIENCY:.0%} and < "
+    f"{OVERHEAD_CALL_S * 1e6:.0f} us per call",
+    "elementwise_flops": "1 per output element",
+}
+"""How the figures were counted, stored with every roofline document."""
 
 
 def peak_for(ceilings: Ceilings, dtype: str, threads: int | None = None) -> tuple[float, str]:
@@ -145,51 +161,60 @@ class OperatorRoofline:
         """True when the achieved rate beats the measured peak (the ceiling search missed)."""
         return self.achieved_flops_per_s > self.peak_flops_per_s
 
-    def to_dict(self) -> dict[str, Any]:
-        """The contract's operator keys plus the derived figures."""
-        return {
-            "name": self.name,
-            "category": self.category,
-            "dtype": self.dtype,
-            "calls": self.calls,
-            "flops": self.flops,
-            "flops_counted": self.flops_counted,
-            "bytes": self.bytes,
-            "measured_time_s": self.measured_time_s,
-            "peak_flops_per_s": self.peak_flops_per_s,
-            "peak_dtype": self.peak_dtype,
-            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
-            "unmatched_calls": self.unmatched_calls,
-            "intensity_flops_per_byte": self.intensity_flops_per_byte,
-            "floor_time_s": self.floor_time_s,
-            "attainable_flops_per_s": self.attainable_flops_per_s,
-            "achieved_flops_per_s": self.achieved_flops_per_s,
-            "efficiency": self.efficiency,
-            "bound": self.bound,
-        }
+    def document(self) -> Operator:
+        """The operator row of the ``roofline`` document: the work, the time, the roofs used,
+        and the derived figures."""
+        return Operator(
+            name=self.name,
+            category=self.category,
+            dtype=self.dtype,
+            calls=self.calls,
+            flops=self.flops,
+            flops_counted=self.flops_counted,
+            bytes=self.bytes,
+            measured_time_s=self.measured_time_s,
+            peak_flops_per_s=self.peak_flops_per_s,
+            peak_dtype=self.peak_dtype,
+            bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
+            unmatched_calls=self.unmatched_calls,
+            intensity_flops_per_byte=self.intensity_flops_per_byte,
+            floor_time_s=self.floor_time_s,
+            attainable_flops_per_s=self.attainable_flops_per_s,
+            achieved_flops_per_s=self.achieved_flops_per_s,
+            efficiency=self.efficiency,
+            bound=self.bound,
+        )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> OperatorRoofline:
-        """Inverse of :meth:`to_dict` (derived figures are recomputed)."""
+    def from_document(
+        cls, row: Operator, ceilings: Ceilings, threads: int | None = None
+    ) -> OperatorRoofline:
+        """Inverse of :meth:`document` (derived figures are recomputed); roofs a row does not
+        carry are taken from ``ceilings``."""
+        if row.peak_flops_per_s is not None:
+            peak, peak_dtype = row.peak_flops_per_s, row.peak_dtype or row.dtype
+        else:
+            peak, peak_dtype = peak_for(ceilings, row.dtype, threads)
         return cls(
-            str(data["name"]),
-            str(data.get("category", "")),
-            str(data["dtype"]),
-            int(data["calls"]),
-            float(data["flops"]),
-            bool(data.get("flops_counted", True)),
-            float(data["bytes"]),
-            float(data["measured_time_s"]),
-            float(data["peak_flops_per_s"]),
-            str(data.get("peak_dtype", data["dtype"])),
-            float(data["bandwidth_bytes_per_s"]),
-            int(data.get("unmatched_calls", 0)),
+            name=row.name,
+            category=row.category,
+            dtype=row.dtype,
+            calls=row.calls,
+            flops=row.flops,
+            flops_counted=row.flops_counted,
+            bytes=row.bytes,
+            measured_time_s=row.measured_time_s or 0.0,
+            peak_flops_per_s=peak,
+            peak_dtype=peak_dtype,
+            bandwidth_bytes_per_s=row.bandwidth_bytes_per_s or ceilings.bandwidth_bytes_per_s,
+            unmatched_calls=row.unmatched_calls,
         )
 
 
 @dataclass(frozen=True)
-class RooflineProfile:
-    """A model's roofline: operators, totals, the floor, the measured time, MFU."""
+class RooflineAnalysis:
+    """A model's roofline: operators, totals, the floor, the measured time, MFU. Stored as the
+    ``roofline`` document (:meth:`document`)."""
 
     model: str
     backend: str
@@ -253,57 +278,59 @@ class RooflineProfile:
         """Operators with the most measured time above their floor."""
         return sorted(self.operators, key=lambda op: -op.lost_time_s)[:count]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The contract's ``roofline`` payload plus model-level figures (JSON-ready)."""
-        return {
-            "model": self.model,
-            "backend": self.backend,
-            "precision": self.precision,
-            "batch_size": self.batch_size,
-            "device": self.device,
-            "threads": self.threads,
-            "environment_fingerprint": self.environment_fingerprint,
-            "measured_time_s": self.measured_time_s,
-            "measured_ci_rel": self.measured_ci_rel,
-            "floor_time_s": self.floor_time_s,
-            "total_flops": self.total_flops,
-            "total_bytes": self.total_bytes,
-            "profiled_time_s": self.profiled_time_s,
-            "gap": self.gap,
-            "mfu": self.mfu,
-            "uncounted_ops": self.uncounted,
-            "above_ceiling": [op.name for op in self.above_ceiling],
-            "ceilings": self.ceilings.to_dict(),
-            "operators": [op.to_dict() for op in self.operators],
-            "notes": list(self.notes),
-            "conventions": {
-                "bytes": "lower bound: distinct input + output storages per op, no cache effects",
-                "overhead_bound": f"efficiency < {OVERHEAD_EFFICIENCY:.0%} and < "
-                f"{OVERHEAD_CALL_S * 1e6:.0f} us per call",
-                "elementwise_flops": "1 per output element",
-            },
-        }
+    def document(self) -> RooflineDocument:
+        """The ``roofline`` document: the run, the model-level figures, the ceilings and the
+        operators (:class:`accelscope.documents.RooflineProfile`)."""
+        return RooflineDocument(
+            model=self.model,
+            backend=self.backend,
+            precision=self.precision,
+            batch_size=self.batch_size,
+            device=Device(self.device),
+            threads=self.threads,
+            environment_fingerprint=self.environment_fingerprint,
+            measured_time_s=self.measured_time_s,
+            measured_ci_rel=self.measured_ci_rel,
+            floor_time_s=self.floor_time_s,
+            total_flops=self.total_flops,
+            total_bytes=self.total_bytes,
+            profiled_time_s=self.profiled_time_s,
+            gap=self.gap if math.isfinite(self.gap) else None,
+            mfu=self.mfu,
+            uncounted_ops=tuple(self.uncounted),
+            above_ceiling=tuple(op.name for op in self.above_ceiling),
+            ceilings=self.ceilings,
+            operators=tuple(op.document() for op in self.operators),
+            notes=self.notes,
+            conventions=CONVENTIONS,
+        )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RooflineProfile:
-        """Inverse of :meth:`to_dict`; a missing key is a :class:`BadInputError`."""
-        try:
-            return cls(
-                str(data["model"]),
-                str(data["backend"]),
-                str(data["precision"]),
-                int(data["batch_size"]),
-                str(data["device"]),
-                int(data.get("threads", 0)),
-                str(data["environment_fingerprint"]),
-                float(data["measured_time_s"]),
-                float(data.get("measured_ci_rel", 0.0)),
-                Ceilings.from_dict(data["ceilings"]),
-                tuple(OperatorRoofline.from_dict(op) for op in data["operators"]),
-                tuple(str(n) for n in data.get("notes", [])),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise BadInputError(f"malformed roofline document: {exc}") from None
+    def from_document(cls, doc: RooflineDocument) -> RooflineAnalysis:
+        """Inverse of :meth:`document` (derived figures are recomputed)."""
+        threads = doc.threads or None
+        return cls(
+            model=doc.model,
+            backend=doc.backend,
+            precision=doc.precision,
+            batch_size=doc.batch_size,
+            device=doc.device,
+            threads=doc.threads,
+            environment_fingerprint=doc.environment_fingerprint,
+            measured_time_s=doc.measured_time_s,
+            measured_ci_rel=doc.measured_ci_rel,
+            ceilings=doc.ceilings,
+            operators=tuple(
+                OperatorRoofline.from_document(row, doc.ceilings, threads) for row in doc.operators
+            ),
+            notes=doc.notes,
+        )
+
+    @classmethod
+    def from_stored(cls, data: object) -> RooflineAnalysis:
+        """:meth:`from_document` of a stored payload, validated as a stored (not necessarily
+        usable by plan) roofline document."""
+        return cls.from_document(validate(RooflineDocument, data, "roofline document"))
 
 
 def build_operators(
@@ -375,14 +402,14 @@ def build_profile(
     measured_time_s: float,
     measured_ci_rel: float = 0.0,
     notes: Sequence[str] = (),
-) -> RooflineProfile:
-    """The :class:`RooflineProfile` of one batch from counted records and their times."""
+) -> RooflineAnalysis:
+    """The :class:`RooflineAnalysis` of one batch from counted records and their times."""
     operators = build_operators(records, times_s, ceilings, threads)
     unmatched = sum(op.unmatched_calls for op in operators)
     extra = (
         [f"{unmatched} call(s) had no profiler event; their time counts as 0"] if unmatched else []
     )
-    return RooflineProfile(
+    return RooflineAnalysis(
         model,
         backend,
         precision,

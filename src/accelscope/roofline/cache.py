@@ -7,11 +7,10 @@ error that says how to refresh it, never a traceback.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from accelscope.errors import BadInputError
+from accelscope.files import write_atomic
 from accelscope.roofline.ceilings import Ceilings
 
 __all__ = ["cache_path", "load_cached", "save_cached"]
@@ -34,7 +33,7 @@ def load_cached(path: Path) -> Ceilings | None:
     refresh = "rerun with `accelscope ceilings --refresh` to re-measure"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return Ceilings.from_dict(data)
+        return Ceilings.from_payload(data)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadInputError(f"corrupt ceilings cache {path} ({exc}); {refresh}") from None
     except BadInputError as exc:
@@ -43,21 +42,11 @@ def load_cached(path: Path) -> Ceilings | None:
 
 def save_cached(ceilings: Ceilings, path: Path) -> Path:
     """Write ``ceilings`` to ``path`` atomically, creating the directory."""
-    tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(ceilings.to_dict(), handle, indent=1, allow_nan=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        tmp = None
+        write_atomic(path, json.dumps(ceilings.model_dump(mode="json"), indent=1, allow_nan=False))
     except OSError as exc:
         raise BadInputError(
             f"cannot write the ceilings cache {path}: {exc.strerror or exc}"
         ) from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
     return path

@@ -36,7 +36,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -471,7 +471,12 @@ class _Session:
         probe = self.best_probe(dtype)
         shape = probe.candidate
         self.peaks[dtype] = KernelPeak(
-            shape.family, shape.shape, self.full, probe.flops_per_s, probe.path, probe=True
+            family=shape.family,
+            shape=shape.shape,
+            threads=self.full,
+            flops_per_s=probe.flops_per_s,
+            path=probe.path,
+            probe=True,
         )
         if self.full:
             self.by_threads[self.full][dtype] = probe.flops_per_s
@@ -519,7 +524,11 @@ class _Session:
         rate = top.flops_per_s
         path = evaluate.paths.get(top.candidate, "")
         self.peaks[dtype] = KernelPeak(
-            top.candidate.family, top.candidate.shape, self.full, rate, path
+            family=top.candidate.family,
+            shape=top.candidate.shape,
+            threads=self.full,
+            flops_per_s=rate,
+            path=path,
         )
         if outcome.stop_reason == "budget":
             self.notes.append(
@@ -680,22 +689,25 @@ def _extended(base: Ceilings, new: Ceilings) -> Ceilings:
 
     by_threads = {t: merged(r, new.by_threads.get(t, {})) for t, r in base.by_threads.items()}
     by_threads.update({t: r for t, r in new.by_threads.items() if t not in by_threads})
-    return replace(
-        new,
-        matmul_flops_per_s=merged(base.matmul_flops_per_s, new.matmul_flops_per_s),
-        bandwidth_bytes_per_s=base.bandwidth_bytes_per_s,
-        peaks={**{d: p for d, p in base.peaks.items() if d not in redone}, **new.peaks},
-        by_threads={t: r for t, r in by_threads.items() if r},
-        naive_flops_per_s=merged(base.naive_flops_per_s, new.naive_flops_per_s),
-        trials=base.trials + new.trials,
-        search_s=base.search_s + new.search_s,
-        notes=tuple(dict.fromkeys([*(n for n in base.notes if not _about(n, redone)), *new.notes])),
-        measured_dtypes=tuple(d for d in DTYPES if d in base.measured_dtypes or d in redone),
-        probe_flops_per_s=merged(base.probe_flops_per_s, new.probe_flops_per_s),
-        not_searched={
-            **{d: r for d, r in base.not_searched.items() if d not in redone},
-            **new.not_searched,
-        },
+    return new.model_copy(
+        update={
+            "matmul_flops_per_s": merged(base.matmul_flops_per_s, new.matmul_flops_per_s),
+            "bandwidth_bytes_per_s": base.bandwidth_bytes_per_s,
+            "peaks": {**{d: p for d, p in base.peaks.items() if d not in redone}, **new.peaks},
+            "by_threads": {t: r for t, r in by_threads.items() if r},
+            "naive_flops_per_s": merged(base.naive_flops_per_s, new.naive_flops_per_s),
+            "trials": base.trials + new.trials,
+            "search_s": base.search_s + new.search_s,
+            "notes": tuple(
+                dict.fromkeys([*(n for n in base.notes if not _about(n, redone)), *new.notes])
+            ),
+            "measured_dtypes": tuple(d for d in DTYPES if d in base.measured_dtypes or d in redone),
+            "probe_flops_per_s": merged(base.probe_flops_per_s, new.probe_flops_per_s),
+            "not_searched": {
+                **{d: r for d, r in base.not_searched.items() if d not in redone},
+                **new.not_searched,
+            },
+        }
     )
 
 

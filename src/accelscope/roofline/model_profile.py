@@ -18,7 +18,7 @@ from accelscope.measurement.threads import pinned_threads
 from accelscope.measurement.timer import Timer, TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.inputs import make_batch
-from accelscope.roofline.analysis import RooflineProfile, build_profile
+from accelscope.roofline.analysis import RooflineAnalysis, build_profile
 from accelscope.roofline.ceilings import Ceilings
 from accelscope.roofline.counting import count_ops
 from accelscope.roofline.timing import match_event_times, per_call_times, profile_events
@@ -53,7 +53,7 @@ def profile_model(
     iterations: int = 3,
     seed: int = 0,
     on_phase: Callable[[str], None] | None = None,
-) -> RooflineProfile:
+) -> RooflineAnalysis:
     """The roofline of one batch of ``model`` under ``precision`` on ``device``."""
     say = on_phase or (lambda phase: None)
     runtime = _backend(backend)

@@ -97,7 +97,7 @@ def theoretical_cpu(cpu: CpuInfo, topology: CpuTopology, threads: int) -> Theore
             ("/proc/cpuinfo 'cpu MHz' (no cpufreq here: the nominal clock; turbo may run higher)"),
         )
     else:
-        return Theoretical({}, None, "unknown: the clock is not exposed (no cpufreq, no cpu MHz)")
+        return Theoretical(derivation="unknown: the clock is not exposed (no cpufreq, no cpu MHz)")
     cores = max(1, min(threads, cpu.physical_cores))
     rates = _cpu_rates(cpu)
     flops = {d: cores * mhz * 1e6 * per_cycle for d, (per_cycle, _) in rates.items()}
@@ -121,7 +121,7 @@ def theoretical_cpu(cpu: CpuInfo, topology: CpuTopology, threads: int) -> Theore
         f"{units}. Topology: {smt}. Sources: Intel via pytorch.org/tutorials/recipes/"
         f"amx.html (AMX 1024 bf16 / 2048 int8, AVX-512 64 fp32 per cycle)."
     )
-    return Theoretical(flops, None, derivation)
+    return Theoretical(flops_per_s=flops, derivation=derivation)
 
 
 _SM_RATES = {  # compute capability major.minor -> (bf16/fp16, int8, fp32) per SM per cycle
@@ -147,7 +147,9 @@ def theoretical_gpu(
     rates = _SM_RATES.get(compute_capability)
     if rates is None or not sms or not clock_khz:
         why = f"no per-SM table for sm_{compute_capability}" if rates is None else "clock unknown"
-        return Theoretical({}, bandwidth, f"{name}: FLOP peak unknown ({why})")
+        return Theoretical(
+            bandwidth_bytes_per_s=bandwidth, derivation=f"{name}: FLOP peak unknown ({why})"
+        )
     half, int8, fp32 = rates
     hz = clock_khz * 1e3
     flops = {
@@ -161,4 +163,4 @@ def theoretical_gpu(
         f" dense): bf16/fp16 {half}, int8 {int8}, fp32 {fp32}; memory: 2 x "
         f"{(memory_clock_khz or 0) / 1e6:.2f} GHz x {bus_width_bits or 0}-bit bus"
     )
-    return Theoretical(flops, bandwidth, derivation)
+    return Theoretical(flops_per_s=flops, bandwidth_bytes_per_s=bandwidth, derivation=derivation)

@@ -5,6 +5,8 @@ the dispatch mode's Python overhead would otherwise land inside every operator's
 the same aten calls in the same order, so the profiler's top-level ``aten::`` events are matched
 to the counted calls **by name, in order** (see :func:`match_event_times`).
 Times are host wall time of each call on CPU and the device time of its kernels on CUDA.
+``torch.profiler`` reports µs; they become seconds where its events are read
+(:func:`profile_events`), so everything here is in seconds.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ProfiledEvent:
-    """One profiler event: name, host interval in µs, and device time of its kernels in µs."""
+    """One profiler event: name, host interval in seconds, and device time of its kernels in
+    seconds."""
 
     name: str
-    start_us: float
-    end_us: float
-    device_time_us: float = 0.0
+    start_s: float
+    end_s: float
+    device_time_s: float = 0.0
     nested: bool = False
     """True when another ``aten::`` event encloses this one (it is part of that op)."""
 
@@ -39,7 +42,7 @@ def top_level_events(events: Sequence[ProfiledEvent]) -> list[ProfiledEvent]:
     """The ``aten::`` events not enclosed by another ``aten::`` event, by start time."""
     return sorted(
         (e for e in events if e.name.startswith("aten::") and not e.nested),
-        key=lambda e: e.start_us,
+        key=lambda e: e.start_s,
     )
 
 
@@ -60,7 +63,7 @@ def match_event_times(
         found = next((i for i in range(position, len(names)) if names[i] == event.name), None)
         if found is None:
             continue
-        seconds = (event.device_time_us if device else event.end_us - event.start_us) * 1e-6
+        seconds = event.device_time_s if device else event.end_s - event.start_s
         times[found] = max(0.0, seconds)
         position = found + 1
     return times
@@ -79,7 +82,12 @@ def per_call_times(
     return result
 
 
+_S_PER_US = 1e-6
+"""``torch.profiler``'s event times (``time_range``, ``device_time_total``) are in µs."""
+
+
 def _converted(raw: Any) -> list[ProfiledEvent]:
+    """The profiler's events as :class:`ProfiledEvent` (µs converted to seconds here)."""
     converted = []
     for event in raw:
         parent, nested = event.cpu_parent, False
@@ -91,9 +99,9 @@ def _converted(raw: Any) -> list[ProfiledEvent]:
         converted.append(
             ProfiledEvent(
                 name=str(event.name),
-                start_us=float(event.time_range.start),
-                end_us=float(event.time_range.end),
-                device_time_us=float(getattr(event, "device_time_total", 0.0) or 0.0),
+                start_s=float(event.time_range.start) * _S_PER_US,
+                end_s=float(event.time_range.end) * _S_PER_US,
+                device_time_s=float(getattr(event, "device_time_total", 0.0) or 0.0) * _S_PER_US,
                 nested=nested,
             )
         )

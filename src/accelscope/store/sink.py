@@ -4,8 +4,6 @@ command that fails before measuring anything leaves no store and no empty run be
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +11,14 @@ from accelscope.hardware.fingerprint import Environment
 from accelscope.result import Result
 from accelscope.store.sqlite import ResultStore
 
-__all__ = ["RunSink", "command_line"]
-
-
-def command_line() -> str:
-    """The command being run, shell-quoted, as stored with its run."""
-    return "accelscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+__all__ = ["RunSink"]
 
 
 class RunSink:
     """Commits each result or document of one run as it arrives (``path`` ``None``: nothing
-    is written). ``resume_id`` reopens that run now instead of starting a new one."""
+    is written). ``command_line`` is stored with the run exactly as given (the CLI passes the
+    command it runs; a Python caller, whatever describes its call, never the host script's
+    argv). ``resume_id`` reopens that run now instead of starting a new one."""
 
     def __init__(
         self,
@@ -32,6 +27,8 @@ class RunSink:
         model: str,
         env: Environment,
         settings: dict[str, Any],
+        *,
+        command_line: str,
         resume_id: str | None = None,
     ) -> None:
         self.path = path
@@ -39,6 +36,7 @@ class RunSink:
         self.model = model
         self.env = env
         self.settings = settings
+        self.command_line = command_line
         self.run_id = resume_id
         self.store: ResultStore | None = None
         if path is not None and resume_id is not None:
@@ -52,7 +50,7 @@ class RunSink:
             self.store = ResultStore(self.path)
         if self.run_id is None:
             self.run_id = self.store.start_run(
-                self.kind, self.model, command_line(), self.env, self.settings
+                self.kind, self.model, self.command_line, self.env, self.settings
             )
         return self.store, self.run_id
 

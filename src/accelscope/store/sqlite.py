@@ -1,9 +1,16 @@
 """The results store: one SQLite file (WAL), a run per command, each result committed at once.
 
 Schema (``schema_version`` in ``meta``):
-``runs(id, kind, model, command, created_at, finished_at, status, environment_json)`` and
-``results(id, run_id, spec_key, status, created_at, result_json)``. Every write is one
-transaction, so an interrupted process leaves the store consistent: whole results or none.
+``runs(id, kind, model, command, created_at, finished_at, status, environment_json,
+settings_json)``, ``results(id, run_id, spec_key, status, created_at, result_json)`` and
+``documents(id, run_id, kind, created_at, payload_json)``. Every write is one transaction, so an
+interrupted process leaves the store consistent: whole results or none.
+
+The store's layout has its own version, :data:`STORE_SCHEMA_VERSION`, apart from the Result
+JSON layout's (``accelscope.result.SCHEMA_VERSION``): the tables can change while the documents
+in them do not, and the other way round (each stored result carries its own version). Opening
+an older store upgrades it in place, all pending :data:`_MIGRATIONS` in one transaction; a newer
+one is refused.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import json
 import os
 import secrets
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,9 +27,15 @@ from typing import Any
 
 from accelscope.errors import BadInputError, StoreError
 from accelscope.hardware.fingerprint import Environment
-from accelscope.result import SCHEMA_VERSION, Result, utc_now
+from accelscope.result import Result, utc_now
 
-__all__ = ["DEFAULT_STORE_PATH", "ResultStore", "RunRecord", "check_store_path"]
+__all__ = [
+    "DEFAULT_STORE_PATH",
+    "STORE_SCHEMA_VERSION",
+    "ResultStore",
+    "RunRecord",
+    "check_store_path",
+]
 
 DEFAULT_STORE_PATH = Path(".accelscope") / "results.db"
 """Project-local default, relative to the current directory."""
@@ -58,6 +72,31 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 CREATE INDEX IF NOT EXISTS documents_by_run ON documents(run_id);
 """
+"""The current layout, created whole in a new store."""
+
+
+def _v1_to_v2(db: sqlite3.Connection) -> None:
+    """``runs.settings_json`` and the ``documents`` table arrived while the version stayed 1, so
+    a version-1 store may lack either (or both): add what is missing, keep every row."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+    if "settings_json" not in columns:
+        db.execute("ALTER TABLE runs ADD COLUMN settings_json TEXT NOT NULL DEFAULT '{}'")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS documents (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " run_id TEXT NOT NULL REFERENCES runs(id), kind TEXT NOT NULL,"
+        " created_at TEXT NOT NULL, payload_json TEXT NOT NULL)"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS documents_by_run ON documents(run_id)")
+
+
+_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1_to_v2,)
+"""``_MIGRATIONS[n - 1]`` upgrades a version-``n`` store to ``n + 1``, in order. A migration is
+self-contained (it never uses :data:`_SCHEMA`, which describes only the newest layout) and runs
+inside the opening transaction. To change the layout: edit ``_SCHEMA`` and append one here."""
+
+STORE_SCHEMA_VERSION = len(_MIGRATIONS) + 1
+"""Version of the store's tables (``meta.schema_version``); 1 was the first, unversioned
+growth included. Stores are upgraded to it on opening; a newer store is refused."""
 
 
 @dataclass(frozen=True)
@@ -144,9 +183,13 @@ class ResultStore:
             raise StoreError(f"cannot open results store {self.path}: {exc}") from exc
         try:
             self._check_is_ours()
+            self._recorded_version()  # refuse a newer or garbled store before changing anything
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._init_schema()
+        except StoreError:
+            self._db.close()
+            raise
         except sqlite3.DatabaseError as exc:
             self._db.close()
             raise StoreError(
@@ -164,29 +207,57 @@ class ResultStore:
             self._db.close()
             raise StoreError(f"{self.path} is an SQLite file, but not an accelscope results store")
 
+    def _recorded_version(self) -> int | None:
+        """``meta.schema_version``, or ``None`` for a new (empty) store; a newer version than
+        this accelscope knows, or one that is not a version at all, is refused."""
+        if "meta" not in self._tables():
+            return None
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            return None
+        try:
+            version = int(row[0])
+        except ValueError:
+            version = 0
+        if version < 1:
+            raise StoreError(f"{self.path} has an unreadable schema version {row[0]!r}")
+        if version > STORE_SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has schema version {version}, newer than this accelscope "
+                f"({STORE_SCHEMA_VERSION}); upgrade accelscope"
+            )
+        return version
+
     def _init_schema(self) -> None:
+        """Create a new store, or apply an older one's pending migrations in one transaction.
+        A current store is only read here, so opening it writes nothing."""
+        if self._recorded_version() == STORE_SCHEMA_VERSION:
+            return
         with self._transaction():
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    self._db.execute(statement)
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
+            version = self._recorded_version()  # again, under the write lock: another process
+            if version is None:  # may have created or upgraded the store meanwhile
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
                 self._db.execute(
                     "INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
+                    (str(STORE_SCHEMA_VERSION),),
                 )
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path} has schema version {row[0]}, newer than this accelscope "
-                    f"({SCHEMA_VERSION}); upgrade accelscope"
-                )
+                return
+            for migrate in _MIGRATIONS[version - 1 :]:
+                migrate(self._db)
+            self._db.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                (str(STORE_SCHEMA_VERSION),),
+            )
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db, self.path)
 
     @property
     def schema_version(self) -> int:
-        """The schema version recorded in the file."""
+        """The store schema version recorded in the file (:data:`STORE_SCHEMA_VERSION` once
+        opened)."""
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         return int(row[0])
 

@@ -3,6 +3,7 @@ with a one-or-two-sentence explanation carrying the numbers."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -178,3 +179,24 @@ def select(
             "items/s)."
         )
     return Selection(best.spec.key, quickest.spec.key, base_key, verdict, confirmation)
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the Pareto-optimal ``(value, cost)`` points: value maximised, cost minimised.
+
+    In the report a point is ``(throughput, p99 latency)``. Point *j* dominates point *i* when
+    ``value_j >= value_i`` and ``cost_j <= cost_i`` with at least one inequality strict;
+    identical points do not dominate each other, so every copy of a front point is kept. Points
+    with a non-finite coordinate are ignored. Indices come ordered by increasing cost (ties:
+    decreasing value, then index), which is the order to draw the front in.
+    """
+    finite = [i for i, (v, c) in enumerate(points) if math.isfinite(v) and math.isfinite(c)]
+
+    def dominated(i: int) -> bool:
+        (vi, ci) = points[i]
+        return any(
+            vj >= vi and cj <= ci and (vj > vi or cj < ci) for vj, cj in (points[j] for j in finite)
+        )
+
+    front = [i for i in finite if not dominated(i)]
+    return sorted(front, key=lambda i: (points[i][1], -points[i][0], i))

@@ -11,30 +11,19 @@ from __future__ import annotations
 
 import functools
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import jinja2
 import plotly.graph_objects as go
-from plotly.io.json import to_json_plotly
 
-from accelscope.errors import BadInputError
-from accelscope.report.page import chart_layout, plot_label, plotly_js, template
+from accelscope.report.format import format_bytes, ms
+from accelscope.report.page import chart_layout, plot_label, plotly_js, script_safe_json, template
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Device
-from accelscope.sweep.select import skipped_by_reason
-from accelscope.units import format_bytes
+from accelscope.sweep.select import pareto_front, skipped_by_reason
 
-__all__ = [
-    "check_report_path",
-    "pareto_front",
-    "render_bench_report",
-    "script_safe_json",
-    "write_report",
-]
+__all__ = ["render_bench_report"]
 
 _TIMES, _MINUS = "\u00d7", "\u2212"
 _COLORS = {Status.OK: "#2563eb", Status.REJECTED: "#d97706", Status.FAILED: "#dc2626"}
@@ -43,54 +32,6 @@ _MAX_POINT_LABELS = 10
 """Scatter points are labelled on the chart up to this many; beyond, only on hover."""
 _LOG_SPREAD = 30.0
 """An axis switches to a log scale when its largest value is this many times the smallest."""
-_SCRIPT_ESCAPES = str.maketrans(
-    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-)
-
-
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the Pareto-optimal ``(value, cost)`` points: value maximised, cost minimised.
-
-    In the report a point is ``(throughput, p99 latency)``. Point *j* dominates point *i* when
-    ``value_j >= value_i`` and ``cost_j <= cost_i`` with at least one inequality strict;
-    identical points do not dominate each other, so every copy of a front point is kept. Points
-    with a non-finite coordinate are ignored. Indices come ordered by increasing cost (ties:
-    decreasing value, then index), which is the order to draw the front in.
-    """
-    finite = [i for i, (v, c) in enumerate(points) if math.isfinite(v) and math.isfinite(c)]
-
-    def dominated(i: int) -> bool:
-        (vi, ci) = points[i]
-        return any(
-            vj >= vi and cj <= ci and (vj > vi or cj < ci) for vj, cj in (points[j] for j in finite)
-        )
-
-    front = [i for i in finite if not dominated(i)]
-    return sorted(front, key=lambda i: (points[i][1], -points[i][0], i))
-
-
-def check_report_path(path: Path) -> None:
-    """Refuse a report path that cannot be written, before any measuring time is spent."""
-    if path.is_dir():
-        raise BadInputError(f"report path {path} is a directory; give a file name")
-    if not path.parent.is_dir():
-        raise BadInputError(f"cannot write the report to {path}: {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK):
-        raise BadInputError(f"cannot write the report to {path}: {path.parent} is not writable")
-
-
-def script_safe_json(obj: Any) -> str:
-    """JSON (plotly's encoder) that is safe inside a ``<script>`` element.
-
-    ``<``, ``>``, ``&`` (and U+2028/9) only occur inside JSON strings, where the ``\\u003c``
-    escapes mean the same characters, so neither ``</script>`` nor ``<!--`` can appear.
-    """
-    return str(to_json_plotly(obj)).translate(_SCRIPT_ESCAPES)
-
-
-def _ms(seconds: float) -> str:
-    ms = seconds * 1e3
-    return f"{ms:,.1f}" if ms >= 100 else f"{ms:.2f}" if ms >= 1 else f"{ms:.3g}"
 
 
 def _labels(results: Sequence[Result]) -> list[str]:
@@ -227,7 +168,7 @@ def _throughput_figure(
     for result, label in zip(results, labels, strict=True):
         if (m := result.measurement) is not None:
             tp, p99 = m.throughput_items_per_s, m.summary.p99_s
-            hover = _hover(result, label, f"{tp:,.1f} items/s", f"p99 {_ms(p99)} ms")
+            hover = _hover(result, label, f"{tp:,.1f} items/s", f"p99 {ms(p99)} ms")
             points.append(_Point(result, label, p99 * 1e3, tp, hover))
     if not points:
         return None
@@ -279,7 +220,7 @@ def _throughput_figure(
                 "y": 1,
                 "yanchor": "bottom",
                 "showarrow": False,
-                "text": f"SLA p99 ≤ {_ms(sla_p99_s)} ms",
+                "text": f"SLA p99 ≤ {ms(sla_p99_s)} ms",
                 "font": {"color": "#dc2626"},
             }
         ]
@@ -397,7 +338,7 @@ def _template() -> jinja2.Template:
     return template(
         "accelscope.commands.bench",
         "bench.html.j2",
-        {"ms": _ms, "bytes": format_bytes, "rate": "{:,.1f}".format},
+        {"ms": ms, "bytes": format_bytes, "rate": "{:,.1f}".format},
     )
 
 
@@ -459,7 +400,7 @@ def render_bench_report(
         speedup_note=speedup_note,
         warnings=[(lb, w) for r, lb in zip(results, labels, strict=True) for w in r.warnings],
         env=results[0].environment if results else None,
-        sla=None if sla_p99_s is None else f"{_ms(sla_p99_s)} ms",
+        sla=None if sla_p99_s is None else f"{ms(sla_p99_s)} ms",
         charts=[(cid, heading, note, fig is not None) for cid, heading, note, fig in charts],
         figures_json=script_safe_json(
             [{"id": cid, **fig.to_plotly_json()} for cid, _, _, fig in charts if fig]
@@ -467,27 +408,3 @@ def render_bench_report(
         plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),
         plotly_js=plotly_js(),
     )
-
-
-def write_report(html_text: str, path: Path) -> Path:
-    """Write ``html_text`` to ``path`` atomically (temp file, fsync, rename); return ``path``.
-
-    Raises:
-        BadInputError: the directory is missing or not writable, or ``path`` is a directory.
-    """
-    tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(html_text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise BadInputError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-    return path

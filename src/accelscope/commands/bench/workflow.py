@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from accelscope.accuracy.metrics import metric_fn
-from accelscope.commands.bench.html import check_report_path, render_bench_report, write_report
+from accelscope.commands._lifecycle import CommandRun, check_paths
+from accelscope.commands.bench.html import render_bench_report
 from accelscope.engine.probe import ProbeTable, probe_table
-from accelscope.errors import BadInputError, InterruptedRunError
+from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.measurement.timer import TimerConfig
@@ -25,8 +26,7 @@ from accelscope.models.base import LoadedModel
 from accelscope.models.loading import load_model
 from accelscope.result import Result
 from accelscope.spec import Device, Precision, TensorSpec
-from accelscope.store.sink import RunSink
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
 from accelscope.sweep.confirm import Confirmation
 from accelscope.sweep.driver import STRATEGIES, SweepEvents, SweepPlan, run_sweep
 from accelscope.sweep.executor import Executor, LocalExecutor
@@ -130,11 +130,6 @@ def _validate(request: BenchRequest) -> None:
             raise BadInputError(f"cannot import plugin {plugin!r}: {exc}") from exc
 
 
-def _default_report_path(store_path: Path | None, run_id: str | None) -> Path:
-    base = store_path.parent if store_path is not None else DEFAULT_STORE_PATH.parent
-    return base / "reports" / f"bench-{run_id or 'unsaved'}.html"
-
-
 def _prior(path: Path | None, model: LoadedModel) -> tuple[str | None, list[Result]]:
     if path is None or not path.exists():
         raise BadInputError("--resume needs the store of the interrupted run (no store found)")
@@ -157,6 +152,7 @@ def bench(
     executor: Executor | None = None,
     environment: Environment | None = None,
     probes: ProbeTable | None = None,
+    command_line: str | None = None,
 ) -> BenchOutcome:
     """Sweep ``request`` and select the fastest accepted configuration within the SLA.
 
@@ -175,10 +171,7 @@ def bench(
         options=request.options,
         force_precisions=request.force_precisions,
     )
-    if store_path is not None:
-        check_store_path(store_path)
-    if request.report_path is not None:
-        check_report_path(request.report_path)
+    check_paths(store_path, request.report_path)
     model = load_model(
         request.model,
         inputs=request.inputs,
@@ -209,40 +202,31 @@ def bench(
         probes=probes,
         confirm_rounds=request.confirm_rounds,
     )
-    sink = RunSink(store_path, "bench", model.ref, env, request.settings(), resume_id)
-    try:
-        with tempfile.TemporaryDirectory(prefix="accelscope-bench-") as workdir:
-            outcome = run_sweep(
-                plan,
-                model,
-                env,
-                executor or LocalExecutor(request.timeout_s),
-                sink=sink.add_result,
-                workdir=Path(workdir),
-                prior=prior,
-                events=events,
-            )
+    run = CommandRun(
+        "bench",
+        model.ref,
+        env,
+        request.settings(),
+        store_path=store_path,
+        command_line=command_line,
+        resume_id=resume_id,
+        resume_hint="--resume continues it",
+    )
+    with run, tempfile.TemporaryDirectory(prefix="accelscope-bench-") as workdir:
+        outcome = run_sweep(
+            plan,
+            model,
+            env,
+            executor or LocalExecutor(request.timeout_s),
+            sink=run.add_result,
+            workdir=Path(workdir),
+            prior=prior,
+            events=events,
+        )
         if probes is not None and probes.verdicts:
-            sink.add_document("probes", probes.to_dict())
+            run.add_document("probes", probes.to_dict())
         if outcome.selection.confirmation is not None:
-            sink.add_document("confirmation", outcome.selection.confirmation.to_dict())
-        sink.finish("complete")
-    except KeyboardInterrupt as exc:
-        sink.finish("interrupted")
-        where = f"; results so far are in run {sink.run_id} (--resume continues it)"
-        raise InterruptedRunError("interrupted" + (where if sink.run_id else "")) from exc
-    except BaseException:
-        sink.finish("failed")
-        raise
-    finally:
-        sink.close()
-    report_path = request.report_path
-    if report_path is None:
-        report_path = _default_report_path(store_path, sink.run_id)
-        try:
-            report_path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BadInputError(f"cannot create {report_path.parent}: {exc.strerror}") from exc
+            run.add_document("confirmation", outcome.selection.confirmation.to_dict())
     html = render_bench_report(
         outcome.results,
         title=f"accelscope bench: {model.ref}",
@@ -258,13 +242,13 @@ def bench(
             else ""
         ),
     )
-    write_report(html, report_path)
+    report_path = run.write_report(html, request.report_path)
     return BenchOutcome(
         results=outcome.results,
         selection=outcome.selection,
         rule=rule,
-        run_id=sink.run_id,
-        store_path=store_path if sink.run_id else None,
+        run_id=run.run_id,
+        store_path=run.stored_path,
         report_path=report_path,
         model=model,
         measurement_time_s=outcome.measurement_time_s,

@@ -10,12 +10,11 @@ from typing import Any
 
 import jinja2
 
-from accelscope.commands.bench.html import script_safe_json
 from accelscope.doctor.breakdown import ALL_PHASES
 from accelscope.doctor.diagnose import DoctorResult
 from accelscope.hardware.fingerprint import Environment
-from accelscope.report.page import chart_layout, plot_label, plotly_js, template
-from accelscope.units import format_bytes, format_seconds
+from accelscope.report.format import format_bytes, format_seconds
+from accelscope.report.page import chart_layout, plot_label, plotly_js, script_safe_json, template
 
 __all__ = ["render_doctor_report"]
 

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from accelscope.doctor.breakdown import ALL_PHASES
 from accelscope.doctor.diagnose import DoctorResult
-from accelscope.units import format_seconds
+from accelscope.report.format import format_seconds
 
 __all__ = ["PHASE_COLORS", "doctor_view"]
 

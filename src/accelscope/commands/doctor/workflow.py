@@ -4,15 +4,13 @@ run, write the HTML report and the Chrome trace beside it. Returns data; never p
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelscope.commands.bench.html import check_report_path, write_report
+from accelscope.commands._lifecycle import CommandRun, check_paths, write_report
 from accelscope.commands.doctor.html import render_doctor_report
 from accelscope.doctor.diagnose import DoctorEvents, DoctorPlan, DoctorResult, run_doctor
 from accelscope.doctor.launcher import Launcher
@@ -23,8 +21,7 @@ from accelscope.errors import BadInputError, InterruptedRunError, NotAvailableEr
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.spec import Precision
-from accelscope.store.sink import command_line
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
+from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
 __all__ = ["DoctorOutcome", "DoctorRequest", "doctor", "result_for_run"]
 
@@ -110,38 +107,16 @@ def _validate(request: DoctorRequest, env: Environment) -> dict[str, str]:
     return {}
 
 
-def _write_json(payload: dict[str, Any], path: Path) -> None:
-    tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise BadInputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-
-
-def _store(path: Path, request: DoctorRequest, result: DoctorResult, env: Environment) -> str:
-    command = command_line()
+def _store(run: CommandRun, result: DoctorResult) -> None:
     documents = result.documents()
-    with ResultStore(path) as store:
-        run_id = store.start_run("doctor", request.script.name, command, env, request.settings())
-        try:
-            store.add_document(run_id, "diagnosis", documents["diagnosis"])
-            if documents["telemetry"] is not None:
-                store.add_document(run_id, "telemetry", documents["telemetry"])
-            for whatif in documents["whatif"]:
-                store.add_document(run_id, "whatif", whatif)
-        except BaseException:
-            store.finish_run(run_id, "failed")
-            raise
-        store.finish_run(run_id, "interrupted" if result.interrupted else "complete")
-    return run_id
+    with run:
+        run.add_document("diagnosis", documents["diagnosis"])
+        if documents["telemetry"] is not None:
+            run.add_document("telemetry", documents["telemetry"])
+        for whatif in documents["whatif"]:
+            run.add_document("whatif", whatif)
+        if result.interrupted:
+            run.status = "interrupted"
 
 
 def result_for_run(run: Any) -> DoctorResult:
@@ -165,15 +140,13 @@ def doctor(
     events: DoctorEvents | None = None,
     environment: Environment | None = None,
     launcher: Launcher | None = None,
+    command_line: str | None = None,
 ) -> DoctorOutcome:
     """Diagnose ``request.script``, measure the what-ifs, store and report."""
     started = time.monotonic()
     env = environment or collect_environment()
     device_env = _validate(request, env)
-    if store_path is not None:
-        check_store_path(store_path)
-    if request.report_path is not None:
-        check_report_path(request.report_path)
+    check_paths(store_path, request.report_path)
     runner = launcher or Launcher(
         timeout_s=request.timeout_s,
         stall_s=request.stall_s,
@@ -200,17 +173,20 @@ def doctor(
         memory_bytes=env.memory_bytes,
         events=events,
     )
-    run_id = _store(store_path, request, result, env) if store_path is not None else None
-    report_path = request.report_path
-    if report_path is None:
-        base = store_path.parent if store_path is not None else DEFAULT_STORE_PATH.parent
-        report_path = base / "reports" / f"doctor-{run_id or 'unsaved'}.html"
-        try:
-            report_path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BadInputError(f"cannot create {report_path.parent}: {exc.strerror}") from exc
+    run = CommandRun(
+        "doctor",
+        request.script.name,
+        env,
+        request.settings(),
+        store_path=store_path,
+        command_line=command_line,
+    )
+    _store(run, result)
+    run_id = run.run_id
+    report_path = run.report_path(request.report_path)
     trace_path = report_path.with_name(report_path.stem + ".trace.json")
-    _write_json(chrome_trace(result.profile, f"doctor: {request.script.name}"), trace_path)
+    trace = chrome_trace(result.profile, f"doctor: {request.script.name}")
+    write_report(json.dumps(trace), trace_path)
     html = render_doctor_report(result, env, trace_name=trace_path.name)
     write_report(html, report_path)
     if result.interrupted:
@@ -223,7 +199,7 @@ def doctor(
     return DoctorOutcome(
         result,
         run_id,
-        store_path if run_id else None,
+        run.stored_path,
         report_path,
         trace_path,
         time.monotonic() - started,

@@ -14,78 +14,13 @@ from typing import Any
 
 import jinja2
 
-from accelscope.commands.bench.html import _ms, script_safe_json
-from accelscope.report.page import chart_layout, plot_label, plotly_js, template
+from accelscope.commands.load.verdict import harness_floor_text, load_verdict, policy_label
+from accelscope.report.format import ms
+from accelscope.report.page import chart_layout, plot_label, plotly_js, script_safe_json, template
 
-__all__ = ["harness_floor_text", "load_verdict", "render_load_report"]
+__all__ = ["render_load_report"]
 
 _PALETTE = ("#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#dc2626", "#4b5563")
-
-
-def _policy_label(batching: dict[str, Any]) -> str:
-    if int(batching["max_batch"]) <= 1:
-        return "no batching"
-    return f"batch ≤{batching['max_batch']}, delay {float(batching['max_delay_s']) * 1e3:g} ms"
-
-
-def load_verdict(
-    scenario: str,
-    sla_p99_s: float | None,
-    trials: Sequence[dict[str, Any]],
-    capacity: dict[str, Any] | None,
-) -> str:
-    """One or two sentences with the numbers: the capacity, or the scenario's headline."""
-    if not trials:
-        return "No trial ran."
-    if capacity is not None and sla_p99_s is not None:
-        bound = f"p99 ≤ {sla_p99_s * 1e3:g} ms"
-        if capacity["capacity_qps"] <= 0:
-            return f"No offered rate met {bound} in a valid run ({len(trials)} trials)."
-        best = capacity.get("capacity_trial") or {}
-        batching = capacity.get("batching")
-        how = _policy_label(batching) if batching else "no batching"
-        p99 = best.get("latency", {}).get("p99_s")
-        tail = f" (measured p99 {p99 * 1e3:.1f} ms" if p99 is not None else " ("
-        es = best.get("early_stopping") or {}
-        claim = f", {es.get('queries')} queries, early-stopping passed)" if es else ")"
-        rate = capacity["capacity_qps"]
-        return f"Capacity at {bound}: {rate:.1f} queries/s with {how}{tail}{claim}."
-    trial = trials[-1]
-    latency = trial["latency"]
-    validity = "valid" if trial["valid"] else "INVALID: " + "; ".join(trial["invalid_reasons"])
-    if scenario == "offline":
-        return f"Offline throughput {trial['throughput_per_s']:.1f} queries/s ({validity})."
-    if scenario == "single-stream":
-        estimate = trial.get("p99_estimate_s")
-        extra = f", early-stopping p99 estimate {estimate * 1e3:.2f} ms" if estimate else ""
-        p90_ms, p99_ms = latency["p90_s"] * 1e3, latency["p99_s"] * 1e3
-        return f"Single-stream p90 {p90_ms:.2f} ms, p99 {p99_ms:.2f} ms{extra} ({validity})."
-    rate = trial.get("offered_rate_per_s") or 0.0
-    return (
-        f"Server at {rate:.1f} queries/s: p99 {latency['p99_s'] * 1e3:.2f} ms, "
-        f"{trial['errors']} errors, {trial['timeouts']} timeouts ({validity})."
-    )
-
-
-def _floor_ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3f}" if seconds < 1e-3 else f"{seconds * 1e3:.2f}"
-
-
-def harness_floor_text(floor: dict[str, Any] | None) -> str | None:
-    """The harness-floor sentence of a stored ``harness_floor`` dict (``None``: not measured,
-    as in runs stored before it existed)."""
-    if not floor or not isinstance(floor.get("latency"), dict):
-        return None
-    latency = floor["latency"]
-    queries, rate = floor.get("queries"), floor.get("rate_per_s")
-    how = ""
-    if queries and rate:
-        how = f" (null system under test, {queries} queries at {float(rate):g} q/s)"
-    return (
-        f"harness floor: p50 {_floor_ms(float(latency['p50_s']))} ms, "
-        f"p99 {_floor_ms(float(latency['p99_s']))} ms per query{how} — service times well "
-        "above this are measured faithfully"
-    )
 
 
 _DASHES = {"p50_s": "dot", "p90_s": "dash"}
@@ -113,9 +48,9 @@ def _curve_figure(
         return None
     groups: dict[str, list[dict[str, Any]]] = {}
     for trial in server:
-        groups.setdefault(_policy_label(trial["batching"]), []).append(trial)
+        groups.setdefault(policy_label(trial["batching"]), []).append(trial)
     chosen = capacity.get("batching") if capacity else None
-    best_label = _policy_label(chosen) if chosen else "no batching"
+    best_label = policy_label(chosen) if chosen else "no batching"
     traces: list[dict[str, Any]] = []
     for number, (label, group) in enumerate(groups.items()):
         group.sort(key=lambda t: t["offered_rate_per_s"])
@@ -206,7 +141,7 @@ def _template() -> jinja2.Template:
     return template(
         "accelscope.commands.load",
         "load.html.j2",
-        {"ms": _ms, "rate": "{:,.1f}".format, "policy": _policy_label},
+        {"ms": ms, "rate": "{:,.1f}".format, "policy": policy_label},
     )
 
 
@@ -245,7 +180,7 @@ def render_load_report(
         label=label,
         scenario=scenario,
         verdict=load_verdict(scenario, sla_p99_s, trials, capacity),
-        sla=None if sla_p99_s is None else f"{_ms(sla_p99_s)} ms",
+        sla=None if sla_p99_s is None else f"{ms(sla_p99_s)} ms",
         trials=trials,
         capacity=capacity,
         notes=list(notes),

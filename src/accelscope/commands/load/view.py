@@ -13,13 +13,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from accelscope.commands.load.html import harness_floor_text, load_verdict
+from accelscope.commands.load.verdict import harness_floor_text, load_verdict
+from accelscope.report.format import ms
 
 __all__ = ["load_table", "load_view"]
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.2f}"
 
 
 def _batcher(batching: dict[str, Any]) -> str:
@@ -62,20 +59,20 @@ def load_table(trials: Sequence[dict[str, Any]], title: str = "") -> Table:
     for trial in trials:
         latency, queue, compute = trial["latency"], trial["queue"], trial["compute"]
         rate = trial.get("offered_rate_per_s")
-        p99 = _ms(latency["p99_s"]) + ("+" if trial.get("p99_is_lower_bound") else "")
+        p99 = ms(latency["p99_s"]) + ("+" if trial.get("p99_is_lower_bound") else "")
         table.add_row(
             _batcher(trial["batching"]),
             "—" if rate is None else f"{rate:,.1f}",
             str(trial["issued"]),
-            _ms(latency["p50_s"]),
-            _ms(latency["p90_s"]),
+            ms(latency["p50_s"]),
+            ms(latency["p90_s"]),
             p99,
-            f"{_ms(queue['mean_s'])} / {_ms(queue['p99_s'])}",
-            f"{_ms(compute['mean_s'])} / {_ms(compute['p99_s'])}",
+            f"{ms(queue['mean_s'])} / {ms(queue['p99_s'])}",
+            f"{ms(compute['mean_s'])} / {ms(compute['p99_s'])}",
             f"{trial['mean_batch']:.2f}",
             str(trial["errors"]),
             str(trial["timeouts"]),
-            _ms(trial["generator_lag"]["p99_s"]),
+            ms(trial["generator_lag"]["p99_s"]),
             f"{trial['throughput_per_s']:,.1f}",
             _verdict_cell(trial),
         )

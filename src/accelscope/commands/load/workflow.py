@@ -15,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from accelscope.backends.registry import get_backend
-from accelscope.commands.bench.html import check_report_path, write_report
+from accelscope.commands._lifecycle import (
+    CommandRun,
+    check_paths,
+)
 from accelscope.commands.load.html import render_load_report
-from accelscope.errors import BadInputError, InterruptedRunError, MeasurementError
+from accelscope.documents import CurvePoint, LoadCapacity, SearchedPolicy
+from accelscope.errors import BadInputError, MeasurementError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.load.batcher import BatchPolicy
 from accelscope.load.capacity_search import (
@@ -34,7 +38,6 @@ from accelscope.load.summary import Scenario, TrialSettings, TrialSummary
 from accelscope.measurement.threads import available_cores, pinned_threads
 from accelscope.models.loading import load_model
 from accelscope.spec import Device, Precision, RunSpec, TensorSpec
-from accelscope.store.sink import RunSink
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
 from accelscope.sweep.select import select
 
@@ -257,43 +260,43 @@ def capacity_document(
     best = max(passing, key=lambda t: t.offered_rate_per_s or 0.0) if passing else None
     policy = best.policy if best is not None else None
     served = replace(spec, batch_size=policy.max_batch) if policy is not None else spec
-    return {
-        "model": model,
-        "label": served.label(),
-        "spec": served.to_dict(),
-        "scenario": Scenario.SERVER.value,
-        "sla_p99_s": sla_p99_s,
-        "capacity_qps": float(best.offered_rate_per_s or 0.0) if best is not None else 0.0,
-        "batching": policy.to_dict() if policy is not None and policy.batching else None,
-        "environment_fingerprint": env.fingerprint(),
-        "device": spec.device.value,
-        "valid": best is not None and best.valid,
-        "capacity_trial": best.to_dict() if best is not None else None,
-        "policies": [
-            {
-                "batching": p.policy.to_dict(),
-                "capacity_qps": p.capacity_qps,
-                "ceiling_qps": p.ceiling_qps,
-                "trials": len(p.trials),
-                "note": p.note,
-            }
+    return LoadCapacity(
+        model=model,
+        label=served.label(),
+        spec=served.to_dict(),
+        scenario=Scenario.SERVER.value,
+        sla_p99_s=sla_p99_s,
+        capacity_qps=float(best.offered_rate_per_s or 0.0) if best is not None else 0.0,
+        batching=policy.to_dict() if policy is not None and policy.batching else None,
+        environment_fingerprint=env.fingerprint(),
+        device=spec.device,
+        valid=best is not None and best.valid,
+        capacity_trial=best.to_dict() if best is not None else None,
+        policies=tuple(
+            SearchedPolicy(
+                batching=p.policy.to_dict(),
+                capacity_qps=p.capacity_qps,
+                ceiling_qps=p.ceiling_qps,
+                trials=len(p.trials),
+                note=p.note,
+            )
             for p in (search.policies if search is not None else ())
-        ],
-        "curve": [
-            {
-                "offered_rate_per_s": t.offered_rate_per_s,
-                "batching": t.policy.to_dict(),
-                "p50_s": t.latency.p50_s,
-                "p90_s": t.latency.p90_s,
-                "p99_s": t.latency.p99_s,
-                "meets_sla": t.meets_sla,
-                "valid": t.valid,
-            }
+        ),
+        curve=tuple(
+            CurvePoint(
+                offered_rate_per_s=t.offered_rate_per_s,
+                batching=t.policy.to_dict(),
+                p50_s=t.latency.p50_s,
+                p90_s=t.latency.p90_s,
+                p99_s=t.latency.p99_s,
+                meets_sla=t.meets_sla,
+                valid=t.valid,
+            )
             for t in trials
             if t.offered_rate_per_s is not None
-        ],
-        "harness_floor": harness_floor.to_dict() if harness_floor is not None else None,
-    }
+        ),
+        harness_floor=harness_floor.to_dict() if harness_floor is not None else None,
+    ).model_dump(mode="json")
 
 
 def summary_document(
@@ -379,14 +382,12 @@ def load(
     store_path: Path | None = DEFAULT_STORE_PATH,
     events: LoadEvents | None = None,
     environment: Environment | None = None,
+    command_line: str | None = None,
 ) -> LoadOutcome:
     """Run ``request``; returns its trials, capacity document and where things went."""
     events = events or LoadEvents()
     _validate(request)
-    if store_path is not None:
-        check_store_path(store_path)
-    if request.report_path is not None:
-        check_report_path(request.report_path)
+    check_paths(store_path, request.report_path)
     model_ref, spec = _served_spec(request, store_path)
     backend = get_backend(spec.backend)
     env = environment or collect_environment()
@@ -408,20 +409,28 @@ def load(
         seed=request.seed,
     )
     run_settings = {**request.settings(), "spec": spec.to_dict()}
-    sink = RunSink(store_path, "load", model.ref, env, run_settings)
+    run = CommandRun(
+        "load",
+        model.ref,
+        env,
+        run_settings,
+        store_path=store_path,
+        command_line=command_line,
+        kept="trials so far",
+    )
     trials: list[TrialSummary] = []
     floor: HarnessFloor | None = None
 
     def record(summary: TrialSummary) -> None:
         if not trials:  # with the first trial, so a run that measures nothing stores nothing
-            sink.add_document(SUMMARY_DOCUMENT, summary_document(request.scenario, spec, floor))
+            run.add_document(SUMMARY_DOCUMENT, summary_document(request.scenario, spec, floor))
         trials.append(summary)
-        sink.add_document(TRIAL_DOCUMENT, summary.to_dict())
+        run.add_document(TRIAL_DOCUMENT, summary.to_dict())
         events.trial(summary)
 
     search: CapacitySearch | None = None
     capacity: dict[str, Any] | None = None
-    try:
+    with run:
         with pinned_threads(spec.threads):
             events.preparing(spec, sut.buckets)
             executor = ThreadedExecutor([sut], thread_setup=sut.thread_setup)  # prepares
@@ -436,17 +445,7 @@ def load(
             capacity = capacity_document(
                 model.ref, spec, request.sla_p99_s, env, trials, search, floor
             )
-            sink.add_document(CAPACITY_DOCUMENT, capacity)
-        sink.finish("complete")
-    except KeyboardInterrupt as exc:
-        sink.finish("interrupted")
-        where = f"; trials so far are in run {sink.run_id}" if sink.run_id else ""
-        raise InterruptedRunError("interrupted" + where) from exc
-    except BaseException:
-        sink.finish("failed")
-        raise
-    finally:
-        sink.close()
+            run.add_document(CAPACITY_DOCUMENT, capacity)
     outcome = LoadOutcome(
         model=model.ref,
         spec=spec,
@@ -454,8 +453,8 @@ def load(
         trials=trials,
         search=search,
         capacity=capacity,
-        run_id=sink.run_id,
-        store_path=store_path if sink.run_id else None,
+        run_id=run.run_id,
+        store_path=run.stored_path,
         report_path=None,
         prepare_s=sut.prepare_s,
         padded_items=sut.padded_items,
@@ -472,19 +471,11 @@ def load(
             f"fixed-batch runtime: batches were padded to prepared sizes {sut.buckets}; "
             f"{share:.0%} of computed rows were padding"
         )
-    outcome.report_path = _write_report(request, outcome, store_path)
+    outcome.report_path = _write_report(request, outcome, run)
     return outcome
 
 
-def _write_report(request: LoadRequest, outcome: LoadOutcome, store_path: Path | None) -> Path:
-    path = request.report_path
-    if path is None:
-        base = store_path.parent if store_path is not None else DEFAULT_STORE_PATH.parent
-        path = base / "reports" / f"load-{outcome.run_id or 'unsaved'}.html"
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BadInputError(f"cannot create {path.parent}: {exc.strerror}") from exc
+def _write_report(request: LoadRequest, outcome: LoadOutcome, run: CommandRun) -> Path:
     html = render_load_report(
         title=f"accelscope load: {outcome.model}",
         model=outcome.model,
@@ -496,5 +487,4 @@ def _write_report(request: LoadRequest, outcome: LoadOutcome, store_path: Path |
         notes=outcome.notes,
         harness_floor=outcome.harness_floor.to_dict() if outcome.harness_floor else None,
     )
-    write_report(html, path)
-    return path
+    return run.write_report(html, request.report_path)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from accelscope.backends.registry import get_backend
+from accelscope.commands._lifecycle import CommandRun, check_paths
 from accelscope.engine.accuracy_check import (
     AccuracyCheck,
     build_accuracy_check,
@@ -17,7 +16,7 @@ from accelscope.engine.accuracy_check import (
     with_reference,
 )
 from accelscope.engine.configuration import measure_config
-from accelscope.errors import BadInputError, InterruptedRunError
+from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.measurement.timer import ProgressFn, TimerConfig
@@ -25,7 +24,7 @@ from accelscope.models.base import LoadedModel
 from accelscope.models.loading import load_model
 from accelscope.result import Result
 from accelscope.spec import BATCH_DIM, Device, Precision, RunSpec, TensorSpec
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
+from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
 __all__ = ["DEFAULT_BATCH_SIZE", "MeasureOutcome", "MeasureRequest", "measure", "resolve_batches"]
 
@@ -78,10 +77,6 @@ def resolve_batches(model: LoadedModel, requested: tuple[int, ...]) -> tuple[int
     return (fixed,)
 
 
-def _command_line() -> str:
-    return "accelscope " + " ".join(shlex.quote(arg) for arg in sys.argv[1:])
-
-
 def measure(
     request: MeasureRequest,
     *,
@@ -89,6 +84,7 @@ def measure(
     environment: Environment | None = None,
     on_config: ConfigStarted | None = None,
     on_progress: ProgressFn | None = None,
+    command_line: str | None = None,
 ) -> MeasureOutcome:
     """Load the model, measure each batch size in this process, commit each result at once.
 
@@ -107,8 +103,7 @@ def measure(
             f"backend {backend.name!r} supports precisions {supported}, "
             f"not {request.precision.value}"
         )
-    if store_path is not None:
-        check_store_path(store_path)
+    check_paths(store_path)
     model = load_model(
         request.model,
         inputs=request.inputs,
@@ -130,10 +125,16 @@ def measure(
     ]
     for spec in specs:
         backend.supports(model, spec, env).require(f"{spec.label()} for {model.ref}")
-    store: ResultStore | None = None  # opened with the first result: bad input writes nothing
-    run_id: str | None = None
     results: list[Result] = []
-    try:
+    run = CommandRun(
+        "measure",
+        model.ref,
+        env,
+        {},
+        store_path=store_path,
+        command_line=command_line,
+    )
+    with run:
         for spec in specs:
             if on_config is not None:
                 on_config(spec)
@@ -155,29 +156,10 @@ def measure(
                 on_progress=on_progress,
             )
             results.append(result)
-            if store_path is not None:
-                if store is None:
-                    store = ResultStore(store_path)
-                    run_id = store.start_run("measure", model.ref, _command_line(), env)
-                assert run_id is not None
-                store.add_result(run_id, result)
-        if store is not None and run_id is not None:
-            store.finish_run(run_id, "complete")
-    except KeyboardInterrupt as exc:
-        if store is not None and run_id is not None:
-            store.finish_run(run_id, "interrupted")
-        kept = f"; {len(results)} result(s) kept in run {run_id}" if run_id else ""
-        raise InterruptedRunError(f"interrupted{kept}") from exc
-    except BaseException:
-        if store is not None and run_id is not None:
-            store.finish_run(run_id, "failed")
-        raise
-    finally:
-        if store is not None:
-            store.close()
+            run.add_result(result)
     return MeasureOutcome(
         results=tuple(results),
-        run_id=run_id,
-        store_path=store_path if run_id is not None else None,
+        run_id=run.run_id,
+        store_path=run.stored_path,
         model=model,
     )

@@ -15,9 +15,9 @@ from typing import Any
 
 import jinja2
 
-from accelscope.commands.bench.html import script_safe_json
 from accelscope.commands.plan.view import capacity_cell
-from accelscope.report.page import chart_layout, plot_label, plotly_js, template
+from accelscope.report.format import money_usd
+from accelscope.report.page import chart_layout, plot_label, plotly_js, script_safe_json, template
 
 __all__ = ["render_plan_report"]
 
@@ -119,17 +119,10 @@ def _fleet_figure(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"data": traces, "layout": layout}
 
 
-def _money(value: Any) -> str:
-    if value is None:
-        return "—"
-    amount = float(value)
-    return f"${amount:,.0f}" if amount >= 100 else f"${amount:,.2f}"
-
-
 @functools.cache
 def _template() -> jinja2.Template:
     filters = {
-        "money": _money,
+        "money": money_usd,
         "capacity": capacity_cell,
         "pct": lambda v: "—" if v is None else f"{float(v):.0%}",
     }

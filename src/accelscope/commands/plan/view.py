@@ -13,20 +13,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from accelscope.units import format_bytes
+from accelscope.report.format import format_bytes, money_usd, percent
 
 __all__ = ["api_view", "capacity_view", "memory_view", "plan_view"]
-
-
-def _money(value: Any) -> str:
-    if value is None:
-        return "—"
-    amount = float(value)
-    return f"${amount:,.0f}" if amount >= 100 else f"${amount:,.2f}"
-
-
-def _pct(value: Any) -> str:
-    return "—" if value is None else f"{float(value):.0%}"
 
 
 def capacity_cell(capacity: Mapping[str, Any] | None) -> str:
@@ -81,11 +70,11 @@ def capacity_view(doc: Mapping[str, Any]) -> RenderableType:
                 name,
                 capacity_cell(option.get("capacity")),
                 str(option["instances_at_peak"]),
-                _money(option["monthly_always_on"]),
-                _money(option["monthly_autoscaled"]),
-                _money(option["monthly_scale_to_zero"]),
-                _money(option["per_million_autoscaled"]),
-                _pct(option["utilisation_autoscaled"]),
+                money_usd(option["monthly_always_on"]),
+                money_usd(option["monthly_autoscaled"]),
+                money_usd(option["monthly_scale_to_zero"]),
+                money_usd(option["per_million_autoscaled"]),
+                percent(option["utilisation_autoscaled"]),
                 style=style,
             )
         else:
@@ -161,7 +150,8 @@ def memory_view(doc: Mapping[str, Any]) -> RenderableType:
             f"{fit['gpus']}x {fit['accelerator']} ({format_bytes(fit['device_memory_bytes'])})",
             verdict,
             f"{fit['max_sequences']:,}",
-            _money(fit["price_per_hour"]),
+            # memory documents stored before the rename hold price_per_hour
+            money_usd(fit.get("price_usd_per_hour", fit.get("price_per_hour"))),
             style="" if needed else "dim",
         )
     notes = [Text(f"  · {a}", style="dim") for a in doc.get("assumptions", [])]
@@ -177,13 +167,13 @@ def api_view(doc: Mapping[str, Any]) -> RenderableType:
     table.add_row("tokens", f"{doc['tokens_per_month']:,.4g}", f"{doc['tokens_per_month']:,.4g}")
     table.add_row(
         "$ per million tokens",
-        _money(doc["api_per_million"]),
-        f"{_money(doc['own_per_million_full_use'])} at full use",
+        money_usd(doc["api_per_million"]),
+        f"{money_usd(doc['own_per_million_full_use'])} at full use",
     )
     table.add_row(
         "monthly bill",
-        _money(doc["api_monthly"]),
-        f"{_money(doc['own_monthly'])} ({doc['own_instances']} instance(s))",
+        money_usd(doc["api_monthly"]),
+        f"{money_usd(doc['own_monthly'])} ({doc['own_instances']} instance(s))",
     )
     even = doc.get("break_even_tokens_per_month")
     verdict = Text(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelscope.commands.bench.html import check_report_path, write_report
+from accelscope.commands._lifecycle import CommandRun, check_paths
 from accelscope.commands.plan.html import render_plan_report
 from accelscope.documents import LoadCapacity, RooflineProfile
 from accelscope.errors import BadInputError
@@ -22,12 +22,11 @@ from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.plan.api_cost import compare_api
 from accelscope.plan.catalog import Catalog, load_catalog
 from accelscope.plan.fleet import PlanSettings
-from accelscope.plan.llm_memory import estimate_memory, load_config, shape_from_config
+from accelscope.plan.llm_memory import estimate_memory, load_model_config, shape_from_config
 from accelscope.plan.service import BenchFigure, Evidence, build_plan
 from accelscope.plan.traffic import load_traffic
 from accelscope.result import Result, Status
-from accelscope.store.sink import command_line
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord, check_store_path
+from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord
 
 __all__ = [
     "ApiRequest",
@@ -202,22 +201,20 @@ def _validate(request: PlanRequest) -> None:
 
 
 def _store_document(
-    store_path: Path,
-    kind_model: str,
+    store_path: Path | None,
+    model: str,
     settings: dict[str, Any],
     document: dict[str, Any],
     environment: Environment | None,
-) -> str:
+    command_line: str | None,
+) -> CommandRun:
     env = environment or collect_environment()
-    with ResultStore(store_path) as store:
-        run_id = store.start_run(RUN_KIND, kind_model, command_line(), env, settings)
-        try:
-            store.add_document(run_id, DOCUMENT_KIND, document)
-        except BaseException:
-            store.finish_run(run_id, "failed")
-            raise
-        store.finish_run(run_id, "complete")
-    return run_id
+    run = CommandRun(
+        RUN_KIND, model, env, settings, store_path=store_path, command_line=command_line
+    )
+    with run:
+        run.add_document(DOCUMENT_KIND, document)
+    return run
 
 
 def plan_capacity(
@@ -227,6 +224,7 @@ def plan_capacity(
     save: bool = True,
     environment: Environment | None = None,
     catalog: Catalog | None = None,
+    command_line: str | None = None,
 ) -> PlanOutcome:
     """Plan the fleet for a model from what the store (or ``--profile``) knows about it."""
     _validate(request)
@@ -234,10 +232,7 @@ def plan_capacity(
     catalog = catalog or load_catalog(request.catalog_files)
     for name in (*request.only, *((request.here,) if request.here else ())):
         catalog.get(name)
-    if request.report_path is not None:
-        check_report_path(request.report_path)
-    if store_path is not None:
-        check_store_path(store_path)
+    check_paths(store_path, request.report_path)
     model, evidence = request.model or "", Evidence()
     if store_path is not None and store_path.exists():
         with ResultStore(store_path) as store:
@@ -264,19 +259,17 @@ def plan_capacity(
     settings = PlanSettings(request.sla_p99_s, request.headroom, request.min_instances)
     plan = build_plan(model, catalog, traffic, settings, evidence, request.here, request.only)
     document = plan.to_dict()
-    run_id = None
-    if store_path is not None and save:
-        run_id = _store_document(store_path, model, settings.to_dict(), document, environment)
-    report = request.report_path
-    if report is None and run_id is not None:
-        report = store_path.parent / "reports" / f"plan-{run_id}.html"  # type: ignore[union-attr]
-        try:
-            report.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BadInputError(f"cannot create {report.parent}: {exc.strerror}") from exc
-    if report is not None:
-        write_report(render_plan_report(document, title=f"accelscope plan: {model}"), report)
-    return PlanOutcome(document, run_id, store_path if run_id else None, report)
+    run = _store_document(
+        store_path if save else None,
+        model,
+        settings.to_dict(),
+        document,
+        environment,
+        command_line,
+    )
+    html = render_plan_report(document, title=f"accelscope plan: {model}")
+    report = run.write_report(html, request.report_path)
+    return PlanOutcome(document, run.run_id, run.stored_path, report)
 
 
 def plan_memory(
@@ -284,15 +277,15 @@ def plan_memory(
     *,
     store_path: Path | None = None,
     environment: Environment | None = None,
+    command_line: str | None = None,
 ) -> PlanOutcome:
     """Memory to serve an LLM config at a context and batch; GPU fit and max concurrency."""
     if request.batch <= 0:
         raise BadInputError(f"--batch must be positive, got {request.batch}")
-    config = load_config(request.config)
+    config = load_model_config(request.config)
     shape = shape_from_config(config, str(request.config))
     catalog = load_catalog(request.catalog_files)
-    if store_path is not None:
-        check_store_path(store_path)
+    check_paths(store_path)
     estimate = estimate_memory(
         shape,
         context=request.context_tokens,
@@ -303,34 +296,35 @@ def plan_memory(
         origin=str(request.config),
     )
     document = estimate.to_dict()
-    run_id = None
-    if store_path is not None:
-        name = str(config.get("_name_or_path") or request.config)
-        run_id = _store_document(store_path, name, {"mode": "memory"}, document, environment)
-    return PlanOutcome(document, run_id, store_path if run_id else None)
+    name = str(config.get("_name_or_path") or request.config)
+    settings = {"mode": "memory"}
+    run = _store_document(store_path, name, settings, document, environment, command_line)
+    return PlanOutcome(document, run.run_id, run.stored_path)
 
 
 def plan_api(
-    request: ApiRequest, *, store_path: Path | None = None, environment: Environment | None = None
+    request: ApiRequest,
+    *,
+    store_path: Path | None = None,
+    environment: Environment | None = None,
+    command_line: str | None = None,
 ) -> PlanOutcome:
     """API bill vs renting ``request.instance`` at the measured throughput; break-even."""
     catalog = load_catalog(request.catalog_files)
     instance = catalog.get(request.instance)
-    if store_path is not None:
-        check_store_path(store_path)
+    check_paths(store_path)
     comparison = compare_api(
         tokens_per_month=request.tokens_per_month,
         output_share=request.output_share,
         input_price=request.input_price,
         output_price=request.output_price,
         instance=instance.type,
-        price_per_hour=instance.price_per_hour,
+        price_per_hour=instance.price_usd_per_hour,
         throughput_tokens_per_s=request.throughput_tokens_per_s,
         throughput_basis="given (--throughput), measured by you",
         headroom=request.headroom,
     )
     document = comparison.to_dict()
-    run_id = None
-    if store_path is not None:
-        run_id = _store_document(store_path, instance.type, {"mode": "api"}, document, environment)
-    return PlanOutcome(document, run_id, store_path if run_id else None)
+    settings = {"mode": "api"}
+    run = _store_document(store_path, instance.type, settings, document, environment, command_line)
+    return PlanOutcome(document, run.run_id, run.stored_path)

@@ -13,10 +13,9 @@ from typing import Any
 
 import jinja2
 
-from accelscope.commands.bench.html import script_safe_json
-from accelscope.report.page import plot_label, plotly_js, template
-from accelscope.roofline.analysis import RooflineProfile
-from accelscope.units import format_bytes
+from accelscope.report.format import format_bytes
+from accelscope.report.page import plot_label, plotly_js, script_safe_json, template
+from accelscope.roofline.analysis import RooflineAnalysis
 
 __all__ = ["render_roofline_report", "roofline_figure"]
 
@@ -37,7 +36,7 @@ def _roof(
     return xs, [min(peak, x * bandwidth) for x in xs]
 
 
-def roofline_figure(profile: RooflineProfile) -> dict[str, Any]:
+def roofline_figure(profile: RooflineAnalysis) -> dict[str, Any]:
     """The plotly figure (a dict): one memory+compute roof and one point trace per dtype."""
     points = [
         op for op in profile.operators if op.flops > 0 and op.bytes > 0 and op.measured_time_s > 0
@@ -112,7 +111,7 @@ def _template() -> jinja2.Template:
     return template("accelscope.commands.roofline", "roofline.html.j2", {})
 
 
-def render_roofline_report(profile: RooflineProfile) -> str:
+def render_roofline_report(profile: RooflineAnalysis) -> str:
     """One offline HTML document for a roofline profile."""
     ordered = sorted(profile.operators, key=lambda op: -op.measured_time_s)
     not_plotted = [op.name for op in profile.operators if not (op.flops > 0 and op.bytes > 0)]

@@ -6,24 +6,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from accelscope.roofline.analysis import RooflineProfile
+from accelscope.report.format import format_bytes, ms, si_rate
+from accelscope.roofline.analysis import RooflineAnalysis
 from accelscope.roofline.ceilings import DTYPES, Ceilings
-from accelscope.units import format_bytes
 
 __all__ = ["ceilings_view", "roofline_view"]
-
-
-def _rate(value: float | None, unit: str = "FLOP/s") -> str:
-    if value is None:
-        return "—"
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:,.2f} {prefix}{unit}"
-    return f"{value:,.1f} {unit}"
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:,.3f}"
 
 
 def ceilings_view(found: Ceilings) -> Group:
@@ -45,10 +32,10 @@ def ceilings_view(found: Ceilings) -> Group:
         )
         table.add_row(
             dtype,
-            _rate(found.matmul_flops_per_s.get(dtype), unit),
+            si_rate(found.matmul_flops_per_s.get(dtype), unit),
             Text(kernel),
-            _rate(found.naive_flops_per_s.get(dtype), unit),
-            _rate(found.theoretical.flops_per_s.get(dtype), unit),
+            si_rate(found.naive_flops_per_s.get(dtype), unit),
+            si_rate(found.theoretical.flops_per_s.get(dtype), unit),
             "—" if fraction is None else f"{fraction:.0%}",
         )
     detail = ", ".join(
@@ -64,7 +51,7 @@ def ceilings_view(found: Ceilings) -> Group:
     ]
     if found.by_threads:
         per = "; ".join(
-            f"{t} thread(s): " + ", ".join(f"{d} {_rate(r)}" for d, r in rates.items())
+            f"{t} thread(s): " + ", ".join(f"{d} {si_rate(r)}" for d, r in rates.items())
             for t, rates in sorted(found.by_threads.items())
         )
         lines.append(Text(f"by threads: {per}", style="dim"))
@@ -79,7 +66,7 @@ def ceilings_view(found: Ceilings) -> Group:
     return Group(*lines)
 
 
-def roofline_view(profile: RooflineProfile, limit: int = 25) -> Group:
+def roofline_view(profile: RooflineAnalysis, limit: int = 25) -> Group:
     """Operators by measured time (top ``limit``), then the model-level summary."""
     table = Table(
         title=f"roofline: {profile.model} {profile.backend} {profile.precision} "
@@ -116,10 +103,10 @@ def roofline_view(profile: RooflineProfile, limit: int = 25) -> Group:
             flops,
             f"{op.bytes / 1e6:,.1f}",
             "—" if ai is None else f"{ai:,.1f}",
-            _ms(op.measured_time_s),
-            _ms(op.floor_time_s),
-            _rate(op.achieved_flops_per_s),
-            _rate(op.attainable_flops_per_s),
+            ms(op.measured_time_s),
+            ms(op.floor_time_s),
+            si_rate(op.achieved_flops_per_s),
+            si_rate(op.attainable_flops_per_s),
             "—" if eff is None else f"{eff:.0%}",
             op.bound,
         )
@@ -138,14 +125,14 @@ def roofline_view(profile: RooflineProfile, limit: int = 25) -> Group:
             f"moved (lower bound) per batch"
         ),
         Text(
-            f"floor {_ms(profile.floor_time_s)} ms = Σ max(FLOPs/peak, bytes/bandwidth); measured "
-            f"{_ms(profile.measured_time_s)} ms (un-profiled median, ±"
+            f"floor {ms(profile.floor_time_s)} ms = Σ max(FLOPs/peak, bytes/bandwidth); measured "
+            f"{ms(profile.measured_time_s)} ms (un-profiled median, ±"
             f"{profile.measured_ci_rel:.1%}); measured/floor {profile.gap:,.1f}x"
         ),
         Text(
             f"MFU {profile.mfu:.1%} of the {profile.precision} peak "
-            f"{_rate(profile.model_peak_flops_per_s)}; profiled operator time "
-            f"{_ms(profile.profiled_time_s)} ms"
+            f"{si_rate(profile.model_peak_flops_per_s)}; profiled operator time "
+            f"{ms(profile.profiled_time_s)} ms"
         ),
         Text(f"most time lost vs floor: {lost}"),
     ]

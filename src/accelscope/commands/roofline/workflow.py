@@ -11,21 +11,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from accelscope.commands.bench.html import check_report_path, write_report
+from accelscope.commands._lifecycle import CommandRun, check_paths
 from accelscope.commands.roofline.html import render_roofline_report
 from accelscope.errors import BadInputError, NotAvailableError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.loading import load_model
-from accelscope.roofline.analysis import RooflineProfile
+from accelscope.roofline.analysis import RooflineAnalysis
 from accelscope.roofline.cache import cache_path, load_cached, save_cached
 from accelscope.roofline.ceilings import DTYPES, Ceilings
 from accelscope.roofline.measure_ceilings import CeilingsPlan, measure_ceilings
 from accelscope.roofline.model_profile import PROFILED_BACKENDS, profile_model
 from accelscope.spec import Device, Precision, TensorSpec
-from accelscope.store.sink import command_line
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
+from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
 __all__ = [
     "CeilingsOutcome",
@@ -92,7 +91,7 @@ class RooflineRequest:
 class RooflineOutcome:
     """The profile, where it was stored and written, and the ceilings used."""
 
-    profile: RooflineProfile
+    profile: RooflineAnalysis
     ceilings: CeilingsOutcome
     run_id: str | None
     store_path: Path | None
@@ -115,23 +114,28 @@ def _cache_dir(store_path: Path | None) -> Path:
 
 
 def _store_ceilings(
-    store_path: Path, found: Ceilings, env: Environment, request: CeilingsRequest
-) -> str:
-    with ResultStore(store_path) as store:
-        run_id = store.start_run(
-            "ceilings",
-            found.device_name,
-            command_line(),
-            env,
-            {
-                "device": request.device.value,
-                "budget_s": request.budget_s,
-                "dtypes": list(request.dtypes),
-            },
-        )
-        store.add_document(run_id, "ceilings", found.to_dict())
-        store.finish_run(run_id, "complete")
-    return run_id
+    store_path: Path,
+    found: Ceilings,
+    env: Environment,
+    request: CeilingsRequest,
+    command_line: str | None,
+) -> str | None:
+    settings = {
+        "device": request.device.value,
+        "budget_s": request.budget_s,
+        "dtypes": list(request.dtypes),
+    }
+    run = CommandRun(
+        "ceilings",
+        found.device_name,
+        env,
+        settings,
+        store_path=store_path,
+        command_line=command_line,
+    )
+    with run:
+        run.add_document("ceilings", found.model_dump(mode="json"))
+    return run.run_id
 
 
 def ceilings(
@@ -142,6 +146,7 @@ def ceilings(
     environment: Environment | None = None,
     events: Events | None = None,
     measure: Measure = measure_ceilings,
+    command_line: str | None = None,
 ) -> CeilingsOutcome:
     """The device's ceilings for ``request.dtypes``: from the fingerprint cache unless
     ``refresh``; the dtypes the cache lacks are measured and added to it; without a cache (or
@@ -151,8 +156,7 @@ def ceilings(
         raise BadInputError("the ceilings budget must be positive")
     env = environment or collect_environment()
     _check_device(request.device, env)
-    if store_path is not None:
-        check_store_path(store_path)
+    check_paths(store_path)
     threads = available_cores() if request.device is Device.CPU else 0
     path = cache_path(
         cache_dir or _cache_dir(store_path), env.fingerprint(), request.device.value, threads
@@ -170,7 +174,7 @@ def ceilings(
         found = measure(plan, env, events=events, extend=cached)
     save_cached(found, path)
     run_id = (
-        _store_ceilings(store_path, found, env, replace(request, dtypes=wanted))
+        _store_ceilings(store_path, found, env, replace(request, dtypes=wanted), command_line)
         if store_path is not None
         else None
     )
@@ -209,15 +213,13 @@ def roofline(
     environment: Environment | None = None,
     events: Events | None = None,
     measure: Measure = measure_ceilings,
-    profiler: Callable[..., RooflineProfile] = profile_model,
+    profiler: Callable[..., RooflineAnalysis] = profile_model,
+    command_line: str | None = None,
 ) -> RooflineOutcome:
     """Profile ``request.model`` against the device's ceilings; store and report it."""
     env = environment or collect_environment()
     threads = _validate(request, env)
-    if store_path is not None:
-        check_store_path(store_path)
-    if request.report_path is not None:
-        check_report_path(request.report_path)
+    check_paths(store_path, request.report_path)
     model = load_model(
         request.model,
         inputs=request.inputs,
@@ -236,6 +238,7 @@ def roofline(
         environment=env,
         events=events,
         measure=measure,
+        command_line=command_line,
     )
     profile = profiler(
         model,
@@ -250,26 +253,22 @@ def roofline(
         iterations=request.iterations,
         on_phase=events,
     )
-    run_id = None
-    if store_path is not None:
-        settings = {
-            "backend": request.backend,
-            "precision": request.precision.value,
-            "batch_size": request.batch_size,
-            "threads": threads,
-            "device": request.device.value,
-        }
-        with ResultStore(store_path) as store:
-            run_id = store.start_run("roofline", model.ref, command_line(), env, settings)
-            store.add_document(run_id, "roofline", profile.to_dict())
-            store.finish_run(run_id, "complete")
-    report_path = request.report_path
-    if report_path is None:
-        base = (store_path or DEFAULT_STORE_PATH).parent / "reports"
-        report_path = base / f"roofline-{run_id or 'unsaved'}.html"
-        try:
-            report_path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BadInputError(f"cannot create {report_path.parent}: {exc.strerror}") from None
-    write_report(render_roofline_report(profile), report_path)
-    return RooflineOutcome(profile, found, run_id, store_path if run_id else None, report_path)
+    settings = {
+        "backend": request.backend,
+        "precision": request.precision.value,
+        "batch_size": request.batch_size,
+        "threads": threads,
+        "device": request.device.value,
+    }
+    run = CommandRun(
+        "roofline",
+        model.ref,
+        env,
+        settings,
+        store_path=store_path,
+        command_line=command_line,
+    )
+    with run:
+        run.add_document("roofline", profile.document().model_dump(mode="json"))
+    report_path = run.write_report(render_roofline_report(profile), request.report_path)
+    return RooflineOutcome(profile, found, run.run_id, run.stored_path, report_path)

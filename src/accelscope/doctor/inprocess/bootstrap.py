@@ -18,12 +18,12 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
 
 from accelscope.doctor.inprocess.session import PROGRESS_FD_ENV, Session
+from accelscope.files import write_atomic
 
 __all__ = ["main"]
 _PR_SET_PDEATHSIG = 1
@@ -40,12 +40,7 @@ def _die_with_parent() -> None:
 
 
 def _write_atomic(path: Path, payload: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".doctor-", suffix=".json", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(payload))
 
 
 def _where(exc: BaseException, script: str) -> str:

@@ -19,6 +19,11 @@ mode), it feeds the :class:`~accelscope.doctor.inprocess.recorder.Recorder`:
 Only the thread that installed the instrumentation is recorded (DataLoader pin-memory threads
 and user threads pass straight through), and forked children (DataLoader workers) record
 nothing.
+
+Time: the leaf wrappers stamp their calls with the recorder's own clock
+(:attr:`Recorder.clock_ns <accelscope.doctor.inprocess.recorder.Recorder>`, integer ns) and hand
+the stamps straight back to :meth:`Recorder.leaf`; they never interpret them. The recorder keeps
+integer ticks for exact exclusive-time arithmetic and reports seconds (see its module doc).
 """
 
 from __future__ import annotations
@@ -331,6 +336,7 @@ class Instrumentation:
         self, owner: Any, name: str, method: bool = True, device_only: bool = False
     ) -> None:
         original = getattr(owner, name)
+        # the recorder's integer-ns ticks, only passed back to rec.leaf (see the module doc)
         ours, rec, clock = self._ours, self.rec, self.rec.clock_ns
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -5,6 +5,12 @@ A ``TorchDispatchMode`` sees every operator below autograd (forward, backward an
 It slows the step it watches, so it runs over the last warm-up step only and its times are
 used as *shares*, never as step times. On CUDA the host-side op times are launch times, so the
 dtype evidence falls back to FLOP counts there.
+
+Units: :meth:`OpCensus.summary` and :func:`measure_op_overhead_s` return seconds. The census
+alone accumulates integer nanoseconds (``time.perf_counter_ns``) while it runs: it sums every
+ATen call of a step, often hundreds of thousands of sub-microsecond spans, and integer ticks add
+up exactly where float ``time.perf_counter()`` reads are each quantised to the spacing of the
+clock's float value. :meth:`OpCensus.summary` is where they become seconds.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ class OpCensus:
         self._mode: Any = None
         self.ops = 0
         self.forward_ops = 0
+        # integer-ns accumulators (see the module doc); summary() converts them to seconds
         self.op_time_ns = 0
         self.forward_op_time_ns = 0
         self.calls: dict[str, int] = defaultdict(int)
@@ -114,7 +121,7 @@ class OpCensus:
             self.done = True
 
     def record(self, func: Any, args: tuple[Any, ...], out: Any, ns: int, recorder: Any) -> None:
-        """Account one operator call."""
+        """Account one operator call that took ``ns`` integer nanoseconds."""
         import torch
 
         name = str(getattr(func, "overloadpacket", func))
@@ -141,7 +148,7 @@ class OpCensus:
             self.autocast[device] = str(torch.get_autocast_dtype(device)) if enabled else "off"
 
     def summary(self) -> dict[str, Any]:
-        """JSON-ready census (seconds, FLOPs)."""
+        """JSON-ready census (seconds, FLOPs): the integer-ns accumulators leave as seconds."""
         top = sorted(self.times_ns.items(), key=lambda kv: -kv[1])[:12]
         return {
             "ops": self.ops,
@@ -169,8 +176,8 @@ def measure_op_overhead_s(repeats: int = 400) -> float:
         torch.add(a, b)
     samples = []
     for _ in range(repeats):
-        start = time.perf_counter_ns()
+        start = time.perf_counter()
         torch.add(a, b)
-        samples.append(time.perf_counter_ns() - start)
+        samples.append(time.perf_counter() - start)
     samples.sort()
-    return samples[len(samples) // 2] / 1e9
+    return samples[len(samples) // 2]

@@ -2,10 +2,21 @@
 boundaries, and what to do when enough steps have been seen.
 
 The recorder is fed events by the instrumentation (DataLoader waits, forwards, backwards,
-optimizer steps, syncs, copies) and keeps, per step, the *exclusive* nanoseconds of each phase
+optimizer steps, syncs, copies) and keeps, per step, the *exclusive* time of each phase
 (a sync inside a forward counts as sync, not forward), so the phases of a step never add up to
 more than the step. It is written for a tiny per-event cost: integer clocks, lists, no
 allocation beyond one small list per open span.
+
+Units: everything this module hands out (:meth:`Recorder.steps_payload`,
+:meth:`Recorder.spans_payload`) is in seconds, like the rest of accelscope. Inside, and only
+inside, times are integer nanoseconds from ``time.perf_counter_ns``: a step is the sum of
+thousands of sub-microsecond spans (syncs, copies, nested forwards), each made exclusive by
+subtracting its children. Integer ticks keep that arithmetic exact (a phase can never come out
+negative or larger than its step from rounding), where float seconds read from
+``time.perf_counter()`` are quantised, on every read, to the float spacing at the clock's value
+(about 2 ns once the machine has been up for a few months). The ticks are opaque to callers:
+:mod:`.instrument` only reads :attr:`Recorder.clock_ns` to pass the same ticks back to
+:meth:`Recorder.leaf`.
 
 Step boundaries, in order of precedence:
 
@@ -80,7 +91,8 @@ class Recorder:
     Args:
         target_steps: Stop (call ``on_done``) once this many steps are committed; 0: never.
         warmup: Steps before the measured ones (traced steps and the probe are placed by it).
-        clock_ns: Monotonic clock in integer nanoseconds.
+        clock_ns: Monotonic clock in integer nanoseconds (the recorder's internal ticks; see
+            the module doc for why they are not float seconds).
         trace_steps: How many measured steps keep their individual spans for the trace.
         on_step: Called with the number of committed steps after each commit.
         on_done: Called once ``target_steps`` steps are committed.
@@ -278,6 +290,7 @@ class Recorder:
                 self.on_done()
 
     # -- output ------------------------------------------------------------------------------
+    # The module boundary: integer nanoseconds become float seconds here and nowhere else.
 
     def steps_payload(self) -> list[dict[str, Any]]:
         """Every committed step as JSON-ready dicts (seconds; warm-up steps included)."""
@@ -295,13 +308,14 @@ class Recorder:
         return out
 
     def spans_payload(self) -> list[dict[str, Any]]:
-        """The traced spans (µs since the first step's start), for the Chrome trace."""
+        """The traced spans (seconds since the first step's start), for the Chrome trace
+        (:mod:`accelscope.doctor.trace` converts to the trace format's µs)."""
         origin = self.steps[0][0] if self.steps else 0
         return [
             {
                 "name": "step" if phase < 0 else PHASES[phase],
-                "start_us": (start - origin) / 1e3,
-                "duration_us": (end - start) / 1e3,
+                "start_s": (start - origin) / 1e9,
+                "duration_s": (end - start) / 1e9,
                 "depth": depth,
             }
             for phase, start, end, depth in self.spans

@@ -71,12 +71,12 @@ class OverheadBound:
         evidence: dict[str, object] = {
             "ops_per_step": probe.ops,
             "forward_ops": probe.forward_ops,
-            "wall_per_op_us": per_op * 1e6,
+            "wall_per_op_s": per_op,
             "operator_share": share,
             "items_per_step": items,
         }
         if ctx.profile.op_overhead_s is not None:
-            evidence["trivial_op_cost_us"] = ctx.profile.op_overhead_s * 1e6
+            evidence["trivial_op_cost_s"] = ctx.profile.op_overhead_s
         if per_op >= limit or share < THRESHOLD:
             why = (
                 f"operators average {per_op * 1e6:.0f} us each"

@@ -1,0 +1,1 @@
+"""``accelscope env``: what this machine is and what it can do fast (measured)."""

@@ -1,0 +1,138 @@
+"""Terminal tables shared by several commands (rich renderables; the CLI prints them): the
+results table of ``measure``, ``bench`` and ``runs show``, and the runs list."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from accelscope.report.format import format_bytes, format_seconds, ms
+from accelscope.result import Result, Status
+from accelscope.store.sqlite import RunRecord
+
+__all__ = ["results_view", "runs_view"]
+
+
+def _accuracy_text(result: Result) -> str:
+    accuracy = result.accuracy
+    if accuracy is None:
+        return "—"
+    parts: list[str] = []
+    if accuracy.metric_value is not None:
+        parts.append(f"{accuracy.metric_name} {accuracy.metric_value:.2%}")
+        drop = accuracy.metric_drop
+        if drop:
+            parts.append(f"(Δ {-drop:+.2%})")
+    if accuracy.fidelity is not None:
+        parts.append(f"relL2 {accuracy.fidelity.rel_l2:.1e}")
+        if accuracy.fidelity.top1_agreement is not None:
+            parts.append(f"top1 agree {accuracy.fidelity.top1_agreement:.0%}")
+    return " ".join(parts) or "—"
+
+
+def _speedup_text(result: Result, baseline: Result | None) -> str:
+    if baseline is None or result.measurement is None or baseline.measurement is None:
+        return "—"
+    ratio = result.measurement.throughput_items_per_s / baseline.measurement.throughput_items_per_s
+    return f"{ratio:.2f}x"
+
+
+def results_view(
+    results: Sequence[Result],
+    title: str = "",
+    *,
+    baseline: Result | None = None,
+    best_key: str | None = None,
+    show_notes: bool = True,
+) -> RenderableType:
+    """The results table (one row per configuration), then notes: stop rule and warnings.
+
+    With a ``baseline`` a speedup column is added; the ``best_key`` row is marked with a star.
+    """
+    table = Table(title=title or None, title_justify="left", show_lines=False)
+    headers = [
+        "backend",
+        "prec",
+        "batch",
+        "thr",
+        "items/s",
+        "mean ms",
+        "p50 ms",
+        "p99 ms",
+        "min ms",
+        "accuracy",
+        "peak RSS",
+        "first call",
+        "status",
+    ]
+    if baseline is not None:
+        headers.insert(headers.index("status"), "speedup")
+    for header in headers:
+        numeric = header not in ("backend", "prec", "accuracy", "status")
+        table.add_column(header, justify="right" if numeric else "left", no_wrap=header != "status")
+    notes: list[RenderableType] = []
+    for result in results:
+        spec, m = result.spec, result.measurement
+        status = result.status.value + (f": {result.status_reason}" if result.status_reason else "")
+        style = {Status.OK: "", Status.SKIPPED: "dim"}.get(result.status, "red")
+        backend = spec.backend + "".join(f" {k}={v}" for k, v in spec.options)
+        if best_key is not None and spec.key == best_key:
+            backend, style = "★ " + backend, "bold green"
+        if m is None:
+            cells = ["—"] * 6
+        else:
+            s = m.summary
+            cells = [
+                f"{m.throughput_items_per_s:,.1f}",
+                ms(s.mean_s),
+                ms(s.p50_s),
+                ms(s.p99_s),
+                ms(s.min_s),
+                format_seconds(m.first_call_s),
+            ]
+        peak = format_bytes(result.memory.rss_peak_bytes) if result.memory else "—"
+        row = [
+            backend,
+            spec.precision.value,
+            str(spec.batch_size),
+            str(spec.threads),
+            *cells[:5],
+            _accuracy_text(result),
+            peak,
+            cells[5],
+        ]
+        if baseline is not None:
+            row.append(_speedup_text(result, baseline))
+        table.add_row(*row, Text(status, style=style))
+        if not show_notes:
+            continue
+        if m is not None:
+            note = f"{spec.label()}: {m.stop_explanation()}; median CI "
+            note += f"[{ms(m.summary.median_ci_low_s)}, {ms(m.summary.median_ci_high_s)}] ms"
+            notes.append(Text(note, style="dim"))
+        notes.extend(
+            Text(f"{spec.label()}: warning: {w}", style="yellow")
+            for w in result.warnings
+            if m is None or w != m.stop_explanation()
+        )
+    return Group(table, *notes)
+
+
+def runs_view(runs: Sequence[RunRecord]) -> RenderableType:
+    """The run listing, newest first."""
+    table = Table(title="runs", title_justify="left")
+    for header in ("id", "kind", "model", "results", "status", "started (UTC)"):
+        table.add_column(header, no_wrap=header != "model")
+    for run in runs:
+        table.add_row(
+            run.id,
+            run.kind,
+            run.model,
+            str(run.result_count),
+            run.status,
+            run.created_at[:19].replace("T", " "),
+        )
+    return table
