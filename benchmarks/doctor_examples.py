@@ -38,7 +38,10 @@ def main() -> None:
     env = collect_environment()
     for name in args.only or NAMES:
         plan = DoctorPlan(
-            EXAMPLES / f"{name}.py", warmup=args.warmup, steps=args.steps, what_if=args.what_if
+            script=EXAMPLES / f"{name}.py",
+            warmup=args.warmup,
+            steps=args.steps,
+            what_if=args.what_if,
         )
         launcher = Launcher(stdout=-3, env=child_env)  # -3: DEVNULL, the examples' prints
         result = run_doctor(

@@ -100,7 +100,7 @@ def one_run(
     if mode == "simulated":
         executor: ThreadedExecutor | SimulatedExecutor = SimulatedExecutor(recorded, SimClock())
     else:
-        sut = SleepingSUT(recorded, spin=mode == "spin", precise=not plain)
+        sut = SleepingSUT(service=recorded, spin=mode == "spin", precise=not plain)
         executor = ThreadedExecutor([sut])
     offsets = arrival_offsets_s(rate, min_queries=queries, min_duration_s=0.0, seed=seed)
     source = OpenSchedule(offsets, sample_indices(len(offsets), settings.pool_size, seed))

@@ -77,8 +77,16 @@ def make_result(environment: Environment, batch: int = 8, seed: float = 0.0) -> 
             stop_reason=StopReason.BUDGET,
             budget_s=10.0,
         ),
-        memory=MemoryPeak(123456789, 1000, "region", None, None),
-        threads=ThreadSettings(2, 2, 1, "2", 2),
+        memory=MemoryPeak(
+            rss_peak_bytes=123456789,
+            rss_start_bytes=1000,
+            rss_method="region",
+            cuda_allocated_peak_bytes=None,
+            cuda_reserved_peak_bytes=None,
+        ),
+        threads=ThreadSettings(
+            requested=2, intra_op=2, inter_op=1, omp_num_threads="2", available_cores=2
+        ),
         accuracy=Accuracy(
             fidelity=Fidelity(rel_l2=1e-3, max_abs=0.25, cosine=0.9999995, top1_agreement=1.0),
             metric_name="top1_accuracy",

@@ -47,7 +47,7 @@ def test_interrupt_keeps_finished_results(tmp_path: Path) -> None:
     request = MeasureRequest(
         model=f"{source}:make",
         batch_sizes=(1, 2),
-        inputs=(TensorSpec("x", ("N", 8)),),
+        inputs=(TensorSpec(name="x", shape=("N", 8)),),
         timer=TimerConfig(budget_s=0.2, warmup_min_s=0.0, max_samples=20),
         threads=1,
     )

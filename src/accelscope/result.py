@@ -41,7 +41,7 @@ class Status(StrEnum):
     SKIPPED = "skipped"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Accuracy:
     """Accuracy of a configuration: fidelity to the reference and, with eval data, a metric.
 
@@ -85,7 +85,7 @@ class Accuracy:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Result:
     """Everything known about one measured (or failed) configuration."""
 

@@ -109,7 +109,7 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TensorSpec:
     """One model input: name, shape (``"N"`` marks the batch dimension), dtype, value range.
 
@@ -194,7 +194,7 @@ def parse_tensor_spec(text: str) -> TensorSpec:
     return TensorSpec(name=name, shape=tuple(dims), dtype=dtype, low=low, high=high)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunSpec:
     """Identity of one measured configuration; hashable and used as the resume key.
 

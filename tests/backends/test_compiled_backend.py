@@ -42,7 +42,14 @@ BATCH = 32
 
 
 def _spec(precision: Precision, backend: str = "compile", **options: str) -> RunSpec:
-    return RunSpec("digits-cnn", backend, precision, BATCH, 2, options=tuple(options.items()))
+    return RunSpec(
+        model="digits-cnn",
+        backend=backend,
+        precision=precision,
+        batch_size=BATCH,
+        threads=2,
+        options=tuple(options.items()),
+    )
 
 
 def _chunks(model: LoadedModel) -> list[Batch]:
@@ -165,11 +172,11 @@ def test_wrong_input_spec_is_bad_input(precision: Precision) -> None:
     model = LoadedModel(
         ref="linear",
         format=ModelFormat.TORCH,
-        inputs=(TensorSpec("x", ("N", 7)),),
+        inputs=(TensorSpec(name="x", shape=("N", 7)),),
         digest="x",
         module=torch.nn.Linear(10, 2),
     )
-    spec = RunSpec("linear", "compile", precision, 2, 1)
+    spec = RunSpec(model="linear", backend="compile", precision=precision, batch_size=2, threads=1)
     with pytest.raises(BadInputError, match="failed on its first call"):
         CompileBackend().prepare(model, spec, [{"x": torch.randn(2, 7)}])
 
@@ -179,11 +186,13 @@ def test_int8_with_nothing_to_quantize_is_refused() -> None:
     model = LoadedModel(
         ref="relu",
         format=ModelFormat.TORCH,
-        inputs=(TensorSpec("x", ("N", 7)),),
+        inputs=(TensorSpec(name="x", shape=("N", 7)),),
         digest="x",
         module=torch.nn.ReLU(),
     )
-    spec = RunSpec("relu", "compile", Precision.INT8, 2, 1)
+    spec = RunSpec(
+        model="relu", backend="compile", precision=Precision.INT8, batch_size=2, threads=1
+    )
     with pytest.raises(MeasurementError, match="no convolution or linear layer"):
         CompileBackend().prepare(model, spec, [{"x": torch.randn(2, 7)}])
 

@@ -64,7 +64,7 @@ def tiny_model(seed: int = 0) -> LoadedModel:
     return LoadedModel(
         ref="tiny-cnn",
         format=ModelFormat.TORCH,
-        inputs=(TensorSpec("x", ("N", 3, 16, 16), "float32"),),
+        inputs=(TensorSpec(name="x", shape=("N", 3, 16, 16), dtype="float32"),),
         digest="test:tiny-cnn",
         task=Task.CLASSIFICATION,
         module=module,
@@ -88,7 +88,14 @@ def digits() -> LoadedModel:
 def spec_for(
     backend: str, precision: Precision, batch: int, *options: tuple[str, str], model: str = "m"
 ) -> RunSpec:
-    return RunSpec(model, backend, precision, batch, threads=2, options=tuple(options))
+    return RunSpec(
+        model=model,
+        backend=backend,
+        precision=precision,
+        batch_size=batch,
+        threads=2,
+        options=tuple(options),
+    )
 
 
 def outputs_of(backend: Backend, model: LoadedModel, spec: RunSpec, batch: Batch, **kw: Any) -> Any:

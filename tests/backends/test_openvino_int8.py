@@ -75,7 +75,7 @@ def tiny_encoder() -> LoadedModel:
     return LoadedModel(
         ref="tiny-encoder",
         format=ModelFormat.TORCH,
-        inputs=(TensorSpec("x", ("N", 8, 16), "float32"),),
+        inputs=(TensorSpec(name="x", shape=("N", 8, 16), dtype="float32"),),
         digest="test:tiny-encoder",
         task=Task.ENCODER,
         module=module,
@@ -83,7 +83,14 @@ def tiny_encoder() -> LoadedModel:
 
 
 def spec_for(precision: Precision, batch: int, *options: tuple[str, str]) -> RunSpec:
-    return RunSpec("m", "openvino", precision, batch, threads=2, options=tuple(options))
+    return RunSpec(
+        model="m",
+        backend="openvino",
+        precision=precision,
+        batch_size=batch,
+        threads=2,
+        options=tuple(options),
+    )
 
 
 def held_out(model: LoadedModel, spec: RunSpec, calibration: list[Batch]) -> list[torch.Tensor]:

@@ -217,12 +217,16 @@ def make_last(path: Path, env: Environment) -> None:
     )
     _add_document(db, bench_id, "confirmation", 33, confirmation.to_dict())
 
-    spec = RunSpec("resnet50", "eager", Precision.FP32, 8, 1)
+    spec = RunSpec(
+        model="resnet50", backend="eager", precision=Precision.FP32, batch_size=8, threads=1
+    )
     settings = TrialSettings(min_queries=64, min_duration_s=0.2, seed=1, query_timeout_s=1.0)
     executor = SimulatedExecutor(BatchLinearService(0.004, 0.001), SimClock())
     policy = BatchPolicy(8, 0.005)
     trials = [run_server(executor, rate, policy, settings, 0.05) for rate in (80.0, 300.0)]
-    search = CapacitySearch((PolicyCapacity(policy, 80.0, 400.0, tuple(trials)),))
+    search = CapacitySearch(
+        (PolicyCapacity(policy=policy, capacity_qps=80.0, ceiling_qps=400.0, trials=tuple(trials)),)
+    )
     _run(
         db,
         {

@@ -37,7 +37,7 @@ def _doctor(
     (the measured step times stay this machine's)."""
     env = collect_environment() if cpu is None else fake_environment(cpu)
     launcher = Launcher(env=ENV, stall_s=stall_s, timeout_s=120, telemetry_interval_s=0.1)
-    plan = DoctorPlan(script, warmup=warmup, steps=steps, what_if=what_if)
+    plan = DoctorPlan(script=script, warmup=warmup, steps=steps, what_if=what_if)
     return run_doctor(
         plan,
         launcher,
@@ -126,35 +126,86 @@ def test_script_that_never_reaches_a_step(
 def _profile(steps: int, warmup: int, status: str = "stopped") -> Profile:
     from test_doctor_rules import _step
 
-    return Profile(status, "optimizer", warmup, warmup + 10, tuple([_step(0.01)] * steps))
+    return Profile(
+        status=status,
+        mode="optimizer",
+        warmup=warmup,
+        target_steps=warmup + 10,
+        steps=tuple([_step(0.01)] * steps),
+    )
 
 
 @pytest.mark.parametrize(
     ("run", "expected"),
     [
         (
-            ChildRun(_profile(5, 2), None, "stall", -9, 5, 70.0),
+            ChildRun(
+                profile=_profile(5, 2),
+                telemetry=None,
+                ended_by="stall",
+                returncode=-9,
+                steps_seen=5,
+                wall_s=70.0,
+            ),
             "the script stopped making progress: no step for 60 s after 5 steps (hung?)",
         ),
         (
-            ChildRun(_profile(5, 2), None, "timeout", -9, 5, 300.0),
+            ChildRun(
+                profile=_profile(5, 2),
+                telemetry=None,
+                ended_by="timeout",
+                returncode=-9,
+                steps_seen=5,
+                wall_s=300.0,
+            ),
             "the run hit --timeout 300 s after 5 steps; lower --steps or raise --timeout",
         ),
         (
-            ChildRun(None, None, "exit", -9, 3, 5.0),
+            ChildRun(
+                profile=None,
+                telemetry=None,
+                ended_by="exit",
+                returncode=-9,
+                steps_seen=3,
+                wall_s=5.0,
+            ),
             "the instrumented process was killed by signal 9 after 3 steps without writing results",
         ),
         (
-            ChildRun(_profile(0, 2, "ended"), None, "exit", 0, 0, 5.0),
+            ChildRun(
+                profile=_profile(0, 2, "ended"),
+                telemetry=None,
+                ended_by="exit",
+                returncode=0,
+                steps_seen=0,
+                wall_s=5.0,
+            ),
             "the script finished without a single step: no optimizer.step(), model forward or "
             "DataLoader batch was seen",
         ),
         (
-            ChildRun(_profile(2, 2, "ended"), None, "exit", 0, 2, 5.0),
+            ChildRun(
+                profile=_profile(2, 2, "ended"),
+                telemetry=None,
+                ended_by="exit",
+                returncode=0,
+                steps_seen=2,
+                wall_s=5.0,
+            ),
             "the script finished after 2 steps, all inside the warm-up (--warmup 2); lower "
             "--warmup or let the script run longer",
         ),
-        (ChildRun(_profile(5, 2, "ended"), None, "exit", 0, 5, 5.0), None),
+        (
+            ChildRun(
+                profile=_profile(5, 2, "ended"),
+                telemetry=None,
+                ended_by="exit",
+                returncode=0,
+                steps_seen=5,
+                wall_s=5.0,
+            ),
+            None,
+        ),
     ],
 )
 def test_failure_messages(run: ChildRun, expected: str | None) -> None:
@@ -179,7 +230,7 @@ class _CtrlCOnThirdRun(Launcher):
 def test_ctrl_c_during_what_ifs_keeps_the_diagnosis_and_what_was_measured() -> None:
     env = collect_environment()
     plan = DoctorPlan(
-        EXAMPLES / "batch1_inference.py", warmup=2, steps=8, what_if="batch=4,compile"
+        script=EXAMPLES / "batch1_inference.py", warmup=2, steps=8, what_if="batch=4,compile"
     )
     result = run_doctor(
         plan,

@@ -16,17 +16,17 @@ from accelscope.hardware.fastpaths import cpu_support
 from accelscope.hardware.telemetry import Telemetry, TelemetrySample
 
 SPR = CpuInfo(
-    "Xeon",
-    "GenuineIntel",
-    "x86_64",
-    2,
-    1,
-    2,
-    1,
-    None,
-    None,
-    None,
-    ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "fma"),
+    model_name="Xeon",
+    vendor="GenuineIntel",
+    arch="x86_64",
+    logical_cores=2,
+    physical_cores=1,
+    usable_cores=2,
+    sockets=1,
+    max_freq_mhz=None,
+    l2_cache_bytes=None,
+    l3_cache_bytes=None,
+    isa=("amx_bf16", "avx512_bf16", "avx512f", "avx2", "fma"),
 )
 OLD = replace(SPR, isa=("avx2", "fma"))
 
@@ -40,27 +40,49 @@ def _step(duration_s: float, items: int = 16, **phases: float) -> Step:
         "forwards": 1,
         "items": items,
     }
-    return Step(0.0, duration_s, {p: phases.get(p, 0.0) for p in PHASES}, counts)
+    return Step(
+        start_s=0.0,
+        duration_s=duration_s,
+        phases_s={p: phases.get(p, 0.0) for p in PHASES},
+        counts=counts,
+    )
 
 
 def _facts(workers: int = 0, threads: int = 1) -> RunFacts:
-    loader = LoaderFacts(workers, False, 16, False, None, "Images", 1000, False)
+    loader = LoaderFacts(
+        num_workers=workers,
+        pin_memory=False,
+        batch_size=16,
+        persistent_workers=False,
+        prefetch_factor=None,
+        dataset="Images",
+        dataset_len=1000,
+        iterable=False,
+    )
     return RunFacts(
-        "2.x", threads, 1, (loader,), {"parameter_dtypes": {"float32": 10}}, None, False, True, True
+        torch="2.x",
+        torch_threads=threads,
+        interop_threads=1,
+        loaders=(loader,),
+        main_model={"parameter_dtypes": {"float32": 10}},
+        autocast=None,
+        cuda_initialized=False,
+        optimizer_seen=True,
+        backward_seen=True,
     )
 
 
 def _probe(ops: int, op_time_s: float, fp32_s: float) -> OpSummary:
     return OpSummary(
-        ops,
-        ops // 3,
-        op_time_s,
-        4,
-        {"float32": fp32_s},
-        {"float32": 1e9},
-        ("cpu",),
-        {"cpu": "off"},
-        (),
+        ops=ops,
+        forward_ops=ops // 3,
+        op_time_s=op_time_s,
+        matmul_calls=4,
+        matmul_time_s={"float32": fp32_s},
+        matmul_flops={"float32": 1e9},
+        devices=("cpu",),
+        autocast={"cpu": "off"},
+        top_ops=(),
     )
 
 
@@ -73,16 +95,23 @@ def _ctx(
     op_overhead_s: float = 1e-6,
 ) -> RuleContext:
     profile = Profile(
-        "done",
-        "optimizer",
-        0,
-        len(steps),
-        tuple(steps),
+        status="done",
+        mode="optimizer",
+        warmup=0,
+        target_steps=len(steps),
+        steps=tuple(steps),
         probe=probe,
         op_overhead_s=op_overhead_s,
         facts=facts or _facts(),
     )
-    return RuleContext(profile, breakdown(steps), telemetry, cpu_support(cpu), 2, 24 * 2**30)
+    return RuleContext(
+        profile=profile,
+        breakdown=breakdown(steps),
+        telemetry=telemetry,
+        support=cpu_support(cpu),
+        cores=2,
+        memory_bytes=24 * 2**30,
+    )
 
 
 def _fired(ctx: RuleContext) -> list[str]:
@@ -148,7 +177,17 @@ def test_missing_mixed_precision_needs_a_fast_path() -> None:
 
 def test_oversubscription_and_memory_pressure_from_telemetry() -> None:
     steps = [_step(0.010, forward=0.008)] * 5
-    sample = TelemetrySample(0.1, (100.0, 100.0), 0.0, 5, 23 * 2**30, 1.0, 3, 2**28, 2**30)
+    sample = TelemetrySample(
+        t_s=0.1,
+        cpu_percent=(100.0, 100.0),
+        iowait_percent=0.0,
+        procs_running=5,
+        process_rss_bytes=23 * 2**30,
+        process_cpu_cores=1.0,
+        processes=3,
+        available_bytes=2**28,
+        swap_used_bytes=2**30,
+    )
     swapped = replace(sample, swap_used_bytes=2**31)
     telemetry = Telemetry(0.1, (sample, swapped), "n/a", "n/a")
     fired = _fired(

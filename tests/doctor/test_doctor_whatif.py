@@ -44,7 +44,13 @@ def test_speedup_bounds_and_recommendation() -> None:
 
     def ok(name: str, s: float, low: float, caveat: str = "") -> WhatIfResult:
         return WhatIfResult(
-            name, name, "ok", speedup=s, speedup_low=low, speedup_high=s * 1.1, caveat=caveat
+            name=name,
+            label=name,
+            status="ok",
+            speedup=s,
+            speedup_low=low,
+            speedup_high=s * 1.1,
+            caveat=caveat,
         )
 
     best, text = recommend(

@@ -223,7 +223,19 @@ def test_read_cpu_info_with_nothing_readable_is_unknown_not_an_error(
 
 
 def test_cpuinfo_dict_round_trip() -> None:
-    info = CpuInfo("m", "Intel", "x86_64", 8, 4, 2, 1, 3500.5, 1 << 21, None, ("avx2", "fma"))
+    info = CpuInfo(
+        model_name="m",
+        vendor="Intel",
+        arch="x86_64",
+        logical_cores=8,
+        physical_cores=4,
+        usable_cores=2,
+        sockets=1,
+        max_freq_mhz=3500.5,
+        l2_cache_bytes=1 << 21,
+        l3_cache_bytes=None,
+        isa=("avx2", "fma"),
+    )
     assert CpuInfo.from_dict(info.to_dict()) == info
     assert info.to_dict()["isa"] == ["avx2", "fma"]
 

@@ -30,19 +30,27 @@ from accelscope.spec import Device, Precision
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-H200 = GpuInfo(0, "NVIDIA H200", 150_754_820_096, "9.0", "570.86.15", "12.8", "GPU-1234")
+H200 = GpuInfo(
+    index=0,
+    name="NVIDIA H200",
+    memory_bytes=150_754_820_096,
+    compute_capability="9.0",
+    driver_version="570.86.15",
+    cuda_runtime="12.8",
+    uuid="GPU-1234",
+)
 CPU = CpuInfo(
-    "Intel(R) Xeon(R) Platinum 8480+",
-    "Intel",
-    "x86_64",
-    224,
-    112,
-    224,
-    2,
-    3800.0,
-    2 << 20,
-    105 << 20,
-    ("amx_bf16", "amx_int8", "amx_tile", "avx2", "avx512f", "fma"),
+    model_name="Intel(R) Xeon(R) Platinum 8480+",
+    vendor="Intel",
+    arch="x86_64",
+    logical_cores=224,
+    physical_cores=112,
+    usable_cores=224,
+    sockets=2,
+    max_freq_mhz=3800.0,
+    l2_cache_bytes=2 << 20,
+    l3_cache_bytes=105 << 20,
+    isa=("amx_bf16", "amx_int8", "amx_tile", "avx2", "avx512f", "fma"),
 )
 ENV = Environment(
     hostname="node-17",

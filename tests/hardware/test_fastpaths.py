@@ -10,11 +10,23 @@ from accelscope.spec import Device, Precision
 
 
 def make_cpu(*isa: str, arch: str = "x86_64") -> CpuInfo:
-    return CpuInfo("test cpu", "Intel", arch, 8, 4, 8, 1, None, None, None, tuple(sorted(isa)))
+    return CpuInfo(
+        model_name="test cpu",
+        vendor="Intel",
+        arch=arch,
+        logical_cores=8,
+        physical_cores=4,
+        usable_cores=8,
+        sockets=1,
+        max_freq_mhz=None,
+        l2_cache_bytes=None,
+        l3_cache_bytes=None,
+        isa=tuple(sorted(isa)),
+    )
 
 
 def make_gpu(cc: str, name: str = "GPU", index: int = 0) -> GpuInfo:
-    return GpuInfo(index, name, 80 << 30, cc)
+    return GpuInfo(index=index, name=name, memory_bytes=80 << 30, compute_capability=cc)
 
 
 SPR = make_cpu(

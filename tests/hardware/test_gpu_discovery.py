@@ -186,7 +186,15 @@ def test_driver_version_none_without_nvml_or_smi(monkeypatch: pytest.MonkeyPatch
 
 
 def test_gpuinfo_round_trip_and_unknown_capability() -> None:
-    info = GpuInfo(0, "NVIDIA H200", H200_BYTES, "9.0", None, "12.8", "GPU-abc")
+    info = GpuInfo(
+        index=0,
+        name="NVIDIA H200",
+        memory_bytes=H200_BYTES,
+        compute_capability="9.0",
+        driver_version=None,
+        cuda_runtime="12.8",
+        uuid="GPU-abc",
+    )
     assert GpuInfo.from_dict(info.to_dict()) == info
-    odd = GpuInfo(1, "mystery", 1, "gfx942")
+    odd = GpuInfo(index=1, name="mystery", memory_bytes=1, compute_capability="gfx942")
     assert odd.cc_tuple is None and odd.sm == "sm_?"

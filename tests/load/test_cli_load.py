@@ -173,7 +173,7 @@ def test_from_run_serves_the_bench_selection(
     tiny: str, tmp_path: Path, environment: Environment, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = tmp_path / "r.db"
-    spec = RunSpec(tiny, "eager", Precision.FP32, batch_size=2, threads=1)
+    spec = RunSpec(model=tiny, backend="eager", precision=Precision.FP32, batch_size=2, threads=1)
     result = dataclasses.replace(make_result(environment, batch=2), spec=spec, accuracy=None)
     with ResultStore(store) as opened:
         run_id = opened.start_run("bench", tiny, "accelscope bench", environment, {})

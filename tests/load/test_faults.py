@@ -34,7 +34,7 @@ def suts() -> Iterator[list[SleepingSUT]]:
 
 
 def test_raising_queries_are_errors_and_the_run_completes(suts: list[SleepingSUT]) -> None:
-    sut = SleepingSUT(FixedService(0.001), fail_queries=frozenset({3, 17, 40}))
+    sut = SleepingSUT(service=FixedService(0.001), fail_queries=frozenset({3, 17, 40}))
     suts.append(sut)
     executor = ThreadedExecutor([sut])
     try:
@@ -53,7 +53,7 @@ def test_raising_queries_are_errors_and_the_run_completes(suts: list[SleepingSUT
 
 
 def test_a_batch_error_fails_every_query_in_it(suts: list[SleepingSUT]) -> None:
-    sut = SleepingSUT(FixedService(0.02), fail_queries=frozenset({10}))
+    sut = SleepingSUT(service=FixedService(0.02), fail_queries=frozenset({10}))
     suts.append(sut)
     executor = ThreadedExecutor([sut])
     try:
@@ -67,7 +67,7 @@ def test_a_batch_error_fails_every_query_in_it(suts: list[SleepingSUT]) -> None:
 def test_a_stalled_instance_cannot_hang_the_run(suts: list[SleepingSUT]) -> None:
     """One instance blocks forever on query 20: its query times out, the run stops once the
     only instance has been stuck past the stall limit, and everything is accounted for."""
-    sut = SleepingSUT(FixedService(0.001), stall_queries=frozenset({20}), stall_s=30.0)
+    sut = SleepingSUT(service=FixedService(0.001), stall_queries=frozenset({20}), stall_s=30.0)
     suts.append(sut)
     executor = ThreadedExecutor([sut], join_timeout_s=0.05)
     began = time.perf_counter()
@@ -86,7 +86,7 @@ def test_a_stalled_instance_cannot_hang_the_run(suts: list[SleepingSUT]) -> None
 
 
 def test_a_stall_that_recovers_only_times_out_the_late_queries(suts: list[SleepingSUT]) -> None:
-    sut = SleepingSUT(FixedService(0.001), stall_queries=frozenset({15}), stall_s=0.4)
+    sut = SleepingSUT(service=FixedService(0.001), stall_queries=frozenset({15}), stall_s=0.4)
     suts.append(sut)
     settings = TrialSettings(**{**FAST.to_dict(), "stall_limit_s": 5.0})
     executor = ThreadedExecutor([sut])
@@ -103,7 +103,7 @@ def test_two_instances_keep_serving_around_a_stalled_one(suts: list[SleepingSUT]
     # whichever instance query 5 lands on stalls (which one is free at its arrival depends on
     # timing: on a loaded machine an earlier query can still be running on the first one)
     first, second = (
-        SleepingSUT(FixedService(0.001), stall_queries=frozenset({5}), stall_s=30.0)
+        SleepingSUT(service=FixedService(0.001), stall_queries=frozenset({5}), stall_s=30.0)
         for _ in range(2)
     )
     suts.extend([first, second])
@@ -119,7 +119,7 @@ def test_two_instances_keep_serving_around_a_stalled_one(suts: list[SleepingSUT]
 
 
 def test_single_stream_with_a_stall_stops(suts: list[SleepingSUT]) -> None:
-    sut = SleepingSUT(FixedService(0.001), stall_queries=frozenset({10}), stall_s=30.0)
+    sut = SleepingSUT(service=FixedService(0.001), stall_queries=frozenset({10}), stall_s=30.0)
     suts.append(sut)
     executor = ThreadedExecutor([sut], join_timeout_s=0.05)
     try:

@@ -52,9 +52,18 @@ SETTINGS = TrialSettings(min_queries=600, min_duration_s=1.0, seed=1, query_time
 
 
 def _floor(p50_s: float = 60e-6, p99_s: float = 210e-6) -> HarnessFloor:
-    latency = Distribution(400, 70e-6, p50_s, 100e-6, p99_s, 400e-6)
+    latency = Distribution(
+        count=400, mean_s=70e-6, p50_s=p50_s, p90_s=100e-6, p99_s=p99_s, max_s=400e-6
+    )
     return HarnessFloor(
-        400, 500.0, 1, latency, Distribution(400, 10e-6, 5e-6, 20e-6, 50e-6, 90e-6), 0.8
+        queries=400,
+        rate_per_s=500.0,
+        instances=1,
+        latency=latency,
+        lag=Distribution(
+            count=400, mean_s=10e-6, p50_s=5e-6, p90_s=20e-6, p99_s=50e-6, max_s=90e-6
+        ),
+        duration_s=0.8,
     )
 
 
@@ -99,7 +108,7 @@ def test_a_note_when_the_service_time_is_near_the_floor() -> None:
 def _documents(environment: Environment, floor: HarnessFloor | None) -> dict[str, Any]:
     executor = SimulatedExecutor(FixedService(0.004), SimClock())
     trials = [run_server(executor, rate, NO_BATCHING, SETTINGS, 0.05) for rate in (50.0, 150.0)]
-    spec = RunSpec("m", "eager", Precision.FP32, 1, 1)
+    spec = RunSpec(model="m", backend="eager", precision=Precision.FP32, batch_size=1, threads=1)
     capacity = capacity_document("m", spec, 0.05, environment, trials, None, floor)
     return {"trials": [t.to_dict() for t in trials], "capacity": capacity}
 
@@ -110,7 +119,9 @@ def test_stored_documents_carry_the_floor_and_old_ones_still_render(
     new = _documents(environment, _floor())
     assert new["capacity"]["harness_floor"] == _floor().to_dict()
     summary = summary_document(
-        Scenario.SERVER, RunSpec("m", "eager", Precision.FP32, 1, 1), _floor()
+        Scenario.SERVER,
+        RunSpec(model="m", backend="eager", precision=Precision.FP32, batch_size=1, threads=1),
+        _floor(),
     )
     assert summary["harness_floor"]["latency"]["p50_s"] == 60e-6
     old = _documents(environment, None)

@@ -45,8 +45,19 @@ def _trials() -> list[Any]:
 def page(environment: Environment) -> tuple[str, dict[str, Any]]:
     env = environment
     trials = _trials()
-    spec = RunSpec(HOSTILE, "eager", Precision.FP32, 8, 1)
-    search = CapacitySearch((PolicyCapacity(BatchPolicy(8, 0.005), 150.0, 400.0, tuple(trials)),))
+    spec = RunSpec(
+        model=HOSTILE, backend="eager", precision=Precision.FP32, batch_size=8, threads=1
+    )
+    search = CapacitySearch(
+        (
+            PolicyCapacity(
+                policy=BatchPolicy(8, 0.005),
+                capacity_qps=150.0,
+                ceiling_qps=400.0,
+                trials=tuple(trials),
+            ),
+        )
+    )
     capacity = capacity_document(HOSTILE, spec, 0.05, env, trials, search)
     doc = render_load_report(
         title="load " + HOSTILE,

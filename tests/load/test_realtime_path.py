@@ -115,7 +115,7 @@ def test_threaded_trials_account_for_every_query(
 ) -> None:
     """Server threads launch and keep the time themselves: whatever the batching, the number
     of instances or the load (under, near and over capacity), every query ends exactly once."""
-    suts = [SleepingSUT(ExponentialService(0.001, seed=k)) for k in range(instances)]
+    suts = [SleepingSUT(service=ExponentialService(0.001, seed=k)) for k in range(instances)]
     executor = ThreadedExecutor(suts)
     try:
         for rate in (400.0 * instances, 900.0 * instances, 3000.0 * instances):
@@ -139,7 +139,7 @@ def test_an_early_stop_from_a_server_thread_ends_the_trial() -> None:
     """Queries resolved over the bound by a server thread stop the trial (the trial's own
     thread is woken for it), and the executor serves the next trial."""
     settings = TrialSettings(**{**QUICK.to_dict(), "min_queries": 1500})
-    executor = ThreadedExecutor([SleepingSUT(FixedService(0.004))])
+    executor = ThreadedExecutor([SleepingSUT(service=FixedService(0.004))])
     try:
         summary = run_server(executor, 1000.0, NO_BATCHING, settings, 0.02, stop_when_failed=True)
         assert summary.stopped_reason.startswith("stopped early")
@@ -154,7 +154,7 @@ class _Interrupting(ThreadedExecutor):
     """Raises KeyboardInterrupt in the trial's thread on its ``at``-th wait (a Ctrl-C)."""
 
     def __init__(self, at: int) -> None:
-        super().__init__([SleepingSUT(FixedService(0.001))])
+        super().__init__([SleepingSUT(service=FixedService(0.001))])
         self.at = at
         self.waits = 0
 

@@ -22,7 +22,7 @@ from accelscope.models.safe_load import no_unpickling
 from accelscope.spec import TensorSpec
 from conftest import tiny_onnx_bytes
 
-X16 = (TensorSpec("x", ("N", 16), "float32"),)
+X16 = (TensorSpec(name="x", shape=("N", 16), dtype="float32"),)
 
 FACTORY = """\
 import torch
@@ -146,7 +146,7 @@ def test_onnx_dynamic_batch_is_inferred_as_n(tmp_path: Path) -> None:
     path = onnx_model(tmp_path, batch="batch")
     loaded = load_model(str(path))
     assert loaded.format is ModelFormat.ONNX
-    assert loaded.inputs == (TensorSpec("x", ("N", 16), "float32"),)
+    assert loaded.inputs == (TensorSpec(name="x", shape=("N", 16), dtype="float32"),)
     assert loaded.onnx_path == path
     assert loaded.module is None
     assert loaded.digest == sha16(path)
@@ -155,16 +155,16 @@ def test_onnx_dynamic_batch_is_inferred_as_n(tmp_path: Path) -> None:
 def test_onnx_fixed_batch_keeps_its_shape(tmp_path: Path) -> None:
     path = onnx_model(tmp_path, batch=2)
     loaded = load_model(str(path))
-    assert loaded.inputs == (TensorSpec("x", (2, 16), "float32"),)
+    assert loaded.inputs == (TensorSpec(name="x", shape=(2, 16), dtype="float32"),)
     assert loaded.inputs[0].concrete_shape(64) == (2, 16), "no batch dimension to replace"
 
 
 def test_onnx_given_inputs_override_the_declared_ones(tmp_path: Path) -> None:
     path = onnx_model(tmp_path)
-    given = (TensorSpec("x", (5, 16), "float32"),)
+    given = (TensorSpec(name="x", shape=(5, 16), dtype="float32"),)
     assert load_model(str(path), inputs=given).inputs == given
     with pytest.raises(ModelLoadError, match="--input names do not match"):
-        load_model(str(path), inputs=(TensorSpec("pixels", ("N", 16)),))
+        load_model(str(path), inputs=(TensorSpec(name="pixels", shape=("N", 16)),))
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def test_exported_program_with_dynamic_batch(tmp_path: Path) -> None:
 
     loaded = load_model(str(path))
     assert loaded.format is ModelFormat.EXPORTED
-    assert loaded.inputs == (TensorSpec("x", ("N", 16), "float32"),)
+    assert loaded.inputs == (TensorSpec(name="x", shape=("N", 16), dtype="float32"),)
     assert loaded.digest == sha16(path)
     assert loaded.module is not None
     for rows in (3, 7):  # neither is the example batch: the batch really is dynamic

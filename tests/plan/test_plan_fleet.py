@@ -18,7 +18,13 @@ def _busy_two_hours() -> list[float]:
 
 
 def test_peak_sized_service_busy_2h_a_day_costs_12x_per_inference() -> None:
-    option = Option("box", "gpu", "", 2.0, given_capacity(PEAK))
+    option = Option(
+        name="box",
+        kind="gpu",
+        description="",
+        price_usd_per_hour=2.0,
+        capacity=given_capacity(PEAK),
+    )
     settings = PlanSettings(sla_p99_s=0.1, headroom=0.0, min_instances=1)
     busy = cost_option(option, hourly_traffic(_busy_two_hours(), "2 h/day"), settings)
     full = cost_option(option, constant_traffic(PEAK), settings)
@@ -35,7 +41,13 @@ def test_peak_sized_service_busy_2h_a_day_costs_12x_per_inference() -> None:
 
 
 def test_headroom_and_minimum_fleet_set_the_instance_counts() -> None:
-    option = Option("box", "cpu", "", 1.0, given_capacity(50.0))
+    option = Option(
+        name="box",
+        kind="cpu",
+        description="",
+        price_usd_per_hour=1.0,
+        capacity=given_capacity(50.0),
+    )
     traffic = hourly_traffic([0.0] * 12 + [100.0] * 6 + [10.0] * 6, "day")
     cost = cost_option(option, traffic, PlanSettings(0.1, headroom=0.2, min_instances=2))
     assert cost.instances_at_peak == math.ceil(100 * 1.2 / 50) == 3
@@ -50,19 +62,44 @@ def test_headroom_and_minimum_fleet_set_the_instance_counts() -> None:
 
 def test_options_that_miss_the_sla_or_lack_capacity_are_ranked_last() -> None:
     slow = CapacityEstimate(
-        0.0,
-        "projected",
-        "estimate",
-        False,
-        0.3,
-        ("batch 8 takes 150 ms there: p99 ≈ 300 ms > SLA",),
+        qps_per_instance=0.0,
+        basis="projected",
+        label="estimate",
+        meets_sla=False,
+        latency_s=0.3,
+        assumptions=("batch 8 takes 150 ms there: p99 ≈ 300 ms > SLA",),
     )
     options = [
-        Option("slow", "gpu", "", 1.0, slow),
-        Option("none", "gpu", "", 1.0, None, "no roofline profile"),
-        Option("unpriced", "cpu", "", None, given_capacity(100.0)),
-        Option("cheap-cpu", "cpu", "", 0.4, given_capacity(100.0)),
-        Option("gpu", "gpu", "", 1.0, given_capacity(1000.0)),
+        Option(name="slow", kind="gpu", description="", price_usd_per_hour=1.0, capacity=slow),
+        Option(
+            name="none",
+            kind="gpu",
+            description="",
+            price_usd_per_hour=1.0,
+            capacity=None,
+            reason="no roofline profile",
+        ),
+        Option(
+            name="unpriced",
+            kind="cpu",
+            description="",
+            price_usd_per_hour=None,
+            capacity=given_capacity(100.0),
+        ),
+        Option(
+            name="cheap-cpu",
+            kind="cpu",
+            description="",
+            price_usd_per_hour=0.4,
+            capacity=given_capacity(100.0),
+        ),
+        Option(
+            name="gpu",
+            kind="gpu",
+            description="",
+            price_usd_per_hour=1.0,
+            capacity=given_capacity(1000.0),
+        ),
     ]
     ranked, rec = plan_fleet(options, constant_traffic(50.0), PlanSettings(0.1))
     assert [c.option.name for c in ranked] == ["cheap-cpu", "gpu", "unpriced", "slow", "none"]
@@ -75,15 +112,33 @@ def test_options_that_miss_the_sla_or_lack_capacity_are_ranked_last() -> None:
 
 
 def test_recommendation_flags_estimates_and_low_utilisation() -> None:
-    estimate = CapacityEstimate(500.0, "projected", "estimate", True, 0.01, ("projected",))
+    estimate = CapacityEstimate(
+        qps_per_instance=500.0,
+        basis="projected",
+        label="estimate",
+        meets_sla=True,
+        latency_s=0.01,
+        assumptions=("projected",),
+    )
     _, rec = plan_fleet(
-        [Option("g", "gpu", "", 1.0, estimate)],
+        [Option(name="g", kind="gpu", description="", price_usd_per_hour=1.0, capacity=estimate)],
         hourly_traffic(_busy_two_hours(), "x"),
         PlanSettings(0.1, 0.0),
     )
     why = " ".join(rec.why)
     assert "ESTIMATE" in why and "estimate" in why and "utilised" in why
     _, none = plan_fleet(
-        [Option("n", "gpu", "", 1.0, None, "no data")], constant_traffic(1.0), PlanSettings(0.1)
+        [
+            Option(
+                name="n",
+                kind="gpu",
+                description="",
+                price_usd_per_hour=1.0,
+                capacity=None,
+                reason="no data",
+            )
+        ],
+        constant_traffic(1.0),
+        PlanSettings(0.1),
     )
     assert none.choice is None and "no data" in " ".join(none.why)

@@ -19,7 +19,13 @@ from accelscope.plan.traffic import constant_traffic
 from accelscope.spec import Precision
 from conftest import make_result
 
-COMPILE_INT8 = Calibration("compile/int8/b16/t2", "compile", "int8", 16, 0.2)
+COMPILE_INT8 = Calibration(
+    label="compile/int8/b16/t2",
+    backend="compile",
+    precision="int8",
+    batch_size=16,
+    batch_time_s=0.2,
+)
 
 
 @pytest.mark.parametrize(
@@ -115,9 +121,20 @@ def test_a_target_without_the_calibrated_precision_says_which_fallback() -> None
 
 
 def test_the_fastest_configuration_on_the_profiles_device_calibrates() -> None:
-    slow_big = Calibration("a", "compile", "int8", 32, 1.0)  # 32 items/s
-    fast_small = Calibration("b", "compile", "bf16", 8, 0.1)  # 80 items/s
-    gpu = Calibration("c", "compile", "int8", 8, 0.001, device="cuda")
+    slow_big = Calibration(
+        label="a", backend="compile", precision="int8", batch_size=32, batch_time_s=1.0
+    )  # 32 items/s
+    fast_small = Calibration(
+        label="b", backend="compile", precision="bf16", batch_size=8, batch_time_s=0.1
+    )  # 80 items/s
+    gpu = Calibration(
+        label="c",
+        backend="compile",
+        precision="int8",
+        batch_size=8,
+        batch_time_s=0.001,
+        device="cuda",
+    )
     assert best_calibration([slow_big, fast_small, gpu], "cpu") is fast_small
     assert best_calibration([gpu], "cpu") is None
 
@@ -141,15 +158,33 @@ def _plan_projection(evidence: Evidence) -> dict[str, object]:
 
 def test_plan_calibrates_with_the_fastest_bench_result_else_the_eager_profile() -> None:
     profile = _int8_profile()
-    fallback = _plan_projection(Evidence(profile))
+    fallback = _plan_projection(Evidence(profile=profile))
     assert fallback["floor"] == "unfused" and fallback["calibration"] == "roofline eager run"
     assert fallback["measured_here_s"] == pytest.approx(0.4)
     figures = (
-        BenchFigure("eager/fp32/b8/t2", 20.0, 0.5, "cpu", "eager", "fp32", 8, 0.4),
-        BenchFigure("compile/int8/b16/t2", 80.0, 0.3, "cpu", "compile", "int8", 16, 0.2),
-        BenchFigure("old figure without its configuration", 1e6, 0.1),
+        BenchFigure(
+            label="eager/fp32/b8/t2",
+            items_per_s=20.0,
+            p99_s=0.5,
+            device="cpu",
+            backend="eager",
+            precision="fp32",
+            batch_size=8,
+            batch_time_s=0.4,
+        ),
+        BenchFigure(
+            label="compile/int8/b16/t2",
+            items_per_s=80.0,
+            p99_s=0.3,
+            device="cpu",
+            backend="compile",
+            precision="int8",
+            batch_size=16,
+            batch_time_s=0.2,
+        ),
+        BenchFigure(label="old figure without its configuration", items_per_s=1e6, p99_s=0.1),
     )
-    calibrated = _plan_projection(Evidence(profile, bench=figures))
+    calibrated = _plan_projection(Evidence(profile=profile, bench=figures))
     assert calibrated["floor"] == "fused" and calibrated["calibration"] == "compile/int8/b16/t2"
     assert calibrated["measured_here_s"] == pytest.approx(0.2)
 

@@ -30,7 +30,7 @@ def _document() -> dict[str, Any]:
         load_catalog(),
         traffic,
         PlanSettings(0.1),
-        Evidence(profile, given_qps=None),
+        Evidence(profile=profile, given_qps=None),
         only=("g6.xlarge", "c7i.8xlarge", "g4dn.xlarge", "p4d.24xlarge"),
     )
     return plan.to_dict()

@@ -84,9 +84,22 @@ def _result(
     base = make_result(env, batch=int(batch))
     assert base.measurement is not None
     options = (("note", HOSTILE),) if backend == "onnxruntime" else ()
-    spec = RunSpec(HOSTILE, backend, Precision(precision), int(batch), 2, options=options)
+    spec = RunSpec(
+        model=HOSTILE,
+        backend=backend,
+        precision=Precision(precision),
+        batch_size=int(batch),
+        threads=2,
+        options=options,
+    )
     measurement = dataclasses.replace(base.measurement, samples_s=(seconds,) * 12)
-    accuracy = Accuracy(Fidelity(2e-3, 0.1, 0.999, 0.99), "top1_accuracy", metric, 0.975, "x")
+    accuracy = Accuracy(
+        fidelity=Fidelity(2e-3, 0.1, 0.999, 0.99),
+        metric_name="top1_accuracy",
+        metric_value=metric,
+        reference_metric_value=0.975,
+        metric_source="x",
+    )
     return dataclasses.replace(
         base,
         spec=spec,
@@ -198,12 +211,13 @@ def test_optional_parts_degrade_to_notes(results: list[Result]) -> None:
     assert "chart-speedup" not in figures and "shapes" not in figures["chart-throughput"]["layout"]
     assert figures["chart-accuracy"]["layout"]["xaxis"]["title"]["text"] == "items / s"
     agreement = [
-        dataclasses.replace(r, accuracy=Accuracy(Fidelity(0.0, 0, 1, 0.9))) for r in results[:3]
+        dataclasses.replace(r, accuracy=Accuracy(fidelity=Fidelity(0.0, 0, 1, 0.9)))
+        for r in results[:3]
     ]
     y_axis = _figures(_render(agreement))["chart-accuracy"]["layout"]["yaxis"]
     assert y_axis["type"] == "linear" and "top-1 agreement" in y_axis["title"]["text"]
     fidelity = [
-        dataclasses.replace(r, accuracy=Accuracy(Fidelity(x, 0, 1, None)))
+        dataclasses.replace(r, accuracy=Accuracy(fidelity=Fidelity(x, 0, 1, None)))
         for r, x in zip(results[:3], (0.0, 1e-4, 1e-2), strict=True)
     ]
     figure = _figures(_render(fidelity))["chart-accuracy"]

@@ -63,11 +63,46 @@ def test_peak_for_uses_threads_and_fp32_stand_in() -> None:
 
 def _records() -> list[OpRecord]:
     return [
-        OpRecord("aten::linear", "matmul", "fp32", 2e9, 1_000_000, 1_000_000),
-        OpRecord("aten::view", "view", "fp32", 0.0, 0, 0),
-        OpRecord("aten::relu", "elementwise", "fp32", 1e6, 4_000_000, 4_000_000),
-        OpRecord("aten::linear", "matmul", "fp32", 2e9, 1_000_000, 1_000_000),
-        OpRecord("aten::fft_fft", "uncounted", "fp32", None, 1_000, 1_000),
+        OpRecord(
+            name="aten::linear",
+            category="matmul",
+            dtype="fp32",
+            flops=2e9,
+            read_bytes=1_000_000,
+            written_bytes=1_000_000,
+        ),
+        OpRecord(
+            name="aten::view",
+            category="view",
+            dtype="fp32",
+            flops=0.0,
+            read_bytes=0,
+            written_bytes=0,
+        ),
+        OpRecord(
+            name="aten::relu",
+            category="elementwise",
+            dtype="fp32",
+            flops=1e6,
+            read_bytes=4_000_000,
+            written_bytes=4_000_000,
+        ),
+        OpRecord(
+            name="aten::linear",
+            category="matmul",
+            dtype="fp32",
+            flops=2e9,
+            read_bytes=1_000_000,
+            written_bytes=1_000_000,
+        ),
+        OpRecord(
+            name="aten::fft_fft",
+            category="uncounted",
+            dtype="fp32",
+            flops=None,
+            read_bytes=1_000,
+            written_bytes=1_000,
+        ),
     ]
 
 
@@ -107,7 +142,16 @@ def test_profile_aggregates_and_sums() -> None:
 
 
 def test_operator_above_its_roof_is_flagged() -> None:
-    records = [OpRecord("aten::conv2d", "conv", "fp32", 2e9, 10, 10)]
+    records = [
+        OpRecord(
+            name="aten::conv2d",
+            category="conv",
+            dtype="fp32",
+            flops=2e9,
+            read_bytes=10,
+            written_bytes=10,
+        )
+    ]
     profile = build_profile(
         model="m",
         backend="eager",
@@ -190,7 +234,13 @@ def test_ceilings_from_payload_names_the_bad_key() -> None:
 def _event(name: str, start_us: float, end_us: float, nested: bool = False) -> ProfiledEvent:
     """An event given in µs, as torch.profiler reports them (ProfiledEvent holds seconds)."""
     us = 1e-6
-    return ProfiledEvent(name, start_us * us, end_us * us, (end_us - start_us) / 2 * us, nested)
+    return ProfiledEvent(
+        name=name,
+        start_s=start_us * us,
+        end_s=end_us * us,
+        device_time_s=(end_us - start_us) / 2 * us,
+        nested=nested,
+    )
 
 
 def test_events_match_calls_in_order_skipping_nested_and_missing() -> None:

@@ -20,11 +20,46 @@ HOSTILE = (
 
 def _profile() -> RooflineAnalysis:
     records = [
-        OpRecord("aten::conv2d", "conv", "bf16", 4e9, 2_000_000, 1_000_000),
-        OpRecord("aten::relu_", "elementwise", "bf16", 1e6, 2_000_000, 2_000_000),
-        OpRecord("aten::layer_norm", "norm", "fp32", 7e6, 4_000_000, 4_000_000),
-        OpRecord("aten::to", "movement", "bf16", 0.0, 4_000_000, 2_000_000),
-        OpRecord(f"aten::{HOSTILE}", "uncounted", "fp32", None, 100, 100),
+        OpRecord(
+            name="aten::conv2d",
+            category="conv",
+            dtype="bf16",
+            flops=4e9,
+            read_bytes=2_000_000,
+            written_bytes=1_000_000,
+        ),
+        OpRecord(
+            name="aten::relu_",
+            category="elementwise",
+            dtype="bf16",
+            flops=1e6,
+            read_bytes=2_000_000,
+            written_bytes=2_000_000,
+        ),
+        OpRecord(
+            name="aten::layer_norm",
+            category="norm",
+            dtype="fp32",
+            flops=7e6,
+            read_bytes=4_000_000,
+            written_bytes=4_000_000,
+        ),
+        OpRecord(
+            name="aten::to",
+            category="movement",
+            dtype="bf16",
+            flops=0.0,
+            read_bytes=4_000_000,
+            written_bytes=2_000_000,
+        ),
+        OpRecord(
+            name=f"aten::{HOSTILE}",
+            category="uncounted",
+            dtype="fp32",
+            flops=None,
+            read_bytes=100,
+            written_bytes=100,
+        ),
     ]
     return build_profile(
         model=f"model {HOSTILE}",

@@ -99,7 +99,7 @@ def test_real_interleaved_blocks_in_one_worker(tmp_path: Path) -> None:
     path = tmp_path / "tiny.py"
     path.write_text("import torch\ndef make():\n    return torch.nn.Linear(64, 8)\n")
     ref = f"{path}:make"
-    inputs = (TensorSpec("x", ("N", 64)),)
+    inputs = (TensorSpec(name="x", shape=("N", 64)),)
     model = load_model(ref, inputs=inputs)
     specs = tuple(
         RunSpec(

@@ -35,7 +35,7 @@ BF16_FAST_INT8_SLOW = {
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
     path = tmp_path_factory.mktemp("model") / "tiny.py"
     path.write_text("import torch\ndef make():\n    return torch.nn.Linear(4, 3)\n")
-    return load_model(f"{path}:make", inputs=(TensorSpec("x", ("N", 4)),))
+    return load_model(f"{path}:make", inputs=(TensorSpec(name="x", shape=("N", 4)),))
 
 
 def _space(**overrides: object) -> SweepSpace:

@@ -76,7 +76,7 @@ class FakeExecutor:
 def tiny(tmp_path: Path):  # type: ignore[no-untyped-def]
     path = tmp_path / "tiny.py"
     path.write_text("import torch\ndef make():\n    return torch.nn.Linear(4, 3)\n")
-    return load_model(f"{path}:make", inputs=(TensorSpec("x", ("N", 4)),))
+    return load_model(f"{path}:make", inputs=(TensorSpec(name="x", shape=("N", 4)),))
 
 
 def _plan(strategy: str, sla: float | None = None) -> SweepPlan:

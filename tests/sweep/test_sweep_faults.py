@@ -26,7 +26,7 @@ def make():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
 """
-INPUTS = (TensorSpec("x", ("N", 32)),)
+INPUTS = (TensorSpec(name="x", shape=("N", 32)),)
 HERE = Path(__file__).resolve().parent
 
 

@@ -58,7 +58,7 @@ def rate(amounts: Sequence[float], durations_s: Sequence[float]) -> Rate:
     return Rate(central, min(low, central), max(high, central))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Breakdown:
     """The measured steps summarised (seconds; shares are fractions of step time)."""
 

@@ -33,7 +33,7 @@ from accelscope.hardware.telemetry import Telemetry
 __all__ = ["DoctorEvents", "DoctorPlan", "DoctorResult", "failure_message", "run_doctor"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DoctorPlan:
     """What to run: the script and its arguments, warm-up and measured steps, the what-ifs."""
 
@@ -58,7 +58,7 @@ class DoctorEvents(Protocol):
         """A child run is over; ``line`` sums it up."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DoctorResult:
     """Everything ``accelscope doctor`` found: the baseline's profile and telemetry, the
     diagnosis, the measured what-ifs and the recommendation."""
@@ -177,7 +177,7 @@ def _measure_what_if(
 ) -> WhatIfResult:
     failure = failure_message(run, warmup, launcher.stall_s, launcher.timeout_s)
     if failure is not None:
-        return WhatIfResult(planned.name, planned.label, "failed", failure)
+        return WhatIfResult(name=planned.name, label=planned.label, status="failed", reason=failure)
     profile = run.profile
     assert profile is not None
     applied = profile.whatif
@@ -185,31 +185,31 @@ def _measure_what_if(
     details = dict(applied.get("details", {}))
     if planned.name != "baseline" and not applied.get("applied", False):
         return WhatIfResult(
-            planned.name,
-            planned.label,
-            "not applied",
-            "; ".join(notes) or "nothing to change was found",
-            notes,
+            name=planned.name,
+            label=planned.label,
+            status="not applied",
+            reason="; ".join(notes) or "nothing to change was found",
+            notes=notes,
         )
     b = breakdown(profile.measured)
     ratio = low = high = None
     if baseline is not None and baseline.items_per_s is not None:
         ratio, low, high = speedup(baseline.items_per_s, b.items_per_s)
     return WhatIfResult(
-        planned.name,
-        planned.label,
-        "ok",
-        "",
-        notes,
-        b.steps,
-        b.steps_per_s,
-        b.items_per_s,
-        b.items_per_step,
-        ratio,
-        low,
-        high,
-        caveat_for(planned.name, details),
-        details,
+        name=planned.name,
+        label=planned.label,
+        status="ok",
+        reason="",
+        notes=notes,
+        steps=b.steps,
+        steps_per_s=b.steps_per_s,
+        items_per_s=b.items_per_s,
+        items_per_step=b.items_per_step,
+        speedup=ratio,
+        speedup_low=low,
+        speedup_high=high,
+        caveat=caveat_for(planned.name, details),
+        details=details,
     )
 
 
@@ -230,7 +230,11 @@ def run_doctor(
     """
     mode, chosen = parse_what_ifs(plan.what_if)
     config = ChildConfig(
-        plan.script, plan.args, plan.warmup, plan.steps, trace_steps=plan.trace_steps
+        script=plan.script,
+        args=plan.args,
+        warmup=plan.warmup,
+        steps=plan.steps,
+        trace_steps=plan.trace_steps,
     )
     run = _run(launcher, config, "baseline", events)
     failure = failure_message(run, plan.warmup, launcher.stall_s, launcher.timeout_s)
@@ -239,7 +243,12 @@ def run_doctor(
     profile = run.profile
     assert profile is not None
     ctx = RuleContext(
-        profile, breakdown(profile.measured), run.telemetry, support, cores, memory_bytes
+        profile=profile,
+        breakdown=breakdown(profile.measured),
+        telemetry=run.telemetry,
+        support=support,
+        cores=cores,
+        memory_bytes=memory_bytes,
     )
     diagnosis = diagnose(ctx)
     if events is not None:
@@ -253,10 +262,10 @@ def run_doctor(
         baseline: WhatIfResult | None = None
         if runnable:
             light = ChildConfig(
-                plan.script,
-                plan.args,
-                plan.warmup,
-                plan.steps,
+                script=plan.script,
+                args=plan.args,
+                warmup=plan.warmup,
+                steps=plan.steps,
                 full=False,
                 trace_steps=0,
                 probe=False,
@@ -272,17 +281,26 @@ def run_doctor(
                 baseline = None
             results.append(
                 baseline
-                or WhatIfResult("baseline", "baseline", "failed", "the baseline re-run failed")
+                or WhatIfResult(
+                    name="baseline",
+                    label="baseline",
+                    status="failed",
+                    reason="the baseline re-run failed",
+                )
             )
         for item in planned:
             if item.spec is None:
-                results.append(WhatIfResult(item.name, item.label, "skipped", item.reason))
+                results.append(
+                    WhatIfResult(
+                        name=item.name, label=item.label, status="skipped", reason=item.reason
+                    )
+                )
                 continue
             config = ChildConfig(
-                plan.script,
-                plan.args,
-                plan.warmup,
-                plan.steps,
+                script=plan.script,
+                args=plan.args,
+                warmup=plan.warmup,
+                steps=plan.steps,
                 full=False,
                 trace_steps=0,
                 probe=False,
@@ -302,13 +320,13 @@ def run_doctor(
         interrupted = True  # keep the diagnosis and the what-ifs measured so far
     best, sentence = recommend(results) if runnable else (None, "")
     return DoctorResult(
-        str(plan.script),
-        plan.args,
-        profile,
-        run.telemetry,
-        diagnosis,
-        tuple(results),
-        best,
-        sentence,
-        interrupted,
+        script=str(plan.script),
+        args=plan.args,
+        profile=profile,
+        telemetry=run.telemetry,
+        diagnosis=diagnosis,
+        what_ifs=tuple(results),
+        best=best,
+        recommendation=sentence,
+        interrupted=interrupted,
     )

@@ -16,7 +16,7 @@ __all__ = ["CLEAR", "FIRED", "NOT_APPLICABLE", "Finding", "Rule", "RuleContext",
 FIRED, CLEAR, NOT_APPLICABLE = "fired", "clear", "n/a"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RuleContext:
     """Everything a rule may look at: the run, its summary, telemetry and the machine."""
 
@@ -45,7 +45,7 @@ class RuleContext:
         return shares["forward"] + shares["backward"] + shares["optimizer"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
     """One rule's conclusion about the run.
 

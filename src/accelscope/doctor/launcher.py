@@ -34,7 +34,7 @@ _GRACE_S = 3.0
 _POLL_S = 0.05
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChildConfig:
     """One instrumented run: the script, its arguments, how many steps, which what-if."""
 
@@ -62,7 +62,7 @@ class ChildConfig:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChildRun:
     """What came back from one child: its profile (if it wrote one) and how it ended.
 
@@ -179,13 +179,13 @@ class Launcher:
         telemetry = sampler.stop() if sampler is not None else None
         profile, unreadable = _read_profile(result_path)
         return ChildRun(
-            profile,
-            telemetry,
-            ended_by,
-            child.returncode,
-            steps,
-            self.clock() - started,
-            unreadable,
+            profile=profile,
+            telemetry=telemetry,
+            ended_by=ended_by,
+            returncode=child.returncode,
+            steps_seen=steps,
+            wall_s=self.clock() - started,
+            unreadable=unreadable,
         )
 
     def _sampler(self, pid: int) -> TelemetrySampler | None:

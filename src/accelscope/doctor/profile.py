@@ -47,7 +47,7 @@ class DeviceStep:
     busy_s: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Step:
     """One step: wall duration, exclusive seconds per phase, counters (see :data:`COUNTERS`)."""
 
@@ -114,7 +114,7 @@ class Span:
         return cls(str(data["name"]), start, duration, int(data["depth"]))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpSummary:
     """The operator census of one warm-up step (see :mod:`.probe`)."""
 
@@ -146,7 +146,7 @@ class OpSummary:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoaderFacts:
     """A ``DataLoader`` the script built, with the settings it ended up with."""
 
@@ -177,7 +177,7 @@ class LoaderFacts:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunFacts:
     """Facts about the loop, read in the instrumented process."""
 
@@ -221,7 +221,7 @@ class ScriptError:
         return f"{text} (at {self.where})" if self.where else text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Profile:
     """One instrumented run of the script (see the module doc).
 

@@ -19,7 +19,7 @@ _BUSY_CORES = 0.5
 """Other processes using this many cores on average make the run's timings noisy."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Diagnosis:
     """The named bottleneck, its one-line headline, and every rule's finding (fired first,
     ranked; then clear and not-applicable ones, so the thresholds checked are on record)."""
@@ -51,12 +51,12 @@ class Diagnosis:
     def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
         """Inverse of :meth:`to_dict`."""
         return cls(
-            str(data["bottleneck"]),
-            str(data["title"]),
-            str(data["headline"]),
-            tuple(Finding.from_dict(f) for f in data["findings"]),
-            Breakdown.from_dict(data["breakdown"]),
-            tuple(str(n) for n in data.get("notes", [])),
+            bottleneck=str(data["bottleneck"]),
+            title=str(data["title"]),
+            headline=str(data["headline"]),
+            findings=tuple(Finding.from_dict(f) for f in data["findings"]),
+            breakdown=Breakdown.from_dict(data["breakdown"]),
+            notes=tuple(str(n) for n in data.get("notes", [])),
         )
 
 
@@ -119,4 +119,11 @@ def diagnose(ctx: RuleContext, rules: Sequence[Rule] | None = None) -> Diagnosis
         headline = (
             f"no rule fired; the largest share of step time, {b.shares[largest]:.0%}, is {where}"
         )
-    return Diagnosis(bottleneck, title, headline, ordered, b, tuple(machine_notes(ctx)))
+    return Diagnosis(
+        bottleneck=bottleneck,
+        title=title,
+        headline=headline,
+        findings=ordered,
+        breakdown=b,
+        notes=tuple(machine_notes(ctx)),
+    )

@@ -92,16 +92,20 @@ class Watch:
             )
         env = collect_environment()
         ctx = RuleContext(
-            profile,
-            breakdown(profile.measured),
-            telemetry,
-            env.precision_support(),
-            available_cores(),
-            env.memory_bytes,
+            profile=profile,
+            breakdown=breakdown(profile.measured),
+            telemetry=telemetry,
+            support=env.precision_support(),
+            cores=available_cores(),
+            memory_bytes=env.memory_bytes,
         )
         name = type(self.model).__name__ if self.model is not None else "loop"
         self._result = DoctorResult(
-            str(Path(f"<watch:{name}>")), (), profile, telemetry, diagnose(ctx)
+            script=str(Path(f"<watch:{name}>")),
+            args=(),
+            profile=profile,
+            telemetry=telemetry,
+            diagnosis=diagnose(ctx),
         )
 
     @property

@@ -193,7 +193,7 @@ def speedup(base: Rate, other: Rate) -> tuple[float, float, float]:
     return other.median / base.median, low, high
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WhatIfResult:
     """One measured (or failed, or skipped) what-if.
 

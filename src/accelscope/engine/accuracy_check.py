@@ -40,7 +40,7 @@ _ACCURACY_SEED_OFFSET = 7
 _CALIBRATION_SEED = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AccuracyCheck:
     """Inputs (first dimension = samples), optional labels + metric, and reference outputs.
 

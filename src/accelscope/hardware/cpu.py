@@ -85,7 +85,7 @@ _CPUINFO = Path("/proc/cpuinfo")
 _SYS_CPU = Path("/sys/devices/system/cpu")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ParsedCpuinfo:
     """What ``/proc/cpuinfo`` text alone says; ``None`` where it does not say.
 
@@ -103,7 +103,7 @@ class ParsedCpuinfo:
     isa: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CpuInfo:
     """The host CPU: identity, core counts, clock, caches and recognised ISA features.
 

@@ -19,7 +19,7 @@ __all__ = ["PrecisionSupport", "cpu_support", "gpu_support", "precision_support"
 _NONE = "none"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PrecisionSupport:
     """Whether ``precision`` has a native fast path on ``device``; ``unit`` names it."""
 
@@ -53,7 +53,9 @@ def _cpu_fp32(cpu: CpuInfo) -> PrecisionSupport:
     else:
         unit = "scalar/SSE"
     reason = f"fp32 is the CPU's native precision; matmuls run on its {unit} units"
-    return PrecisionSupport(Precision.FP32, Device.CPU, True, unit, reason)
+    return PrecisionSupport(
+        precision=Precision.FP32, device=Device.CPU, fast=True, unit=unit, reason=reason
+    )
 
 
 def _cpu_bf16(cpu: CpuInfo) -> PrecisionSupport:
@@ -67,22 +69,30 @@ def _cpu_bf16(cpu: CpuInfo) -> PrecisionSupport:
     )
     if unit:
         reason = f"bf16 matmuls run natively on {unit}"
-        return PrecisionSupport(Precision.BF16, Device.CPU, True, unit, reason)
+        return PrecisionSupport(
+            precision=Precision.BF16, device=Device.CPU, fast=True, unit=unit, reason=reason
+        )
     missing = "the BF16 extension (FEAT_BF16)" if _is_arm(cpu) else "AVX512-BF16 or AMX-BF16"
     reason = f"no {missing} on this CPU: bf16 would be emulated, usually slower than fp32"
-    return PrecisionSupport(Precision.BF16, Device.CPU, False, _NONE, reason)
+    return PrecisionSupport(
+        precision=Precision.BF16, device=Device.CPU, fast=False, unit=_NONE, reason=reason
+    )
 
 
 def _cpu_fp16(cpu: CpuInfo) -> PrecisionSupport:
     unit = _first(cpu, (("amx_fp16", "AMX-FP16 tiles"), ("avx512_fp16", "AVX512-FP16")))
     if unit:
         reason = f"fp16 arithmetic runs natively on {unit}"
-        return PrecisionSupport(Precision.FP16, Device.CPU, True, unit, reason)
+        return PrecisionSupport(
+            precision=Precision.FP16, device=Device.CPU, fast=True, unit=unit, reason=reason
+        )
     reason = (
         "no AVX512-FP16 or AMX-FP16 on this CPU: fp16 would be converted to fp32 for compute, "
         "usually slower than fp32"
     )
-    return PrecisionSupport(Precision.FP16, Device.CPU, False, _NONE, reason)
+    return PrecisionSupport(
+        precision=Precision.FP16, device=Device.CPU, fast=False, unit=_NONE, reason=reason
+    )
 
 
 def _cpu_int8(cpu: CpuInfo) -> PrecisionSupport:
@@ -97,7 +107,9 @@ def _cpu_int8(cpu: CpuInfo) -> PrecisionSupport:
     )
     if unit:
         reason = f"int8 dot products run natively on {unit}"
-        return PrecisionSupport(Precision.INT8, Device.CPU, True, unit, reason)
+        return PrecisionSupport(
+            precision=Precision.INT8, device=Device.CPU, fast=True, unit=unit, reason=reason
+        )
     if _is_arm(cpu):
         reason = (
             "no I8MM extension on this CPU: int8 matmuls use widening NEON dot products, "
@@ -108,12 +120,16 @@ def _cpu_int8(cpu: CpuInfo) -> PrecisionSupport:
             "no AVX512-VNNI, AVX-VNNI or AMX-INT8 on this CPU: int8 matmuls use widening "
             "AVX2/SSE multiplies, often no faster than fp32"
         )
-    return PrecisionSupport(Precision.INT8, Device.CPU, False, _NONE, reason)
+    return PrecisionSupport(
+        precision=Precision.INT8, device=Device.CPU, fast=False, unit=_NONE, reason=reason
+    )
 
 
 def _cpu_fp8(cpu: CpuInfo) -> PrecisionSupport:
     reason = "no FP8 unit on CPUs: fp8 would be emulated through fp32/bf16, slower than fp32"
-    return PrecisionSupport(Precision.FP8, Device.CPU, False, _NONE, reason)
+    return PrecisionSupport(
+        precision=Precision.FP8, device=Device.CPU, fast=False, unit=_NONE, reason=reason
+    )
 
 
 def cpu_support(cpu: CpuInfo) -> tuple[PrecisionSupport, ...]:
@@ -158,7 +174,11 @@ def gpu_support(gpu: GpuInfo) -> tuple[PrecisionSupport, ...]:
             tf32 = " (matmuls may use TF32 tensor cores)" if cc and cc >= (8, 0) else ""
             unit = f"CUDA cores ({gpu.sm})"
             reason = f"fp32 is native on {gpu.name} ({gpu.sm}){tf32}"
-            out.append(PrecisionSupport(precision, Device.CUDA, True, unit, reason))
+            out.append(
+                PrecisionSupport(
+                    precision=precision, device=Device.CUDA, fast=True, unit=unit, reason=reason
+                )
+            )
             continue
         minimum, label, requirement = _GPU_RULES[precision]
         if cc is None:
@@ -166,14 +186,26 @@ def gpu_support(gpu: GpuInfo) -> tuple[PrecisionSupport, ...]:
                 f"compute capability {gpu.compute_capability!r} of {gpu.name} is unknown: "
                 f"cannot tell whether {precision.value} has a fast path ({requirement})"
             )
-            out.append(PrecisionSupport(precision, Device.CUDA, False, _NONE, reason))
+            out.append(
+                PrecisionSupport(
+                    precision=precision, device=Device.CUDA, fast=False, unit=_NONE, reason=reason
+                )
+            )
         elif cc >= minimum:
             unit = f"{label} ({gpu.sm})"
             reason = f"{precision.value} runs natively on {gpu.name}'s {unit}"
-            out.append(PrecisionSupport(precision, Device.CUDA, True, unit, reason))
+            out.append(
+                PrecisionSupport(
+                    precision=precision, device=Device.CUDA, fast=True, unit=unit, reason=reason
+                )
+            )
         else:
             reason = f"{gpu.name} is {gpu.sm}: {requirement}"
-            out.append(PrecisionSupport(precision, Device.CUDA, False, _NONE, reason))
+            out.append(
+                PrecisionSupport(
+                    precision=precision, device=Device.CUDA, fast=False, unit=_NONE, reason=reason
+                )
+            )
     return tuple(out)
 
 

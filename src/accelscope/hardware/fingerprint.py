@@ -41,7 +41,7 @@ LIBRARIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 _GIB = 1 << 30
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Environment:
     """Where a measurement ran: host, OS, interpreter, hardware and relevant library versions.
 

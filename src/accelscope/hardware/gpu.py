@@ -17,7 +17,7 @@ __all__ = ["GpuInfo", "discover_gpus", "driver_version"]
 _SMI_TIMEOUT_S = 2.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuInfo:
     """One visible CUDA device.
 

@@ -73,7 +73,7 @@ def cpu_utilisation(before: CpuTimes, after: CpuTimes) -> tuple[tuple[float, ...
     return tuple(per_core), iowait
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuSample:
     """One GPU at one instant (NVML). ``None`` where the driver does not report the value."""
 
@@ -88,7 +88,7 @@ class GpuSample:
     tensor_active_percent: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TelemetrySample:
     """One telemetry sample; ``t_s`` is seconds since sampling started."""
 

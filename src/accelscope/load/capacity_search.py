@@ -24,7 +24,7 @@ ThroughputFn = Callable[[BatchPolicy], float]
 """Offline throughput (queries/s) with a batcher policy: the rate search's ceiling."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SearchSettings:
     """Grid and stopping rule (relative width of the final rate bracket)."""
 
@@ -52,7 +52,7 @@ def policy_grid(max_batch: int, sla_s: float, batching: bool = True) -> SearchSe
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PolicyCapacity:
     """The capacity found for one batcher policy and the trials behind it."""
 
@@ -111,7 +111,13 @@ def search_rate(
     """Bracket and bisect the offered rate for ``policy``."""
     trials: list[TrialSummary] = []
     if ceiling_qps <= 0:
-        return PolicyCapacity(policy, 0.0, ceiling_qps, (), "no query completed offline")
+        return PolicyCapacity(
+            policy=policy,
+            capacity_qps=0.0,
+            ceiling_qps=ceiling_qps,
+            trials=(),
+            note="no query completed offline",
+        )
     low, high = 0.0, ceiling_qps * 1.25
     rate = start_qps if start_qps is not None else 0.7 * ceiling_qps
     floor = ceiling_qps * settings.min_rate_fraction
@@ -137,7 +143,9 @@ def search_rate(
         if rate < floor:
             note = f"no rate down to {floor:.3g} queries/s met the bound"
             break
-    return PolicyCapacity(policy, low, ceiling_qps, tuple(trials), note)
+    return PolicyCapacity(
+        policy=policy, capacity_qps=low, ceiling_qps=ceiling_qps, trials=tuple(trials), note=note
+    )
 
 
 def search_capacity(

@@ -60,7 +60,7 @@ def min_passing_queries(
     return low
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EarlyStopping:
     """The verdict for one run: may it claim its percentile, and how many queries it needed."""
 

@@ -24,7 +24,7 @@ from accelscope.load.waiting import EarlyWake, TimedOut
 __all__ = ["MAIN", "Completion", "Driver", "QueryExecutor", "SimulatedExecutor", "ThreadedExecutor"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Completion:
     """One finished batch: which instance, which batch, when it started and finished
     (clock seconds), and the error text when it raised."""
@@ -195,7 +195,13 @@ class ThreadedExecutor:
                 sut.issue(queries)
             except Exception as exc:  # noqa: BLE001 - the system under test can raise anything
                 error = _error_text(exc)
-            done = Completion(instance, token, started, clock.now(), error)
+            done = Completion(
+                instance=instance,
+                token=token,
+                started_s=started,
+                finished_s=clock.now(),
+                error=error,
+            )
             with self.lock:
                 driver = self._driver
                 if driver is not None:
@@ -286,7 +292,14 @@ class SimulatedExecutor:
         finish = now + service_s
         self._outstanding[token] = instance
         heapq.heappush(
-            self._events, (finish, token, Completion(instance, token, now, finish, error))
+            self._events,
+            (
+                finish,
+                token,
+                Completion(
+                    instance=instance, token=token, started_s=now, finished_s=finish, error=error
+                ),
+            ),
         )
         return token
 

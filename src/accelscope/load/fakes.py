@@ -81,7 +81,7 @@ class FaultyService:
         return self.inner.service_time_s(queries)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SleepingSUT:
     """A real-time system under test: each batch takes the service model's time, slept
     (``spin=False``) or busy-waited (``spin=True``, exact but burns a core and holds the GIL).

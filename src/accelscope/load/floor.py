@@ -30,7 +30,7 @@ FLOOR_RATE_PER_S = 500.0
 for another one and the trial takes about 0.8 s."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HarnessFloor:
     """Latency (scheduled arrival to done) and generator lag of the null trial."""
 

@@ -31,7 +31,7 @@ class Scenario(StrEnum):
     SERVER = "server"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrialSettings:
     """What makes a trial valid, and how it is generated (seconds, counts)."""
 
@@ -51,7 +51,7 @@ class TrialSettings:
         return dict(self.__dict__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Distribution:
     """Summary of per-query durations (seconds); ``count == 0``: all fields zero."""
 
@@ -87,7 +87,7 @@ class Distribution:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrialSummary:
     """One trial's measured figures and verdict. Latencies run from each query's *scheduled*
     arrival; a timed-out query counts at its timeout (a lower bound, flagged)."""

@@ -48,7 +48,7 @@ _PENDING, _OK, _ERROR = QueryStatus.PENDING, QueryStatus.OK, QueryStatus.ERROR
 _TIMEOUT, _CANCELLED = QueryStatus.TIMEOUT, QueryStatus.CANCELLED
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrialLimits:
     """Per-query timeout and stall limit (seconds); with ``sla_s`` and ``stop_when_failed``
     the trial stops as soon as its tail-latency claim can no longer pass (rate search)."""
@@ -61,7 +61,7 @@ class TrialLimits:
     confidence: float = 0.99
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrialRecord:
     """Raw per-query times of one trial, seconds from its start, in issue order."""
 
@@ -94,7 +94,15 @@ class _Loop:
         self.executor = executor
         self.policy = policy
         self.limits = limits
-        self.record = TrialRecord([], [], [], [], [], [], [])
+        self.record = TrialRecord(
+            scheduled_s=[],
+            issued_s=[],
+            started_s=[],
+            finished_s=[],
+            status=[],
+            batch_size=[],
+            errors=[],
+        )
         self.pending: deque[int] = deque()
         self.queries: list[Query] = []
         self.idle = list(reversed(executor.available()))

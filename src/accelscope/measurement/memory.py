@@ -44,7 +44,7 @@ def _lifetime_peak_rss_bytes() -> int:
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MemoryPeak:
     """Peak memory over a measured region, in bytes.
 

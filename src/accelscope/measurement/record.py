@@ -20,7 +20,7 @@ class StopReason(StrEnum):
     MAX_SAMPLES = "max_samples"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Measurement:
     """Steady-state samples of one configuration, plus warm-up kept apart.
 

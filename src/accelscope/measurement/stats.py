@@ -95,7 +95,7 @@ def median_ci(sorted_values: Sequence[float], confidence: float = 0.95) -> tuple
     return sorted_values[lower_rank - 1], sorted_values[n - lower_rank]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Summary:
     """Statistics of a set of per-iteration times, in seconds."""
 

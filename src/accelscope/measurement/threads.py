@@ -23,7 +23,7 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ThreadSettings:
     """Thread settings that were in force during a run."""
 

@@ -49,7 +49,7 @@ class HostInterval:
         return self._clock() - self._started_at
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TimerConfig:
     """How long and how precisely to measure.
 

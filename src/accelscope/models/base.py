@@ -33,7 +33,7 @@ class Task(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EvalData:
     """Held-out evaluation inputs with labels, for a real task metric.
 
@@ -56,7 +56,7 @@ class EvalData:
         return int(self.labels.shape[0])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ZooEntry:
     """A built-in model: constructed in code, never downloaded.
 
@@ -76,7 +76,7 @@ class ZooEntry:
     aliases: tuple[str, ...] = ()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoadedModel:
     """A model ready for a backend: one of ``module`` (TORCH/EXPORTED) or ``onnx_path`` (ONNX).
 

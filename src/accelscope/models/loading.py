@@ -125,7 +125,11 @@ def _exported_inputs(program: Any) -> tuple[TensorSpec, ...] | None:
                 dims.append(BATCH_DIM)
             else:
                 return None
-        specs.append(TensorSpec(node.name, tuple(dims), str(value.dtype).removeprefix("torch.")))
+        specs.append(
+            TensorSpec(
+                name=node.name, shape=tuple(dims), dtype=str(value.dtype).removeprefix("torch.")
+            )
+        )
     return tuple(specs)
 
 

@@ -19,7 +19,7 @@ __all__ = ["ApiComparison", "compare_api"]
 _SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ApiComparison:
     """The two monthly bills and the break-even volume (tokens/month)."""
 

@@ -38,7 +38,7 @@ BATCH_LATENCY_FACTOR = 2.0
 ESTIMATE = "estimate"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CapacityEstimate:
     """Requests/s one instance sustains within the SLA, with where the number comes from.
 
@@ -78,13 +78,13 @@ class CapacityEstimate:
         """Inverse of :meth:`to_dict`."""
         latency = data.get("latency_s")
         return cls(
-            float(data["qps_per_instance"]),
-            str(data["basis"]),
-            str(data["label"]),
-            bool(data["meets_sla"]),
-            None if latency is None else float(latency),
-            tuple(str(a) for a in data.get("assumptions", ())),
-            dict(data.get("detail", {})),
+            qps_per_instance=float(data["qps_per_instance"]),
+            basis=str(data["basis"]),
+            label=str(data["label"]),
+            meets_sla=bool(data["meets_sla"]),
+            latency_s=None if latency is None else float(latency),
+            assumptions=tuple(str(a) for a in data.get("assumptions", ())),
+            detail=dict(data.get("detail", {})),
         )
 
 
@@ -131,10 +131,10 @@ def bench_capacity(
 def given_capacity(qps: float) -> CapacityEstimate:
     """A capacity the user states (``--capacity``)."""
     return CapacityEstimate(
-        qps,
-        "given",
-        "given (--capacity)",
-        True,
+        qps_per_instance=qps,
+        basis="given",
+        label="given (--capacity)",
+        meets_sla=True,
         assumptions=("capacity per instance as given on the command line",),
     )
 
@@ -163,7 +163,7 @@ def floor_time_s(
     return total, tuple(notes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Calibration:
     """A configuration measured here that calibrates projections: the fastest bench result.
 
@@ -226,7 +226,7 @@ def _reference(
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Method:
     """How one projection is made: the work per batch, the time it took here, and why."""
 
@@ -240,11 +240,11 @@ class _Method:
 def _method(profile: RooflineProfile, calibration: Calibration | None) -> _Method:
     if calibration is None:
         return _Method(
-            profile.operators,
-            profile.batch_size,
-            profile.measured_time_s,
-            "unfused",
-            (
+            operators=profile.operators,
+            batch_size=profile.batch_size,
+            measured_here_s=profile.measured_time_s,
+            floor="unfused",
+            notes=(
                 f"calibrated by the roofline profile's own eager run ({profile.precision}, batch "
                 f"{profile.batch_size}, {profile.measured_time_s * 1e3:.4g} ms per batch); no "
                 "bench result of an optimised configuration to calibrate with "
@@ -268,11 +268,19 @@ def _method(profile: RooflineProfile, calibration: Calibration | None) -> _Metho
     if calibration.fused:
         notes.append(FUSION_RULE + f" ({calibration.backend} fuses)")
         return _Method(
-            fuse(operators), calibration.batch_size, calibration.batch_time_s, "fused", tuple(notes)
+            operators=fuse(operators),
+            batch_size=calibration.batch_size,
+            measured_here_s=calibration.batch_time_s,
+            floor="fused",
+            notes=tuple(notes),
         )
     notes.append("unfused floor: the calibrating configuration runs eagerly")
     return _Method(
-        operators, calibration.batch_size, calibration.batch_time_s, "unfused", tuple(notes)
+        operators=operators,
+        batch_size=calibration.batch_size,
+        measured_here_s=calibration.batch_time_s,
+        floor="unfused",
+        notes=tuple(notes),
     )
 
 

@@ -49,7 +49,7 @@ class PlanSettings:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Option:
     """A machine to rent (a catalog entry, or this machine with no price) and its capacity
     (``None`` with ``reason`` when none could be measured or projected)."""
@@ -63,7 +63,7 @@ class Option:
     spot_price_usd_per_hour: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OptionCost:
     """One option sized for the traffic: fleet, monthly cost three ways, $/M, utilisation."""
 
@@ -128,10 +128,12 @@ def cost_option(option: Option, traffic: Traffic, settings: PlanSettings) -> Opt
     """Size ``option`` for ``traffic`` and price it (prices missing: fleet only)."""
     capacity = option.capacity
     if capacity is None:
-        return OptionCost(option, False, option.reason or "no capacity figure")
+        return OptionCost(
+            option=option, feasible=False, reason=option.reason or "no capacity figure"
+        )
     if not capacity.meets_sla or capacity.qps_per_instance <= 0:
         why = next((a for a in reversed(capacity.assumptions) if "SLA" in a), "")
-        return OptionCost(option, False, why or "does not meet the p99 SLA")
+        return OptionCost(option=option, feasible=False, reason=why or "does not meet the p99 SLA")
     cap, floor = capacity.qps_per_instance, settings.min_instances
     peak_n = max(floor, _needed(traffic.peak_qps, cap, settings.headroom))
     hourly = tuple(max(floor, _needed(r, cap, settings.headroom)) for r in traffic.hourly_qps)
@@ -139,9 +141,9 @@ def cost_option(option: Option, traffic: Traffic, settings: PlanSettings) -> Opt
     requests_month = traffic.requests_per_day * _DAYS_PER_MONTH
     served = math.fsum(traffic.hourly_qps)
     result = OptionCost(
-        option,
-        True,
-        "",
+        option=option,
+        feasible=True,
+        reason="",
         instances_at_peak=peak_n,
         hourly_instances=hourly,
         utilisation_always_on=served / (peak_n * cap * HOURS),

@@ -71,7 +71,7 @@ _GATED_TYPES = {
 _GATED_ACTS = {"silu", "swiglu", "geglu", "gelu_pytorch_tanh_gated"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelShape:
     """The numbers memory depends on, read from a config (see :func:`shape_from_config`)."""
 
@@ -333,7 +333,7 @@ def load_model_config(path: Path) -> dict[str, Any]:
     return data
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuFit:
     """One GPU instance: does it hold the model at this context and batch, and how many
     sequences of that context fit at most."""
@@ -351,7 +351,7 @@ class GpuFit:
         return dict(self.__dict__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MemoryEstimate:
     """Bytes by part for serving ``batch`` sequences of ``context`` tokens."""
 
@@ -437,13 +437,13 @@ def estimate_memory(
         room = gpu.accelerator_count * usable - weights - activations * gpu.accelerator_count
         fits.append(
             GpuFit(
-                gpu.type,
-                gpu.accelerator,
-                gpu.accelerator_count,
-                gpu.device_memory_bytes,
-                needed,
-                max(0, math.floor(room / per_sequence)) if per_sequence else 0,
-                gpu.price_usd_per_hour,
+                instance=gpu.type,
+                accelerator=gpu.accelerator,
+                gpus=gpu.accelerator_count,
+                device_memory_bytes=gpu.device_memory_bytes,
+                gpus_needed=needed,
+                max_sequences=max(0, math.floor(room / per_sequence)) if per_sequence else 0,
+                price_usd_per_hour=gpu.price_usd_per_hour,
             )
         )
     assumptions = (

@@ -34,7 +34,7 @@ THIS_MACHINE = "this machine"
 PLAN_SCHEMA = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchFigure:
     """One bench configuration's closed-loop throughput and per-call p99 (measured here)."""
 
@@ -57,16 +57,16 @@ class BenchFigure:
         ):
             return None
         return Calibration(
-            self.label,
-            self.backend,
-            self.precision,
-            self.batch_size,
-            self.batch_time_s,
-            self.device,
+            label=self.label,
+            backend=self.backend,
+            precision=self.precision,
+            batch_size=self.batch_size,
+            batch_time_s=self.batch_time_s,
+            device=self.device,
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Evidence:
     """What was measured on this machine for the model (any part may be missing)."""
 
@@ -88,7 +88,7 @@ class Evidence:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CapacityPlan:
     """The ranked options, the recommendation and everything they were derived from."""
 
@@ -154,13 +154,13 @@ def _option(instance: Instance, capacity: CapacityEstimate | None, reason: str =
     else:
         description = f"{instance.accelerator.split(' (')[0]}, {instance.vcpus} vCPU"
     return Option(
-        instance.type,
-        instance.kind,
-        description,
-        instance.price_usd_per_hour,
-        capacity,
-        reason,
-        instance.spot_price_usd_per_hour,
+        name=instance.type,
+        kind=instance.kind,
+        description=description,
+        price_usd_per_hour=instance.price_usd_per_hour,
+        capacity=capacity,
+        reason=reason,
+        spot_price_usd_per_hour=instance.spot_price_usd_per_hour,
     )
 
 
@@ -190,11 +190,11 @@ def build_plan(
     if here_instance is None and here_cap is not None:
         options.append(
             Option(
-                THIS_MACHINE,
-                evidence.device or "cpu",
-                "where the measurements ran (give --here TYPE to price it)",
-                None,
-                here_cap,
+                name=THIS_MACHINE,
+                kind=evidence.device or "cpu",
+                description="where the measurements ran (give --here TYPE to price it)",
+                price_usd_per_hour=None,
+                capacity=here_cap,
             )
         )
     for instance in instances:
@@ -221,5 +221,12 @@ def build_plan(
         )
     ranked, recommendation = plan_fleet(options, traffic, settings)
     return CapacityPlan(
-        model, traffic, settings, ranked, recommendation, here, catalog.files, evidence.sources
+        model=model,
+        traffic=traffic,
+        settings=settings,
+        options=ranked,
+        recommendation=recommendation,
+        here=here,
+        catalog_files=catalog.files,
+        sources=evidence.sources,
     )

@@ -87,7 +87,7 @@ def classify(
     return "compute-bound" if flops / bytes_ >= ridge else "memory-bound"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OperatorRoofline:
     """One operator (name + dtype), summed over its calls in one batch."""
 
@@ -211,7 +211,7 @@ class OperatorRoofline:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RooflineAnalysis:
     """A model's roofline: operators, totals, the floor, the measured time, MFU. Stored as the
     ``roofline`` document (:meth:`document`)."""
@@ -371,18 +371,18 @@ def build_operators(
         peak, peak_dtype = peak_for(ceilings, dtype, threads)
         operators.append(
             OperatorRoofline(
-                name,
-                group["category"],
-                dtype,
-                group["calls"],
-                group["flops"],
-                group["counted"],
-                group["bytes"],
-                group["time"],
-                peak,
-                peak_dtype,
-                bandwidth,
-                group["unmatched"],
+                name=name,
+                category=group["category"],
+                dtype=dtype,
+                calls=group["calls"],
+                flops=group["flops"],
+                flops_counted=group["counted"],
+                bytes=group["bytes"],
+                measured_time_s=group["time"],
+                peak_flops_per_s=peak,
+                peak_dtype=peak_dtype,
+                bandwidth_bytes_per_s=bandwidth,
+                unmatched_calls=group["unmatched"],
             )
         )
     return operators
@@ -410,16 +410,16 @@ def build_profile(
         [f"{unmatched} call(s) had no profiler event; their time counts as 0"] if unmatched else []
     )
     return RooflineAnalysis(
-        model,
-        backend,
-        precision,
-        batch_size,
-        device,
-        threads,
-        ceilings.environment_fingerprint,
-        measured_time_s,
-        measured_ci_rel,
-        ceilings,
-        tuple(operators),
-        tuple(notes) + tuple(extra),
+        model=model,
+        backend=backend,
+        precision=precision,
+        batch_size=batch_size,
+        device=device,
+        threads=threads,
+        environment_fingerprint=ceilings.environment_fingerprint,
+        measured_time_s=measured_time_s,
+        measured_ci_rel=measured_ci_rel,
+        ceilings=ceilings,
+        operators=tuple(operators),
+        notes=tuple(notes) + tuple(extra),
     )

@@ -42,7 +42,7 @@ _DTYPE_NAMES = {
 _COMPUTE_CATEGORIES = frozenset({"matmul", "conv", "attention"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpRecord:
     """One dispatched operator call: what it computed and moved.
 
@@ -155,7 +155,14 @@ def record_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: A
         read, written = 0, 0  # a view: the outputs alias the inputs, no data moves
         category = "view" if category in ("movement", "uncounted") else category
     flops = flops_of(name, _bind(func, args, kwargs), out)
-    return OpRecord(name, category, _op_dtype(category, inputs, outputs), flops, read, written)
+    return OpRecord(
+        name=name,
+        category=category,
+        dtype=_op_dtype(category, inputs, outputs),
+        flops=flops,
+        read_bytes=read,
+        written_bytes=written,
+    )
 
 
 def count_ops(fn: Callable[[], Any]) -> tuple[list[OpRecord], Any]:

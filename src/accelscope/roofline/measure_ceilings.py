@@ -110,7 +110,7 @@ Streams = Callable[[int, str], dict[str, float]]
 Events = Callable[[str], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CeilingsPlan:
     """What to measure: device, total time budget (seconds), dtypes, thread counts (CPU; empty:
     1 and all usable cores), and the sampling time per kernel (seconds)."""

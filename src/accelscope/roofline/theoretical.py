@@ -26,7 +26,7 @@ from accelscope.roofline.ceilings import Theoretical
 __all__ = ["CpuTopology", "parse_topology", "theoretical_cpu", "theoretical_gpu"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CpuTopology:
     """What ``/proc/cpuinfo`` says about SMT and the clock."""
 
@@ -58,7 +58,14 @@ def parse_topology(text: str) -> CpuTopology:
             mhz = float(fields["cpu MHz"])
         hypervisor = hypervisor or " hypervisor" in f" {fields.get('flags', '')} "
     distinct = len({c for c in cores if c[1] is not None}) or len(blocks)
-    return CpuTopology(len(blocks), distinct, siblings, per_package, mhz, hypervisor)
+    return CpuTopology(
+        logical=len(blocks),
+        distinct_cores=distinct,
+        siblings=siblings,
+        cores_per_package=per_package,
+        mhz=mhz,
+        hypervisor=hypervisor,
+    )
 
 
 def _cpu_rates(cpu: CpuInfo) -> dict[str, tuple[int, str]]:

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProfiledEvent:
     """One profiler event: name, host interval in seconds, and device time of its kernels in
     seconds."""

@@ -42,7 +42,7 @@ STRATEGIES = ("grid", "fast")
 BUDGET_REASON = "sweep budget ended before this configuration ran"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepPlan:
     """How to sweep: the space, the guard, the SLA, the strategy and the budgets."""
 
@@ -123,7 +123,7 @@ def _group(spec: RunSpec) -> tuple[str, str, int, tuple[tuple[str, str], ...]]:
     return (spec.backend, spec.precision.value, spec.threads, spec.options)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Sweep:
     plan: SweepPlan
     model: LoadedModel

@@ -27,7 +27,7 @@ SPEEDUP_COLUMN_NOTE = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Selection:
     """Keys (``RunSpec.key``) of the chosen results, and the verdict text."""
 
@@ -121,26 +121,30 @@ def select(
             measured = [r for r in results if r.measurement is not None]
             if not measured:
                 return Selection(
-                    None,
-                    None,
-                    base_key,
-                    f"Nothing was measured: all {len(results)} configuration(s) were skipped or "
-                    "failed (reasons above).",
+                    best_key=None,
+                    lowest_latency_key=None,
+                    baseline_key=base_key,
+                    verdict=(
+                        f"Nothing was measured: all {len(results)} configuration(s) were skipped "
+                        "or failed (reasons above)."
+                    ),
                 )
             return Selection(
-                None,
-                None,
-                base_key,
-                f"No configuration was accepted: all {len(measured)} measured configuration(s) "
-                "failed the accuracy guard.",
+                best_key=None,
+                lowest_latency_key=None,
+                baseline_key=base_key,
+                verdict=(
+                    f"No configuration was accepted: all {len(measured)} measured configuration(s) "
+                    "failed the accuracy guard."
+                ),
             )
         fastest_p99 = min(accepted, key=_p99)
         limit_ms = (sla_p99_s or 0.0) * 1e3
         return Selection(
-            None,
-            None,
-            base_key,
-            f"No accepted configuration meets the p99 SLA of {limit_ms:.0f} ms "
+            best_key=None,
+            lowest_latency_key=None,
+            baseline_key=base_key,
+            verdict=f"No accepted configuration meets the p99 SLA of {limit_ms:.0f} ms "
             f"(the best p99 is {_p99(fastest_p99) * 1e3:.1f} ms, {fastest_p99.spec.label()}).",
         )
     best = max(within, key=_throughput)
@@ -178,7 +182,13 @@ def select(
             f"{quickest.measurement.summary.p50_s * 1e3:.1f} ms ({_throughput(quickest):.1f} "
             "items/s)."
         )
-    return Selection(best.spec.key, quickest.spec.key, base_key, verdict, confirmation)
+    return Selection(
+        best_key=best.spec.key,
+        lowest_latency_key=quickest.spec.key,
+        baseline_key=base_key,
+        verdict=verdict,
+        confirmation=confirmation,
+    )
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:

@@ -29,7 +29,7 @@ from accelscope.spec import Device, Precision, RunSpec
 __all__ = ["Candidate", "SweepSpace", "expand", "probe_requests"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepSpace:
     """What to sweep. Empty ``backends``/``precisions`` mean every registered backend and every
     precision; ``options`` (key, value) pairs apply to each backend that has that option. When

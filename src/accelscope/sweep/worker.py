@@ -37,7 +37,7 @@ _PR_SET_PDEATHSIG = 1
 _PROGRESS_INTERVAL_S = 0.25
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerTask:
     """Everything a worker needs, as plain data (it crosses a process boundary as JSON)."""
 

@@ -37,7 +37,7 @@ from accelscope.sweep.space import SweepSpace, probe_requests
 __all__ = ["BenchOutcome", "BenchRequest", "bench", "selection_for_run"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchRequest:
     """What ``accelscope bench`` should sweep. Empty tuples mean the defaults: every registered
     backend, every precision with a fast path here, batch 8, all usable cores."""
@@ -78,7 +78,7 @@ class BenchRequest:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchOutcome:
     """The sweep's final results, the selection, and where things were written."""
 

@@ -28,7 +28,7 @@ __all__ = ["DoctorOutcome", "DoctorRequest", "doctor", "result_for_run"]
 _DEVICE = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DoctorRequest:
     """What ``accelscope doctor`` should run.
 
@@ -60,7 +60,7 @@ class DoctorRequest:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DoctorOutcome:
     """The result and where things were written."""
 
@@ -154,7 +154,11 @@ def doctor(
         stdout=2 if request.quiet_stdout else None,
     )
     plan = DoctorPlan(
-        request.script.resolve(), request.args, request.warmup, request.steps, request.what_if
+        script=request.script.resolve(),
+        args=request.args,
+        warmup=request.warmup,
+        steps=request.steps,
+        what_if=request.what_if,
     )
     support = env.precision_support()
     if request.device.strip().lower() == "cpu" or not env.gpus:  # probes decide, ISA explains
@@ -197,10 +201,10 @@ def doctor(
             f"what-if(s) are kept in {where}; report: {report_path}"
         )
     return DoctorOutcome(
-        result,
-        run_id,
-        run.stored_path,
-        report_path,
-        trace_path,
-        time.monotonic() - started,
+        result=result,
+        run_id=run_id,
+        store_path=run.stored_path,
+        report_path=report_path,
+        trace_path=trace_path,
+        wall_time_s=time.monotonic() - started,
     )

@@ -59,7 +59,7 @@ _FLOOR_SHARE = 0.1
 """A note when the harness floor's p50 is above this share of a trial's p50 compute time."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoadRequest:
     """What ``accelscope load`` should run. ``max_batch`` is the batcher's maximum;
     ``search=None`` means: search for a server run with an SLA and no ``rate``."""
@@ -104,7 +104,7 @@ class LoadRequest:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoadOutcome:
     """Everything ``load`` measured and where it went."""
 

@@ -31,7 +31,7 @@ __all__ = ["DEFAULT_BATCH_SIZE", "MeasureOutcome", "MeasureRequest", "measure", 
 DEFAULT_BATCH_SIZE = 8
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MeasureRequest:
     """What ``accelscope measure`` should do. Empty ``batch_sizes`` means the default (8, or
     the model's fixed batch); ``threads=None`` means every core this process may use."""

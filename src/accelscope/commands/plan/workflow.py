@@ -44,7 +44,7 @@ DOCUMENT_KIND = "plan"
 _SCAN_RUNS = 500
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanRequest:
     """Capacity mode: which model (or run), the traffic, the SLA and the fleet rules."""
 
@@ -62,7 +62,7 @@ class PlanRequest:
     report_path: Path | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MemoryRequest:
     """Memory mode: a local config.json, the context, the batch and the precision."""
 
@@ -74,7 +74,7 @@ class MemoryRequest:
     catalog_files: tuple[Path, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ApiRequest:
     """API mode: monthly volume, the API's prices, and the own instance and its throughput."""
 
@@ -88,7 +88,7 @@ class ApiRequest:
     catalog_files: tuple[Path, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanOutcome:
     """The plan document and where it was stored and reported."""
 
@@ -128,10 +128,10 @@ def bench_figures(results: Sequence[Result]) -> tuple[BenchFigure, ...]:
             spec = result.spec
             figures.append(
                 BenchFigure(
-                    spec.label(),
-                    m.throughput_items_per_s,
-                    m.summary.p99_s,
-                    spec.device.value,
+                    label=spec.label(),
+                    items_per_s=m.throughput_items_per_s,
+                    p99_s=m.summary.p99_s,
+                    device=spec.device.value,
                     backend=spec.backend,
                     precision=spec.precision.value,
                     batch_size=spec.batch_size,
@@ -153,7 +153,9 @@ def _evidence_of_run(run: RunRecord) -> Evidence:
         for p in run.documents_of("capacity")
     )
     bench = bench_figures(run.results) if run.kind == "bench" else ()
-    return Evidence(profile, capacities, bench, sources=(f"{run.kind} run {run.id}",))
+    return Evidence(
+        profile=profile, capacities=capacities, bench=bench, sources=(f"{run.kind} run {run.id}",)
+    )
 
 
 def _model_matches(run: RunRecord, model: str) -> bool:
@@ -186,7 +188,9 @@ def _gather(store: ResultStore, request: PlanRequest) -> tuple[str, Evidence]:
             capacities, sources = found.capacities, [*sources, f"load run {head.id}"]
         if found.bench and not bench:
             bench, sources = found.bench, [*sources, f"bench run {head.id}"]
-    return model, Evidence(profile, capacities, bench, sources=tuple(sources))
+    return model, Evidence(
+        profile=profile, capacities=capacities, bench=bench, sources=tuple(sources)
+    )
 
 
 def _validate(request: PlanRequest) -> None:
@@ -242,19 +246,19 @@ def plan_capacity(
     if request.profile_file is not None:
         profile = _profile_from_file(request.profile_file)
         evidence = Evidence(
-            profile,
-            evidence.capacities,
-            evidence.bench,
-            evidence.given_qps,
-            (*evidence.sources, f"profile file {request.profile_file}"),
+            profile=profile,
+            capacities=evidence.capacities,
+            bench=evidence.bench,
+            given_qps=evidence.given_qps,
+            sources=(*evidence.sources, f"profile file {request.profile_file}"),
         )
     if request.capacity_qps is not None:
         evidence = Evidence(
-            evidence.profile,
-            evidence.capacities,
-            evidence.bench,
-            request.capacity_qps,
-            (*evidence.sources, "--capacity"),
+            profile=evidence.profile,
+            capacities=evidence.capacities,
+            bench=evidence.bench,
+            given_qps=request.capacity_qps,
+            sources=(*evidence.sources, "--capacity"),
         )
     settings = PlanSettings(request.sla_p99_s, request.headroom, request.min_instances)
     plan = build_plan(model, catalog, traffic, settings, evidence, request.here, request.only)
@@ -269,7 +273,9 @@ def plan_capacity(
     )
     html = render_plan_report(document, title=f"accelscope plan: {model}")
     report = run.write_report(html, request.report_path)
-    return PlanOutcome(document, run.run_id, run.stored_path, report)
+    return PlanOutcome(
+        document=document, run_id=run.run_id, store_path=run.stored_path, report_path=report
+    )
 
 
 def plan_memory(
@@ -299,7 +305,7 @@ def plan_memory(
     name = str(config.get("_name_or_path") or request.config)
     settings = {"mode": "memory"}
     run = _store_document(store_path, name, settings, document, environment, command_line)
-    return PlanOutcome(document, run.run_id, run.stored_path)
+    return PlanOutcome(document=document, run_id=run.run_id, store_path=run.stored_path)
 
 
 def plan_api(
@@ -327,4 +333,4 @@ def plan_api(
     document = comparison.to_dict()
     settings = {"mode": "api"}
     run = _store_document(store_path, instance.type, settings, document, environment, command_line)
-    return PlanOutcome(document, run.run_id, run.stored_path)
+    return PlanOutcome(document=document, run_id=run.run_id, store_path=run.stored_path)

@@ -53,7 +53,7 @@ class CeilingsRequest:
     dtypes: tuple[str, ...] = DTYPES
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CeilingsOutcome:
     """The ceilings, whether they all came from the cache, the cache file, the stored run, and
     the dtypes measured now (empty when cached); ``extended``: they were added to cached ones."""
@@ -67,7 +67,7 @@ class CeilingsOutcome:
     extended: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RooflineRequest:
     """What ``accelscope roofline`` should profile."""
 
@@ -87,7 +87,7 @@ class RooflineRequest:
     trust_model_code: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RooflineOutcome:
     """The profile, where it was stored and written, and the ceilings used."""
 
@@ -166,7 +166,9 @@ def ceilings(
     if cached is not None:
         wanted = cached.missing(request.dtypes)
         if not wanted:
-            return CeilingsOutcome(cached, True, path, None, None)
+            return CeilingsOutcome(
+                ceilings=cached, cached=True, cache_path=path, run_id=None, store_path=None
+            )
     plan = CeilingsPlan(device=request.device.value, budget_s=request.budget_s, dtypes=wanted)
     if cached is None:
         found = measure(plan, env, events=events)
@@ -179,7 +181,13 @@ def ceilings(
         else None
     )
     return CeilingsOutcome(
-        found, False, path, run_id, store_path if run_id else None, wanted, cached is not None
+        ceilings=found,
+        cached=False,
+        cache_path=path,
+        run_id=run_id,
+        store_path=store_path if run_id else None,
+        measured_dtypes=wanted,
+        extended=cached is not None,
     )
 
 
@@ -271,4 +279,10 @@ def roofline(
     with run:
         run.add_document("roofline", profile.document().model_dump(mode="json"))
     report_path = run.write_report(render_roofline_report(profile), request.report_path)
-    return RooflineOutcome(profile, found, run.run_id, run.stored_path, report_path)
+    return RooflineOutcome(
+        profile=profile,
+        ceilings=found,
+        run_id=run.run_id,
+        store_path=run.stored_path,
+        report_path=report_path,
+    )

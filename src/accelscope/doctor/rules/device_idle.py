@@ -20,7 +20,11 @@ class DeviceIdle:
         if share is None:
             status = ctx.profile.device_status or "not available: no CUDA device"
             return Finding(
-                self.name, "device idle between steps", NOT_APPLICABLE, status, threshold
+                rule=self.name,
+                title="device idle between steps",
+                status=NOT_APPLICABLE,
+                summary=status,
+                threshold=threshold,
             )
         step_s = ctx.breakdown.device_step_mean_s or 0.0
         evidence = {
@@ -30,27 +34,31 @@ class DeviceIdle:
         }
         if share < THRESHOLD:
             return Finding(
-                self.name,
-                "device idle between steps",
-                CLEAR,
-                f"the GPU is idle {share:.0%} of each step (measured)",
-                threshold,
-                share,
+                rule=self.name,
+                title="device idle between steps",
+                status=CLEAR,
+                summary=f"the GPU is idle {share:.0%} of each step (measured)",
+                threshold=threshold,
+                share=share,
                 evidence=evidence,
             )
         return Finding(
-            self.name,
-            "device idle between steps",
-            FIRED,
-            f"the GPU sits idle {share * step_s * 1e3:.1f} ms per step ({share:.0%}) while the "
-            "host waits for the next batch (measured with CUDA events)",
-            threshold,
-            share,
-            severity(share, HIGH),
-            evidence,
-            "Feed the device faster: more DataLoader workers, pinned memory and non-blocking "
-            "copies, or prefetch the next batch to the device.",
-            ("workers", "pin_memory"),
+            rule=self.name,
+            title="device idle between steps",
+            status=FIRED,
+            summary=(
+                f"the GPU sits idle {share * step_s * 1e3:.1f} ms per step ({share:.0%}) while the "
+                "host waits for the next batch (measured with CUDA events)"
+            ),
+            threshold=threshold,
+            share=share,
+            severity=severity(share, HIGH),
+            evidence=evidence,
+            advice=(
+                "Feed the device faster: more DataLoader workers, pinned memory and non-blocking "
+                "copies, or prefetch the next batch to the device."
+            ),
+            what_ifs=("workers", "pin_memory"),
         )
 
 

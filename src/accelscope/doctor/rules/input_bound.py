@@ -27,12 +27,12 @@ class InputBound:
         threshold = f"time waiting for input >= {THRESHOLD:.0%} of step time"
         if share < THRESHOLD:
             return Finding(
-                self.name,
-                "input-bound",
-                CLEAR,
-                f"input wait is {share:.0%} of step time",
-                threshold,
-                share,
+                rule=self.name,
+                title="input-bound",
+                status=CLEAR,
+                summary=f"input wait is {share:.0%} of step time",
+                threshold=threshold,
+                share=share,
             )
         what_ifs: list[str] = []
         loader = loaders[0] if loaders else None
@@ -69,16 +69,16 @@ class InputBound:
             f"time" + (f" (DataLoader num_workers={workers})" if loader is not None else "")
         )
         return Finding(
-            self.name,
-            "input-bound",
-            FIRED,
-            summary,
-            threshold,
-            share,
-            severity(share, HIGH),
-            evidence,
-            advice,
-            tuple(what_ifs),
+            rule=self.name,
+            title="input-bound",
+            status=FIRED,
+            summary=summary,
+            threshold=threshold,
+            share=share,
+            severity=severity(share, HIGH),
+            evidence=evidence,
+            advice=advice,
+            what_ifs=tuple(what_ifs),
         )
 
 

@@ -23,7 +23,11 @@ class MemoryPressure:
         telemetry = ctx.telemetry
         if telemetry is None or not telemetry.samples or ctx.memory_bytes <= 0:
             return Finding(
-                self.name, "memory pressure", NOT_APPLICABLE, "no telemetry samples", threshold
+                rule=self.name,
+                title="memory pressure",
+                status=NOT_APPLICABLE,
+                summary="no telemetry samples",
+                threshold=threshold,
             )
         samples = telemetry.samples
         peak = max(s.process_rss_bytes for s in samples)
@@ -44,23 +48,23 @@ class MemoryPressure:
             reasons.append(f"swap use grew by {swap_growth / 2**20:.0f} MiB")
         if not reasons:
             return Finding(
-                self.name,
-                "memory pressure",
-                CLEAR,
-                f"peak RSS {peak / 2**30:.2f} GiB of {ctx.memory_bytes / 2**30:.1f} GiB",
-                threshold,
+                rule=self.name,
+                title="memory pressure",
+                status=CLEAR,
+                summary=f"peak RSS {peak / 2**30:.2f} GiB of {ctx.memory_bytes / 2**30:.1f} GiB",
+                threshold=threshold,
                 evidence=evidence,
             )
         return Finding(
-            self.name,
-            "memory pressure",
-            FIRED,
-            "; ".join(reasons),
-            threshold,
-            None,
-            "high" if swap_growth >= SWAP_GROWTH_BYTES else "medium",
-            evidence,
-            "Lower the batch size or the number of workers (each holds a copy of "
+            rule=self.name,
+            title="memory pressure",
+            status=FIRED,
+            summary="; ".join(reasons),
+            threshold=threshold,
+            share=None,
+            severity="high" if swap_growth >= SWAP_GROWTH_BYTES else "medium",
+            evidence=evidence,
+            advice="Lower the batch size or the number of workers (each holds a copy of "
             "the dataset object), or cache less in memory.",
         )
 

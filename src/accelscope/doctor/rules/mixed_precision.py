@@ -35,11 +35,11 @@ class MissingMixedPrecision:
         probe = ctx.profile.probe
         if probe is None or probe.op_time_s <= 0:
             return Finding(
-                self.name,
-                title,
-                NOT_APPLICABLE,
-                "no operator census (use --warmup >= 1)",
-                threshold,
+                rule=self.name,
+                title=title,
+                status=NOT_APPLICABLE,
+                summary="no operator census (use --warmup >= 1)",
+                threshold=threshold,
             )
         device = Device.CUDA if ctx.device == "cuda" else Device.CPU
         fast = [
@@ -76,11 +76,11 @@ class MissingMixedPrecision:
         }
         if autocast:
             return Finding(
-                self.name,
-                title,
-                CLEAR,
-                f"autocast is on ({autocast})",
-                threshold,
+                rule=self.name,
+                title=title,
+                status=CLEAR,
+                summary=f"autocast is on ({autocast})",
+                threshold=threshold,
                 evidence=evidence,
             )
         if not fast:
@@ -90,11 +90,11 @@ class MissingMixedPrecision:
                 if s.device is device and s.precision in (Precision.BF16, Precision.FP16)
             )
             return Finding(
-                self.name,
-                title,
-                NOT_APPLICABLE,
-                f"no bf16/fp16 fast path on {device.value}: {reasons}",
-                threshold,
+                rule=self.name,
+                title=title,
+                status=NOT_APPLICABLE,
+                summary=f"no bf16/fp16 fast path on {device.value}: {reasons}",
+                threshold=threshold,
                 evidence=evidence,
             )
         units = ", ".join(f"{s.precision.value} on {s.unit}" for s in fast)
@@ -106,21 +106,33 @@ class MissingMixedPrecision:
                 else f"operators are small ({per_op * 1e6:.0f} us each): overhead, not "
                 "arithmetic, dominates"
             )
-            return Finding(self.name, title, CLEAR, why, threshold, share, evidence=evidence)
+            return Finding(
+                rule=self.name,
+                title=title,
+                status=CLEAR,
+                summary=why,
+                threshold=threshold,
+                share=share,
+                evidence=evidence,
+            )
         what_ifs = tuple(s.precision.value for s in fast)
         return Finding(
-            self.name,
-            title,
-            FIRED,
-            f"fp32 matrix multiplies/convolutions take {share:.0%} of step time with autocast "
-            f"off, while this {device.value} has a fast path ({units})",
-            threshold,
-            share,
-            severity(share, HIGH),
-            evidence,
-            "Run the forward under torch.autocast with bf16 (or fp16 with a GradScaler), and "
-            "check the accuracy (accelscope bench guards it).",
-            what_ifs,
+            rule=self.name,
+            title=title,
+            status=FIRED,
+            summary=(
+                f"fp32 matrix multiplies/convolutions take {share:.0%} of step time with autocast "
+                f"off, while this {device.value} has a fast path ({units})"
+            ),
+            threshold=threshold,
+            share=share,
+            severity=severity(share, HIGH),
+            evidence=evidence,
+            advice=(
+                "Run the forward under torch.autocast with bf16 (or fp16 with a GradScaler), and "
+                "check the accuracy (accelscope bench guards it)."
+            ),
+            what_ifs=what_ifs,
         )
 
 

@@ -59,11 +59,11 @@ class OverheadBound:
         per_op = wall_per_op_s(ctx)
         if probe is None or per_op is None:
             return Finding(
-                self.name,
-                "overhead-bound",
-                NOT_APPLICABLE,
-                "no operator census (use --warmup >= 1)",
-                threshold,
+                rule=self.name,
+                title="overhead-bound",
+                status=NOT_APPLICABLE,
+                summary="no operator census (use --warmup >= 1)",
+                threshold=threshold,
             )
         shares = ctx.breakdown.shares
         share = 1.0 - shares["input"] - shares["sync"] - shares["copy"]
@@ -84,7 +84,13 @@ class OverheadBound:
                 else f"operator work is {share:.0%} of step time"
             )
             return Finding(
-                self.name, "overhead-bound", CLEAR, why, threshold, share, evidence=evidence
+                rule=self.name,
+                title="overhead-bound",
+                status=CLEAR,
+                summary=why,
+                threshold=threshold,
+                share=share,
+                evidence=evidence,
             )
         what_ifs = ["batch"] if items <= 64 else []
         what_ifs.append("compile")
@@ -95,19 +101,21 @@ class OverheadBound:
             else ""
         )
         return Finding(
-            self.name,
-            "overhead-bound",
-            FIRED,
-            f"{probe.ops} operators per step{small} average {per_op * 1e6:.1f} us of wall time "
-            f"each{trivial}: fixed per-operator costs, not arithmetic, set the pace of "
-            f"{share:.0%} of the step",
-            threshold,
-            share,
-            severity(share, HIGH),
-            evidence,
-            "Give each operator more work: batch requests together, or fuse operators with "
+            rule=self.name,
+            title="overhead-bound",
+            status=FIRED,
+            summary=(
+                f"{probe.ops} operators per step{small} average {per_op * 1e6:.1f} us of wall time "
+                f"each{trivial}: fixed per-operator costs, not arithmetic, set the pace of "
+                f"{share:.0%} of the step"
+            ),
+            threshold=threshold,
+            share=share,
+            severity=severity(share, HIGH),
+            evidence=evidence,
+            advice="Give each operator more work: batch requests together, or fuse operators with "
             "torch.compile (on CUDA, CUDA graphs remove launch overhead too).",
-            tuple(what_ifs),
+            what_ifs=tuple(what_ifs),
         )
 
 

@@ -24,7 +24,11 @@ class Oversubscription:
         facts = ctx.profile.facts
         if facts is None:
             return Finding(
-                self.name, "thread oversubscription", CLEAR, "no thread facts recorded", threshold
+                rule=self.name,
+                title="thread oversubscription",
+                status=CLEAR,
+                summary="no thread facts recorded",
+                threshold=threshold,
             )
         workers = sum(loader.num_workers for loader in facts.loaders)
         demand = facts.torch_threads + workers
@@ -45,11 +49,11 @@ class Oversubscription:
         shared = facts.torch_threads > 1 and demand + external >= ctx.cores + EXTERNAL_MARGIN
         if not own and not shared:
             return Finding(
-                self.name,
-                "thread oversubscription",
-                CLEAR,
-                f"{facts.torch_threads} threads + {workers} workers on {ctx.cores} cores",
-                threshold,
+                rule=self.name,
+                title="thread oversubscription",
+                status=CLEAR,
+                summary=f"{facts.torch_threads} threads + {workers} workers on {ctx.cores} cores",
+                threshold=threshold,
                 evidence=evidence,
             )
         threads = max(1, ctx.cores - workers - (round(external) if shared and not own else 0))
@@ -64,17 +68,19 @@ class Oversubscription:
                 "wait for their threads"
             )
         return Finding(
-            self.name,
-            "thread oversubscription",
-            FIRED,
-            summary,
-            threshold,
-            None,
-            "medium",
-            evidence,
-            f"torch.set_num_threads({threads}) in the main process, or fewer workers, so the "
-            "threads stop waiting for each other.",
-            (f"threads={threads}",),
+            rule=self.name,
+            title="thread oversubscription",
+            status=FIRED,
+            summary=summary,
+            threshold=threshold,
+            share=None,
+            severity="medium",
+            evidence=evidence,
+            advice=(
+                f"torch.set_num_threads({threads}) in the main process, or fewer workers, so the "
+                "threads stop waiting for each other."
+            ),
+            what_ifs=(f"threads={threads}",),
         )
 
 

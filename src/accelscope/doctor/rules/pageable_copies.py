@@ -25,7 +25,11 @@ class PageableCopies:
                 else "no host->device copies were seen"
             )
             return Finding(
-                self.name, "pageable host->device copies", NOT_APPLICABLE, why, threshold
+                rule=self.name,
+                title="pageable host->device copies",
+                status=NOT_APPLICABLE,
+                summary=why,
+                threshold=threshold,
             )
         share = ctx.breakdown.shares["copy"]
         evidence = {
@@ -36,29 +40,33 @@ class PageableCopies:
         }
         if pageable == 0 or share < THRESHOLD:
             return Finding(
-                self.name,
-                "pageable host->device copies",
-                CLEAR,
-                f"{pageable:.1f} pageable copies per step, {share:.0%} of step time",
-                threshold,
-                share,
+                rule=self.name,
+                title="pageable host->device copies",
+                status=CLEAR,
+                summary=f"{pageable:.1f} pageable copies per step, {share:.0%} of step time",
+                threshold=threshold,
+                share=share,
                 evidence=evidence,
             )
         facts = ctx.profile.facts
         has_loader = facts is not None and bool(facts.loaders)
         return Finding(
-            self.name,
-            "pageable host->device copies",
-            FIRED,
-            f"{pageable:.1f} of {copies:.1f} host->device copies per step come from pageable "
-            f"memory; copies take {share:.0%} of step time",
-            threshold,
-            share,
-            severity(share, HIGH),
-            evidence,
-            "Pin the source: DataLoader(pin_memory=True) and .to(device, non_blocking=True), so "
-            "copies run asynchronously from page-locked memory.",
-            ("pin_memory",) if has_loader else (),
+            rule=self.name,
+            title="pageable host->device copies",
+            status=FIRED,
+            summary=(
+                f"{pageable:.1f} of {copies:.1f} host->device copies per step come from pageable "
+                f"memory; copies take {share:.0%} of step time"
+            ),
+            threshold=threshold,
+            share=share,
+            severity=severity(share, HIGH),
+            evidence=evidence,
+            advice=(
+                "Pin the source: DataLoader(pin_memory=True) and .to(device, non_blocking=True), "
+                "so copies run asynchronously from page-locked memory."
+            ),
+            what_ifs=("pin_memory",) if has_loader else (),
         )
 
 

@@ -25,12 +25,12 @@ class SyncBound:
         evidence = {"sync_share": share, "syncs_per_step": per_step, "sync_per_step_s": sync_s}
         if share < THRESHOLD:
             return Finding(
-                self.name,
-                "synchronisation-bound",
-                CLEAR,
-                f"{per_step:.1f} readbacks per step, {share:.0%} of step time",
-                threshold,
-                share,
+                rule=self.name,
+                title="synchronisation-bound",
+                status=CLEAR,
+                summary=f"{per_step:.1f} readbacks per step, {share:.0%} of step time",
+                threshold=threshold,
+                share=share,
                 evidence=evidence,
             )
         where = (
@@ -40,17 +40,22 @@ class SyncBound:
             "to Python values"
         )
         return Finding(
-            self.name,
-            "synchronisation-bound",
-            FIRED,
-            f"{per_step:.1f} readbacks per step take {sync_s * 1e3:.2f} ms, {share:.0%} of step "
-            f"time; {where}",
-            threshold,
-            share,
-            severity(share, HIGH),
-            evidence,
-            "Keep per-step values on the device (accumulate the loss in a tensor) and read them "
-            "back every N steps; log whole-batch predictions rarely, not with .tolist() per step.",
+            rule=self.name,
+            title="synchronisation-bound",
+            status=FIRED,
+            summary=(
+                f"{per_step:.1f} readbacks per step take {sync_s * 1e3:.2f} ms, {share:.0%} of "
+                f"step time; {where}"
+            ),
+            threshold=threshold,
+            share=share,
+            severity=severity(share, HIGH),
+            evidence=evidence,
+            advice=(
+                "Keep per-step values on the device (accumulate the loss in a tensor) and read "
+                "them back every N steps; log whole-batch predictions rarely, not with .tolist() "
+                "per step."
+            ),
         )
 
 

@@ -24,7 +24,7 @@ DEFAULT_MODEL = "resnet50"
 """The model measured when none is named."""
 
 _SEED = 0
-_IMAGE = TensorSpec("x", ("N", 3, 224, 224), "float32")
+_IMAGE = TensorSpec(name="x", shape=("N", 3, 224, 224), dtype="float32")
 _SEQ_LEN = 128
 _BERT_VOCAB = 30522
 _GPT2_VOCAB = 50257
@@ -106,8 +106,12 @@ ZOO: dict[str, ZooEntry] = {
             "weights; returns the last hidden state",
             task=Task.ENCODER,
             inputs=(
-                TensorSpec("input_ids", ("N", _SEQ_LEN), "int64", low=0, high=_BERT_VOCAB),
-                TensorSpec("attention_mask", ("N", _SEQ_LEN), "int64", low=1, high=2),
+                TensorSpec(
+                    name="input_ids", shape=("N", _SEQ_LEN), dtype="int64", low=0, high=_BERT_VOCAB
+                ),
+                TensorSpec(
+                    name="attention_mask", shape=("N", _SEQ_LEN), dtype="int64", low=1, high=2
+                ),
             ),
             build=_seeded(_build_bert_base),
             requires=("transformers",),
@@ -118,7 +122,11 @@ ZOO: dict[str, ZooEntry] = {
             description="GPT-2 small decoder (12 layers, hidden 768), 124 M parameters, random "
             "weights; returns next-token logits, no KV cache",
             task=Task.LANGUAGE_MODEL,
-            inputs=(TensorSpec("input_ids", ("N", _SEQ_LEN), "int64", low=0, high=_GPT2_VOCAB),),
+            inputs=(
+                TensorSpec(
+                    name="input_ids", shape=("N", _SEQ_LEN), dtype="int64", low=0, high=_GPT2_VOCAB
+                ),
+            ),
             build=_seeded(_build_gpt2_small),
             requires=("transformers",),
             aliases=("gpt2", "gpt-2", "gpt2_small", "gpt2small"),

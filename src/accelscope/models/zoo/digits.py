@@ -19,7 +19,7 @@ from accelscope.spec import TensorSpec
 
 __all__ = ["DIGITS_INPUT", "DIGITS_SOURCE", "DigitsCNN", "build_digits", "digits_eval_data"]
 
-DIGITS_INPUT = TensorSpec("pixels", ("N", 1, 8, 8), "float32")
+DIGITS_INPUT = TensorSpec(name="pixels", shape=("N", 1, 8, 8), dtype="float32")
 """Model input: pixel intensities scaled to [0, 1] (raw values / 16)."""
 
 DIGITS_SOURCE = "scikit-learn load_digits (UCI handwritten digits), 20 % held out, seed 0"
