@@ -23,26 +23,24 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 from dataclasses import replace
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # tests/, for conftest
+from accelscope.commands.load.workflow import capacity_document, summary_document
+from accelscope.hardware.fingerprint import Environment
+from accelscope.load.batcher import BatchPolicy
+from accelscope.load.capacity_search import CapacitySearch, PolicyCapacity
+from accelscope.load.clock import SimClock
+from accelscope.load.executor import SimulatedExecutor
+from accelscope.load.fakes import BatchLinearService
+from accelscope.load.scenarios import run_server
+from accelscope.load.summary import Scenario, TrialSettings
+from accelscope.result import Result
+from accelscope.spec import Precision, RunSpec
+from accelscope.sweep.confirm import Comparison, Confirmation
+from accelscope.testing import fake_result, fixed_environment
 
-import conftest  # noqa: E402
-from accelscope.commands.load.workflow import capacity_document, summary_document  # noqa: E402
-from accelscope.hardware.fingerprint import Environment  # noqa: E402
-from accelscope.load.batcher import BatchPolicy  # noqa: E402
-from accelscope.load.capacity_search import CapacitySearch, PolicyCapacity  # noqa: E402
-from accelscope.load.clock import SimClock  # noqa: E402
-from accelscope.load.executor import SimulatedExecutor  # noqa: E402
-from accelscope.load.fakes import BatchLinearService  # noqa: E402
-from accelscope.load.scenarios import run_server  # noqa: E402
-from accelscope.load.summary import Scenario, TrialSettings  # noqa: E402
-from accelscope.result import Result  # noqa: E402
-from accelscope.spec import Precision, RunSpec  # noqa: E402
-from accelscope.sweep.confirm import Comparison, Confirmation  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 # src/accelscope/store/sqlite.py at 8f35dca^ (the first layout)
 SCHEMA_FIRST = """
@@ -107,7 +105,7 @@ DAY = "2026-11-20T22:"
 
 
 def _result(env: Environment, batch: int, minute: int) -> Result:
-    result: Result = conftest.make_result(env, batch=batch)
+    result: Result = fake_result(env, batch=batch)
     return replace(result, created_at=f"{DAY}{minute:02d}:00+00:00")
 
 
@@ -263,7 +261,7 @@ def make_last(path: Path, env: Environment) -> None:
 
 
 def main() -> None:
-    env = conftest.environment.__wrapped__()  # the conftest fixture's fixed environment
+    env = fixed_environment()  # the tests' fixed environment (their `environment` fixture)
     make_first(HERE / "store-v1.sqlite", env)
     make_last(HERE / "store-v1-documents.sqlite", env)
 

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from accelscope.cli import main
 from accelscope.commands.load.html import render_load_report
 from accelscope.commands.load.verdict import harness_floor_text
 from accelscope.commands.load.view import load_view
@@ -26,6 +25,7 @@ from accelscope.load.scenarios import run_server
 from accelscope.load.summary import Distribution, Scenario, TrialSettings
 from accelscope.spec import Precision, RunSpec
 from accelscope.store.sqlite import ResultStore
+from accelscope.testing import CliRunner
 
 TINY = """\
 import torch
@@ -153,7 +153,7 @@ def test_stored_documents_carry_the_floor_and_old_ones_still_render(
 
 
 def test_runs_show_reads_an_old_load_run_without_a_floor(
-    environment: Environment, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    environment: Environment, tmp_path: Path, cli: CliRunner
 ) -> None:
     store = tmp_path / "r.db"
     docs = _documents(environment, None)
@@ -166,8 +166,8 @@ def test_runs_show_reads_an_old_load_run_without_a_floor(
             opened.add_document(run_id, "load-trial", trial)
         opened.add_document(run_id, "capacity", docs["capacity"])
         opened.finish_run(run_id, "complete")
-    assert main(["runs", "show", run_id, "--store", str(store)]) == 0
-    out = capsys.readouterr().out
+    code, out, _ = cli("runs", "show", run_id, "--store", store)
+    assert code == 0
     assert "Capacity at p99" in out and "harness floor" not in out
 
 
@@ -180,13 +180,12 @@ def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return f"{tmp_path / 'tiny.py'}:make"
 
 
-def test_every_load_run_reports_its_floor(
-    tiny: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_every_load_run_reports_its_floor(tiny: str, tmp_path: Path, cli: CliRunner) -> None:
     store, report = tmp_path / "r.db", tmp_path / "load.html"
     common = ["load", tiny, *ARGS, "--store", str(store), "--report", str(report)]
-    assert main([*common, "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)
+    code, out, _ = cli(*common, "--json")
+    assert code == 0
+    document = json.loads(out)
     floor = document["harness_floor"]
     assert floor["queries"] == FLOOR_QUERIES and floor["instances"] == 1
     latency = floor["latency"]
@@ -196,10 +195,10 @@ def test_every_load_run_reports_its_floor(
         run = opened.get_run(document["run_id"])
     (summary,) = run.documents_of("load-summary")
     assert summary["harness_floor"] == floor and summary["scenario"] == "server"
-    assert main(["runs", "show", document["run_id"], "--store", str(store)]) == 0
-    assert "harness floor: p50" in capsys.readouterr().out
-    assert main(common) == 0
-    captured = capsys.readouterr()
-    assert "harness floor: p50" in captured.out  # under the verdict
-    assert "harness floor: p50" in captured.err  # as it is measured, before the trials
-    assert "per query (null system under test, 400 queries at 500 q/s)" in captured.out
+    code, out, _ = cli("runs", "show", document["run_id"], "--store", store)
+    assert code == 0 and "harness floor: p50" in out
+    code, out, err = cli(*common)
+    assert code == 0
+    assert "harness floor: p50" in out  # under the verdict
+    assert "harness floor: p50" in err  # as it is measured, before the trials
+    assert "per query (null system under test, 400 queries at 500 q/s)" in out

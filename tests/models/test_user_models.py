@@ -20,7 +20,7 @@ from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.loading import load_model
 from accelscope.models.safe_load import no_unpickling
 from accelscope.spec import TensorSpec
-from conftest import tiny_onnx_bytes
+from accelscope.testing import tiny_onnx_bytes
 
 X16 = (TensorSpec(name="x", shape=("N", 16), dtype="float32"),)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from plan_helpers import run_cli
 
 from accelscope.errors import BadInputError
 from accelscope.plan.catalog import DTYPES, load_catalog, parse_catalog_text
+from accelscope.testing import CliRunner, assert_one_line_error
 
 GOOD = """
 [[instance]]
@@ -130,14 +130,11 @@ BAD_CASES = {
 
 
 @pytest.mark.parametrize("case", list(BAD_CASES))
-def test_bad_catalog_is_one_line_exit_2(
-    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_catalog_is_one_line_exit_2(case: str, tmp_path: Path, cli: CliRunner) -> None:
     text, expected = BAD_CASES[case]
     path = tmp_path / "bad.toml"
     path.write_text(text, encoding="utf-8")
-    code, out, err = run_cli(
-        capsys,
+    code, out, err = cli(
         "plan",
         "--traffic",
         "peak=10qps",
@@ -152,21 +149,16 @@ def test_bad_catalog_is_one_line_exit_2(
         "--store",
         tmp_path / "r.db",
     )
-    assert code == 2 and out == ""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: catalog ")
-    assert str(path) in lines[0] and expected in lines[0], lines[0]
-    assert "instance 'my.box'" in lines[0] or case in ("empty", "not toml")
+    assert out == ""
+    assert_one_line_error(code, err, str(path), expected)
+    assert err.startswith("error: catalog "), err
+    assert "instance 'my.box'" in err or case in ("empty", "not toml")
     assert not (tmp_path / "r.db").exists()
 
 
-def test_missing_catalog_file_and_unknown_type(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, _, err = run_cli(
-        capsys, "plan", "memory", tmp_path / "c.json", "--catalog", tmp_path / "nope.toml"
-    )
-    assert code == 2 and err.count("\n") == 1
+def test_missing_catalog_file_and_unknown_type(tmp_path: Path, cli: CliRunner) -> None:
+    code, _, err = cli("plan", "memory", tmp_path / "c.json", "--catalog", tmp_path / "nope.toml")
+    assert_one_line_error(code, err)
     with pytest.raises(BadInputError, match=r"no instance type 'x9\.huge'"):
         load_catalog().get("x9.huge")
     with pytest.raises(BadInputError, match="entry #1"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from plan_helpers import roofline_payload
 
 from accelscope.commands.plan.workflow import bench_figures
 from accelscope.documents import Operator, RooflineProfile
@@ -17,7 +16,8 @@ from accelscope.plan.fusion import ANCHOR, FUSED, KEPT, at_precision, fuse, fusi
 from accelscope.plan.service import BenchFigure, Evidence, build_plan
 from accelscope.plan.traffic import constant_traffic
 from accelscope.spec import Precision
-from conftest import make_result
+from accelscope.testing import fake_result
+from plan_helpers import roofline_payload
 
 COMPILE_INT8 = Calibration(
     label="compile/int8/b16/t2",
@@ -190,7 +190,7 @@ def test_plan_calibrates_with_the_fastest_bench_result_else_the_eager_profile() 
 
 
 def test_bench_results_carry_their_configuration(environment: Environment) -> None:
-    result = make_result(environment, batch=4)
+    result = fake_result(environment, batch=4)
     (figure,) = bench_figures([result])
     calibration = figure.calibration()
     assert calibration is not None

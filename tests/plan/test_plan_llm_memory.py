@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plan_helpers import run_cli
 
 from accelscope.errors import BadInputError
 from accelscope.plan.catalog import load_catalog
 from accelscope.plan.llm_memory import estimate_memory, shape_from_config
+from accelscope.testing import CliRunner, assert_one_line_error
 
 LLAMA_8B: dict[str, Any] = {
     "model_type": "llama",
@@ -41,13 +41,10 @@ def test_llama_3_1_8b_needs_131072_bytes_of_kv_per_token_at_bf16() -> None:
     assert fp8.kv_bytes_per_token == 65_536
 
 
-def test_fit_and_concurrency_on_catalog_gpus(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_fit_and_concurrency_on_catalog_gpus(tmp_path: Path, cli: CliRunner) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps(LLAMA_8B), encoding="utf-8")
-    code, out, err = run_cli(
-        capsys,
+    code, out, err = cli(
         "plan",
         "memory",
         config,
@@ -67,7 +64,7 @@ def test_fit_and_concurrency_on_catalog_gpus(
     assert fits["g4dn.xlarge"]["max_sequences"] == 0
     assert fits["g6e.xlarge"]["gpus_needed"] == 1 and fits["g6e.xlarge"]["max_sequences"] >= 4
     assert fits["p5.48xlarge"]["max_sequences"] > fits["p4d.24xlarge"]["max_sequences"]
-    code, out, _ = run_cli(capsys, "plan", "memory", config, "--context", "32k")
+    code, out, _ = cli("plan", "memory", config, "--context", "32k")
     assert code == 0 and "131,072 B/token" in out and "estimate" in out
 
 
@@ -143,12 +140,12 @@ def test_mla_and_moe_shapes() -> None:
     ],
 )
 def test_bad_configs_are_one_line(
-    content: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    content: str, expected: str, tmp_path: Path, cli: CliRunner
 ) -> None:
     path = tmp_path / "config.json"
     path.write_text(content, encoding="utf-8")
-    code, _, err = run_cli(capsys, "plan", "memory", path, "--context", "8k")
-    assert code == 2 and err.count("\n") == 1 and expected in err, err
+    code, _, err = cli("plan", "memory", path, "--context", "8k")
+    assert_one_line_error(code, err, expected)
 
 
 def test_bad_flags() -> None:

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import pytest
-from plan_helpers import capacity_payload, roofline_payload
 
 from accelscope.documents import LoadCapacity, RooflineProfile
 from accelscope.errors import BadInputError
 from accelscope.plan.capacity import floor_time_s, project_capacity
 from accelscope.plan.catalog import load_catalog
+from plan_helpers import capacity_payload, roofline_payload
 
 # the helper profile: conv 6.5e10 FLOPs / 3e8 B and add 1e8 / 1e8, bf16, batch 8, 0.4 s here
 FLOOR_HERE_S = 3e8 / 6.4e9 + 1e8 / 6.4e9  # memory-bound on the theoretical 6.4 GB/s

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from plan_helpers import run_cli
 
 from accelscope.errors import BadInputError
 from accelscope.plan.traffic import load_traffic, parse_traffic_text
+from accelscope.testing import CliRunner, assert_one_line_error
 
 DAY = 86400
 
@@ -98,14 +98,11 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", list(BAD))
-def test_bad_traffic_file_is_one_line_exit_2(
-    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_traffic_file_is_one_line_exit_2(case: str, tmp_path: Path, cli: CliRunner) -> None:
     text, expected = BAD[case]
     path = tmp_path / "traffic.csv"
     path.write_text(text, encoding="utf-8")
-    code, out, err = run_cli(
-        capsys,
+    code, out, err = cli(
         "plan",
         "--traffic",
         path,
@@ -118,9 +115,9 @@ def test_bad_traffic_file_is_one_line_exit_2(
         "--store",
         tmp_path / "r.db",
     )
-    lines = err.strip().splitlines()
-    assert code == 2 and out == "" and len(lines) == 1, err
-    assert lines[0].startswith(f"error: traffic file {path}") and expected in lines[0], lines[0]
+    assert out == ""
+    assert_one_line_error(code, err, expected)
+    assert err.startswith(f"error: traffic file {path}"), err
     assert not (tmp_path / "r.db").exists()
 
 

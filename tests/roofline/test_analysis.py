@@ -9,36 +9,10 @@ import pytest
 from accelscope.documents import RooflineProfile
 from accelscope.errors import BadInputError
 from accelscope.roofline.analysis import build_profile, classify, peak_for
-from accelscope.roofline.ceilings import Ceilings, KernelPeak, Theoretical
+from accelscope.roofline.ceilings import Ceilings
 from accelscope.roofline.counting import OpRecord
 from accelscope.roofline.timing import ProfiledEvent, match_event_times, per_call_times
-
-PEAK = 1e12  # FLOP/s
-BANDWIDTH = 1e10  # B/s -> ridge at 100 FLOP/byte
-
-
-def make_ceilings(**overrides: object) -> Ceilings:
-    values: dict[str, object] = dict(
-        device="cpu",
-        device_name="Test CPU",
-        environment_fingerprint="f" * 16,
-        measured_at="2026-11-21T00:00:00+00:00",
-        threads=2,
-        matmul_flops_per_s={"fp32": PEAK, "bf16": 4 * PEAK},
-        bandwidth_bytes_per_s=BANDWIDTH,
-        bandwidth_detail_bytes_per_s={"copy": 0.9 * BANDWIDTH, "triad": BANDWIDTH},
-        theoretical=Theoretical(
-            flops_per_s={"fp32": 2 * PEAK, "bf16": 8 * PEAK}, derivation="2 cores x ..."
-        ),
-        peaks={
-            "fp32": KernelPeak(
-                family="mm", shape=(64, 64, 64), threads=2, flops_per_s=PEAK, path="torch.mm"
-            )
-        },
-        by_threads={1: {"fp32": PEAK / 2}, 2: {"fp32": PEAK, "bf16": 4 * PEAK}},
-    )
-    values.update(overrides)
-    return Ceilings(**values)  # type: ignore[arg-type]
+from roofline_helpers import BANDWIDTH, PEAK, make_ceilings
 
 
 def test_classify_by_ridge_point_and_overhead_rule() -> None:

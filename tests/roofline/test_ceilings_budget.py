@@ -400,7 +400,7 @@ def test_fp32_roofline_measures_only_fp32_and_bandwidth_then_the_cache_extends(
 
 
 def test_older_documents_cover_every_dtype_and_new_keys_are_optional() -> None:
-    from roofline.test_analysis import make_ceilings
+    from roofline_helpers import make_ceilings
 
     new = make_ceilings(
         measured_dtypes=("fp32",),

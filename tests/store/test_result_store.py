@@ -13,11 +13,11 @@ from accelscope.hardware.fingerprint import Environment
 from accelscope.result import Result
 from accelscope.store.export import CSV_COLUMNS, run_to_csv, run_to_json
 from accelscope.store.sqlite import STORE_SCHEMA_VERSION, ResultStore
-from conftest import make_result
+from accelscope.testing import fake_result
 
 
 def test_result_round_trips_through_json(environment: Environment) -> None:
-    result = make_result(environment)
+    result = fake_result(environment)
     again = Result.from_json(result.to_json())
     assert again == result
     assert again.measurement is not None and result.measurement is not None
@@ -26,7 +26,7 @@ def test_result_round_trips_through_json(environment: Environment) -> None:
 
 
 def test_result_round_trips_through_the_store(tmp_path: Path, environment: Environment) -> None:
-    result = make_result(environment)
+    result = fake_result(environment)
     with ResultStore(tmp_path / "r.db") as store:
         run_id = store.start_run("measure", "resnet50", "accelscope measure", environment)
         store.add_result(run_id, result)
@@ -52,13 +52,13 @@ def test_each_result_is_visible_to_another_reader_at_once(
     path = tmp_path / "r.db"
     writer = ResultStore(path)
     run_id = writer.start_run("measure", "m", "cmd", environment)
-    writer.add_result(run_id, make_result(environment, batch=1))
+    writer.add_result(run_id, fake_result(environment, batch=1))
     # a second connection (another process would see the same) sees the committed result
     reader = ResultStore(path)
     assert reader.get_run(run_id).result_count == 1
-    writer.add_result(run_id, make_result(environment, batch=2))
+    writer.add_result(run_id, fake_result(environment, batch=2))
     assert reader.get_run(run_id).result_count == 2
-    assert reader.has_result(make_result(environment, batch=2).spec.key)
+    assert reader.has_result(fake_result(environment, batch=2).spec.key)
     assert not reader.has_result("0" * 16)
     writer.close()
     reader.close()
@@ -81,7 +81,7 @@ def test_runs_are_listed_newest_first_and_found_by_prefix(
 def test_failed_write_rolls_back(tmp_path: Path, environment: Environment) -> None:
     with ResultStore(tmp_path / "r.db") as store:
         with pytest.raises(StoreError):
-            store.add_result("no-such-run", make_result(environment))  # foreign key violation
+            store.add_result("no-such-run", fake_result(environment))  # foreign key violation
         assert store.list_runs() == []
 
 
@@ -116,8 +116,8 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
 def test_csv_and_json_exports(tmp_path: Path, environment: Environment) -> None:
     with ResultStore(tmp_path / "r.db") as store:
         run_id = store.start_run("measure", "resnet50", "cmd", environment)
-        store.add_result(run_id, make_result(environment, batch=1))
-        store.add_result(run_id, make_result(environment, batch=8))
+        store.add_result(run_id, fake_result(environment, batch=1))
+        store.add_result(run_id, fake_result(environment, batch=8))
         run = store.get_run(run_id)
     lines = run_to_csv(run).splitlines()
     assert lines[0].split(",") == list(CSV_COLUMNS)

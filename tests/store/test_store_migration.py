@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from accelscope.cli import main
 from accelscope.errors import StoreError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.result import Result
 from accelscope.store import sqlite as store_sqlite
 from accelscope.store.sink import RunSink
 from accelscope.store.sqlite import STORE_SCHEMA_VERSION, ResultStore
+from accelscope.testing import CliRunner, assert_one_line_error
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 FIRST = "store-v1.sqlite"  # runs without settings_json, no documents table
@@ -86,19 +86,6 @@ def _meta_version(path: Path) -> str:
         return str(db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
     finally:
         db.close()
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def _assert_one_line_error(code: int, err: str, mention: str) -> None:
-    assert code == 2, f"exit code {code}, stderr: {err!r}"
-    assert "Traceback" not in err
-    assert len(err.strip().splitlines()) == 1, err
-    assert mention in err
 
 
 def test_the_store_version_is_the_migration_count_plus_one() -> None:
@@ -195,30 +182,26 @@ def test_a_failed_upgrade_leaves_the_store_as_it_was(
 
 
 @pytest.mark.parametrize("name", [FIRST, LAST])
-def test_runs_list_and_show_render_an_old_store(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
-) -> None:
+def test_runs_list_and_show_render_an_old_store(tmp_path: Path, cli: CliRunner, name: str) -> None:
     path = str(_copy(tmp_path, name))
     before = {run_id: run.get("settings_json", "{}") for run_id, run in _raw(Path(path)).items()}
     run_ids = list(before)
-    code, out, err = _cli(capsys, "runs", "list", "--store", path)
+    code, out, err = cli("runs", "list", "--store", path)
     assert code == 0, err
-    code, out, err = _cli(capsys, "runs", "list", "--store", path, "--json")
+    code, out, err = cli("runs", "list", "--store", path, "--json")
     assert code == 0, err
     assert {run["id"] for run in json.loads(out)} == set(run_ids)
     for run_id in run_ids:
-        code, out, err = _cli(capsys, "runs", "show", run_id, "--store", path)
+        code, out, err = cli("runs", "show", run_id, "--store", path)
         assert code == 0, err
         assert run_id in out and "Traceback" not in err
-        code, out, err = _cli(capsys, "runs", "show", run_id, "--store", path, "--json")
+        code, out, err = cli("runs", "show", run_id, "--store", path, "--json")
         assert code == 0, err
         shown = json.loads(out)
         assert shown["id"] == run_id and shown["settings"] == json.loads(before[run_id])
 
 
-def test_a_newer_store_is_refused_with_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_newer_store_is_refused_with_one_line(tmp_path: Path, cli: CliRunner) -> None:
     path = tmp_path / "r.db"
     ResultStore(path).close()
     db = sqlite3.connect(path)
@@ -227,14 +210,14 @@ def test_a_newer_store_is_refused_with_one_line(
     db.close()
     layout = _layout(path)
     for args in (["runs", "list"], ["runs", "show", "latest"]):
-        code, _, err = _cli(capsys, *args, "--store", str(path))
-        _assert_one_line_error(code, err, "newer than this accelscope")
+        code, _, err = cli(*args, "--store", str(path))
+        assert_one_line_error(code, err, "newer than this accelscope")
     assert _layout(path) == layout and _meta_version(path) == "99"
 
 
 @pytest.mark.parametrize("kind", ["garbage", "foreign-sqlite", "bad-version"])
 def test_a_file_that_is_not_a_store_is_refused_with_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+    tmp_path: Path, cli: CliRunner, kind: str
 ) -> None:
     path = tmp_path / "r.db"
     if kind == "garbage":
@@ -254,8 +237,8 @@ def test_a_file_that_is_not_a_store_is_refused_with_one_line(
         db.close()
         mention = "unreadable schema version"
     before = path.read_bytes()
-    code, _, err = _cli(capsys, "runs", "list", "--store", str(path))
-    _assert_one_line_error(code, err, mention)
+    code, _, err = cli("runs", "list", "--store", str(path))
+    assert_one_line_error(code, err, mention)
     assert path.read_bytes() == before
 
 

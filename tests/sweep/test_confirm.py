@@ -18,7 +18,7 @@ from accelscope.sweep.confirm import Confirmation, confirmation_from_blocks
 from accelscope.sweep.executor import LocalExecutor
 from accelscope.sweep.select import select
 from accelscope.sweep.worker import InterleaveTask, WorkerTask
-from conftest import make_result
+from accelscope.testing import fake_result
 
 
 def test_paired_ratio_ci_is_the_t_interval_of_log_ratios() -> None:
@@ -74,7 +74,7 @@ def test_a_runner_up_measured_faster_swaps_with_the_winner() -> None:
 
 
 def test_top_two_within_noise_are_not_ranked(environment) -> None:  # type: ignore[no-untyped-def]
-    base, best, second = (make_result(environment, batch=b) for b in (1, 2, 4))
+    base, best, second = (fake_result(environment, batch=b) for b in (1, 2, 4))
     blocks = {
         base.spec.key: _blocks(3e-3, 0.01),
         best.spec.key: _blocks(1.0e-3, 0.2, phase=1),
@@ -90,7 +90,7 @@ def test_top_two_within_noise_are_not_ranked(environment) -> None:  # type: igno
 
 
 def test_a_failed_remeasure_is_said_not_hidden(environment) -> None:  # type: ignore[no-untyped-def]
-    results = [make_result(environment, batch=b) for b in (1, 2)]
+    results = [fake_result(environment, batch=b) for b in (1, 2)]
     failed = Confirmation(best_key=results[1].spec.key, baseline_key=None, error="it crashed")
     assert "(No interleaved re-measure: it crashed.)" in select(results, None, failed).verdict
 

@@ -19,7 +19,7 @@ from accelscope.sweep.guard import AccuracyRule, apply_guard
 from accelscope.sweep.select import select
 from accelscope.sweep.space import SweepSpace
 from accelscope.sweep.worker import InterleaveTask, WorkerTask
-from conftest import make_result
+from accelscope.testing import fake_result
 
 # items/s and top-1 agreement per (precision, batch): bf16/b4 is fastest but inaccurate.
 TABLE = {
@@ -146,7 +146,7 @@ def test_fast_strategy_screens_then_measures_contenders(
 
 def test_guard_rules(environment: Environment) -> None:
     rule = AccuracyRule(0.01)
-    result = make_result(environment)  # top1_accuracy 0.97 vs reference 0.975: drop 0.5 %
+    result = fake_result(environment)  # top1_accuracy 0.97 vs reference 0.975: drop 0.5 %
     assert apply_guard(result, rule).status is Status.OK
     assert apply_guard(result, AccuracyRule(0.001)).status is Status.REJECTED
     assert select([result], None).best_key == result.spec.key
@@ -169,7 +169,7 @@ def test_contenders_are_those_the_screening_cannot_rule_out(environment: Environ
 
     results = []
     for batch, rate in zip((1, 2, 3, 4, 5, 6), (100.0, 95.0, 90.0, 50.0, 40.0, 30.0), strict=True):
-        result = make_result(environment, batch=batch)
+        result = fake_result(environment, batch=batch)
         samples = (batch / rate,) * 10
         assert result.measurement is not None
         measurement = Measurement(samples_s=samples, items_per_call=batch, first_call_s=0.1)

@@ -17,7 +17,7 @@ from accelscope.commands.bench.workflow import BenchRequest, bench
 from accelscope.result import Status
 from accelscope.spec import Precision, TensorSpec
 from accelscope.store.sqlite import ResultStore
-from conftest import default_sigint
+from accelscope.testing import restore_default_sigint
 
 FACTORY = """
 import torch
@@ -27,7 +27,6 @@ def make():
     return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
 """
 INPUTS = (TensorSpec(name="x", shape=("N", 32)),)
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture
@@ -37,10 +36,7 @@ def factory(tmp_path: Path) -> str:
     return f"{path}:make"
 
 
-def test_segfault_hang_and_memoryerror_are_recorded(
-    tmp_path: Path, factory: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.syspath_prepend(str(HERE))
+def test_segfault_hang_and_memoryerror_are_recorded(tmp_path: Path, factory: str) -> None:
     request = BenchRequest(
         model=factory,
         backends=("eager", "fault-segv", "fault-hang", "fault-memory"),
@@ -48,7 +44,7 @@ def test_segfault_hang_and_memoryerror_are_recorded(
         batch_sizes=(4,),
         threads=(1,),
         inputs=INPUTS,
-        plugins=("fault_backends",),
+        plugins=("accelscope.testing.faults",),
         measure_budget_s=0.3,
         timeout_s=20.0,
         accuracy_samples=16,
@@ -134,10 +130,7 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path, factory: str) -> None:
             assert result.created_at == done_before[result.spec.key]
 
 
-def test_out_of_memory_ends_the_batch_axis_not_the_sweep(
-    tmp_path: Path, factory: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.syspath_prepend(str(HERE))
+def test_out_of_memory_ends_the_batch_axis_not_the_sweep(tmp_path: Path, factory: str) -> None:
     request = BenchRequest(
         model=factory,
         backends=("eager", "fault-oom-big"),
@@ -145,7 +138,7 @@ def test_out_of_memory_ends_the_batch_axis_not_the_sweep(
         batch_sizes=(2, 4, 8),
         threads=(1,),
         inputs=INPUTS,
-        plugins=("fault_backends",),
+        plugins=("accelscope.testing.faults",),
         measure_budget_s=0.3,
         accuracy_samples=16,
         report_path=tmp_path / "report.html",
@@ -188,7 +181,11 @@ def test_ctrl_c_stops_a_sweep_cleanly(tmp_path: Path, factory: str) -> None:
         "--quiet",
     ]
     process = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=restore_default_sigint,
     )
     deadline = time.monotonic() + 180
     while _count(store) < 1 and time.monotonic() < deadline and process.poll() is None:

@@ -5,7 +5,7 @@ is one line on stderr with its exit code (2 for bad input); ``--debug`` shows th
 """
 
 # importing a module registers its commands
-from accelscope.cli import _bench, _commands, _doctor, _load, _plan, _roofline, _runs  # noqa: F401
+from accelscope.cli import _bench, _doctor, _env, _load, _measure, _plan, _roofline, _runs  # noqa: F401
 from accelscope.cli._app import app
 from accelscope.cli._main import main
 

@@ -12,6 +12,8 @@ from accelscope.cli._types import (
     Names,
     Precisions,
     Sizes,
+    duration_option,
+    fraction_option,
     parse_input,
     parse_names,
     parse_precisions,
@@ -24,7 +26,6 @@ from accelscope.models.zoo import DEFAULT_MODEL
 from accelscope.result import Result, Status
 from accelscope.spec import Device, RunSpec, TensorSpec, parse_device, parse_options
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
-from accelscope.units import parse_duration_s, parse_fraction
 
 
 class _Events:
@@ -77,42 +78,14 @@ def bench_command(
     force_precision: bool | None = typer.Option(
         None, "--force-precision", help="Measure precisions without a fast path."
     ),
-    sla_p99: float | None = typer.Option(
-        None,
-        "--sla-p99",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="p99 latency SLA, e.g. 100ms.",
-    ),
-    max_accuracy_drop: float | None = typer.Option(
-        None,
-        "--max-accuracy-drop",
-        parser=parse_fraction,
-        metavar="FRACTION",
-        help="Tolerance, e.g. 1%.",
-    ),
+    sla_p99: float | None = duration_option("--sla-p99", "p99 latency SLA, e.g. 100ms."),
+    max_accuracy_drop: float | None = fraction_option("--max-accuracy-drop", "Tolerance, e.g. 1%."),
     strategy: str | None = typer.Option(None, "--strategy", help="grid or fast."),
-    budget: float | None = typer.Option(
-        None,
-        "--budget",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="Whole-sweep time budget, e.g. 15m.",
+    budget: float | None = duration_option("--budget", "Whole-sweep time budget, e.g. 15m."),
+    measure_budget: float | None = duration_option(
+        "--measure-budget", "Sampling budget per configuration (10s)."
     ),
-    measure_budget: float | None = typer.Option(
-        None,
-        "--measure-budget",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="Sampling budget per configuration (10s).",
-    ),
-    timeout: float | None = typer.Option(
-        None,
-        "--timeout",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="Per-configuration timeout (15m).",
-    ),
+    timeout: float | None = duration_option("--timeout", "Per-configuration timeout (15m)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the last unfinished sweep."),
     confirm_rounds: int | None = typer.Option(
         None,

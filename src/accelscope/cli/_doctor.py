@@ -10,11 +10,10 @@ import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line
 from accelscope.cli._runs import register_show
-from accelscope.cli._types import duration_text
+from accelscope.cli._types import duration_option, duration_text
 from accelscope.commands.doctor.view import doctor_view
 from accelscope.commands.doctor.workflow import DoctorRequest, doctor, result_for_run
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
-from accelscope.units import parse_duration_s
 
 
 class _Events:
@@ -49,19 +48,11 @@ def doctor_command(
         help="all, auto, none, or a list: workers,bf16,batch=4,cache,...",
     ),
     device: str = typer.Option(DoctorRequest.device, "--device", help="auto, cpu, cuda or cuda:N."),
-    timeout: float = typer.Option(
-        duration_text(DoctorRequest.timeout_s),
-        "--timeout",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="Wall-clock bound per run.",
+    timeout: float = duration_option(
+        "--timeout", "Wall-clock bound per run.", duration_text(DoctorRequest.timeout_s)
     ),
-    stall: float = typer.Option(
-        duration_text(DoctorRequest.stall_s),
-        "--stall-timeout",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="Bound on the wait for a step.",
+    stall: float = duration_option(
+        "--stall-timeout", "Bound on the wait for a step.", duration_text(DoctorRequest.stall_s)
     ),
     report: Path = typer.Option(None, "--report", help="HTML report path."),
     store: Path = StoreOption,

@@ -10,7 +10,7 @@ import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line, given
 from accelscope.cli._runs import register_show
-from accelscope.cli._types import parse_input, seconds_or_zero
+from accelscope.cli._types import duration_option, parse_input, seconds_or_zero
 from accelscope.cli.config import config_option
 from accelscope.commands.load.verdict import harness_floor_text
 from accelscope.commands.load.view import load_view
@@ -36,7 +36,6 @@ from accelscope.spec import (
     parse_precision,
 )
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
-from accelscope.units import parse_duration_s
 
 
 def _scenario(text: Any) -> Scenario:
@@ -114,13 +113,7 @@ def load_command(
     scenario: Scenario | None = typer.Option(
         None, "--scenario", parser=_scenario, help="single-stream, offline or server."
     ),
-    sla_p99: float | None = typer.Option(
-        None,
-        "--sla-p99",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="p99 latency bound, e.g. 100ms.",
-    ),
+    sla_p99: float | None = duration_option("--sla-p99", "p99 latency bound, e.g. 100ms."),
     backend: str | None = typer.Option(None, "--backend", help="Runtime (eager, compile, ...)."),
     precision: Precision | None = typer.Option(
         None, "--precision", parser=parse_precision, help="fp32, bf16, int8, ..."
@@ -154,12 +147,8 @@ def load_command(
     burstiness_cv: float | None = typer.Option(
         None, "--burstiness-cv", help="Gap coefficient of variation (1 = Poisson)."
     ),
-    query_timeout: float | None = typer.Option(
-        None,
-        "--query-timeout",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="A query not done this long after its arrival times out.",
+    query_timeout: float | None = duration_option(
+        "--query-timeout", "A query not done this long after its arrival times out."
     ),
     inputs: list[TensorSpec] | None = typer.Option(
         None, "--input", parser=parse_input, metavar="SPEC", help="Input spec NAME:SHAPE:DTYPE."

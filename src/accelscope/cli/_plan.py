@@ -9,6 +9,7 @@ import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _out, app, command_line
 from accelscope.cli._runs import register_show
+from accelscope.cli._types import duration_option
 from accelscope.commands.plan.view import plan_view
 from accelscope.commands.plan.workflow import (
     ApiRequest,
@@ -28,7 +29,6 @@ from accelscope.plan.quantities import (
     parse_tokens,
 )
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
-from accelscope.units import parse_duration_s
 
 plan_app = typer.Typer(
     help="Right-size: instances, dollars and memory fit from what was measured.",
@@ -63,14 +63,10 @@ def plan_command(
     traffic: str = typer.Option(
         None, "--traffic", help="peak=300qps, hourly.csv (hour,qps) or trace.csv."
     ),
-    sla_p99: float | None = typer.Option(
-        None,
-        "--sla-p99",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="p99 latency SLA, e.g. 100ms.",
+    sla_p99: float | None = duration_option("--sla-p99", "p99 latency SLA, e.g. 100ms."),
+    headroom: str = typer.Option(
+        f"{PlanRequest.headroom:.0%}", "--headroom", help="Spare capacity at peak."
     ),
-    headroom: str = typer.Option("20%", "--headroom", help="Spare capacity at peak (20%)."),
     min_instances: int = typer.Option(
         PlanRequest.min_instances, "--min-instances", help="Never fewer instances (1)."
     ),
@@ -154,8 +150,12 @@ def plan_api_command(
     throughput: str = typer.Option(
         ..., "--throughput", help="Measured tokens/s per instance (input + output)."
     ),
-    output_share: str = typer.Option("25%", "--output-share", help="Share of output tokens."),
-    headroom: str = typer.Option("20%", "--headroom", help="Spare capacity (20%)."),
+    output_share: str = typer.Option(
+        f"{ApiRequest.output_share:.0%}", "--output-share", help="Share of output tokens."
+    ),
+    headroom: str = typer.Option(
+        f"{ApiRequest.headroom:.0%}", "--headroom", help="Spare capacity."
+    ),
     catalog: list[Path] = CatalogOption,
     store: Path = StoreOption,
     save: bool = typer.Option(False, "--save", help="Store the comparison as a plan run."),

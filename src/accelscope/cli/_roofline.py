@@ -10,7 +10,7 @@ import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line
 from accelscope.cli._runs import register_show
-from accelscope.cli._types import duration_text, parse_input, positive_int
+from accelscope.cli._types import duration_option, duration_text, parse_input, positive_int
 from accelscope.commands.roofline.view import ceilings_view, roofline_view
 from accelscope.commands.roofline.workflow import (
     CeilingsOutcome,
@@ -23,7 +23,6 @@ from accelscope.roofline.analysis import RooflineAnalysis
 from accelscope.roofline.ceilings import Ceilings
 from accelscope.spec import Device, Precision, TensorSpec, parse_device, parse_precision
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
-from accelscope.units import parse_duration_s
 
 
 def _say(quiet: bool) -> Callable[[str], None]:
@@ -51,12 +50,10 @@ def ceilings_command(
     refresh: bool = typer.Option(
         CeilingsRequest.refresh, "--refresh", help="Re-measure; ignore the cache."
     ),
-    budget: float = typer.Option(
-        duration_text(CeilingsRequest.budget_s),
+    budget: float = duration_option(
         "--budget",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="Time budget of the measurement, e.g. 3m (overrun: one call).",
+        "Time budget of the measurement, e.g. 3m (overrun: one call).",
+        duration_text(CeilingsRequest.budget_s),
     ),
     store: Path = StoreOption,
     no_store: bool = typer.Option(False, "--no-store", help="Do not record a run."),
@@ -108,19 +105,13 @@ def roofline_command(
     device: Device = typer.Option(
         RooflineRequest.device, "--device", parser=parse_device, help="cpu or cuda."
     ),
-    measure_budget: float = typer.Option(
-        duration_text(RooflineRequest.measure_budget_s),
-        "--measure-budget",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="Model timing budget.",
+    measure_budget: float = duration_option(
+        "--measure-budget", "Model timing budget.", duration_text(RooflineRequest.measure_budget_s)
     ),
-    ceilings_budget: float = typer.Option(
-        duration_text(RooflineRequest.ceilings_budget_s),
+    ceilings_budget: float = duration_option(
         "--ceilings-budget",
-        parser=parse_duration_s,
-        metavar="DURATION",
-        help="Budget if ceilings must be measured (only fp32, the precision's and bandwidth).",
+        "Budget if ceilings must be measured (only fp32, the precision's and bandwidth).",
+        duration_text(RooflineRequest.ceilings_budget_s),
     ),
     refresh_ceilings: bool = typer.Option(
         RooflineRequest.refresh_ceilings, "--refresh-ceilings", help="Re-measure them."

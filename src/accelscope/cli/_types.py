@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import typer
+
 from accelscope.errors import BadInputError
 from accelscope.spec import (
     Precision,
@@ -15,7 +17,7 @@ from accelscope.spec import (
     parse_precision,
     parse_tensor_spec,
 )
-from accelscope.units import parse_duration_s
+from accelscope.units import parse_duration_s, parse_fraction
 
 
 def _text(value: Any) -> str:
@@ -95,3 +97,13 @@ def positive_int(what: str) -> Callable[[Any], int]:
         return int(text)
 
     return parse
+
+
+def duration_option(flag: str, help: str, default: float | str | None = None) -> Any:
+    """A ``--flag 100ms``-style option, parsed to seconds while typer parses."""
+    return typer.Option(default, flag, parser=parse_duration_s, metavar="DURATION", help=help)
+
+
+def fraction_option(flag: str, help: str, default: float | str | None = None) -> Any:
+    """A ``--flag 2%``-style option, parsed to a fraction in (0, 1) while typer parses."""
+    return typer.Option(default, flag, parser=parse_fraction, metavar="FRACTION", help=help)

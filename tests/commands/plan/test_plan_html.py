@@ -8,8 +8,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from plan_helpers import roofline_payload
-
 from accelscope.commands.plan.html import render_plan_report
 from accelscope.documents import RooflineProfile
 from accelscope.plan.capacity import given_capacity, project_capacity
@@ -18,6 +16,7 @@ from accelscope.plan.fleet import PlanSettings
 from accelscope.plan.service import Evidence, build_plan
 from accelscope.plan.traffic import hourly_traffic
 from browser import Dom, browse, console_messages, page_requests
+from plan_helpers import roofline_payload
 
 HOSTILE = "<img src=x onerror=\"document.title='PWNED'\"></script><script>document.title='PWNED'"
 

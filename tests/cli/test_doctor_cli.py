@@ -1,6 +1,6 @@
 """``accelscope doctor`` through the real CLI: bad input (one line, exit 2, nothing written),
 and one full run: store documents, ``runs show``, the Chrome trace and the offline HTML report
-checked in headless chromium (same detectors as tests/report/test_html_report.py)."""
+checked in headless chromium (same detectors as tests/commands/bench/test_html_report.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from accelscope.cli import main
 from accelscope.store.sqlite import ResultStore
+from accelscope.testing import CliRunner, assert_one_line_error
 from browser import Dom, browse, console_messages, page_requests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "doctor"
@@ -24,13 +24,7 @@ def _in_tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = tmp_path / "cwd"
     work.mkdir()
     monkeypatch.chdir(work)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # see test_doctor_examples.py
-
-
-def _run(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str, str]:
-    code = main(args)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # see tests/doctor/test_doctor_examples.py
 
 
 @pytest.mark.parametrize(
@@ -51,7 +45,7 @@ def _run(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str,
     ],
 )
 def test_bad_input_is_one_line_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], mention: str
+    tmp_path: Path, cli: CliRunner, args: list[str], mention: str
 ) -> None:
     (tmp_path / "train.txt").write_text("x", encoding="utf-8")
     (tmp_path / "train.py").write_text("print('never run')\n", encoding="utf-8")
@@ -61,41 +55,33 @@ def test_bad_input_is_one_line_exit_2(
         "py": str(tmp_path / "train.py"),
     }
     store = tmp_path / "r.db"
-    code, out, err = _run(
-        capsys, ["doctor", *[a.format(**names) for a in args], "--store", str(store)]
-    )
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and mention in err and "Traceback" not in err
+    code, out, err = cli("doctor", *[a.format(**names) for a in args], "--store", str(store))
+    assert_one_line_error(code, err, mention)
     assert "never run" not in out
     assert not store.exists() and not (tmp_path / "cwd" / ".accelscope").exists()
 
 
-def test_full_run_store_show_trace_and_report(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_full_run_store_show_trace_and_report(tmp_path: Path, cli: CliRunner) -> None:
     script = tmp_path / f"sync{HOSTILE[:4]}.py"  # a name with markup characters
     shutil.copy(EXAMPLES / "sync_bound.py", script)
     store = tmp_path / "results.db"
     report = tmp_path / "doctor.html"
-    code, out, err = _run(
-        capsys,
-        [
-            "doctor",
-            str(script),
-            "--steps",
-            "6",
-            "--warmup",
-            "2",
-            "--what-if",
-            "none",
-            "--store",
-            str(store),
-            "--report",
-            str(report),
-            "--",
-            "--steps",
-            "40",
-        ],
+    code, out, err = cli(
+        "doctor",
+        str(script),
+        "--steps",
+        "6",
+        "--warmup",
+        "2",
+        "--what-if",
+        "none",
+        "--store",
+        str(store),
+        "--report",
+        str(report),
+        "--",
+        "--steps",
+        "40",
     )
     assert code == 0, err
     assert "bottleneck: sync" in out and "synchronisation-bound" in out
@@ -105,7 +91,7 @@ def test_full_run_store_show_trace_and_report(
     (diagnosis,) = run.documents_of("diagnosis")
     assert diagnosis["diagnosis"]["bottleneck"] == "sync-bound"
     assert diagnosis["args"] == ["--steps", "40"] and run.documents_of("telemetry")
-    code, out, _ = _run(capsys, ["runs", "show", run.id, "--store", str(store)])
+    code, out, _ = cli("runs", "show", run.id, "--store", str(store))
     assert code == 0 and "synchronisation-bound" in out
 
     trace = json.loads(report.with_name("doctor.trace.json").read_text(encoding="utf-8"))

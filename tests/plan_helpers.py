@@ -1,14 +1,9 @@
-"""Hand-made documents (contracts.md) and a CLI runner for the plan tests."""
+"""Hand-made documents (contracts.md) for the plan tests (the analysis, the CLI and the report)."""
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
-
-import pytest
-
-from accelscope.cli import main
 
 CEILINGS: dict[str, Any] = {
     "device": "cpu",
@@ -78,10 +73,3 @@ def roofline_payload() -> dict[str, Any]:
 def capacity_payload() -> dict[str, Any]:
     """A fresh copy of the load capacity payload."""
     return copy.deepcopy(CAPACITY)
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
-    """Run the real CLI in-process; returns (exit code, stdout, stderr)."""
-    code = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err

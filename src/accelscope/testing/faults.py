@@ -1,6 +1,9 @@
 """Backends that fail on purpose, inside the worker process: segfault, hang, MemoryError.
 
-Imported as a bench ``--plugin`` (in the parent and in every worker)."""
+Imported as a bench ``--plugin`` (in the parent and in every worker); importing it registers
+``fault-segv``, ``fault-hang``, ``fault-memory`` and ``fault-oom-big``. For tests only, so
+nothing imports it: it is selected only by name, ``--plugin accelscope.testing.faults``
+(``plugins=("accelscope.testing.faults",)`` through the API)."""
 
 from __future__ import annotations
 

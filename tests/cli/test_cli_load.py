@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-from accelscope.cli import main
 from accelscope.hardware.fingerprint import Environment
 from accelscope.load import scenarios
 from accelscope.spec import Precision, RunSpec
 from accelscope.store.sqlite import ResultStore
-from conftest import make_result
+from accelscope.testing import CliRunner, assert_one_line_error, fake_result
 
 TINY = """\
 import torch
@@ -49,21 +48,6 @@ def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return f"{tmp_path / 'tiny.py'}:make"
 
 
-def _run(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str, str]:
-    code = main(args)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def _one_line_error(code: int, err: str, *mentions: str) -> None:
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:"), err
-    assert "Traceback" not in err
-    for mention in mentions:
-        assert mention in lines[0], lines[0]
-
-
 @pytest.mark.parametrize(
     ("extra", "mention"),
     [
@@ -87,31 +71,29 @@ def _one_line_error(code: int, err: str, *mentions: str) -> None:
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
-    tiny: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], mention: str
+    tiny: str, tmp_path: Path, cli: CliRunner, extra: list[str], mention: str
 ) -> None:
     store = tmp_path / "r.db"
-    code, _out, err = _run(capsys, ["load", tiny, *INPUT, *QUICK, "--store", str(store), *extra])
-    _one_line_error(code, err, mention)
+    code, _out, err = cli("load", tiny, *INPUT, *QUICK, "--store", str(store), *extra)
+    assert_one_line_error(code, err, mention)
     assert not store.exists()
     assert not (tmp_path / "cwd" / ".accelscope").exists()
 
 
-def test_bad_config_file_is_one_line(
-    tiny: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_config_file_is_one_line(tiny: str, tmp_path: Path, cli: CliRunner) -> None:
     config = tmp_path / "load.toml"
     config.write_text('[load]\nscenario = "server"\nwarp = 9\n')
-    code, _out, err = _run(capsys, ["load", tiny, *INPUT, "--config", str(config)])
-    _one_line_error(code, err, "load.warp")
+    code, _out, err = cli("load", tiny, *INPUT, "--config", str(config))
+    assert_one_line_error(code, err, "load.warp")
     config.write_text("[load]\nrate = 'fast'\n")
-    code, _out, err = _run(capsys, ["load", tiny, *INPUT, "--config", str(config)])
-    _one_line_error(code, err, "load.rate")
-    code, _out, err = _run(capsys, ["load", tiny, *INPUT, "--config", str(tmp_path / "no.toml")])
-    _one_line_error(code, err, "no.toml")
+    code, _out, err = cli("load", tiny, *INPUT, "--config", str(config))
+    assert_one_line_error(code, err, "load.rate")
+    code, _out, err = cli("load", tiny, *INPUT, "--config", str(tmp_path / "no.toml"))
+    assert_one_line_error(code, err, "no.toml")
 
 
 def test_server_search_stores_trials_and_the_capacity_contract(
-    tiny: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny: str, tmp_path: Path, cli: CliRunner
 ) -> None:
     store = tmp_path / "r.db"
     report = tmp_path / "load.html"
@@ -130,7 +112,7 @@ def test_server_search_stores_trials_and_the_capacity_contract(
         str(report),
         "--json",
     ]
-    code, out, err = _run(capsys, args)
+    code, out, err = cli(*args)
     assert code == 0, err
     document = json.loads(out)
     capacity = document["capacity"]
@@ -151,30 +133,30 @@ def test_server_search_stores_trials_and_the_capacity_contract(
     assert any(t["meets_sla"] for t in trials)
     html = report.read_text()
     assert "Content-Security-Policy" in html and "chart-curve" in html
-    code, out, err = _run(capsys, ["runs", "show", document["run_id"], "--store", str(store)])
+    code, out, err = cli("runs", "show", document["run_id"], "--store", str(store))
     assert code == 0, err
     assert "Capacity at p99" in out and "meets SLA" in out
 
 
-def test_scenarios_print_their_headline(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_scenarios_print_their_headline(tiny: str, cli: CliRunner) -> None:
     base = ["load", tiny, *INPUT, *QUICK, "--no-store", "--report", "r.html"]
-    code, out, err = _run(capsys, [*base, "--scenario", "single-stream"])
+    code, out, err = cli(*base, "--scenario", "single-stream")
     assert code == 0, err
     assert "Single-stream p90" in out
-    code, out, err = _run(capsys, [*base, "--scenario", "offline", "--batch", "8"])
+    code, out, err = cli(*base, "--scenario", "offline", "--batch", "8")
     assert code == 0, err
     assert "Offline throughput" in out
-    code, out, err = _run(capsys, [*base, "--rate", "100", "--no-batching"])
+    code, out, err = cli(*base, "--rate", "100", "--no-batching")
     assert code == 0, err
     assert "Server at 100.0 queries/s" in out
 
 
 def test_from_run_serves_the_bench_selection(
-    tiny: str, tmp_path: Path, environment: Environment, capsys: pytest.CaptureFixture[str]
+    tiny: str, tmp_path: Path, environment: Environment, cli: CliRunner
 ) -> None:
     store = tmp_path / "r.db"
     spec = RunSpec(model=tiny, backend="eager", precision=Precision.FP32, batch_size=2, threads=1)
-    result = dataclasses.replace(make_result(environment, batch=2), spec=spec, accuracy=None)
+    result = dataclasses.replace(fake_result(environment, batch=2), spec=spec, accuracy=None)
     with ResultStore(store) as opened:
         run_id = opened.start_run("bench", tiny, "accelscope bench", environment, {})
         opened.add_result(run_id, result)
@@ -196,23 +178,21 @@ def test_from_run_serves_the_bench_selection(
         "r.html",
         "--json",
     ]
-    code, out, err = _run(capsys, args)
+    code, out, err = cli(*args)
     assert code == 0, err
     document = json.loads(out)
     assert document["label"] == "eager/fp32/b2/t1"
     assert document["trials"][0]["batching"]["max_batch"] == 2
-    code, _out, err = _run(
-        capsys, [*args[:3], "--rate", "5", "--store", str(store), "--from-run", document["run_id"]]
+    code, _out, err = cli(
+        *args[:3], "--rate", "5", "--store", str(store), "--from-run", document["run_id"]
     )
-    _one_line_error(code, err, "not a bench run")
-    code, _out, err = _run(
-        capsys, ["load", "--from-run", "zzz", "--rate", "5", "--store", str(store)]
-    )
-    _one_line_error(code, err, "no run 'zzz'")
+    assert_one_line_error(code, err, "not a bench run")
+    code, _out, err = cli("load", "--from-run", "zzz", "--rate", "5", "--store", str(store))
+    assert_one_line_error(code, err, "no run 'zzz'")
 
 
 def test_ctrl_c_exits_130_and_leaves_an_interrupted_run(
-    tiny: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tiny: str, tmp_path: Path, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from accelscope.commands.load import workflow
 
@@ -239,7 +219,7 @@ def test_ctrl_c_exits_130_and_leaves_an_interrupted_run(
         "--report",
         "r.html",
     ]
-    code, _out, err = _run(capsys, args)
+    code, _out, err = cli(*args)
     assert code == 130, err
     with ResultStore(store) as opened:
         run = opened.get_run("latest")
@@ -270,7 +250,7 @@ def make():
 
 
 def test_a_model_failing_at_its_batch_size_is_one_line_exit_1(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The warm-up batches at every prepared size run before any trial, so a model that cannot
     run its batch fails with one line and no half-made run in the store."""
@@ -292,7 +272,7 @@ def test_a_model_failing_at_its_batch_size_is_one_line_exit_1(
         "r.html",
         "-q",
     ]
-    code, _out, err = _run(capsys, args)
+    code, _out, err = cli(*args)
     assert code == 1, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "failed a warm-up batch of 4" in lines[0], err

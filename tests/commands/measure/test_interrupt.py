@@ -18,7 +18,7 @@ from accelscope.errors import InterruptedRunError
 from accelscope.measurement.timer import TimerConfig
 from accelscope.spec import TensorSpec
 from accelscope.store.sqlite import ResultStore
-from conftest import default_sigint
+from accelscope.testing import restore_default_sigint
 
 FACTORY = """
 import torch
@@ -81,7 +81,7 @@ def test_sigint_to_the_real_command(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=default_sigint,
+        preexec_fn=restore_default_sigint,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     deadline = time.monotonic() + 120

@@ -7,22 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from accelscope.cli import main
 from accelscope.engine.probe import cache_path
 from accelscope.hardware.fingerprint import collect_environment
 from accelscope.spec import Precision
-from accelscope.testing import fake_probe_table
+from accelscope.testing import CliRunner, assert_one_line_error, fake_probe_table
 
 
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def test_bench_digits_table_verdict_report_and_runs_show(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bench_digits_table_verdict_report_and_runs_show(tmp_path: Path, cli: CliRunner) -> None:
     store, report = tmp_path / "r.db", tmp_path / "report.html"
     config = tmp_path / "bench.toml"
     config.write_text(
@@ -37,8 +28,7 @@ def test_bench_digits_table_verdict_report_and_runs_show(
     cached = cache_path(tmp_path / "probes", env.fingerprint(), 1)
     cached.parent.mkdir()
     cached.write_text(json.dumps(table.to_dict()))
-    code, out, err = _run(
-        capsys,
+    code, out, err = cli(
         "bench",
         "--config",
         str(config),
@@ -55,11 +45,11 @@ def test_bench_digits_table_verdict_report_and_runs_show(
     assert "top1_accuracy" in out
     html = report.read_text()
     assert "digits-cnn" in html and "<script src" not in html
-    code, shown, _ = _run(capsys, "runs", "show", "latest", "--store", str(store))
+    code, shown, _ = cli("runs", "show", "latest", "--store", str(store))
     assert code == 0
     verdict = next(line for line in out.splitlines() if line.startswith("Fastest"))
     assert verdict in shown  # runs show reproduces the table and the verdict
-    code, out, _ = _run(capsys, "runs", "show", "latest", "--store", str(store), "--json")
+    code, out, _ = cli("runs", "show", "latest", "--store", str(store), "--json")
     statuses = sorted(r["status"] for r in json.loads(out)["results"])
     assert statuses == ["ok", "ok", "skipped"]
 
@@ -80,21 +70,18 @@ def test_bench_digits_table_verdict_report_and_runs_show(
     ],
 )
 def test_bench_bad_input_is_one_line_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+    tmp_path: Path, cli: CliRunner, args: list[str], needle: str
 ) -> None:
     store = tmp_path / "r.db"
-    code, out, err = _run(capsys, "bench", "digits-cnn", "--store", str(store), *args)
-    assert code == 2, (out, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0]
+    code, _, err = cli("bench", "digits-cnn", "--store", str(store), *args)
+    assert_one_line_error(code, err, needle)
     assert not store.exists()
 
 
 def test_bench_report_in_missing_directory_fails_before_the_sweep(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, cli: CliRunner
 ) -> None:
-    code, _, err = _run(
-        capsys,
+    code, _, err = cli(
         "bench",
         "digits-cnn",
         "--store",
@@ -102,5 +89,5 @@ def test_bench_report_in_missing_directory_fails_before_the_sweep(
         "--report",
         str(tmp_path / "nope" / "r.html"),
     )
-    assert code == 2 and "does not exist" in err
+    assert_one_line_error(code, err, "does not exist")
     assert not (tmp_path / "r.db").exists()

@@ -6,19 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from accelscope.cli import main
 from accelscope.engine.probe import cache_path, probe_pairs, probe_runtime_version
 from accelscope.hardware.fingerprint import collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.spec import Precision
-from accelscope.testing import fake_probe_table
+from accelscope.testing import CliRunner, fake_probe_table
 
 
-def test_env_probe_reads_the_cache_and_says_what_decides(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_env_probe_reads_the_cache_and_says_what_decides(tmp_path: Path, cli: CliRunner) -> None:
     env = collect_environment()
     speedups = {
         (runtime, precision): 0.4 if precision is Precision.BF16 else 1.7
@@ -30,12 +25,13 @@ def test_env_probe_reads_the_cache_and_says_what_decides(
     cached = cache_path(tmp_path / "probes", env.fingerprint(), available_cores())
     cached.parent.mkdir()
     cached.write_text(json.dumps(table.to_dict()))
-    assert main(["env", "--probe", "--store", str(tmp_path / "r.db")]) == 0
-    out = capsys.readouterr().out
+    code, out, _ = cli("env", "--probe", "--store", tmp_path / "r.db")
+    assert code == 0
     assert "precision fast paths" in out and "measured precision probes" in out
     assert "0.40x fp32" in out and "1.70x fp32" in out
-    assert main(["env", "--probe", "--json", "--store", str(tmp_path / "r.db")]) == 0
-    document = json.loads(capsys.readouterr().out)
+    code, out, _ = cli("env", "--probe", "--json", "--store", tmp_path / "r.db")
+    assert code == 0
+    document = json.loads(out)
     kept = {(v["runtime"], v["precision"]) for v in document["probes"]["verdicts"]}
     assert kept == {(r, p.value) for r, p in speedups}
     assert not (tmp_path / "r.db").exists()  # env writes no store

@@ -11,7 +11,7 @@ from accelscope.commands.roofline.html import render_roofline_report, roofline_f
 from accelscope.roofline.analysis import RooflineAnalysis, build_profile
 from accelscope.roofline.counting import OpRecord
 from browser import browse, console_messages, page_requests
-from roofline.test_analysis import make_ceilings
+from roofline_helpers import make_ceilings
 
 HOSTILE = (
     "<img src=x onerror=\"document.title='PWNED'\"></script><script>document.title='PWNED'</script>"

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelscope.cli import main
+from accelscope.testing import CliRunner, assert_one_line_error
 
 FACTORY = """
 import torch
@@ -36,35 +36,32 @@ def _labelled(tmp_path: Path) -> tuple[str, Path]:
     return f"{source}:make", path
 
 
-def test_bench_scores_user_eval_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_scores_user_eval_data(tmp_path: Path, cli: CliRunner) -> None:
     model, data = _labelled(tmp_path)
-    code = main(
-        [
-            "bench",
-            model,
-            "--input",
-            "x:N,4",
-            "--eval-data",
-            str(data),
-            "--backend",
-            "eager",
-            "--precision",
-            "fp32,bf16",
-            "--batch",
-            "16",
-            "--threads",
-            "1",
-            "--measure-budget",
-            "0.3s",
-            "--no-store",
-            "--json",
-            "--report",
-            str(tmp_path / "r.html"),
-        ]
+    code, out, err = cli(
+        "bench",
+        model,
+        "--input",
+        "x:N,4",
+        "--eval-data",
+        str(data),
+        "--backend",
+        "eager",
+        "--precision",
+        "fp32,bf16",
+        "--batch",
+        "16",
+        "--threads",
+        "1",
+        "--measure-budget",
+        "0.3s",
+        "--no-store",
+        "--json",
+        "--report",
+        tmp_path / "r.html",
     )
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    results = json.loads(captured.out)["results"]
+    assert code == 0, err
+    results = json.loads(out)["results"]
     fp32 = next(r for r in results if r["spec"]["precision"] == "fp32")
     assert fp32["accuracy"]["metric_name"] == "top1_accuracy"
     assert fp32["accuracy"]["metric_value"] == pytest.approx(90 / 96)
@@ -72,9 +69,7 @@ def test_bench_scores_user_eval_data(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.parametrize("problem", ["no-labels", "wrong-shape", "pickled", "not-npz", "metric"])
-def test_bad_eval_data_is_one_line_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], problem: str
-) -> None:
+def test_bad_eval_data_is_one_line_exit_2(tmp_path: Path, cli: CliRunner, problem: str) -> None:
     model, data = _labelled(tmp_path)
     extra: list[str] = []
     if problem == "no-labels":
@@ -87,22 +82,18 @@ def test_bad_eval_data_is_one_line_exit_2(
         data.write_text("x,labels\n1,2\n")
     else:
         extra = ["--metric", "bleu"]
-    code = main(
-        [
-            "bench",
-            model,
-            "--input",
-            "x:N,4",
-            "--eval-data",
-            str(data),
-            "--backend",
-            "eager",
-            "--store",
-            str(tmp_path / "r.db"),
-            *extra,
-        ]
+    code, _, err = cli(
+        "bench",
+        model,
+        "--input",
+        "x:N,4",
+        "--eval-data",
+        data,
+        "--backend",
+        "eager",
+        "--store",
+        tmp_path / "r.db",
+        *extra,
     )
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1 and err.startswith("error:")
+    assert_one_line_error(code, err)
     assert not (tmp_path / "r.db").exists()

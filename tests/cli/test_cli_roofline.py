@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from accelscope.cli import main
 from accelscope.hardware.fingerprint import collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.roofline.cache import cache_path, save_cached
 from accelscope.store.sqlite import ResultStore
-from roofline.test_analysis import make_ceilings
+from accelscope.testing import CliRunner, assert_one_line_error
+from roofline_helpers import make_ceilings
 
 FACTORY = """\
 import torch
@@ -38,12 +38,6 @@ def _cache_file(store: Path) -> Path:
     return cache_path(store.parent / "ceilings", env.fingerprint(), "cpu", available_cores())
 
 
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 MODEL = ("tiny.py:make", "--input", "x:N,16:float32")
 
 
@@ -63,41 +57,34 @@ MODEL = ("tiny.py:make", "--input", "x:N,16:float32")
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
-    work: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], mention: str
+    work: Path, cli: CliRunner, args: tuple[str, ...], mention: str
 ) -> None:
     if args[:3] == ("ceilings", "--device", "cuda") and collect_environment().gpus:
         pytest.skip("this machine has a GPU")  # the refusal is only for GPU-less machines
-    code, _, err = _run(capsys, *args, "--store", str(work / "s" / "r.db"))
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    code, _, err = cli(*args, "--store", str(work / "s" / "r.db"))
+    assert_one_line_error(code, err)
     assert mention.lower() in err.lower(), err
     assert not (work / "s").exists()
 
 
-def test_corrupt_cache_is_one_line_naming_the_fix(
-    work: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_corrupt_cache_is_one_line_naming_the_fix(work: Path, cli: CliRunner) -> None:
     store = work / "r.db"
     path = _cache_file(store)
     path.parent.mkdir(parents=True)
     path.write_text("{broken", encoding="utf-8")
-    code, _, err = _run(capsys, "roofline", *MODEL, "--store", str(store))
-    assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "corrupt ceilings cache" in err and "--refresh" in err
+    code, _, err = cli("roofline", *MODEL, "--store", str(store))
+    assert_one_line_error(code, err, "corrupt ceilings cache", "--refresh")
     assert not store.exists()
-    code, _, err = _run(capsys, "ceilings", "--store", str(store))
-    assert code == 2 and "corrupt ceilings cache" in err
+    code, _, err = cli("ceilings", "--store", str(store))
+    assert_one_line_error(code, err, "corrupt ceilings cache")
 
 
-def test_roofline_end_to_end_against_cached_ceilings(
-    work: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_roofline_end_to_end_against_cached_ceilings(work: Path, cli: CliRunner) -> None:
     store = work / "r.db"
     env = collect_environment()
     save_cached(make_ceilings(environment_fingerprint=env.fingerprint()), _cache_file(store))
     report = work / "roof.html"
-    code, out, err = _run(
-        capsys,
+    code, out, err = cli(
         "roofline",
         *MODEL,
         "--batch",
@@ -125,7 +112,7 @@ def test_roofline_end_to_end_against_cached_ceilings(
     assert all(op["measured_time_s"] > 0 for op in doc["operators"])
     assert doc["ceilings"]["environment_fingerprint"] == env.fingerprint()
     assert "Plotly.newPlot" in report.read_text(encoding="utf-8")
-    code, out, _ = _run(capsys, "runs", "show", "latest", "--store", str(store))
+    code, out, _ = cli("runs", "show", "latest", "--store", str(store))
     assert code == 0 and "roofline" in out and "layer_norm" in out
-    code, out, _ = _run(capsys, "ceilings", "--store", str(store), "--json")
+    code, out, _ = cli("ceilings", "--store", str(store), "--json")
     assert code == 0 and json.loads(out)["bandwidth_bytes_per_s"] == 1e10

@@ -13,6 +13,7 @@ from accelscope.cli import main
 from accelscope.commands.load.workflow import LoadRequest
 from accelscope.load.summary import Scenario
 from accelscope.spec import Precision
+from accelscope.testing import CliRunner, assert_one_line_error
 
 GOOD = """
 [model]
@@ -149,26 +150,19 @@ def test_file_value_converts_exactly_like_the_flag(
     ],
 )
 def test_bad_value_is_one_line_naming_file_and_key(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, mention: str
+    tmp_path: Path, cli: CliRunner, text: str, mention: str
 ) -> None:
-    code = main(["load", "m", "--rate", "5", "--config", _config(tmp_path, text)])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in err
-    assert "c.toml" in lines[0] and mention in lines[0], lines[0]
+    code, _, err = cli("load", "m", "--rate", "5", "--config", _config(tmp_path, text))
+    assert_one_line_error(code, err, "c.toml", mention)
 
 
 @pytest.mark.parametrize(
     ("text", "mention"),
     [("[load\n", "not valid TOML"), ("[warp]\nx = 1\n", "[warp]"), ("load = 1\n", "[load]")],
 )
-def test_bad_file_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, mention: str
-) -> None:
-    code = main(["load", "m", "--config", _config(tmp_path, text)])
-    err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and mention in err, err
+def test_bad_file_is_one_line(tmp_path: Path, cli: CliRunner, text: str, mention: str) -> None:
+    code, _, err = cli("load", "m", "--config", _config(tmp_path, text))
+    assert_one_line_error(code, err, mention)
 
 
 def test_other_commands_sections_are_left_alone(tmp_path: Path) -> None:

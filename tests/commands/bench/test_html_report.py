@@ -32,8 +32,8 @@ from accelscope.report.page import script_safe_json
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Precision, RunSpec
 from accelscope.sweep.select import pareto_front
+from accelscope.testing import fake_result
 from browser import BrowserRun, Dom, browse, console_messages, page_requests
-from conftest import make_result
 
 HOSTILE = (
     "<img src=x onerror=\"document.title='PWNED'\"></script><script>document.title='PWNED'</script>"
@@ -81,7 +81,7 @@ def _result(
 ) -> Result:
     """A result for ``backend/precision/batch``; ``seconds == 0`` means it failed unmeasured."""
     backend, precision, batch = config.split("/")
-    base = make_result(env, batch=int(batch))
+    base = fake_result(env, batch=int(batch))
     assert base.measurement is not None
     options = (("note", HOSTILE),) if backend == "onnxruntime" else ()
     spec = RunSpec(

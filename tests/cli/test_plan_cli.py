@@ -8,11 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
-from plan_helpers import capacity_payload, roofline_payload, run_cli
 
 from accelscope.commands.plan.view import capacity_cell
 from accelscope.hardware.fingerprint import Environment
 from accelscope.store.sqlite import ResultStore
+from accelscope.testing import CliRunner, assert_one_line_error
+from plan_helpers import capacity_payload, roofline_payload
 
 
 def _store(tmp_path: Path, environment: Environment) -> Path:
@@ -28,9 +29,7 @@ def _store(tmp_path: Path, environment: Environment) -> Path:
     return path
 
 
-def test_plan_from_the_store(
-    tmp_path: Path, environment: Environment, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_plan_from_the_store(tmp_path: Path, environment: Environment, cli: CliRunner) -> None:
     db = _store(tmp_path, environment)
     args = (
         "plan",
@@ -47,7 +46,7 @@ def test_plan_from_the_store(
         "--store",
         db,
     )
-    code, out, err = run_cli(capsys, *args, "--json")
+    code, out, err = cli(*args, "--json")
     assert code == 0, err
     doc = json.loads(out)
     options = {o["name"]: o for o in doc["options"]}
@@ -66,7 +65,7 @@ def test_plan_from_the_store(
     html = Path(doc["report"]).read_text(encoding="utf-8")
     assert html.count('class="estimate">estimate<') == len(projected)
     # terminal: every projected capacity printed with its label
-    code, out, _ = run_cli(capsys, *args, "--no-store")
+    code, out, _ = cli(*args, "--no-store")
     assert code == 0 and "recommendation:" in out
     flat = re.sub(r"\s+", " ", out)
     for option in projected:
@@ -74,11 +73,11 @@ def test_plan_from_the_store(
             cell = capacity_cell(option["capacity"])
             assert "(estimate)" in cell and cell in flat, cell
     assert "misses SLA (estimate)" in flat or all(o["feasible"] for o in projected)
-    code, shown, _ = run_cli(capsys, "runs", "show", doc["run_id"], "--store", db)
+    code, shown, _ = cli("runs", "show", doc["run_id"], "--store", db)
     assert code == 0 and "(estimate)" in re.sub(r"\s+", " ", shown)
 
 
-def test_bad_inputs_leave_no_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_inputs_leave_no_store(tmp_path: Path, cli: CliRunner) -> None:
     db = tmp_path / "new.db"
     cases = [
         (("--traffic", "peak=3qps", "--sla-p99", "100ms"), "--model NAME"),
@@ -109,18 +108,16 @@ def test_bad_inputs_leave_no_store(tmp_path: Path, capsys: pytest.CaptureFixture
         ),
     ]
     for args, expected in cases:
-        code, out, err = run_cli(capsys, "plan", *args, "--store", db)
-        assert code == 2 and out == "" and err.count("\n") == 1 and expected in err, (args, err)
+        code, out, err = cli("plan", *args, "--store", db)
+        assert out == "", args
+        assert_one_line_error(code, err, expected)
     assert not db.exists()
 
 
-def test_profile_file_and_given_capacity(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_profile_file_and_given_capacity(tmp_path: Path, cli: CliRunner) -> None:
     profile = tmp_path / "roofline.json"
     profile.write_text(json.dumps(roofline_payload()), encoding="utf-8")
-    code, out, err = run_cli(
-        capsys,
+    code, out, err = cli(
         "plan",
         "--model",
         "resnet50",
@@ -148,9 +145,8 @@ def test_profile_file_and_given_capacity(
     assert not (tmp_path / "r.db").exists()
 
 
-def test_api_mode(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(
-        capsys,
+def test_api_mode(cli: CliRunner) -> None:
+    code, out, err = cli(
         "plan",
         "api",
         "--tokens-per-month",
@@ -172,8 +168,7 @@ def test_api_mode(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["own_monthly"] == pytest.approx(1.861 * 730)
     assert doc["break_even_tokens_per_month"] == pytest.approx(1.861 * 730 / blended * 1e6)
     assert doc["cheaper"] == "own"
-    code, out, _ = run_cli(
-        capsys,
+    code, out, _ = cli(
         "plan",
         "api",
         "--tokens-per-month",
@@ -188,8 +183,7 @@ def test_api_mode(capsys: pytest.CaptureFixture[str]) -> None:
         "100",
     )
     assert code == 0 and "no break-even" in out
-    code, _, err = run_cli(
-        capsys,
+    code, _, err = cli(
         "plan",
         "api",
         "--tokens-per-month",
@@ -203,4 +197,4 @@ def test_api_mode(capsys: pytest.CaptureFixture[str]) -> None:
         "--throughput",
         "10",
     )
-    assert code == 2 and "--tokens-per-month" in err
+    assert_one_line_error(code, err, "--tokens-per-month")

@@ -24,7 +24,7 @@ from accelscope.commands.measure.workflow import MeasureRequest
 from accelscope.errors import AccelscopeError, BadInputError, UnsafeModelError
 from accelscope.models.zoo import DEFAULT_MODEL
 from accelscope.store.sqlite import ResultStore
-from conftest import tiny_onnx_bytes
+from accelscope.testing import CliRunner, assert_one_line_error, tiny_onnx_bytes
 
 FAST = ("--budget", "0.2s")
 
@@ -70,22 +70,6 @@ def _in_tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(work)
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str, str]:
-    code = main(args)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def assert_one_line_error(code: int, err: str, *mentions: str) -> None:
-    assert code == 2, f"exit code {code}, stderr: {err!r}"
-    assert "Traceback" not in err
-    lines = err.splitlines()
-    assert len(lines) == 1, f"expected one stderr line, got {len(lines)}: {err!r}"
-    assert lines[0].startswith("error:"), lines[0]
-    for mention in mentions:
-        assert mention in lines[0], f"{mention!r} not in {lines[0]!r}"
-
-
 def assert_nothing_written(tmp_path: Path) -> None:
     assert not (tmp_path / "r.db").exists()
     assert not (tmp_path / "r.db-wal").exists()
@@ -96,11 +80,6 @@ def tiny_factory(tmp: Path) -> str:
     path = tmp / "tiny.py"
     path.write_text(TINY_FACTORY)
     return f"{path}:make"
-
-
-def onnx_bytes(batch: int | str = "batch") -> bytes:
-    """A small valid ONNX graph: y = x @ W + b with W (16, 4) stored as an initializer."""
-    return tiny_onnx_bytes(batch)
 
 
 class _Payload:
@@ -154,7 +133,7 @@ def _unknown_suffix(tmp: Path) -> tuple[list[str], str]:
 
 
 def _truncated_onnx(tmp: Path) -> tuple[list[str], str]:
-    data = onnx_bytes()
+    data = tiny_onnx_bytes()
     (tmp / "cut.onnx").write_bytes(data[: len(data) // 2])
     return ["measure", str(tmp / "cut.onnx"), "--backend", "onnxruntime"], "cut.onnx"
 
@@ -165,18 +144,18 @@ def _text_named_onnx(tmp: Path) -> tuple[list[str], str]:
 
 
 def _onnx_input_names_differ(tmp: Path) -> tuple[list[str], str]:
-    (tmp / "ok.onnx").write_bytes(onnx_bytes())
+    (tmp / "ok.onnx").write_bytes(tiny_onnx_bytes())
     args = ["measure", str(tmp / "ok.onnx"), "--backend", "onnxruntime", "--input", "z:N,16"]
     return args, "ok.onnx"
 
 
 def _onnx_fixed_batch_other_batch(tmp: Path) -> tuple[list[str], str]:
-    (tmp / "fixed.onnx").write_bytes(onnx_bytes(batch=2))
+    (tmp / "fixed.onnx").write_bytes(tiny_onnx_bytes(batch=2))
     return ["measure", str(tmp / "fixed.onnx"), "--backend", "onnxruntime", "--batch", "8"], "8"
 
 
 def _weights_on_onnx(tmp: Path) -> tuple[list[str], str]:
-    (tmp / "ok.onnx").write_bytes(onnx_bytes())
+    (tmp / "ok.onnx").write_bytes(tiny_onnx_bytes())
     torch.save(nn.Linear(16, 4).state_dict(), tmp / "w.pt")
     args = ["measure", str(tmp / "ok.onnx"), "--backend", "onnxruntime", "--weights"]
     return [*args, str(tmp / "w.pt")], "--weights"
@@ -261,7 +240,7 @@ def _unknown_backend(tmp: Path) -> tuple[list[str], str]:
 
 
 def _backend_wrong_format(tmp: Path) -> tuple[list[str], str]:
-    (tmp / "m.onnx").write_bytes(onnx_bytes())
+    (tmp / "m.onnx").write_bytes(tiny_onnx_bytes())
     return ["measure", str(tmp / "m.onnx"), "--backend", "eager"], "eager"
 
 
@@ -527,11 +506,11 @@ def _argv(name: str, args: list[str], store: Path) -> list[str]:
 
 @pytest.mark.parametrize("case", [_param(name) for name in MEASURE_CASES])
 def test_bad_measure_input_is_one_line_exit_2_and_writes_nothing(
-    case: Case, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    case: Case, request: pytest.FixtureRequest, tmp_path: Path, cli: CliRunner
 ) -> None:
     name = request.node.callspec.id
     args, mention = case(tmp_path)
-    code, out, err = run_cli(capsys, _argv(name, args, tmp_path / "r.db"))
+    code, out, err = cli(*_argv(name, args, tmp_path / "r.db"))
     assert_one_line_error(code, err, mention)
     if name.startswith("config-") and name not in ("config-missing", "config-invalid-toml"):
         assert "cfg.toml" in err or "latin.toml" in err  # the line names the file
@@ -555,7 +534,7 @@ class _Called(Exception):
 @pytest.fixture
 def measure_request(monkeypatch: pytest.MonkeyPatch) -> Callable[..., MeasureRequest]:
     """Run ``accelscope measure ARGS`` up to the workflow call; return the request."""
-    import accelscope.cli._commands as commands
+    import accelscope.cli._measure as commands
 
     def fake_measure(request: MeasureRequest, **kwargs: Any) -> None:
         raise _Called(request, kwargs.get("command_line"))
@@ -622,18 +601,16 @@ def test_flags_win_over_the_config_file(
     assert request.inputs is not None and request.inputs[0].shape == ("N", 16)
 
 
-def test_config_wrong_type_names_file_section_and_key(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_config_wrong_type_names_file_section_and_key(tmp_path: Path, cli: CliRunner) -> None:
     cfg = _write_config(tmp_path, '[model]\nref = "digits-cnn"\n[run]\nthreads = "two"\n')
-    code, out, err = run_cli(capsys, ["measure", "--config", cfg, "--threads", "1"])
+    code, out, err = cli("measure", "--config", cfg, "--threads", "1")
     # a bad file value is refused even where a flag overrides it
     assert_one_line_error(code, err, "cfg.toml", "run.threads", "two")
     assert out == ""
 
 
 def test_command_line_is_passed_by_the_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import accelscope.cli._commands as commands
+    import accelscope.cli._measure as commands
 
     seen: list[str | None] = []
 
@@ -648,12 +625,10 @@ def test_command_line_is_passed_by_the_cli(monkeypatch: pytest.MonkeyPatch, tmp_
     assert seen == ["accelscope measure 'my model' --batch 2"]
 
 
-def test_model_failing_on_first_call_is_bad_input(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_model_failing_on_first_call_is_bad_input(tmp_path: Path, cli: CliRunner) -> None:
     """A Linear(16, 4) fed (N, 3): exit 2 with the input spec and torch's complaint."""
     args = ["measure", tiny_factory(tmp_path), "--input", "x:N,3:float32", "--batch", "2"]
-    code, out, err = run_cli(capsys, [*args, *FAST, "--store", str(tmp_path / "r.db")])
+    code, out, err = cli(*args, *FAST, "--store", str(tmp_path / "r.db"))
     assert_one_line_error(code, err, "tiny.py:make", "x:N,3:float32", "first call", "batch 2")
     assert out == ""
     assert not (tmp_path / "r.db").exists() or _store_is_empty(tmp_path / "r.db")
@@ -666,19 +641,17 @@ def _store_is_empty(path: Path) -> bool:
     return int(count) == 0
 
 
-def test_model_failing_on_first_call_creates_no_store(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_model_failing_on_first_call_creates_no_store(tmp_path: Path, cli: CliRunner) -> None:
     args = ["measure", tiny_factory(tmp_path), "--input", "x:N,3:float32"]
-    code, _, err = run_cli(capsys, [*args, *FAST, "--store", str(tmp_path / "r.db")])
+    code, _, err = cli(*args, *FAST, "--store", str(tmp_path / "r.db"))
     assert code == 2, err
     assert_nothing_written(tmp_path)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
-def test_cuda_device_on_a_cpu_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cuda_device_on_a_cpu_machine(tmp_path: Path, cli: CliRunner) -> None:
     args = ["measure", "digits-cnn", "--device", "cuda", *FAST, "--store", str(tmp_path / "r.db")]
-    code, _, err = run_cli(capsys, args)
+    code, _, err = cli(*args)
     assert_one_line_error(code, err, "CUDA", "not available")
     assert_nothing_written(tmp_path)
 
@@ -688,43 +661,39 @@ def test_cuda_device_on_a_cpu_machine(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_malicious_pickle_as_model_is_refused_and_does_not_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, cli: CliRunner
 ) -> None:
     evil, marker = malicious_pt(tmp_path)
     args = ["measure", str(evil), *TINY_INPUT, *FAST, "--store", str(tmp_path / "r.db")]
-    code, _, err = run_cli(capsys, args)
+    code, _, err = cli(*args)
     assert_one_line_error(code, err, "evil.pt", "--trust-model-code")
     assert not marker.exists(), "the pickle payload ran without --trust-model-code"
     assert_nothing_written(tmp_path)
 
 
 def test_malicious_pickle_as_weights_is_refused_and_does_not_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, cli: CliRunner
 ) -> None:
     evil, marker = malicious_pt(tmp_path)
     args = ["measure", "digits-cnn", "--weights", str(evil), *FAST]
-    code, _, err = run_cli(capsys, [*args, "--store", str(tmp_path / "r.db")])
+    code, _, err = cli(*args, "--store", str(tmp_path / "r.db"))
     assert_one_line_error(code, err, "evil.pt", "--trust-model-code")
     assert not marker.exists(), "the pickle payload ran without --trust-model-code"
     assert_nothing_written(tmp_path)
 
 
-def test_malicious_pickle_in_config_weights_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_malicious_pickle_in_config_weights_is_refused(tmp_path: Path, cli: CliRunner) -> None:
     evil, marker = malicious_pt(tmp_path)
     cfg = _write_config(tmp_path, f'[model]\nref = "digits-cnn"\nweights = "{evil}"\n')
     args = ["measure", "--config", cfg, *FAST, "--store", str(tmp_path / "r.db")]
-    code, _, err = run_cli(capsys, args)
+    code, _, err = cli(*args)
     assert_one_line_error(code, err, "--trust-model-code")
     assert not marker.exists()
     assert_nothing_written(tmp_path)
 
 
 @pytest.mark.parametrize("where", ["model", "weights"])
-def test_trust_model_code_is_the_gate(
-    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_trust_model_code_is_the_gate(where: str, tmp_path: Path, cli: CliRunner) -> None:
     """With the flag the same file is unpickled (the payload runs): the flag is what gates it.
 
     The payload is not a model or a state dict, so the command still fails, cleanly.
@@ -735,7 +704,7 @@ def test_trust_model_code_is_the_gate(
     else:
         args = ["measure", "digits-cnn", "--weights", str(evil)]
     store = ["--store", str(tmp_path / "r.db")]
-    code, _, err = run_cli(capsys, [*args, "--trust-model-code", *FAST, *store])
+    code, _, err = cli(*args, "--trust-model-code", *FAST, *store)
     assert marker.exists(), "--trust-model-code did not let the file be unpickled"
     assert_one_line_error(code, err, "evil.pt")
     assert "--trust-model-code" not in err
@@ -746,45 +715,41 @@ def test_trust_model_code_is_the_gate(
 # the store path itself is bad
 
 
-def test_store_path_under_a_regular_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_store_path_under_a_regular_file(tmp_path: Path, cli: CliRunner) -> None:
     blocker = tmp_path / "afile"
     blocker.write_text("I am a file, not a directory\n")
     store = blocker / "r.db"
     args = ["measure", tiny_factory(tmp_path), *TINY_INPUT, *FAST, "--store", str(store)]
-    code, out, err = run_cli(capsys, args)
+    code, out, err = cli(*args)
     assert_one_line_error(code, err, str(store))
     assert out == ""
     assert blocker.read_text() == "I am a file, not a directory\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "cwd", "tiny.py"]
 
 
-def test_store_path_is_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_store_path_is_a_directory(tmp_path: Path, cli: CliRunner) -> None:
     store = tmp_path / "store.d"
     store.mkdir()
     args = ["measure", tiny_factory(tmp_path), *TINY_INPUT, *FAST, "--store", str(store)]
-    code, out, err = run_cli(capsys, args)
+    code, out, err = cli(*args)
     assert_one_line_error(code, err, "store.d", "directory")
     assert out == ""
     assert list(store.iterdir()) == []
 
 
-def test_store_path_is_a_text_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_store_path_is_a_text_file(tmp_path: Path, cli: CliRunner) -> None:
     store = tmp_path / "notes.txt"
     text = "shopping list\n- milk\n- eggs\n" * 50
     store.write_text(text)
     args = ["measure", tiny_factory(tmp_path), *TINY_INPUT, *FAST, "--store", str(store)]
-    code, out, err = run_cli(capsys, args)
+    code, out, err = cli(*args)
     assert_one_line_error(code, err, "notes.txt")
     assert out == ""
     assert store.read_text() == text
     assert not (tmp_path / "notes.txt-wal").exists()
 
 
-def test_store_path_is_a_foreign_sqlite_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_store_path_is_a_foreign_sqlite_file(tmp_path: Path, cli: CliRunner) -> None:
     store = tmp_path / "other.db"
     with sqlite3.connect(store) as db:
         db.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
@@ -792,7 +757,7 @@ def test_store_path_is_a_foreign_sqlite_file(
     db.close()
     before = store.read_bytes()
     args = ["measure", tiny_factory(tmp_path), *TINY_INPUT, *FAST, "--store", str(store)]
-    code, out, err = run_cli(capsys, args)
+    code, out, err = cli(*args)
     assert_one_line_error(code, err, "other.db", "not an accelscope results store")
     assert out == ""
     with sqlite3.connect(store) as db:
@@ -817,31 +782,25 @@ def _snapshot(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
 
 
-def test_runs_show_unknown_id(
-    empty_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_runs_show_unknown_id(empty_store: Path, tmp_path: Path, cli: CliRunner) -> None:
     before = _snapshot(tmp_path)
-    code, out, err = run_cli(
-        capsys, ["runs", "show", "20990101-deadbeef", "--store", str(empty_store)]
-    )
+    code, out, err = cli("runs", "show", "20990101-deadbeef", "--store", str(empty_store))
     assert_one_line_error(code, err, "20990101-deadbeef")
     assert out == ""
     assert _snapshot(tmp_path) == before
 
 
 def test_runs_show_latest_of_an_empty_store(
-    empty_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    empty_store: Path, tmp_path: Path, cli: CliRunner
 ) -> None:
     before = _snapshot(tmp_path)
-    code, _, err = run_cli(capsys, ["runs", "show", "latest", "--store", str(empty_store)])
+    code, _, err = cli("runs", "show", "latest", "--store", str(empty_store))
     assert_one_line_error(code, err, "existing.db", "no runs")
     assert _snapshot(tmp_path) == before
 
 
-def test_runs_list_with_zero_limit(
-    empty_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, _, err = run_cli(capsys, ["runs", "list", "--limit", "0", "--store", str(empty_store)])
+def test_runs_list_with_zero_limit(empty_store: Path, tmp_path: Path, cli: CliRunner) -> None:
+    code, _, err = cli("runs", "list", "--limit", "0", "--store", str(empty_store))
     assert_one_line_error(code, err, "limit")
 
 
@@ -854,18 +813,18 @@ def test_runs_list_with_zero_limit(
     ],
 )
 def test_runs_on_a_store_that_does_not_exist(
-    args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    args: list[str], tmp_path: Path, cli: CliRunner
 ) -> None:
-    code, out, err = run_cli(capsys, [*args, "--store", str(tmp_path / "r.db")])
+    code, out, err = cli(*args, "--store", str(tmp_path / "r.db"))
     assert_one_line_error(code, err, "r.db")
     assert out == ""
     assert_nothing_written(tmp_path)
 
 
-def test_runs_export_unknown_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_runs_export_unknown_format(tmp_path: Path, cli: CliRunner) -> None:
     target = tmp_path / "out.xml"
     args = ["runs", "export", "latest", "--format", "xml", "-o", str(target)]
-    code, out, err = run_cli(capsys, [*args, "--store", str(tmp_path / "r.db")])
+    code, out, err = cli(*args, "--store", str(tmp_path / "r.db"))
     assert_one_line_error(code, err, "'xml'")
     assert out == ""
     assert not target.exists()
@@ -873,11 +832,11 @@ def test_runs_export_unknown_format(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_runs_export_unknown_format_on_existing_store(
-    empty_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    empty_store: Path, tmp_path: Path, cli: CliRunner
 ) -> None:
     before = _snapshot(tmp_path)
     args = ["runs", "export", "latest", "--format", "yaml", "--store", str(empty_store)]
-    code, _, err = run_cli(capsys, args)
+    code, _, err = cli(*args)
     assert_one_line_error(code, err, "'yaml'")
     assert _snapshot(tmp_path) == before
 
@@ -897,9 +856,7 @@ def test_debug_lets_the_error_propagate(tmp_path: Path, capsys: pytest.CaptureFi
     assert not store.exists()
 
 
-def test_debug_propagates_unsafe_model_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_debug_propagates_unsafe_model_error(tmp_path: Path) -> None:
     evil, marker = malicious_pt(tmp_path)
     args = ["--debug", "measure", str(evil), *TINY_INPUT, *FAST, "--no-store"]
     with pytest.raises(UnsafeModelError, match="--trust-model-code"):
@@ -907,8 +864,8 @@ def test_debug_propagates_unsafe_model_error(
     assert not marker.exists()
 
 
-def test_without_debug_the_same_error_returns_2(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_cli(capsys, ["measure", "resnet5000", *FAST, "--no-store"])
+def test_without_debug_the_same_error_returns_2(cli: CliRunner) -> None:
+    code, _, err = cli("measure", "resnet5000", *FAST, "--no-store")
     assert_one_line_error(code, err, "resnet5000")
 
 
@@ -917,24 +874,24 @@ def test_without_debug_the_same_error_returns_2(capsys: pytest.CaptureFixture[st
 
 
 def test_ctrl_c_while_loading_is_exit_130(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: CliRunner
 ) -> None:
-    import accelscope.cli._commands as cli
+    import accelscope.cli._measure as commands
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "measure", interrupted)
-    code, _, err = run_cli(capsys, ["measure", "digits-cnn", "--store", str(tmp_path / "r.db")])
+    monkeypatch.setattr(commands, "measure", interrupted)
+    code, _, err = cli("measure", "digits-cnn", "--store", str(tmp_path / "r.db"))
     assert code == 130
     assert err.strip() == "interrupted"
     assert_nothing_written(tmp_path)
 
 
 def test_no_arguments_shows_help_without_an_internal_error(
-    capsys: pytest.CaptureFixture[str],
+    cli: CliRunner,
 ) -> None:
-    code, out, err = run_cli(capsys, [])
+    code, out, err = cli()
     assert "Usage" in out + err
     assert "internal error" not in err
     assert code in (0, 2)
