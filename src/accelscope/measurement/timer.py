@@ -20,6 +20,7 @@ from accelscope.errors import BadInputError
 from accelscope.hardware.sync import IntervalTimer
 from accelscope.measurement.record import Measurement, StopReason
 from accelscope.measurement.stats import median_ci
+from accelscope.measurement.stats import prepare as prepare_statistics
 
 __all__ = ["HostInterval", "IntervalTimer", "ProgressFn", "Timer", "TimerConfig"]
 
@@ -139,6 +140,7 @@ class Timer:
     def measure(self) -> Measurement:
         """Warm up, then sample until converged, the budget ends, or ``max_samples``."""
         config = self._config
+        prepare_statistics()  # an import inside the sampling loop would eat its budget
         first_call_s, warmup = self._warm_up()
         samples: list[float] = []
         began = self._clock()
