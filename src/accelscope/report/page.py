@@ -14,7 +14,15 @@ import jinja2
 from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
-__all__ = ["FONT", "chart_layout", "plot_label", "plotly_js", "template"]
+__all__ = [
+    "FONT",
+    "chart_layout",
+    "plot_label",
+    "plotly_js",
+    "script_safe_json",
+    "template",
+    "vertical_line",
+]
 
 FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
 
@@ -40,6 +48,20 @@ def chart_layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[s
         "xaxis": {"title": {"text": plot_label(x_title)}},
         "yaxis": {"title": {"text": plot_label(y_title)}},
         **extra,
+    }
+
+
+def vertical_line(x: float, color: str) -> dict[str, Any]:
+    """A dotted vertical line across a chart at ``x`` (an SLA, a capacity, 1x)."""
+    return {
+        "type": "line",
+        "xref": "x",
+        "yref": "paper",
+        "x0": x,
+        "x1": x,
+        "y0": 0,
+        "y1": 1,
+        "line": {"color": color, "width": 2, "dash": "dot"},
     }
 
 

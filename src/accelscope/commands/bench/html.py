@@ -18,7 +18,14 @@ import jinja2
 import plotly.graph_objects as go
 
 from accelscope.report.format import format_bytes, ms
-from accelscope.report.page import chart_layout, plot_label, plotly_js, script_safe_json, template
+from accelscope.report.page import (
+    chart_layout,
+    plot_label,
+    plotly_js,
+    script_safe_json,
+    template,
+    vertical_line,
+)
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Device
 from accelscope.sweep.select import pareto_front, skipped_by_reason
@@ -112,20 +119,6 @@ def _axis_type(values: Sequence[float]) -> str:
     return "log" if max(positive) / min(positive) >= _LOG_SPREAD else "linear"
 
 
-def _vertical_line(x: float, color: str) -> dict[str, Any]:
-    line = {"color": color, "width": 2, "dash": "dot"}
-    return {
-        "type": "line",
-        "xref": "x",
-        "yref": "paper",
-        "x0": x,
-        "x1": x,
-        "y0": 0,
-        "y1": 1,
-        "line": line,
-    }
-
-
 def _status_traces(points: Sequence[_Point]) -> list[dict[str, Any]]:
     """One marker trace per status present, styled by status."""
     traces = []
@@ -210,7 +203,7 @@ def _throughput_figure(
     layout["yaxis"]["type"] = _axis_type([p.y for p in points])
     if sla_p99_s:
         sla_ms = sla_p99_s * 1e3
-        layout["shapes"] = [_vertical_line(sla_ms, "#dc2626")]
+        layout["shapes"] = [vertical_line(sla_ms, "#dc2626")]
         at = math.log10(sla_ms) if layout["xaxis"]["type"] == "log" else sla_ms  # log axis: log10
         layout["annotations"] = [
             {
@@ -261,7 +254,7 @@ def _speedup_figure(
         "",
         showlegend=False,
         height=max(420, 120 + 30 * len(bars)),
-        shapes=[_vertical_line(1.0, "#6b7280")],
+        shapes=[vertical_line(1.0, "#6b7280")],
     )
     ticks = [plot_label(label, 48) for _, label, _ in bars]  # index categories: no merged bars
     layout["yaxis"].update(automargin=True, tickvals=list(range(len(bars))), ticktext=ticks)

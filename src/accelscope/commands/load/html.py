@@ -16,7 +16,14 @@ import jinja2
 
 from accelscope.commands.load.verdict import harness_floor_text, load_verdict, policy_label
 from accelscope.report.format import ms
-from accelscope.report.page import chart_layout, plot_label, plotly_js, script_safe_json, template
+from accelscope.report.page import (
+    chart_layout,
+    plot_label,
+    plotly_js,
+    script_safe_json,
+    template,
+    vertical_line,
+)
 
 __all__ = ["render_load_report"]
 
@@ -88,19 +95,7 @@ def _curve_figure(
             }
         )
     if capacity and capacity["capacity_qps"] > 0:
-        x = capacity["capacity_qps"]
-        shapes.append(
-            {
-                "type": "line",
-                "xref": "x",
-                "yref": "paper",
-                "x0": x,
-                "x1": x,
-                "y0": 0,
-                "y1": 1,
-                "line": {"color": "#16a34a", "width": 2, "dash": "dot"},
-            }
-        )
+        shapes.append(vertical_line(capacity["capacity_qps"], "#16a34a"))
     title = "latency vs offered load (x: the trial missed the SLA)"
     layout = chart_layout(title, "offered load (queries/s)", "latency (ms)", shapes=shapes)
     layout["yaxis"]["rangemode"] = "tozero"
