@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "plan": 8,
     "store": 9,
     "report": 10,
+    "compare": 8,
     "commands": 11,
     "testing": 11,
     "cli": 12,

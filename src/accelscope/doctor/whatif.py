@@ -19,6 +19,7 @@ from accelscope.doctor.breakdown import Rate
 from accelscope.doctor.findings import RuleContext
 from accelscope.doctor.inprocess.inject import describe
 from accelscope.errors import BadInputError
+from accelscope.measurement.stats import ratio_from_intervals
 from accelscope.spec import Device, Precision
 
 __all__ = [
@@ -185,12 +186,11 @@ def plan_what_ifs(
 
 
 def speedup(base: Rate, other: Rate) -> tuple[float, float, float]:
-    """Ratio of medians and its bounds from the two 95 % intervals."""
-    if base.median <= 0:
-        return 0.0, 0.0, 0.0
-    low = other.low / base.high if base.high > 0 else 0.0
-    high = other.high / base.low if base.low > 0 else float("inf")
-    return other.median / base.median, low, high
+    """Ratio of medians and its bounds from the two 95 % intervals
+    (:func:`accelscope.measurement.stats.ratio_from_intervals`)."""
+    return ratio_from_intervals(
+        (base.median, base.low, base.high), (other.median, other.low, other.high)
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,21 +11,30 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
 __all__ = [
     "NOISE_IQR_RATIO",
     "STRONG_NOISE_IQR_RATIO",
+    "RatioEstimate",
     "Summary",
     "binomial_cdf",
+    "bootstrap_ratio",
+    "holm_adjust",
     "median_ci",
+    "paired_ratio",
     "paired_ratio_ci",
     "percentile",
     "prepare",
+    "ratio_from_intervals",
+    "rounds_to_settle",
     "summarize",
+    "welch_ratio",
 ]
 
 NOISE_IQR_RATIO = 0.10
@@ -177,23 +186,219 @@ def summarize(samples_s: Sequence[float], confidence: float = 0.95) -> Summary:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class RatioEstimate:
+    """``candidate / baseline`` of some statistic, with its ``confidence`` interval and the
+    two-sided p-value of "no difference" (``ratio == 1``). ``method`` names how both were
+    obtained, for the output; ``units`` is the statistical unit and how many per side."""
+
+    ratio: float
+    low: float
+    high: float
+    p_value: float
+    confidence: float
+    method: str
+    units: str
+
+    @property
+    def separated(self) -> bool:
+        """True when the interval excludes 1."""
+        return self.low > 1.0 or self.high < 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (an unbounded side is ``None``)."""
+        data = asdict(self)
+        return {k: None if isinstance(v, float) and math.isinf(v) else v for k, v in data.items()}
+
+
+def bootstrap_ratio(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    q: float = 50.0,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> RatioEstimate:
+    """Ratio of the ``q``-th percentiles (candidate over baseline) of two independent samples,
+    with a percentile-bootstrap interval (``scipy.stats.bootstrap``, each side resampled on its
+    own, seeded so the figure is reproducible) and the bootstrap p-value of ratio 1 (twice the
+    smaller tail of the bootstrap distribution beyond 1: below ``1 - confidence`` exactly when the
+    interval excludes 1). The samples are the unit: this covers the noise *within* the runs
+    that produced them, not drift between processes."""
+    from scipy import stats
+
+    a = np.asarray(baseline, dtype=float)
+    b = np.asarray(candidate, dtype=float)
+    if a.size < 2 or b.size < 2:
+        raise ValueError("a bootstrap ratio needs at least two samples on each side")
+
+    def statistic(x: Any, y: Any, axis: int = -1) -> Any:
+        return np.percentile(y, q, axis=axis) / np.percentile(x, q, axis=axis)
+
+    result = stats.bootstrap(
+        (a, b),
+        statistic,
+        paired=False,
+        vectorized=True,
+        n_resamples=resamples,
+        batch=max(1, min(resamples, 20_000_000 // max(a.size + b.size, 1))),
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    spread = np.asarray(result.bootstrap_distribution)
+    tail = min(float(np.mean(spread <= 1.0)), float(np.mean(spread >= 1.0)))
+    interval = result.confidence_interval
+    return RatioEstimate(
+        ratio=float(statistic(a, b)),
+        low=float(interval.low),
+        high=float(interval.high),
+        p_value=min(1.0, max(2.0 * tail, 1.0 / (resamples + 1))),
+        confidence=confidence,
+        method=f"bootstrap of p{q:g} ratio ({resamples} resamples, percentile interval)",
+        units=f"samples ({a.size} vs {b.size})",
+    )
+
+
+def welch_ratio(
+    baseline: Sequence[float], candidate: Sequence[float], confidence: float = 0.95
+) -> RatioEstimate:
+    """Ratio of geometric means of per-process values (one value per run or worker), with
+    Welch's t interval and p-value on the log scale: the test to use when processes, not
+    samples, are the unit (drift between processes is then inside the interval)."""
+    from scipy import stats
+
+    a = np.log(np.asarray(baseline, dtype=float))
+    b = np.log(np.asarray(candidate, dtype=float))
+    if a.size < 2 or b.size < 2:
+        raise ValueError("a Welch ratio needs at least two values on each side")
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # constant sides: no spread to test
+        test = stats.ttest_ind(b, a, equal_var=False)
+        interval = test.confidence_interval(confidence)
+    p_value = float(test.pvalue)
+    if math.isnan(p_value):  # both sides constant: no spread at all
+        p_value = 1.0 if np.mean(a) == np.mean(b) else 0.0
+    low, high = float(interval.low), float(interval.high)
+    diff = float(np.mean(b) - np.mean(a))
+    return RatioEstimate(
+        ratio=math.exp(diff),
+        low=math.exp(low) if not math.isnan(low) else math.exp(diff),
+        high=math.exp(high) if not math.isnan(high) else math.exp(diff),
+        p_value=p_value,
+        confidence=confidence,
+        method="Welch t on log values (ratio of geometric means)",
+        units=f"processes ({a.size} vs {b.size})",
+    )
+
+
+def paired_ratio(
+    baseline: Sequence[float], candidate: Sequence[float], confidence: float = 0.95
+) -> RatioEstimate:
+    """``candidate / baseline`` from paired values (one pair per interleaved round): the
+    geometric mean of the per-pair ratios, its Student-t interval on the log scale and the
+    paired t-test's p-value. With one pair the interval is unbounded and p is 1."""
+    from scipy import stats
+
+    if len(baseline) != len(candidate) or not baseline:
+        raise ValueError("paired ratio needs the same positive number of values on each side")
+    logs = np.log(np.asarray(candidate, dtype=float) / np.asarray(baseline, dtype=float))
+    n = logs.size
+    mean = float(np.mean(logs))
+    method = "paired t on log ratios (geometric mean of per-round ratios)"
+    units = f"rounds ({n} pairs)"
+    if n < 2:
+        return RatioEstimate(
+            ratio=math.exp(mean),
+            low=0.0,
+            high=math.inf,
+            p_value=1.0,
+            confidence=confidence,
+            method=method,
+            units=units,
+        )
+    sd = float(np.std(logs, ddof=1))
+    if sd == 0.0:
+        return RatioEstimate(
+            ratio=math.exp(mean),
+            low=math.exp(mean),
+            high=math.exp(mean),
+            p_value=1.0 if mean == 0.0 else 0.0,
+            confidence=confidence,
+            method=method,
+            units=units,
+        )
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * sd / math.sqrt(n)
+    t_value = mean / (sd / math.sqrt(n))
+    p_value = float(2.0 * stats.t.sf(abs(t_value), n - 1))
+    return RatioEstimate(
+        ratio=math.exp(mean),
+        low=math.exp(mean - half),
+        high=math.exp(mean + half),
+        p_value=p_value,
+        confidence=confidence,
+        method=method,
+        units=units,
+    )
+
+
+def rounds_to_settle(
+    log_ratios_sd: float, gap_log: float, confidence: float = 0.95, limit: int = 10_000
+) -> int | None:
+    """The smallest number of pairs (to within 10 % above 100) whose Student-t interval (half-width
+    ``t(n-1) * sd / sqrt(n)``) would be narrower than ``gap_log`` (the log distance between the
+    estimate and the threshold), at the spread seen so far; ``None`` when even ``limit`` would
+    not (the estimate sits on the threshold)."""
+    from scipy import stats
+
+    if gap_log <= 0.0:
+        return None
+    if log_ratios_sd <= 0.0:
+        return 2
+    n = 2
+    while n <= limit:
+        if float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * log_ratios_sd / math.sqrt(n) < (
+            gap_log
+        ):
+            return n
+        n += 1 if n < 100 else n // 10
+    return None
+
+
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment: p-values that control the family-wise error rate over all
+    the tests together (reject where the adjusted p is below alpha). Same order as given."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [1.0] * len(p_values)
+    running = 0.0
+    m = len(p_values)
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def ratio_from_intervals(
+    base: tuple[float, float, float], other: tuple[float, float, float]
+) -> tuple[float, float, float]:
+    """``other / base`` from two ``(median, low, high)`` estimates measured apart: the ratio of
+    the medians and conservative bounds from the two intervals' opposite ends."""
+    base_median, base_low, base_high = base
+    other_median, other_low, other_high = other
+    if base_median <= 0:
+        return 0.0, 0.0, 0.0
+    low = other_low / base_high if base_high > 0 else 0.0
+    high = other_high / base_low if base_low > 0 else math.inf
+    return other_median / base_median, low, high
+
+
 def paired_ratio_ci(
     reference_s: Sequence[float], candidate_s: Sequence[float], confidence: float = 0.95
 ) -> tuple[float, float, float]:
     """Speedup of ``candidate`` over ``reference`` from paired times (one pair per round of an
-    interleaved measurement): the geometric mean of ``reference/candidate`` and its Student-t
-    confidence interval on the log scale. ``(ratio, low, high)``; with a single pair the
-    interval is unbounded (``0, inf``): one round pins nothing down.
+    interleaved measurement): :func:`paired_ratio` of ``reference / candidate`` as
+    ``(ratio, low, high)``; with a single pair the interval is unbounded (``0, inf``).
     """
-    from scipy import stats
-
-    if len(reference_s) != len(candidate_s) or not reference_s:
-        raise ValueError("paired ratio needs the same positive number of times on each side")
-    logs = [math.log(r / c) for r, c in zip(reference_s, candidate_s, strict=True)]
-    n = len(logs)
-    mean = math.fsum(logs) / n
-    if n < 2:
-        return math.exp(mean), 0.0, math.inf
-    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in logs) / (n - 1))
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * sd / math.sqrt(n)
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    estimate = paired_ratio(candidate_s, reference_s, confidence)
+    return estimate.ratio, estimate.low, estimate.high

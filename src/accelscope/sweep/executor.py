@@ -11,16 +11,18 @@ import json
 import multiprocessing
 import os
 import signal
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import wait
-from typing import Any, Protocol
+from multiprocessing.connection import Connection, wait
+from typing import IO, Any, Protocol
 
 from accelscope.result import Result
 from accelscope.sweep.worker import InterleaveTask, WorkerTask, worker_main
 
-__all__ = ["Executor", "LocalExecutor", "WorkerOutcome"]
+__all__ = ["Executor", "InterpreterExecutor", "LocalExecutor", "WorkerOutcome"]
 
 ProgressFn = Callable[[str, int, float, float], None]
 _EXIT_GRACE_S = 30.0
@@ -74,7 +76,7 @@ class LocalExecutor:
         sender.close()  # only the child writes; EOF on the pipe then means the child is gone
         deadline = time.monotonic() + self.timeout_s
         try:
-            outcome = self._collect(process, receiver, deadline, on_progress)
+            outcome = _collect(process, receiver, deadline, self.timeout_s, on_progress)
             process.join(timeout=_EXIT_GRACE_S)  # let it shut down cleanly (compile pools)
             return outcome
         finally:
@@ -83,35 +85,137 @@ class LocalExecutor:
             process.join(timeout=10)
             receiver.close()
 
-    def _collect(
-        self, process: Any, receiver: Any, deadline: float, on_progress: ProgressFn | None
-    ) -> WorkerOutcome:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return WorkerOutcome(None, f"timeout: no result after {self.timeout_s:g} s")
-            ready = wait([receiver, process.sentinel], timeout=remaining)
-            if receiver in ready:
-                try:
-                    message = receiver.recv()
-                except EOFError:
-                    return self._crashed(process)
-                kind = message[0]
-                if kind == "progress" and on_progress is not None:
-                    on_progress(*message[1:])
-                elif kind == "result":
-                    return WorkerOutcome(Result.from_json(message[1]))
-                elif kind == "interleaved":
-                    return WorkerOutcome(None, interleaved=json.loads(message[1]))
-                elif kind == "error":
-                    return WorkerOutcome(None, str(message[1]))
-            elif process.sentinel in ready and not receiver.poll():
-                return self._crashed(process)
 
-    @staticmethod
-    def _crashed(process: Any) -> WorkerOutcome:
-        process.join(timeout=10)
-        code = process.exitcode
-        if code is not None and code < 0:
-            return WorkerOutcome(None, f"crashed: killed by {_signal_name(-code)}")
-        return WorkerOutcome(None, f"crashed: worker exited with code {code} and no result")
+class _Child:
+    """A ``subprocess.Popen`` seen as the ``multiprocessing.Process`` the collector expects: a
+    pidfd is its sentinel (readable once the process has exited)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], stderr: IO[bytes]) -> None:
+        self._popen = popen
+        self._stderr = stderr
+        self.sentinel = os.pidfd_open(popen.pid)
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+    def last_error_line(self) -> str:
+        """The last line the child wrote to stderr (why an interpreter could not start)."""
+        self._stderr.seek(0)
+        lines = self._stderr.read().decode("utf-8", "replace").strip().splitlines()
+        return lines[-1][:300] if lines else ""
+
+    def close(self) -> None:
+        os.close(self.sentinel)
+
+
+class InterpreterExecutor:
+    """One process per task under another Python interpreter (a second virtual environment
+    with accelscope installed, to measure another runtime version): ``python -m
+    accelscope.sweep.worker``, the task on stdin, the worker's messages on an inherited pipe.
+    The worker collects its own environment there, so results name that interpreter's
+    library versions."""
+
+    def __init__(self, python: str, timeout_s: float = 900.0) -> None:
+        self.python = python
+        self.timeout_s = timeout_s
+
+    def run(
+        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
+    ) -> WorkerOutcome:
+        """Run ``task`` under :attr:`python`; Ctrl-C kills the worker and propagates."""
+        with tempfile.TemporaryFile() as stderr:
+            return self._run(task, stderr, on_progress)
+
+    def _run(
+        self, task: WorkerTask | InterleaveTask, stderr: IO[bytes], on_progress: ProgressFn | None
+    ) -> WorkerOutcome:
+        read_fd, write_fd = os.pipe()
+        try:
+            popen = subprocess.Popen(
+                [self.python, "-m", "accelscope.sweep.worker", str(write_fd), str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                pass_fds=(write_fd,),
+            )
+        except OSError as exc:
+            os.close(read_fd)
+            return WorkerOutcome(None, f"cannot start {self.python}: {exc.strerror or exc}")
+        finally:
+            os.close(write_fd)
+        child = _Child(popen, stderr)
+        receiver = Connection(read_fd, writable=False)
+        try:
+            assert popen.stdin is not None
+            try:
+                popen.stdin.write(task.to_json().encode("utf-8"))
+                popen.stdin.close()
+            except BrokenPipeError:
+                pass  # the interpreter exited at once; the collector reports why
+            deadline = time.monotonic() + self.timeout_s
+            outcome = _collect(child, receiver, deadline, self.timeout_s, on_progress)
+            if outcome.failure.startswith("crashed"):
+                detail = child.last_error_line()
+                if detail:
+                    outcome = WorkerOutcome(None, f"{outcome.failure} ({detail})")
+            child.join(timeout=_EXIT_GRACE_S)
+            return outcome
+        finally:
+            if child.is_alive():
+                child.kill()
+            child.join(timeout=10)
+            receiver.close()
+            child.close()
+
+
+def _collect(
+    process: Any,
+    receiver: Any,
+    deadline: float,
+    timeout_s: float,
+    on_progress: ProgressFn | None,
+) -> WorkerOutcome:
+    """Wait on the worker's messages and its exit together until a result, an error, a crash
+    or the deadline."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return WorkerOutcome(None, f"timeout: no result after {timeout_s:g} s")
+        ready = wait([receiver, process.sentinel], timeout=remaining)
+        if receiver in ready:
+            try:
+                message = receiver.recv()
+            except EOFError:
+                return _crashed(process)
+            kind = message[0]
+            if kind == "progress" and on_progress is not None:
+                on_progress(*message[1:])
+            elif kind == "result":
+                return WorkerOutcome(Result.from_json(message[1]))
+            elif kind == "interleaved":
+                return WorkerOutcome(None, interleaved=json.loads(message[1]))
+            elif kind == "error":
+                return WorkerOutcome(None, str(message[1]))
+        elif process.sentinel in ready and not receiver.poll():
+            return _crashed(process)
+
+
+def _crashed(process: Any) -> WorkerOutcome:
+    process.join(timeout=10)
+    code = process.exitcode
+    if code is not None and code < 0:
+        return WorkerOutcome(None, f"crashed: killed by {_signal_name(-code)}")
+    return WorkerOutcome(None, f"crashed: worker exited with code {code} and no result")

@@ -12,9 +12,11 @@ import importlib
 import json
 import os
 import signal
+import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from accelscope.backends.registry import get_backend
 from accelscope.engine.accuracy_check import calibration_batches, load_accuracy_check
 from accelscope.engine.configuration import measure_config
 from accelscope.errors import AccelscopeError
-from accelscope.hardware.fingerprint import Environment
+from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import pinned_threads
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel
@@ -31,7 +33,7 @@ from accelscope.models.inputs import make_batch
 from accelscope.models.loading import load_model
 from accelscope.spec import RunSpec, TensorSpec
 
-__all__ = ["InterleaveTask", "WorkerTask", "worker_main"]
+__all__ = ["InterleaveTask", "WorkerTask", "main", "worker_main"]
 
 _PR_SET_PDEATHSIG = 1
 _PROGRESS_INTERVAL_S = 0.25
@@ -106,6 +108,11 @@ class InterleaveTask:
     rounds: int = 6
     block_s: float = 0.25
     """Target seconds per block (a block is a fixed number of back-to-back calls)."""
+    models: tuple[WorkerTask, ...] = ()
+    """One task per spec when the specs come from different models (the gate's baseline and
+    candidate files); empty: every spec runs ``task``'s model."""
+    per_call: bool = False
+    """Also time every call on its own (synchronised), for percentiles per configuration."""
 
     @property
     def spec(self) -> RunSpec:
@@ -121,6 +128,8 @@ class InterleaveTask:
                 "specs": [s.to_dict() for s in self.specs],
                 "rounds": self.rounds,
                 "block_s": self.block_s,
+                "models": [m.to_json() for m in self.models],
+                "per_call": self.per_call,
             }
         )
 
@@ -133,6 +142,8 @@ class InterleaveTask:
             specs=tuple(RunSpec.from_dict(s) for s in data["specs"]),
             rounds=int(data["rounds"]),
             block_s=float(data["block_s"]),
+            models=tuple(WorkerTask.from_json(m) for m in data.get("models", [])),
+            per_call=bool(data.get("per_call", False)),
         )
 
 
@@ -209,13 +220,32 @@ def _settle() -> None:
             return
 
 
+def _timed_calls(runner: Runner, feed: Any, count: int, spec: RunSpec) -> list[float]:
+    """``count`` calls, each synchronised and timed on its own: seconds per item."""
+    times: list[float] = []
+    for _ in range(count):
+        began = time.perf_counter()
+        runner.run(feed)
+        runner.synchronize()
+        times.append((time.perf_counter() - began) / spec.batch_size)
+    return times
+
+
 def _run_interleaved(task: InterleaveTask, conn: Any) -> None:
     """Prepare every configuration, size one block per configuration to ~``block_s``, then
-    time blocks in the order A B C C B A each round; sends seconds per item of every block."""
-    model = _load(task.task)
+    time blocks in the order A B C C B A each round; sends seconds per item of every block (and
+    of every call with ``per_call``)."""
+    sources = task.models or (task.task,) * len(task.specs)
+    if len(sources) != len(task.specs):
+        raise ValueError("an interleave task needs one model task per configuration")
+    loaded: dict[str, LoadedModel] = {}
+    for source in sources:
+        if source.model_ref not in loaded:
+            loaded[source.model_ref] = _load(source)
     runners: list[tuple[RunSpec, Runner, Any]] = []
     try:
-        for spec in task.specs:
+        for spec, source in zip(task.specs, sources, strict=True):
+            model = loaded[source.model_ref]
             conn.send(("progress", f"prepare {spec.label()}", 0, 0.0, task.block_s))
             with pinned_threads(spec.threads):
                 runner = get_backend(spec.backend).prepare(
@@ -234,6 +264,7 @@ def _run_interleaved(task: InterleaveTask, conn: Any) -> None:
                 per_call_s = (time.perf_counter() - began) / _WARM_CALLS
             calls.append(max(1, round(task.block_s / max(per_call_s, 1e-9))))
         blocks: list[list[float]] = [[] for _ in runners]
+        per_call: list[list[float]] = [[] for _ in runners]
         order = list(range(len(runners)))
         for round_index in range(task.rounds):
             for index in order + order[::-1]:
@@ -241,8 +272,11 @@ def _run_interleaved(task: InterleaveTask, conn: Any) -> None:
                 _settle()
                 with pinned_threads(spec.threads):
                     began = time.perf_counter()
-                    for _ in range(calls[index]):
-                        runner.run(feed)
+                    if task.per_call:
+                        per_call[index].extend(_timed_calls(runner, feed, calls[index], spec))
+                    else:
+                        for _ in range(calls[index]):
+                            runner.run(feed)
                     runner.synchronize()
                     elapsed = time.perf_counter() - began
                 blocks[index].append(elapsed / (calls[index] * spec.batch_size))
@@ -254,6 +288,7 @@ def _run_interleaved(task: InterleaveTask, conn: Any) -> None:
         "keys": [spec.key for spec in task.specs],
         "calls_per_block": calls,
         "block_s_per_item": blocks,
+        "call_s_per_item": per_call if task.per_call else None,
     }
     conn.send(("interleaved", json.dumps(payload)))
 
@@ -277,3 +312,21 @@ def worker_main(task_json: str, conn: Any, parent_pid: int) -> None:
         conn.send(("error", f"{type(exc).__name__}: {_first_line(exc)}"))
     finally:
         conn.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m accelscope.sweep.worker FD PARENT_PID``: the entry point under another
+    interpreter (:class:`accelscope.sweep.executor.InterpreterExecutor`). The task arrives on
+    stdin; messages go to the inherited pipe ``FD``. A plain task's environment is collected
+    here, since this interpreter's libraries are the ones measured."""
+    fd_text, parent_text = argv if argv is not None else sys.argv[1:3]
+    conn = Connection(int(fd_text), readable=False)
+    task_json = sys.stdin.read()
+    if json.loads(task_json).get("kind") != "interleave":
+        task = WorkerTask.from_json(task_json)
+        task_json = replace(task, environment=collect_environment()).to_json()
+    worker_main(task_json, conn, int(parent_text))
+
+
+if __name__ == "__main__":
+    main()
