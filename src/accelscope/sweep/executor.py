@@ -47,6 +47,12 @@ class Executor(Protocol):
         """Run ``task``; never raises for worker failures (only for Ctrl-C)."""
 
 
+def _grace_s(outcome: WorkerOutcome) -> float:
+    """How long a worker may take to exit after its answer: none after a timeout (it is hung
+    and is killed at once), ``_EXIT_GRACE_S`` otherwise."""
+    return 0.0 if outcome.failure.startswith("timeout") else _EXIT_GRACE_S
+
+
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(code).name
@@ -77,7 +83,7 @@ class LocalExecutor:
         deadline = time.monotonic() + self.timeout_s
         try:
             outcome = _collect(process, receiver, deadline, self.timeout_s, on_progress)
-            process.join(timeout=_EXIT_GRACE_S)  # let it shut down cleanly (compile pools)
+            process.join(timeout=_grace_s(outcome))  # let it shut down cleanly (compile pools)
             return outcome
         finally:
             if process.is_alive():
@@ -171,7 +177,7 @@ class InterpreterExecutor:
                 detail = child.last_error_line()
                 if detail:
                     outcome = WorkerOutcome(None, f"{outcome.failure} ({detail})")
-            child.join(timeout=_EXIT_GRACE_S)
+            child.join(timeout=_grace_s(outcome))
             return outcome
         finally:
             if child.is_alive():
