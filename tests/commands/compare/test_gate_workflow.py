@@ -311,3 +311,46 @@ def test_a_real_shared_gate_times_both_sides_in_one_worker_per_round(
     assert code in (0, 1, 3), err
     assert "gate: " in out and "alternating blocks" in out
     assert err.count("round ") == 2  # one progress line per round on stderr
+
+
+def test_with_eval_data_both_sides_are_scored_once_and_the_drop_is_gated(
+    tmp_path: Path, cli: CliRunner
+) -> None:
+    import numpy as np
+
+    baseline, candidate = _models(tmp_path)
+    rng = np.random.default_rng(0)
+    eval_file = tmp_path / "eval.npz"
+    np.savez(
+        eval_file,
+        x=rng.standard_normal((16, 4)).astype("float32"),
+        labels=rng.integers(0, 2, 16),
+    )
+    code, out, err = cli(
+        "gate",
+        candidate,
+        "--baseline",
+        baseline,
+        "--input",
+        "x:N,4:float32",
+        "--batch",
+        "2",
+        "--threads",
+        "1",
+        "--rounds",
+        "2",
+        "--max-rounds",
+        "2",
+        "--budget",
+        "50ms",
+        "--eval-data",
+        eval_file,
+        "--no-store",
+        "--json",
+    )
+    assert code in (0, 3), err  # same weights: never an accuracy regression
+    decision = json.loads(out)["decision"]
+    assert decision["accuracy_baseline"] is not None
+    assert decision["accuracy_baseline"] == decision["accuracy_candidate"]
+    assert decision["accuracy_drop"] == 0.0
+    assert any("accuracy metric" in reason for reason in decision["reasons"])
