@@ -354,3 +354,33 @@ def test_with_eval_data_both_sides_are_scored_once_and_the_drop_is_gated(
     assert decision["accuracy_baseline"] == decision["accuracy_candidate"]
     assert decision["accuracy_drop"] == 0.0
     assert any("accuracy metric" in reason for reason in decision["reasons"])
+
+
+def test_ctrl_c_keeps_the_rounds_done_and_names_the_run(
+    tmp_path: Path, environment: Environment
+) -> None:
+    from accelscope.errors import InterruptedRunError
+
+    scripted = ScriptedExecutor(lambda ref, r: 1.0)
+
+    class Interrupting:
+        def run(self, task: Any, on_progress: Any = None) -> WorkerOutcome:
+            if len(scripted.tasks) >= 2:
+                raise KeyboardInterrupt
+            return scripted.run(task, on_progress)
+
+    store = tmp_path / "runs.sqlite"
+    executor = Interrupting()
+    with pytest.raises(InterruptedRunError) as caught:
+        gate(
+            _request(tmp_path),
+            store_path=store,
+            environment=environment,
+            executors={"baseline": executor, "candidate": executor},
+        )
+    with ResultStore(store) as opened:
+        (listed,) = opened.list_runs()
+        run = opened.get_run(listed.id)
+    assert listed.id in caught.value.message
+    assert run.status == "interrupted"
+    assert len(run.documents_of("gate_round")) == 2

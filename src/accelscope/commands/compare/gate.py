@@ -45,6 +45,7 @@ from accelscope.errors import AccelscopeError, BadInputError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.measurement.timer import TimerConfig
+from accelscope.models.base import LoadedModel
 from accelscope.models.factory import is_factory_ref
 from accelscope.models.loading import load_model
 from accelscope.result import Result, Status
@@ -211,8 +212,9 @@ def gate(
     with tempfile.TemporaryDirectory(prefix="accelscope-gate-") as tmp:
         workdir = Path(tmp)
         sides: dict[str, Variant] = {"baseline": request.baseline, "candidate": request.candidate}
-        tasks = {name: _task(request, variant, env, workdir) for name, variant in sides.items()}
-        accuracy_path = _accuracy_file(request, tasks["baseline"], workdir)
+        prepared = {name: _task(request, variant, env, workdir) for name, variant in sides.items()}
+        tasks = {name: task for name, (task, _) in prepared.items()}
+        accuracy_path = _accuracy_file(prepared["baseline"][1], request.seed, workdir)
         chosen = executors or {
             name: _executor(variant, request.timeout_s) for name, variant in sides.items()
         }
@@ -281,13 +283,18 @@ def gate(
     )
 
 
-def _task(request: GateRequest, variant: Variant, env: Environment, workdir: Path) -> WorkerTask:
+def _task(
+    request: GateRequest, variant: Variant, env: Environment, workdir: Path
+) -> tuple[WorkerTask, LoadedModel | None]:
+    """The side's worker task, and its model when it was loaded here (``None`` under another
+    interpreter)."""
     model_ref = variant.model
     if variant.git_ref is not None:
         model_ref = materialize_git_ref(model_ref, variant.git_ref, workdir)
     backend = get_backend(variant.backend)
     threads = variant.threads if variant.threads is not None else available_cores()
     digest = ""
+    model: LoadedModel | None = None
     if variant.python is None:  # loadable here: validate now, not in round 1
         model = load_model(
             model_ref,
@@ -307,9 +314,9 @@ def _task(request: GateRequest, variant: Variant, env: Environment, workdir: Pat
         model_digest=digest,
         options=variant.options,
     )
-    if variant.python is None:
+    if model is not None:
         backend.supports(model, spec, env).require(f"{spec.label()} for {model.ref}")
-    return WorkerTask(
+    task = WorkerTask(
         spec=spec,
         model_ref=model_ref,
         environment=env,
@@ -320,22 +327,15 @@ def _task(request: GateRequest, variant: Variant, env: Environment, workdir: Pat
         seed=request.seed,
         eval_data=str(request.eval_data) if request.eval_data else None,
     )
+    return task, model
 
 
-def _accuracy_file(request: GateRequest, task: WorkerTask, workdir: Path) -> Path | None:
-    """The eval set both sides are scored on in their first round (``None``: no eval data)."""
-    if request.baseline.python is not None:
+def _accuracy_file(model: LoadedModel | None, seed: int, workdir: Path) -> Path | None:
+    """The eval set both sides are scored on (``None``: no eval data, or the baseline runs
+    under another interpreter and was not loaded here)."""
+    if model is None or model.eval_data is None:
         return None
-    model = load_model(
-        task.model_ref,
-        inputs=request.inputs,
-        weights=request.weights,
-        trust_model_code=request.trust_model_code,
-        eval_data=request.eval_data,
-    )
-    if model.eval_data is None:
-        return None
-    check = build_accuracy_check(model, 1, request.seed)
+    check = build_accuracy_check(model, 1, seed)
     return save_accuracy_check(check, workdir / "accuracy.pt")
 
 
