@@ -10,9 +10,10 @@ import typer
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import duration_option, fraction_option, parse_input
-from accelscope.commands._lifecycle import write_report
+from accelscope.commands._lifecycle import check_report_path, write_report
 from accelscope.commands.compare.gate import (
     GATE_DOCUMENT,
+    ROUND_DOCUMENT,
     GateOutcome,
     GateRequest,
     Variant,
@@ -22,6 +23,7 @@ from accelscope.commands.compare.view import (
     comparison_markdown,
     comparison_view,
     gate_markdown,
+    gate_rounds_view,
     gate_view,
 )
 from accelscope.commands.compare.workflow import CompareRequest, compare
@@ -65,6 +67,8 @@ def compare_command(
         allow_env_change=allow_env_change,
         **({} if threshold is None else {"threshold": threshold}),
     )
+    if markdown is not None:
+        check_report_path(markdown)
     comparison = compare(request, store_path=store or DEFAULT_STORE_PATH)
     if markdown is not None:
         write_report(comparison_markdown(comparison), markdown)
@@ -185,6 +189,8 @@ def gate_command(
     3 inconclusive."""
     if baseline is not None and baseline_ref is not None:
         raise BadInputError("give --baseline or --baseline-ref, not both")
+    if markdown is not None:
+        check_report_path(markdown)  # before the measuring: a bad path must not hide a verdict
     candidate_variant = _variant(
         candidate, backend, precision, batch, threads, device, options, python=candidate_python
     )
@@ -242,8 +248,11 @@ def _print_gate(outcome: GateOutcome, markdown: Path | None, as_json: bool) -> N
 
 
 def _show(run: RunRecord) -> None:
-    for document in run.documents_of(GATE_DOCUMENT):
+    decisions = run.documents_of(GATE_DOCUMENT)
+    for document in decisions:
         _out.print(gate_view(document))
+    if not decisions:
+        _out.print(gate_rounds_view(run.documents_of(ROUND_DOCUMENT)))
 
 
 register_show("gate", _show)

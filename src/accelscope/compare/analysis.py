@@ -334,7 +334,8 @@ def compare_runs(
         unit = "mixed: each row names its own (a configuration missing from some runs)"
     if bootstrapped:
         notes.append(
-            "one run per side: the intervals cover the noise within the two runs, not the drift "
+            ("one run per side" if len(baseline) < 2 or len(candidate) < 2 else "some rows")
+            + ": the intervals cover the noise within the two runs, not the drift "
             "between processes; give several runs per side (A1,A2,A3 B1,B2,B3) or measure "
             "both alternately with `accelscope gate`"
         )

@@ -175,6 +175,20 @@ def _single_value(processes: Sequence[ProcessFigures], side: str) -> float | Non
     return float(np.median(values)) if values else None
 
 
+def _rounds_needed(
+    baseline: list[float], candidate: list[float], allowed: float, thresholds: GateThresholds
+) -> int | None:
+    if len(baseline) < 2:
+        return None
+    logs = np.log(np.asarray(candidate) / np.asarray(baseline))
+    ratio = float(np.exp(np.mean(logs)))
+    return rounds_to_settle(
+        float(np.std(logs, ddof=1)),
+        abs(math.log(ratio) - math.log1p(allowed)),
+        thresholds.confidence,
+    )
+
+
 def decide(processes: Sequence[ProcessFigures], thresholds: GateThresholds) -> GateDecision:
     """The gate's decision from the processes measured so far (complete rounds only)."""
     baseline, candidate = _pairs(processes, "median_s")
@@ -187,20 +201,23 @@ def decide(processes: Sequence[ProcessFigures], thresholds: GateThresholds) -> G
     status, reason = _judge(time, thresholds.max_slowdown, "median time per item")
     statuses.append(status)
     reasons.append(reason)
-    rounds_needed = None
-    if status is GateStatus.INCONCLUSIVE and len(baseline) >= 2:
-        logs = np.log(np.asarray(candidate) / np.asarray(baseline))
-        rounds_needed = rounds_to_settle(
-            float(np.std(logs, ddof=1)),
-            abs(math.log(time.ratio) - math.log1p(thresholds.max_slowdown)),
-            thresholds.confidence,
-        )
+    needed: list[int | None] = []
+    if status is GateStatus.INCONCLUSIVE:
+        needed.append(_rounds_needed(baseline, candidate, thresholds.max_slowdown, thresholds))
     if thresholds.max_p99_slowdown is not None:
         status, reason = _judge(p99, thresholds.max_p99_slowdown, "p99 time per item")
         statuses.append(status)
         reasons.append(reason)
+        if status is GateStatus.INCONCLUSIVE:
+            p99_before, p99_after = _pairs(processes, "p99_s")
+            needed.append(
+                _rounds_needed(p99_before, p99_after, thresholds.max_p99_slowdown, thresholds)
+            )
     else:
         reasons.append(f"p99 time per item {_pct(p99.ratio)} ({_interval(p99)}): not gated")
+    rounds_needed = None
+    if needed and all(n is not None for n in needed):
+        rounds_needed = max(n for n in needed if n is not None)
     accuracy_before = _single_value(processes, "baseline")
     accuracy_after = _single_value(processes, "candidate")
     if accuracy_before is not None and accuracy_after is not None:

@@ -139,9 +139,9 @@ def _from_results(results: Sequence[Result], _: Sequence[Any]) -> list[ConfigObs
 def _from_capacity(_: Sequence[Result], documents: Sequence[Any]) -> list[ConfigObservations]:
     found: list[ConfigObservations] = []
     for document in documents:
-        if document.kind != "capacity":
-            continue
         payload: dict[str, Any] = document.payload
+        if document.kind != "capacity" or payload.get("valid") is False:
+            continue  # an invalid capacity (harness-bound, too few queries) is not a figure
         spec = payload.get("spec") or {}
         key_parts = {k: v for k, v in spec.items() if k not in ("model", "model_digest")}
         key_parts["scenario"] = payload.get("scenario")

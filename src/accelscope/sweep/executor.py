@@ -26,6 +26,8 @@ __all__ = ["Executor", "InterpreterExecutor", "LocalExecutor", "WorkerOutcome"]
 
 ProgressFn = Callable[[str, int, float, float], None]
 _EXIT_GRACE_S = 30.0
+_ENTRY = "from accelscope.sweep.worker import main; main()"
+"""What another interpreter runs (``-c``, not ``-m``: no double import of the module)."""
 
 
 @dataclass(frozen=True)
@@ -129,10 +131,10 @@ class _Child:
 
 class InterpreterExecutor:
     """One process per task under another Python interpreter (a second virtual environment
-    with accelscope installed, to measure another runtime version): ``python -m
-    accelscope.sweep.worker``, the task on stdin, the worker's messages on an inherited pipe.
-    The worker collects its own environment there, so results name that interpreter's
-    library versions."""
+    with accelscope installed, to measure another runtime version): ``python -c`` running
+    :func:`accelscope.sweep.worker.main`, the task on stdin, the worker's messages on an
+    inherited pipe. The worker collects its own environment there, so results name that
+    interpreter's library versions."""
 
     def __init__(self, python: str, timeout_s: float = 900.0) -> None:
         self.python = python
@@ -151,7 +153,7 @@ class InterpreterExecutor:
         read_fd, write_fd = os.pipe()
         try:
             popen = subprocess.Popen(
-                [self.python, "-m", "accelscope.sweep.worker", str(write_fd), str(os.getpid())],
+                [self.python, "-c", _ENTRY, str(write_fd), str(os.getpid())],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
@@ -162,8 +164,14 @@ class InterpreterExecutor:
             return WorkerOutcome(None, f"cannot start {self.python}: {exc.strerror or exc}")
         finally:
             os.close(write_fd)
-        child = _Child(popen, stderr)
         receiver = Connection(read_fd, writable=False)
+        try:
+            child = _Child(popen, stderr)
+        except (OSError, AttributeError) as exc:  # no pidfd (old kernel, sandbox): cannot wait
+            popen.kill()
+            popen.wait()
+            receiver.close()
+            return WorkerOutcome(None, f"cannot watch the worker process: {exc}")
         try:
             assert popen.stdin is not None
             try:

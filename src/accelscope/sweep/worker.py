@@ -315,7 +315,8 @@ def worker_main(task_json: str, conn: Any, parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m accelscope.sweep.worker FD PARENT_PID``: the entry point under another
+    """``python -c "from accelscope.sweep.worker import main; main()" FD PARENT_PID``: the
+    entry point under another
     interpreter (:class:`accelscope.sweep.executor.InterpreterExecutor`). The task arrives on
     stdin; messages go to the inherited pipe ``FD``. A plain task's environment is collected
     here, since this interpreter's libraries are the ones measured."""

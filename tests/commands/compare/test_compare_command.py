@@ -163,6 +163,7 @@ def test_bad_references_and_incomparable_runs_are_one_line_exit_2(
         "same run": (measured, measured),
         "latest~9": ("latest~9", measured),
         "latest~x": ("latest~x", measured),
+        "latest~2 superscript": ("latest~\u00b2", measured),
         "empty": (f"{measured},", measured),
     }
     expected = {
@@ -174,6 +175,7 @@ def test_bad_references_and_incomparable_runs_are_one_line_exit_2(
         "same run": "more than once",
         "latest~9": "holds only",
         "latest~x": "latest~N",
+        "latest~2 superscript": "latest~N",
         "empty": "empty run reference",
     }
     for name, (baseline, candidate) in cases.items():

@@ -220,6 +220,9 @@ def test_the_baseline_can_be_the_model_file_at_a_git_revision(
 
 def test_bad_gate_flags_are_one_line_exit_2(tmp_path: Path, cli: CliRunner) -> None:
     baseline, candidate = _models(tmp_path)
+    no_accelscope = tmp_path / "python"
+    no_accelscope.write_text("#!/bin/sh\necho \"No module named 'accelscope'\" >&2\nexit 1\n")
+    no_accelscope.chmod(0o755)
     common = ["--input", "x:N,4:float32", "--batch", "2", "--no-store"]
     cases = [
         (["--baseline", baseline, "--baseline-ref", "HEAD"], "not both"),
@@ -233,6 +236,21 @@ def test_bad_gate_flags_are_one_line_exit_2(tmp_path: Path, cli: CliRunner) -> N
         (["--baseline", baseline, "--max-slowdown", "150%"], "fraction"),
         (["--baseline", str(tmp_path / "missing.py:build")], "does not exist"),
         (["--baseline-ref", "HEAD"], "git"),
+        (["--baseline-ref", "--output=x"], "bad git revision"),
+        (["--baseline", baseline, "--markdown", str(tmp_path / "no" / "c.md")], "does not exist"),
+        (["--baseline", baseline, "--baseline-python", str(tmp_path / "nope")], "cannot run"),
+        (["--baseline", baseline, "--baseline-python", str(no_accelscope)], "No module named"),
+        (
+            [
+                "--baseline",
+                baseline,
+                "--baseline-python",
+                sys.executable,
+                "--eval-data",
+                str(tmp_path / "e.npz"),
+            ],
+            "--eval-data",
+        ),
     ]
     for extra, mention in cases:
         code, _, err = cli("gate", candidate, *common, *extra)
@@ -384,3 +402,30 @@ def test_ctrl_c_keeps_the_rounds_done_and_names_the_run(
     assert listed.id in caught.value.message
     assert run.status == "interrupted"
     assert len(run.documents_of("gate_round")) == 2
+
+
+def test_runs_show_prints_the_rounds_of_an_interrupted_gate(
+    tmp_path: Path, environment: Environment, cli: CliRunner
+) -> None:
+    from accelscope.errors import InterruptedRunError
+
+    scripted = ScriptedExecutor(lambda ref, r: 1.0)
+
+    class Interrupting:
+        def run(self, task: Any, on_progress: Any = None) -> WorkerOutcome:
+            if len(scripted.tasks) >= 3:
+                raise KeyboardInterrupt
+            return scripted.run(task, on_progress)
+
+    store = tmp_path / "runs.sqlite"
+    with pytest.raises(InterruptedRunError):
+        gate(
+            _request(tmp_path),
+            store_path=store,
+            environment=environment,
+            executors={"baseline": Interrupting(), "candidate": Interrupting()},
+        )
+    code, out, err = cli("runs", "show", "latest", "--store", store)
+    assert code == 0, err
+    assert "no decision" in out
+    assert out.count("A B") + out.count("B A") == 3

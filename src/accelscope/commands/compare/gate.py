@@ -54,7 +54,16 @@ from accelscope.store.sqlite import DEFAULT_STORE_PATH
 from accelscope.sweep.executor import Executor, InterpreterExecutor, LocalExecutor, WorkerOutcome
 from accelscope.sweep.worker import InterleaveTask, WorkerTask
 
-__all__ = ["GATE_DOCUMENT", "ISOLATIONS", "GateOutcome", "GateRequest", "Variant", "gate"]
+__all__ = [
+    "GATE_DOCUMENT",
+    "ISOLATIONS",
+    "ROUND_DOCUMENT",
+    "GateOutcome",
+    "GateRequest",
+    "Variant",
+    "check_interpreter",
+    "gate",
+]
 
 ISOLATIONS = ("auto", "shared", "process")
 
@@ -141,6 +150,9 @@ def materialize_git_ref(model: str, ref: str, workdir: Path) -> str:
     if not path.is_file():
         raise BadInputError(f"--baseline-ref needs a model file; {file_text} is not a file")
 
+    if ref.startswith("-") or not ref.strip():
+        raise BadInputError(f"bad git revision {ref!r}")
+
     def git(*args: str) -> bytes:
         try:
             done = subprocess.run(
@@ -154,7 +166,10 @@ def materialize_git_ref(model: str, ref: str, workdir: Path) -> str:
         return done.stdout
 
     top = Path(git("rev-parse", "--show-toplevel").decode().strip())
-    relative = path.relative_to(top.resolve()).as_posix()
+    try:
+        relative = path.relative_to(top.resolve()).as_posix()
+    except ValueError:
+        raise BadInputError(f"{file_text} is not inside the git work tree {top}") from None
     content = git("show", f"{ref}:{relative}")
     target = workdir / ref.replace("/", "_") / path.name
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -206,8 +221,18 @@ def gate(
         )
     if not math.isfinite(request.budget_s) or request.budget_s <= 0:
         raise BadInputError(f"the budget per process must be positive, got {request.budget_s}")
+    shared = _shared(request)
+    if request.eval_data is not None and request.baseline.python is not None:
+        raise BadInputError(
+            "--eval-data scores both sides on a set prepared under this interpreter; it cannot "
+            "be combined with --baseline-python"
+        )
     env = environment or collect_environment()
     check_paths(store_path)
+    if executors is None:
+        for variant in (request.baseline, request.candidate):
+            if variant.python is not None:
+                check_interpreter(variant.python)
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="accelscope-gate-") as tmp:
         workdir = Path(tmp)
@@ -218,7 +243,6 @@ def gate(
         chosen = executors or {
             name: _executor(variant, request.timeout_s) for name, variant in sides.items()
         }
-        shared = _shared(request)
         settings = {
             "isolation": "shared" if shared else "process",
             "baseline": request.baseline.describe(),
@@ -337,6 +361,25 @@ def _accuracy_file(model: LoadedModel | None, seed: int, workdir: Path) -> Path 
         return None
     check = build_accuracy_check(model, 1, seed)
     return save_accuracy_check(check, workdir / "accuracy.pt")
+
+
+def check_interpreter(python: str, timeout_s: float = 120.0) -> None:
+    """Refuse (exit 2, before any measuring) an interpreter that cannot run accelscope's
+    worker: missing, not executable, or without accelscope installed."""
+    try:
+        done = subprocess.run(
+            [python, "-c", "import accelscope.sweep.worker"],
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except OSError as exc:
+        raise BadInputError(f"cannot run {python}: {exc.strerror or exc}") from None
+    except subprocess.TimeoutExpired:
+        raise BadInputError(f"{python} did not import accelscope in {timeout_s:g} s") from None
+    if done.returncode != 0:
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["failed"]
+        raise BadInputError(f"{python} cannot run accelscope's worker: {lines[-1][:200]}")
 
 
 def _shared(request: GateRequest) -> bool:

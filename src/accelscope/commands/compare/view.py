@@ -17,7 +17,13 @@ from rich.text import Text
 from accelscope.compare.analysis import Comparison, Row, Verdict
 from accelscope.report.format import format_bytes, format_seconds
 
-__all__ = ["comparison_markdown", "comparison_view", "gate_markdown", "gate_view"]
+__all__ = [
+    "comparison_markdown",
+    "comparison_view",
+    "gate_markdown",
+    "gate_rounds_view",
+    "gate_view",
+]
 
 _STYLES = {
     Verdict.SLOWER: "red",
@@ -89,7 +95,8 @@ def _summary_lines(comparison: Comparison) -> list[str]:
         f"{', '.join(comparison.candidate_runs)} ({comparison.kind}, {comparison.model})",
         f"unit: {comparison.unit}; CI: {level}; p-values Holm-corrected across "
         f"{sum(1 for r in comparison.rows if r.estimate is not None)} tested rows; "
-        f"no change = interval within ±{comparison.threshold:.1%}",
+        f"no change = interval within ±{comparison.threshold:.1%} "
+        f"(ratio {1 / (1 + comparison.threshold):.3f} to {1 + comparison.threshold:.3f})",
     ]
     if comparison.unmatched:
         lines.append("only on one side (not compared): " + ", ".join(comparison.unmatched))
@@ -187,6 +194,17 @@ def gate_view(document: dict[str, Any]) -> RenderableType:
     status = document["decision"]["status"]
     headline = Text(f"gate: {status.upper()}", style=f"bold {_STYLES.get(status, '')}")
     return Group(table, headline, *[Text(line) for line in _gate_lines(document)])
+
+
+def gate_rounds_view(documents: Sequence[dict[str, Any]]) -> RenderableType:
+    """The rounds of a gate that stopped before its decision (stored ``gate_round``s)."""
+    processes = [process for document in documents for process in document["processes"]]
+    table = Table(title="gate rounds (no decision: the gate was stopped)", title_justify="left")
+    for header in _GATE_HEADERS:
+        table.add_column(header, justify="right")
+    for row in _gate_rows({"processes": processes}):
+        table.add_row(*row)
+    return table
 
 
 def gate_markdown(document: dict[str, Any]) -> str:

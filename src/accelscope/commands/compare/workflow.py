@@ -7,6 +7,7 @@ or ``STORE:RUN``. Several runs per side make each run the statistical unit.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def _split_reference(text: str, default_store: Path) -> tuple[Path, str]:
 def _get(store: ResultStore, run_id: str) -> RunRecord:
     if run_id.startswith("latest~"):
         back_text = run_id.removeprefix("latest~")
-        if not back_text.isdigit():
+        if not re.fullmatch(r"[0-9]+", back_text):
             raise BadInputError(f"bad run reference {run_id!r}: use latest~N with N a number")
         back = int(back_text)
         runs = store.list_runs(back + 1)
@@ -51,18 +52,21 @@ def _get(store: ResultStore, run_id: str) -> RunRecord:
     return store.get_run(run_id)
 
 
-def resolve_side(text: str, default_store: Path = DEFAULT_STORE_PATH) -> list[RunRecord]:
-    """The runs one side names (comma-separated references), each with its results."""
+def resolve_side(
+    text: str, default_store: Path = DEFAULT_STORE_PATH
+) -> list[tuple[Path, RunRecord]]:
+    """The runs one side names (comma-separated references), each with its results and the
+    store it came from."""
     references = [part.strip() for part in text.split(",")]
     if not all(references):
         raise BadInputError(f"empty run reference in {text!r}")
-    records: list[RunRecord] = []
+    records: list[tuple[Path, RunRecord]] = []
     for reference in references:
         path, run_id = _split_reference(reference, default_store)
         if not path.exists():
             raise StoreError(f"no results store at {path}")
         with ResultStore(path) as store:
-            records.append(_get(store, run_id))
+            records.append((path.resolve(), _get(store, run_id)))
     return records
 
 
@@ -79,12 +83,12 @@ def compare(request: CompareRequest, *, store_path: Path = DEFAULT_STORE_PATH) -
     """Resolve both sides and compare them (nothing is measured or stored)."""
     baseline = resolve_side(request.baseline, store_path)
     candidate = resolve_side(request.candidate, store_path)
-    ids = [r.id for r in baseline] + [r.id for r in candidate]
+    ids = [(path, record.id) for path, record in baseline + candidate]
     if len(set(ids)) < len(ids):
         raise BadInputError("a run appears more than once; compare two different runs")
     return compare_runs(
-        [_run_data(r) for r in baseline],
-        [_run_data(r) for r in candidate],
+        [_run_data(record) for _, record in baseline],
+        [_run_data(record) for _, record in candidate],
         threshold=request.threshold,
         confidence=request.confidence,
         allow_env_change=request.allow_env_change,
