@@ -8,7 +8,7 @@ test). For every (trial, slowdown), in an order rotated per trial so drift is sp
   (1 s of samples each, like two CI jobs); "regression" when the ratio of medians exceeds the
   fixed threshold, "improvement" below its inverse;
 * **accelscope gate**: :func:`accelscope.commands.compare.gate.gate` with its defaults
-  (shared isolation, 6 rounds, up to 12 while inconclusive, 1 s per side and round).
+  (shared isolation, 6 rounds, up to 20 while inconclusive, 1 s per side and round).
 
 Each outcome is appended to ``--out`` as one JSON line as it finishes (a killed run keeps what
 it measured); the summary table is printed at the end (and with ``--summarize`` alone).

@@ -164,7 +164,7 @@ def gate_command(
     ),
     rounds: int | None = typer.Option(None, "--rounds", help="Rounds (A B or B A each) (6)."),
     max_rounds: int | None = typer.Option(
-        None, "--max-rounds", help="Keep going while inconclusive, up to this many (12)."
+        None, "--max-rounds", help="Keep going while inconclusive, up to this many (20)."
     ),
     budget: float | None = duration_option("--budget", "Sampling time per process (1s)."),
     isolation: str | None = typer.Option(

@@ -103,7 +103,7 @@ class GateRequest:
     baseline: Variant
     candidate: Variant
     rounds: int = 6
-    max_rounds: int = 12
+    max_rounds: int = 20
     budget_s: float = 1.0
     """Sampling seconds per process (after its warm-up)."""
     thresholds: GateThresholds = field(default_factory=GateThresholds)
