@@ -215,3 +215,34 @@ def test_a_changed_model_file_still_matches_and_is_noted(
     code, out, err = cli("compare", first, second, "--store", store)
     assert code == 0, err
     assert "model file changed" in out
+
+
+def test_two_real_measure_runs_compare_end_to_end(tmp_path: Path, cli: CliRunner) -> None:
+    model = tmp_path / "model.py"
+    model.write_text("import torch\n\n\ndef build():\n    return torch.nn.Linear(8, 8)\n")
+    store = tmp_path / "runs.sqlite"
+    for _ in range(2):
+        code, _, err = cli(
+            "measure",
+            f"{model}:build",
+            "--input",
+            "x:N,8:float32",
+            "--batch",
+            "4",
+            "--threads",
+            "1",
+            "--budget",
+            "100ms",
+            "--store",
+            store,
+            "--quiet",
+        )
+        assert code == 0, err
+    code, out, err = cli("compare", "latest~1", "latest", "--store", store, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    metrics = {row["metric"] for row in data["rows"]}
+    assert {"time/item p50", "time/item p99", "peak memory"} <= metrics
+    p50 = next(row for row in data["rows"] if row["metric"] == "time/item p50")
+    assert p50["estimate"]["low"] <= p50["ratio"] <= p50["estimate"]["high"]
+    assert p50["verdict"] in {"no change", "inconclusive", "slower", "faster"}
