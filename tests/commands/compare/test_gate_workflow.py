@@ -31,6 +31,11 @@ def build():
     return torch.nn.Linear(4, 2)
 """
 INPUTS = (TensorSpec(name="x", shape=("N", 4), dtype="float32"),)
+QUICK = (
+    *("--input", "x:N,4:float32", "--batch", "2", "--threads", "1"),
+    *("--rounds", "2", "--max-rounds", "2", "--budget", "50ms"),
+)
+"""A real gate in a few seconds: two rounds of 50 ms per side on a Linear(4, 2)."""
 
 
 def _models(tmp_path: Path) -> tuple[str, str]:
@@ -270,18 +275,7 @@ def test_a_real_gate_end_to_end_with_the_candidate_under_another_interpreter(
         baseline,
         "--candidate-python",
         sys.executable,
-        "--input",
-        "x:N,4:float32",
-        "--batch",
-        "2",
-        "--threads",
-        "1",
-        "--rounds",
-        "2",
-        "--max-rounds",
-        "2",
-        "--budget",
-        "50ms",
+        *QUICK,
         "--max-slowdown",
         "50%",
         "--store",
@@ -312,18 +306,7 @@ def test_a_real_shared_gate_times_both_sides_in_one_worker_per_round(
         candidate,
         "--baseline",
         baseline,
-        "--input",
-        "x:N,4:float32",
-        "--batch",
-        "2",
-        "--threads",
-        "1",
-        "--rounds",
-        "2",
-        "--max-rounds",
-        "2",
-        "--budget",
-        "50ms",
+        *QUICK,
         "--no-store",
     )
     assert code in (0, 1, 3), err
@@ -349,18 +332,7 @@ def test_with_eval_data_both_sides_are_scored_once_and_the_drop_is_gated(
         candidate,
         "--baseline",
         baseline,
-        "--input",
-        "x:N,4:float32",
-        "--batch",
-        "2",
-        "--threads",
-        "1",
-        "--rounds",
-        "2",
-        "--max-rounds",
-        "2",
-        "--budget",
-        "50ms",
+        *QUICK,
         "--eval-data",
         eval_file,
         "--no-store",
