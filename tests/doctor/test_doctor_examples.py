@@ -240,5 +240,9 @@ def test_ctrl_c_during_what_ifs_keeps_the_diagnosis_and_what_was_measured() -> N
         memory_bytes=env.memory_bytes,
     )
     assert result.interrupted
-    assert result.diagnosis.bottleneck == "overhead-bound"
+    # the diagnosis of the profiled run is kept whole (which rule fires on batch-1 inference is
+    # test_example_is_diagnosed's claim; here it depends on how busy the machine was)
+    assert result.diagnosis.breakdown.steps == 8
+    assert {f.rule for f in result.diagnosis.findings} >= {"overhead-bound", "input-bound"}
+    assert result.diagnosis.headline
     assert [w.name for w in result.what_ifs] == ["baseline"]  # the baseline re-run finished
