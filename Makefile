@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c constraints.txt -e '.[dev,onnx,transformers,openvino,torchao]'
+	$(PIP) install --quiet -c constraints.txt -e '.[dev,onnx,transformers,openvino,torchao,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)

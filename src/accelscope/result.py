@@ -99,6 +99,8 @@ class Result:
     accuracy: Accuracy | None = None
     prepare_s: float | None = None
     warnings: tuple[str, ...] = ()
+    node: str = ""
+    """The cluster node that measured it (Ray node id); empty: this machine."""
     created_at: str = field(default_factory=utc_now)
     schema_version: int = SCHEMA_VERSION
 
@@ -117,6 +119,7 @@ class Result:
             "accuracy": None if self.accuracy is None else self.accuracy.to_dict(),
             "prepare_s": self.prepare_s,
             "warnings": list(self.warnings),
+            "node": self.node,
         }
 
     @classmethod
@@ -143,6 +146,7 @@ class Result:
             accuracy=None if accuracy is None else Accuracy.from_dict(accuracy),
             prepare_s=data.get("prepare_s"),
             warnings=tuple(data.get("warnings", [])),
+            node=str(data.get("node", "")),
             created_at=data["created_at"],
             schema_version=version,
         )

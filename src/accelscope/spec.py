@@ -201,6 +201,8 @@ class RunSpec:
     ``model`` is the model reference as the user gave it (zoo name, ``file.py:fn``, path);
     ``model_digest`` pins the exact file content when there is one, so a changed model file is a
     different configuration. ``options`` holds backend options as sorted ``(key, value)`` pairs.
+    ``node_type`` names the cluster node type that measures it (``--executor ray --node-type``);
+    empty for this machine, and then left out of the key, so local keys never change.
     """
 
     model: str
@@ -211,6 +213,7 @@ class RunSpec:
     device: Device = Device.CPU
     model_digest: str = ""
     options: tuple[tuple[str, str], ...] = field(default=())
+    node_type: str = ""
 
     def __post_init__(self) -> None:
         if self.batch_size <= 0:
@@ -228,7 +231,10 @@ class RunSpec:
     def label(self) -> str:
         """Short human label, e.g. ``eager/fp32/b8/t2``."""
         opts = "".join(f"/{k}={v}" for k, v in self.options)
-        return f"{self.backend}/{self.precision.value}/b{self.batch_size}/t{self.threads}{opts}"
+        where = f"@{self.node_type}" if self.node_type else ""
+        return (
+            f"{self.backend}/{self.precision.value}/b{self.batch_size}/t{self.threads}{opts}{where}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (enums as their values, options as lists)."""
@@ -236,6 +242,8 @@ class RunSpec:
         data["precision"] = self.precision.value
         data["device"] = self.device.value
         data["options"] = [list(kv) for kv in self.options]
+        if not self.node_type:
+            del data["node_type"]
         return data
 
     @classmethod
@@ -250,4 +258,5 @@ class RunSpec:
             device=Device(data["device"]),
             model_digest=data.get("model_digest", ""),
             options=tuple((str(k), str(v)) for k, v in data.get("options", [])),
+            node_type=str(data.get("node_type", "")),
         )

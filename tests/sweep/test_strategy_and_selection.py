@@ -14,7 +14,7 @@ from accelscope.models.loading import load_model
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Precision, RunSpec, TensorSpec
 from accelscope.sweep.driver import SweepPlan, run_sweep
-from accelscope.sweep.executor import WorkerOutcome
+from accelscope.sweep.executor import OneAtATime, WorkerOutcome
 from accelscope.sweep.guard import AccuracyRule, apply_guard
 from accelscope.sweep.select import select
 from accelscope.sweep.space import SweepSpace
@@ -32,8 +32,9 @@ TABLE = {
 }
 
 
-class FakeExecutor:
+class FakeExecutor(OneAtATime):
     def __init__(self, environment: Environment) -> None:
+        super().__init__()
         self.env = environment
         self.calls: list[tuple[str, float]] = []
         self.interleaved: list[tuple[str, ...]] = []

@@ -87,6 +87,19 @@ def bench_command(
     ),
     timeout: float | None = duration_option("--timeout", "Per-configuration timeout (15m)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the last unfinished sweep."),
+    executor: str | None = typer.Option(
+        None, "--executor", help="local (this machine) or ray (a Ray cluster's nodes)."
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Ray cluster: auto (default) or ray://HOST:PORT."
+    ),
+    node_types: Names | None = typer.Option(
+        None,
+        "--node-type",
+        parser=parse_names,
+        metavar="LIST",
+        help="Ray node types (custom resources) to measure on, e.g. cpu-pool,l4-pool.",
+    ),
     confirm_rounds: int | None = typer.Option(
         None,
         "--confirm-rounds",
@@ -147,6 +160,9 @@ def bench_command(
             eval_data=eval_data,
             metric=metric,
             confirm_rounds=confirm_rounds,
+            executor=executor,
+            ray_address=ray_address,
+            node_types=node_types.values if node_types else None,
         ),
     )
     store_path = None if no_store else (store or DEFAULT_STORE_PATH)
@@ -162,6 +178,11 @@ def bench_command(
             "store": str(outcome.store_path or ""),
             "report": str(outcome.report_path or ""),
             "verdict": outcome.selection.verdict,
+            "node_types": {
+                node_type: {"verdict": chosen.verdict, "best": chosen.best_key}
+                for node_type, chosen in outcome.selections.items()
+                if node_type
+            },
             "best": outcome.selection.best_key,
             "lowest_latency": outcome.selection.lowest_latency_key,
             "baseline": outcome.selection.baseline_key,
@@ -178,7 +199,7 @@ def bench_command(
     _out.print(
         bench_view(
             outcome.results,
-            outcome.selection,
+            outcome.selections or {"": outcome.selection},
             title=f"bench: {outcome.model.ref}",
             rule=outcome.rule.describe(),
         )

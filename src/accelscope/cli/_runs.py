@@ -11,7 +11,7 @@ import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, runs_app
 from accelscope.commands.bench.view import bench_view
-from accelscope.commands.bench.workflow import selection_for_run
+from accelscope.commands.bench.workflow import selections_for_run
 from accelscope.errors import (
     BadInputError,
     StoreError,
@@ -87,9 +87,9 @@ def runs_show(
     title = f"run {run.id} ({run.kind}, {run.status})"
     if run.kind == "bench":
         final = latest_by_key(run.results)
-        selection = selection_for_run(final, run.settings, run.documents_of("confirmation"))
+        selections = selections_for_run(final, run.settings, run.documents_of("confirmation"))
         rule = AccuracyRule(float(run.settings.get("max_accuracy_drop", 0.01))).describe()
-        _out.print(bench_view(final, selection, title=title, rule=rule))
+        _out.print(bench_view(final, selections, title=title, rule=rule))
     elif run.kind in _SHOW_RENDERERS:
         _out.print(f"[bold]{title}[/]")
         _SHOW_RENDERERS[run.kind](run)

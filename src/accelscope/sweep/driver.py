@@ -30,16 +30,25 @@ from accelscope.models.base import LoadedModel
 from accelscope.result import Result, Status
 from accelscope.spec import RunSpec, TensorSpec
 from accelscope.sweep.confirm import Confirmation, confirmation_from_blocks, runner_up
-from accelscope.sweep.executor import Executor
+from accelscope.sweep.executor import Executor, WorkerOutcome
 from accelscope.sweep.guard import AccuracyRule, apply_guard
-from accelscope.sweep.select import Selection, select
+from accelscope.sweep.select import Selection, by_node_type, select, select_by_node_type
 from accelscope.sweep.space import Candidate, SweepSpace, expand
 from accelscope.sweep.worker import InterleaveTask, WorkerTask
 
-__all__ = ["STRATEGIES", "SweepEvents", "SweepOutcome", "SweepPlan", "latest_by_key", "run_sweep"]
+__all__ = [
+    "STRATEGIES",
+    "NodeTarget",
+    "SweepEvents",
+    "SweepOutcome",
+    "SweepPlan",
+    "latest_by_key",
+    "run_sweep",
+]
 
 STRATEGIES = ("grid", "fast")
 BUDGET_REASON = "sweep budget ended before this configuration ran"
+NO_NODE_REASON = "no node of its type is alive to measure it"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +79,20 @@ class SweepPlan:
     confirm_rounds: int = 6
     """Rounds of the interleaved re-measure of baseline, winner and close runner-up (0: off)."""
     confirm_block_s: float = 0.25
+    nodes: tuple[NodeTarget, ...] = ()
+    """Cluster node types to measure on, each pre-screened by its own environment and probes
+    (empty: this machine)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeTarget:
+    """A cluster node type as the sweep sees it: its environment and precision probes
+    (measured on one of its nodes), and its thread counts (empty: the plan's)."""
+
+    node_type: str
+    environment: Environment
+    probes: ProbeTable | None = None
+    threads: tuple[int, ...] = ()
 
 
 class SweepEvents(Protocol):
@@ -90,12 +113,14 @@ class SweepEvents(Protocol):
 
 @dataclass(frozen=True)
 class SweepOutcome:
-    """Final results (one per configuration, latest measurement wins) and the selection."""
+    """Final results (one per configuration, latest measurement wins) and the selection (one
+    per node type in ``selections``; ``selection`` is the first, the only one locally)."""
 
     results: tuple[Result, ...]
     selection: Selection
     measurement_time_s: float
     wall_time_s: float
+    selections: dict[str, Selection] = field(default_factory=dict)
 
 
 def latest_by_key(results: Sequence[Result]) -> list[Result]:
@@ -113,6 +138,19 @@ def _measurement_time_s(result: Result) -> float:
 
 def _skipped(spec: RunSpec, env: Environment, reason: str) -> Result:
     return Result(spec=spec, environment=env, status=Status.SKIPPED, status_reason=reason)
+
+
+def _candidates(plan: SweepPlan, model: LoadedModel, env: Environment) -> list[Candidate]:
+    """Every node type's candidates, each pre-screened by that node type's environment."""
+    if not plan.nodes:
+        return expand(plan.space, model, env, plan.probes)
+    found: list[Candidate] = []
+    for node in plan.nodes:
+        space = replace(plan.space, threads=node.threads) if node.threads else plan.space
+        for candidate in expand(space, model, node.environment, node.probes):
+            spec = replace(candidate.spec, node_type=node.node_type)
+            found.append(replace(candidate, spec=spec))
+    return found
 
 
 def _is_oom(result: Result) -> bool:
@@ -133,10 +171,16 @@ class _Sweep:
     events: SweepEvents | None
     accuracy_path: Path | None
     deadline: float
+    environments: dict[str, Environment] = field(default_factory=dict)
     recorded: list[Result] = field(default_factory=list)
     oom_groups: dict[tuple[str, str, int, tuple[tuple[str, str], ...]], int] = field(
         default_factory=dict
     )
+
+    def env_for(self, spec: RunSpec) -> Environment:
+        """The environment of the machine that measures ``spec`` (its node type's, or this
+        machine's)."""
+        return self.environments.get(spec.node_type, self.env)
 
     def record(self, result: Result) -> Result:
         self.sink(result)
@@ -150,7 +194,7 @@ class _Sweep:
         return WorkerTask(
             spec=spec,
             model_ref=self.model.ref,
-            environment=self.env,
+            environment=self.env_for(spec),
             timer=timer,
             inputs=self.plan.inputs,
             weights=self.plan.weights,
@@ -162,32 +206,76 @@ class _Sweep:
             metric=self.plan.metric,
         )
 
-    def measure(self, spec: RunSpec, timer: TimerConfig, stage: str) -> Result:
+    def start(self, spec: RunSpec, timer: TimerConfig, stage: str) -> int | None:
+        """Submit ``spec`` (its ticket), or record why it is not measured (``None``)."""
         group = _group(spec)
         if group in self.oom_groups and spec.batch_size > self.oom_groups[group]:
             reason = f"skipped: batch {self.oom_groups[group]} already ran out of memory"
-            return self.record(_skipped(spec, self.env, reason))
+            self.record(_skipped(spec, self.env_for(spec), reason))
+            return None
         if time.monotonic() >= self.deadline:
-            return self.record(_skipped(spec, self.env, BUDGET_REASON))
+            self.record(_skipped(spec, self.env_for(spec), BUDGET_REASON))
+            return None
         if self.events is not None:
             self.events.started(spec, stage)
-        task = self.task(spec, timer)
         on_progress = self.events.progress if self.events is not None else None
-        outcome = self.executor.run(task, on_progress)
+        return self.executor.submit(self.task(spec, timer), on_progress)
+
+    def finish(
+        self, spec: RunSpec, outcome: WorkerOutcome, timer: TimerConfig, stage: str
+    ) -> Result:
+        """Guard and record a finished configuration's outcome."""
         if outcome.result is None:
             result = Result(
-                spec=spec, environment=self.env, status=Status.FAILED, status_reason=outcome.failure
+                spec=spec,
+                environment=self.env_for(spec),
+                status=Status.FAILED,
+                status_reason=outcome.failure,
+                node=outcome.node,
             )
         else:
             result = apply_guard(outcome.result, self.plan.rule)
+            if outcome.node and not result.node:
+                result = replace(result, node=outcome.node)
             if stage == "screen":
                 note = f"screening measurement ({timer.budget_s:g} s budget); not a contender"
                 result = replace(result, warnings=(*result.warnings, note))
         if _is_oom(result):
+            group = _group(spec)
             self.oom_groups[group] = min(
                 self.oom_groups.get(group, spec.batch_size), spec.batch_size
             )
         return self.record(result)
+
+    def measure_all(self, specs: Sequence[RunSpec], timer: TimerConfig, stage: str) -> list[Result]:
+        """Measure ``specs``: each submitted, in order, as soon as its node type has a free
+        slot (one at a time locally; one per node on a cluster); results are recorded as they
+        finish."""
+        waiting = list(specs)
+        in_flight: dict[int, RunSpec] = {}
+        results: list[Result] = []
+        while waiting or in_flight:
+            for spec in list(waiting):
+                if self.executor.idle_slots(spec.node_type) <= 0:
+                    continue
+                waiting.remove(spec)
+                ticket = self.start(spec, timer, stage)
+                if ticket is None:
+                    results.append(self.recorded[-1])
+                else:
+                    in_flight[ticket] = spec
+            if not in_flight:
+                if waiting:  # no slot and nothing running: the executor has no node for them
+                    for spec in waiting:
+                        results.append(
+                            self.record(_skipped(spec, self.env_for(spec), NO_NODE_REASON))
+                        )
+                    waiting.clear()
+                continue
+            ticket, outcome = self.executor.next_finished()
+            spec = in_flight.pop(ticket)
+            results.append(self.finish(spec, outcome, timer, stage))
+        return results
 
 
 SCREEN_MARGIN = 0.15
@@ -227,7 +315,7 @@ def run_sweep(
     """Run the sweep; ``sink`` commits each result as it exists; ``prior`` results (``--resume``)
     are kept and their configurations are not measured again."""
     began = time.monotonic()
-    candidates = expand(plan.space, model, env, plan.probes)
+    candidates = _candidates(plan, model, env)
     done = {
         r.spec.key
         for r in prior
@@ -249,23 +337,35 @@ def run_sweep(
         events=events,
         accuracy_path=accuracy_path,
         deadline=began + plan.total_budget_s,
+        environments={n.node_type: n.environment for n in plan.nodes},
     )
     _record_skips(sweep, candidates, done)
     if plan.strategy == "fast":
-        screened = [sweep.measure(c.spec, plan.screen_timer, "screen") for c in runnable]
-        for contender in _contenders([*prior, *screened], plan.sla_p99_s):
-            if contender.spec.key in {c.spec.key for c in runnable}:
-                sweep.measure(contender.spec, plan.timer, "final")
+        screened = sweep.measure_all([c.spec for c in runnable], plan.screen_timer, "screen")
+        keys = {c.spec.key for c in runnable}
+        finals = [
+            contender.spec
+            for group in by_node_type([*prior, *screened]).values()
+            for contender in _contenders(group, plan.sla_p99_s)
+            if contender.spec.key in keys
+        ]
+        sweep.measure_all(finals, plan.timer, "final")
     else:
-        for candidate in runnable:
-            sweep.measure(candidate.spec, plan.timer, "measure")
+        sweep.measure_all([c.spec for c in runnable], plan.timer, "measure")
     final = latest_by_key([*prior, *sweep.recorded])
-    confirmation = _confirm(sweep, final) if plan.confirm_rounds > 0 else None
+    confirmations = [
+        found
+        for group in by_node_type(final).values()
+        if plan.confirm_rounds > 0 and (found := _confirm(sweep, group)) is not None
+    ]
+    selections = select_by_node_type(final, plan.sla_p99_s, confirmations)
+    first = next(iter(selections.values()), None) or select(final, plan.sla_p99_s)
     return SweepOutcome(
         results=tuple(final),
-        selection=select(final, plan.sla_p99_s, confirmation),
+        selection=first,
         measurement_time_s=sum(_measurement_time_s(r) for r in sweep.recorded),
         wall_time_s=time.monotonic() - began,
+        selections=selections,
     )
 
 
@@ -326,4 +426,6 @@ def _confirm(sweep: _Sweep, final: Sequence[Result]) -> Confirmation | None:
 def _record_skips(sweep: _Sweep, candidates: Sequence[Candidate], done: set[str]) -> None:
     for candidate in candidates:
         if not candidate.runnable and candidate.spec.key not in done:
-            sweep.record(_skipped(candidate.spec, sweep.env, candidate.skip_reason))
+            sweep.record(
+                _skipped(candidate.spec, sweep.env_for(candidate.spec), candidate.skip_reason)
+            )

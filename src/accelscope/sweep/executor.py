@@ -1,8 +1,10 @@
 """Run a WorkerTask in an isolated process with a timeout; crashes become recorded failures.
 
 The parent waits blocking on the result pipe and the process sentinel together (no polling
-loop that would steal a core from the measurement). Scale-out executors (Ray) implement the
-same ``run`` method.
+loop that would steal a core from the measurement). Every executor submits tasks and hands
+their outcomes back as they finish: the local ones take one task at a time and run it when it
+is collected (so a local sweep behaves as it always did); the Ray executor
+(:mod:`accelscope.sweep.ray_executor`) keeps one task in flight per cluster node.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from typing import IO, Any, Protocol
 from accelscope.result import Result
 from accelscope.sweep.worker import InterleaveTask, WorkerTask, worker_main
 
-__all__ = ["Executor", "InterpreterExecutor", "LocalExecutor", "WorkerOutcome"]
+__all__ = [
+    "Executor",
+    "InterpreterExecutor",
+    "LocalExecutor",
+    "OneAtATime",
+    "ProgressFn",
+    "WorkerOutcome",
+]
 
 ProgressFn = Callable[[str, int, float, float], None]
 _EXIT_GRACE_S = 30.0
@@ -38,15 +47,66 @@ class WorkerOutcome:
     failure: str = ""
     interleaved: dict[str, Any] | None = None
     """An :class:`InterleaveTask`'s block timings (``None`` for a plain task)."""
+    node: str = ""
+    """The cluster node that ran it (empty: this machine)."""
 
 
 class Executor(Protocol):
-    """Runs one task to completion (or failure) and returns its outcome."""
+    """Submits isolated measurements and collects them as they finish.
+
+    ``idle_slots(node_type)`` says how many more tasks for that node type it takes now (the
+    local executors: one at a time, node type ``""``); ``submit`` queues a task and returns its
+    ticket; ``next_finished`` blocks until some submitted task is done and returns its ticket
+    and outcome; ``run`` is submit-and-wait for one task. None of them raises for a worker's
+    failure (only for Ctrl-C)."""
+
+    def idle_slots(self, node_type: str = "") -> int:
+        """How many more tasks for ``node_type`` can be submitted now."""
+
+    def submit(
+        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
+    ) -> int:
+        """Queue ``task``; returns its ticket."""
+
+    def next_finished(self) -> tuple[int, WorkerOutcome]:
+        """Block until a submitted task is done: its ticket and outcome."""
 
     def run(
         self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
     ) -> WorkerOutcome:
         """Run ``task``; never raises for worker failures (only for Ctrl-C)."""
+
+
+class OneAtATime:
+    """``submit``/``next_finished`` over ``run`` for executors that measure one task at a time
+    on this machine: the task runs when it is collected."""
+
+    def __init__(self) -> None:
+        self._queued: list[tuple[int, WorkerTask | InterleaveTask, ProgressFn | None]] = []
+        self._tickets = 0
+
+    def idle_slots(self, node_type: str = "") -> int:
+        """One slot for this machine (node type ``""``), free when nothing is queued."""
+        return 0 if self._queued or node_type else 1
+
+    def submit(
+        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
+    ) -> int:
+        """Queue ``task`` (it runs in :meth:`next_finished`)."""
+        self._tickets += 1
+        self._queued.append((self._tickets, task, on_progress))
+        return self._tickets
+
+    def next_finished(self) -> tuple[int, WorkerOutcome]:
+        """Run the queued task now and return its outcome."""
+        ticket, task, on_progress = self._queued.pop(0)
+        return ticket, self.run(task, on_progress)
+
+    def run(
+        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
+    ) -> WorkerOutcome:
+        """Run ``task`` to completion (each executor's own)."""
+        raise NotImplementedError
 
 
 def _grace_s(outcome: WorkerOutcome) -> float:
@@ -62,10 +122,11 @@ def _signal_name(code: int) -> str:
         return f"signal {code}"
 
 
-class LocalExecutor:
+class LocalExecutor(OneAtATime):
     """One spawned process per task on this machine, killed after ``timeout_s``."""
 
     def __init__(self, timeout_s: float = 900.0) -> None:
+        super().__init__()
         self.timeout_s = timeout_s
         self._context = multiprocessing.get_context("spawn")
 
@@ -129,7 +190,7 @@ class _Child:
         os.close(self.sentinel)
 
 
-class InterpreterExecutor:
+class InterpreterExecutor(OneAtATime):
     """One process per task under another Python interpreter (a second virtual environment
     with accelscope installed, to measure another runtime version): ``python -c`` running
     :func:`accelscope.sweep.worker.main`, the task on stdin, the worker's messages on an
@@ -137,6 +198,7 @@ class InterpreterExecutor:
     interpreter's library versions."""
 
     def __init__(self, python: str, timeout_s: float = 900.0) -> None:
+        super().__init__()
         self.python = python
         self.timeout_s = timeout_s
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accelscope.result import Result, Status
 from accelscope.spec import Precision
@@ -15,7 +15,9 @@ __all__ = [
     "SPEEDUP_COLUMN_NOTE",
     "Selection",
     "baseline_for",
+    "by_node_type",
     "select",
+    "select_by_node_type",
     "skipped_by_reason",
     "speedup",
 ]
@@ -189,6 +191,33 @@ def select(
         verdict=verdict,
         confirmation=confirmation,
     )
+
+
+def by_node_type(results: Sequence[Result]) -> dict[str, list[Result]]:
+    """Results grouped by the node type that measured them (``""``: this machine), in
+    first-seen order: each group is a machine of its own, selected on its own."""
+    groups: dict[str, list[Result]] = {}
+    for result in results:
+        groups.setdefault(result.spec.node_type, []).append(result)
+    return groups
+
+
+def select_by_node_type(
+    results: Sequence[Result],
+    sla_p99_s: float | None,
+    confirmations: Sequence[Confirmation] = (),
+) -> dict[str, Selection]:
+    """One :func:`select` per node type, each with its own latest re-measure; a cluster node
+    type's verdict is prefixed with its name."""
+    selections: dict[str, Selection] = {}
+    for node_type, group in by_node_type(results).items():
+        keys = {r.spec.key for r in group}
+        found = [c for c in confirmations if c.best_key in keys]
+        chosen = select(group, sla_p99_s, found[-1] if found else None)
+        if node_type:
+            chosen = replace(chosen, verdict=f"On {node_type}: {chosen.verdict}")
+        selections[node_type] = chosen
+    return selections
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -13,6 +13,7 @@ from accelscope.sweep.select import (
     SPEEDUP_COLUMN_NOTE,
     Selection,
     baseline_for,
+    by_node_type,
     skipped_by_reason,
 )
 
@@ -20,9 +21,25 @@ __all__ = ["bench_view"]
 
 
 def bench_view(
+    results: Sequence[Result], selections: Mapping[str, Selection], *, title: str, rule: str = ""
+) -> RenderableType:
+    """The bench table (speedup vs eager fp32, best marked), the accuracy rule, the verdict;
+    one of each per node type when a cluster measured it (each node type is its own machine)."""
+    groups = by_node_type(results)
+    if len(groups) <= 1:
+        selection = next(iter(selections.values()))
+        return _one_view(results, selection, title=title, rule=rule)
+    return Group(
+        *(
+            _one_view(group, selections[node_type], title=f"{title} on {node_type}", rule=rule)
+            for node_type, group in groups.items()
+        )
+    )
+
+
+def _one_view(
     results: Sequence[Result], selection: Selection, *, title: str, rule: str = ""
 ) -> RenderableType:
-    """The bench table (speedup vs eager fp32, best marked), the accuracy rule, the verdict."""
     baseline = baseline_for(results)
     shown = [r for r in results if r.status is not Status.SKIPPED]
     table = results_view(

@@ -28,13 +28,16 @@ from accelscope.result import Result
 from accelscope.spec import Device, Precision, TensorSpec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
 from accelscope.sweep.confirm import Confirmation
-from accelscope.sweep.driver import STRATEGIES, SweepEvents, SweepPlan, run_sweep
+from accelscope.sweep.driver import STRATEGIES, NodeTarget, SweepEvents, SweepPlan, run_sweep
 from accelscope.sweep.executor import Executor, LocalExecutor
 from accelscope.sweep.guard import AccuracyRule
-from accelscope.sweep.select import SPEEDUP_COLUMN_NOTE, Selection, select
+from accelscope.sweep.ray_executor import RayExecutor, check_shippable
+from accelscope.sweep.select import SPEEDUP_COLUMN_NOTE, Selection, select_by_node_type
 from accelscope.sweep.space import SweepSpace, probe_requests
 
-__all__ = ["BenchOutcome", "BenchRequest", "bench", "selection_for_run"]
+EXECUTORS = ("local", "ray")
+
+__all__ = ["EXECUTORS", "BenchOutcome", "BenchRequest", "bench", "selections_for_run"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +71,10 @@ class BenchRequest:
     metric: str = "top1_accuracy"
     confirm_rounds: int = 6
     refresh_probes: bool = False
+    executor: str = "local"
+    """``local`` (this machine) or ``ray`` (a Ray cluster's nodes of ``node_types``)."""
+    ray_address: str = "auto"
+    node_types: tuple[str, ...] = ()
 
     def settings(self) -> dict[str, Any]:
         """What the run's verdict depends on, stored with the run."""
@@ -94,18 +101,23 @@ class BenchOutcome:
     resumed: int = 0
     notes: list[str] = field(default_factory=list)
     probes: ProbeTable | None = None
+    selections: dict[str, Selection] = field(default_factory=dict)
+    """One selection per node type (``""``: this machine)."""
 
 
-def selection_for_run(
+def selections_for_run(
     results: list[Result],
     settings: dict[str, Any],
     confirmations: Sequence[dict[str, Any]] = (),
-) -> Selection:
-    """Recompute a stored bench run's selection from its results, settings and its latest
-    ``confirmation`` document (the interleaved re-measure), if any."""
+) -> dict[str, Selection]:
+    """Recompute a stored bench run's selection (one per node type) from its results, settings
+    and its latest ``confirmation`` document (the interleaved re-measure) of each node type."""
     sla = settings.get("sla_p99_s")
-    confirmation = Confirmation.from_dict(confirmations[-1]) if confirmations else None
-    return select(results, float(sla) if sla is not None else None, confirmation)
+    return select_by_node_type(
+        results,
+        float(sla) if sla is not None else None,
+        [Confirmation.from_dict(c) for c in confirmations],
+    )
 
 
 def _validate(request: BenchRequest) -> None:
@@ -123,6 +135,19 @@ def _validate(request: BenchRequest) -> None:
     for number, what in ((request.budget_s, "budget"), (request.timeout_s, "timeout")):
         if number <= 0:
             raise BadInputError(f"{what} must be positive")
+    if request.executor not in EXECUTORS:
+        raise BadInputError(
+            f"unknown executor {request.executor!r}; choose one of: {', '.join(EXECUTORS)}"
+        )
+    if request.node_types and request.executor != "ray":
+        raise BadInputError("--node-type needs --executor ray")
+    if request.executor == "ray":
+        if not request.node_types:
+            raise BadInputError(
+                "--executor ray needs --node-type: the Ray resource name(s) of the node types "
+                "to measure on"
+            )
+        check_shippable(request.model, request.trust_model_code)
     for plugin in request.plugins:
         try:
             importlib.import_module(plugin)
@@ -182,58 +207,82 @@ def bench(
     )
     resume_id, prior = _prior(store_path, model) if request.resume else (None, [])
     rule = AccuracyRule(request.max_accuracy_drop)
-    if probes is None:
-        probes = _probes(request, space, model, env, store_path, events)
-    plan = SweepPlan(
-        space=space,
-        rule=rule,
-        sla_p99_s=request.sla_p99_s,
-        strategy=request.strategy,
-        timer=TimerConfig(budget_s=request.measure_budget_s),
-        total_budget_s=request.budget_s,
-        accuracy_samples=request.accuracy_samples,
-        inputs=request.inputs,
-        weights=str(request.weights) if request.weights else None,
-        trust_model_code=request.trust_model_code,
-        plugins=request.plugins,
-        seed=request.seed,
-        eval_data=str(request.eval_data) if request.eval_data else None,
-        metric=request.metric,
-        probes=probes,
-        confirm_rounds=request.confirm_rounds,
-    )
-    run = CommandRun(
-        "bench",
-        model.ref,
-        env,
-        request.settings(),
-        store_path=store_path,
-        command_line=command_line,
-        resume_id=resume_id,
-        resume_hint="--resume continues it",
-    )
-    with run, tempfile.TemporaryDirectory(prefix="accelscope-bench-") as workdir:
-        outcome = run_sweep(
-            plan,
-            model,
-            env,
-            executor or LocalExecutor(request.timeout_s),
-            sink=run.add_result,
-            workdir=Path(workdir),
-            prior=prior,
-            events=events,
+    cluster = (
+        RayExecutor(
+            address=request.ray_address,
+            node_types=request.node_types,
+            timeout_s=request.timeout_s,
         )
-        if probes is not None and probes.verdicts:
-            run.add_document("probes", probes.to_dict())
-        if outcome.selection.confirmation is not None:
-            run.add_document("confirmation", outcome.selection.confirmation.to_dict())
+        if request.executor == "ray" and executor is None
+        else None
+    )
+    try:
+        nodes: tuple[NodeTarget, ...] = ()
+        if cluster is not None:
+            nodes = _describe_nodes(cluster, request, space, model, env, events)
+        elif probes is None:
+            probes = _probes(request, space, model, env, store_path, events)
+        plan = SweepPlan(
+            space=space,
+            rule=rule,
+            sla_p99_s=request.sla_p99_s,
+            strategy=request.strategy,
+            timer=TimerConfig(budget_s=request.measure_budget_s),
+            total_budget_s=request.budget_s,
+            accuracy_samples=request.accuracy_samples,
+            inputs=request.inputs,
+            weights=str(request.weights) if request.weights else None,
+            trust_model_code=request.trust_model_code,
+            plugins=request.plugins,
+            seed=request.seed,
+            eval_data=str(request.eval_data) if request.eval_data else None,
+            metric=request.metric,
+            probes=probes,
+            confirm_rounds=request.confirm_rounds,
+            nodes=nodes,
+        )
+        run = CommandRun(
+            "bench",
+            model.ref,
+            env,
+            request.settings(),
+            store_path=store_path,
+            command_line=command_line,
+            resume_id=resume_id,
+            resume_hint="--resume continues it",
+        )
+        with run, tempfile.TemporaryDirectory(prefix="accelscope-bench-") as workdir:
+            outcome = run_sweep(
+                plan,
+                model,
+                env,
+                executor or cluster or LocalExecutor(request.timeout_s),
+                sink=run.add_result,
+                workdir=Path(workdir),
+                prior=prior,
+                events=events,
+            )
+            if probes is not None and probes.verdicts:
+                run.add_document("probes", probes.to_dict())
+            for node in nodes:
+                if node.probes is not None and node.probes.verdicts:
+                    run.add_document(
+                        "probes", {**node.probes.to_dict(), "node_type": node.node_type}
+                    )
+            for chosen in outcome.selections.values():
+                if chosen.confirmation is not None:
+                    run.add_document("confirmation", chosen.confirmation.to_dict())
+    finally:
+        if cluster is not None:
+            cluster.close()
+    several = len(outcome.selections) > 1
     html = render_bench_report(
         outcome.results,
         title=f"accelscope bench: {model.ref}",
         model=model.ref,
-        best_key=outcome.selection.best_key,
-        lowest_latency_key=outcome.selection.lowest_latency_key,
-        verdict=outcome.selection.verdict,
+        best_key=None if several else outcome.selection.best_key,
+        lowest_latency_key=None if several else outcome.selection.lowest_latency_key,
+        verdict=" ".join(chosen.verdict for chosen in outcome.selections.values()),
         sla_p99_s=request.sla_p99_s,
         baseline_key=outcome.selection.baseline_key,
         speedup_note=(
@@ -255,6 +304,39 @@ def bench(
         wall_time_s=outcome.wall_time_s,
         resumed=len(prior),
         probes=probes,
+        selections=outcome.selections,
+    )
+
+
+def _describe_nodes(
+    cluster: RayExecutor,
+    request: BenchRequest,
+    space: SweepSpace,
+    model: LoadedModel,
+    env: Environment,
+    events: SweepEvents | None,
+) -> tuple[NodeTarget, ...]:
+    """Each node type's environment and precision probes, measured on one of its nodes; its
+    thread counts are the requested ones, or all of its cores."""
+    pairs = probe_requests(space, model, env)
+    if events is not None:
+        what = f" and their precision probes ({len(pairs)})" if pairs else ""
+        events.note(f"describing node types {', '.join(cluster.node_types)}{what} on the cluster")
+    described = cluster.describe(pairs, max(request.threads) if request.threads else None)
+    if events is not None:
+        for d in described:
+            events.note(
+                f"  {d.node_type}: {d.nodes} node(s), {d.environment.cpu.model_name or 'cpu'}, "
+                f"{d.cores} usable cores"
+            )
+    return tuple(
+        NodeTarget(
+            node_type=d.node_type,
+            environment=d.environment,
+            probes=d.probes,
+            threads=request.threads or (d.cores,),
+        )
+        for d in described
     )
 
 
