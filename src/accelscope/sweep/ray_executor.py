@@ -27,6 +27,8 @@ import functools
 import hashlib
 import json
 import logging
+import os
+import socket
 import tempfile
 import time
 from collections.abc import Sequence
@@ -48,8 +50,10 @@ __all__ = [
     "LATE_S",
     "NodeDescription",
     "RayExecutor",
+    "check_reachable",
     "check_shippable",
     "ray_available",
+    "resolve_address",
 ]
 
 LATE_S = 300.0
@@ -80,6 +84,49 @@ def ray_available() -> str:
             "pip install -c constraints.txt 'accelscope[ray]'"
         )
     return ""
+
+
+CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
+"""Where ``ray start --head`` writes the local cluster's address (what ``auto`` reads)."""
+REACH_TIMEOUT_S = 5.0
+
+
+def resolve_address(address: str) -> str:
+    """``HOST:PORT`` (or ``ray://HOST:PORT``) that ``address`` means, as Ray resolves it:
+    ``RAY_ADDRESS`` when set, the given address unless ``auto``, else the address the newest
+    local ``ray start --head`` left in :data:`CURRENT_CLUSTER`."""
+    from_env = os.environ.get("RAY_ADDRESS", "")
+    if from_env:
+        return from_env
+    if address != "auto":
+        return address
+    try:
+        found = CURRENT_CLUSTER.read_text(encoding="utf-8").strip()
+    except OSError:
+        found = ""
+    if not found:
+        raise BadInputError(
+            "no Ray cluster found on this machine (--ray-address auto): start one with "
+            "ray start --head, or give --ray-address HOST:PORT"
+        )
+    return found
+
+
+def check_reachable(address: str) -> None:
+    """Refuse (bad input) an address nothing answers on: Ray itself would retry for minutes."""
+    resolved = resolve_address(address)
+    target = resolved.removeprefix("ray://")
+    host, _, port_text = target.rpartition(":")
+    if not host or not port_text.isdigit():
+        raise BadInputError(f"Ray address {resolved!r}: give HOST:PORT or ray://HOST:PORT")
+    try:
+        with socket.create_connection((host, int(port_text)), timeout=REACH_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        stale = " (a stale address from an earlier local cluster?)" if address == "auto" else ""
+        raise BadInputError(
+            f"cannot reach the Ray cluster at {resolved}{stale}: {exc.strerror or exc}"
+        ) from exc
 
 
 def check_shippable(model_ref: str, trust_model_code: bool) -> None:
@@ -215,6 +262,7 @@ class RayExecutor:
 
     def _connect(self) -> None:
         ray = self._ray
+        check_reachable(self.address)
         try:
             ray.init(
                 address=self.address,

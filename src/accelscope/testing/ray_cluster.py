@@ -39,6 +39,7 @@ class RayNode:
 
     node_type: str
     process: subprocess.Popen[bytes]
+    killed: bool = False
 
     @property
     def alive(self) -> bool:
@@ -124,27 +125,36 @@ class LocalRayCluster:
         )
         for node_type in self.node_types[1:]:
             self._spawn([f"--address={self.address}", *self._common(node_type)], node_type)
-        self.wait_for(len(self.nodes))
+        self.wait_for()
 
     def add_node(self, node_type: str) -> RayNode:
         """Start one more node of ``node_type`` and wait until it has joined."""
         node = self._spawn([f"--address={self.address}", *self._common(node_type)], node_type)
-        self.wait_for(sum(1 for n in self.nodes if n.alive))
+        self.wait_for()
         return node
 
-    def wait_for(self, count: int) -> None:
-        """Wait until ``count`` nodes are alive in the cluster (a short-lived ``ray`` client in
-        a child process, so this process never holds a Ray connection)."""
+    def wait_for(self) -> None:
+        """Wait until the cluster has as many live nodes of each type as this object started
+        and did not kill (a short-lived ``ray`` client in a child process, so this process
+        never holds a Ray connection)."""
+        expected: dict[str, int] = {}
+        for node in self.nodes:
+            if not node.killed:
+                expected[node.node_type] = expected.get(node.node_type, 0) + 1
         script = (
             "import sys, time, ray\n"
             f"ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False)\n"
+            f"expected = {expected!r}\n"
             f"deadline = time.monotonic() + {self.start_timeout_s}\n"
-            f"while sum(n['Alive'] for n in ray.nodes()) < {count}:\n"
+            "def short():\n"
+            "    live = [n['Resources'] for n in ray.nodes() if n['Alive']]\n"
+            "    return any(sum(1 for r in live if r.get(t)) < c for t, c in expected.items())\n"
+            "while short():\n"
             "    if time.monotonic() > deadline: sys.exit(3)\n"
             "    time.sleep(0.2)\n"
         )
         for _ in range(int(self.start_timeout_s)):
-            if not all(n.alive for n in self.nodes):
+            if not all(n.alive or n.killed for n in self.nodes):
                 raise RuntimeError(f"a Ray node exited while starting; logs in {self._temp}")
             done = subprocess.run(
                 [sys.executable, "-c", script],
@@ -159,6 +169,7 @@ class LocalRayCluster:
 
     def kill_node(self, node: RayNode) -> None:
         """SIGKILL the node's whole process group (raylet, its workers and their children)."""
+        node.killed = True
         with contextlib.suppress(ProcessLookupError):
             os.killpg(node.process.pid, signal.SIGKILL)
         node.process.wait(timeout=30)
@@ -171,10 +182,8 @@ class LocalRayCluster:
                 os.killpg(node.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + _STOP_GRACE_S
         for node in self.nodes:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(node.process.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):

@@ -31,7 +31,7 @@ from accelscope.sweep.confirm import Confirmation
 from accelscope.sweep.driver import STRATEGIES, NodeTarget, SweepEvents, SweepPlan, run_sweep
 from accelscope.sweep.executor import Executor, LocalExecutor
 from accelscope.sweep.guard import AccuracyRule
-from accelscope.sweep.ray_executor import RayExecutor, check_shippable
+from accelscope.sweep.ray_executor import RayExecutor, check_reachable, check_shippable
 from accelscope.sweep.select import SPEEDUP_COLUMN_NOTE, Selection, select_by_node_type
 from accelscope.sweep.space import SweepSpace, probe_requests
 
@@ -148,6 +148,7 @@ def _validate(request: BenchRequest) -> None:
                 "to measure on"
             )
         check_shippable(request.model, request.trust_model_code)
+        check_reachable(request.ray_address)
     for plugin in request.plugins:
         try:
             importlib.import_module(plugin)

@@ -1,0 +1,391 @@
+"""The Ray executor against a real local Ray cluster (``ray start --head`` plus more node
+processes on this machine, each advertising a node type): a sweep across two node types, a
+model file shipped to the nodes, a node killed mid-task (retried on another node of its type,
+or recorded as failed), the driver killed mid-sweep and resumed, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from accelscope.commands.bench.workflow import BenchOutcome, BenchRequest, bench
+from accelscope.errors import BadInputError
+from accelscope.result import Result, Status
+from accelscope.spec import Precision, RunSpec
+from accelscope.store.sqlite import ResultStore
+from accelscope.sweep.driver import NO_NODE_REASON
+from accelscope.sweep.ray_executor import RayExecutor
+from accelscope.testing import CliRunner, assert_one_line_error, tiny_onnx_bytes
+from accelscope.testing.ray_cluster import LocalRayCluster
+
+QUICK = (
+    "--backend",
+    "eager",
+    "--precision",
+    "fp32",
+    "--threads",
+    "1",
+    "--measure-budget",
+    "0.3s",
+    "--accuracy-samples",
+    "16",
+    "--confirm-rounds",
+    "0",
+)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalRayCluster]:
+    with LocalRayCluster(["node_type_a", "node_type_b"]) as started:
+        yield started
+
+
+class _Started:
+    """Sweep events that flag when a configuration has been submitted."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def started(self, spec: RunSpec, stage: str) -> None:
+        self.event.set()
+
+    def progress(self, phase: str, count: int, elapsed_s: float, budget_s: float) -> None:
+        return None
+
+    def finished(self, result: Result) -> None:
+        return None
+
+    def note(self, text: str) -> None:
+        return None
+
+
+def _request(address: str, node_types: tuple[str, ...], **overrides: object) -> BenchRequest:
+    settings: dict[str, object] = {
+        "model": "digits-cnn",
+        "backends": ("eager",),
+        "precisions": (Precision.FP32,),
+        "batch_sizes": (8,),
+        "threads": (1,),
+        "measure_budget_s": 0.3,
+        "accuracy_samples": 16,
+        "confirm_rounds": 0,
+        "executor": "ray",
+        "ray_address": address,
+        "node_types": node_types,
+    }
+    settings.update(overrides)
+    return BenchRequest(**settings)  # type: ignore[arg-type]
+
+
+def _in_thread(request: BenchRequest, store: Path, events: _Started) -> dict[str, object]:
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["outcome"] = bench(request, store_path=store, events=events)
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    box["thread"] = thread
+    return box
+
+
+def _finish(box: dict[str, object]) -> BenchOutcome:
+    thread = box["thread"]
+    assert isinstance(thread, threading.Thread)
+    thread.join(timeout=240)
+    assert not thread.is_alive(), "the sweep hung after the node died"
+    assert "error" not in box, box.get("error")
+    outcome = box["outcome"]
+    assert isinstance(outcome, BenchOutcome)
+    return outcome
+
+
+def test_sweep_across_two_node_types(
+    cluster: LocalRayCluster, tmp_path: Path, cli: CliRunner
+) -> None:
+    store = tmp_path / "r.db"
+    code, out, err = cli(
+        "bench",
+        "digits-cnn",
+        *QUICK,
+        "--batch",
+        "1,8",
+        "--executor",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--node-type",
+        "node_type_a,node_type_b",
+        "--store",
+        store,
+        "--json",
+    )
+    assert code == 0, err
+    document = json.loads(out)
+    measured = [Result.from_dict(r) for r in document["results"] if r["status"] == "ok"]
+    assert sorted(r.spec.label() for r in measured) == [
+        "eager/fp32/b1/t1@node_type_a",
+        "eager/fp32/b1/t1@node_type_b",
+        "eager/fp32/b8/t1@node_type_a",
+        "eager/fp32/b8/t1@node_type_b",
+    ]
+    # each result names the node that measured it: one node per type here
+    nodes = {
+        r.spec.node_type: {x.node for x in measured if x.spec.node_type == r.spec.node_type}
+        for r in measured
+    }
+    assert all(len(ids) == 1 and "" not in ids for ids in nodes.values())
+    assert nodes["node_type_a"] != nodes["node_type_b"]
+    # one selection per node type, each its own machine
+    assert set(document["node_types"]) == {"node_type_a", "node_type_b"}
+    for node_type, chosen in document["node_types"].items():
+        assert chosen["verdict"].startswith(f"On {node_type}: Fastest")
+    code, out, _ = cli("runs", "show", "latest", "--store", store)
+    assert code == 0
+    assert "on node_type_a" in out and "on node_type_b" in out
+
+
+def test_one_task_at_a_time_per_node(cluster: LocalRayCluster, tmp_path: Path) -> None:
+    """A node with a task in flight has no free slot; its other configurations wait."""
+    from accelscope.hardware.fingerprint import collect_environment
+    from accelscope.measurement.timer import TimerConfig
+    from accelscope.sweep.worker import WorkerTask
+
+    spec = RunSpec(
+        model="digits-cnn",
+        backend="eager",
+        precision=Precision.FP32,
+        batch_size=8,
+        threads=1,
+        node_type="node_type_b",
+    )
+    task = WorkerTask(
+        spec=spec,
+        model_ref="digits-cnn",
+        environment=collect_environment(),
+        timer=TimerConfig(budget_s=0.2),
+    )
+    with RayExecutor(address=cluster.address, node_types=("node_type_b",)) as executor:
+        assert executor.idle_slots("node_type_b") == 1
+        ticket = executor.submit(task)
+        assert executor.idle_slots("node_type_b") == 0
+        finished, outcome = executor.next_finished()
+        assert finished == ticket
+        assert outcome.result is not None and outcome.result.status is Status.OK, outcome
+        assert outcome.node
+        assert executor.idle_slots("node_type_b") == 1
+
+
+def test_model_file_travels_to_the_node(cluster: LocalRayCluster, tmp_path: Path) -> None:
+    model = tmp_path / "tiny.onnx"
+    model.write_bytes(tiny_onnx_bytes())
+    outcome = bench(
+        _request(
+            cluster.address,
+            ("node_type_b",),
+            model=str(model),
+            backends=("onnxruntime",),
+        ),
+        store_path=tmp_path / "r.db",
+    )
+    ok = [r for r in outcome.results if r.status is Status.OK]
+    assert [r.spec.label() for r in ok] == ["onnxruntime/fp32/b8/t1@node_type_b"]
+    assert ok[0].spec.model == str(model)  # the spec names the user's file, not the copy
+
+
+def test_a_file_corrupted_in_transit_is_refused(
+    cluster: LocalRayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tmp_path / "tiny.onnx"
+    model.write_bytes(tiny_onnx_bytes())
+    original = RayExecutor._ship_file
+
+    def tampered(self: RayExecutor, path_text: str) -> str:
+        name = original(self, path_text)
+        path = Path(path_text).resolve()
+        _, digest, ref = self._shipped[path]
+        self._shipped[path] = (name, "0" * len(digest), ref)
+        return name
+
+    monkeypatch.setattr(RayExecutor, "_ship_file", tampered)
+    outcome = bench(
+        _request(cluster.address, ("node_type_b",), model=str(model), backends=("onnxruntime",)),
+        store_path=tmp_path / "r.db",
+    )
+    failed = [r for r in outcome.results if r.status is Status.FAILED]
+    assert len(failed) == 1 and "arrived corrupted" in failed[0].status_reason
+
+
+def test_a_dead_node_task_is_retried_on_another_node_of_its_type(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    first = cluster.add_node("node_type_c")
+    events = _Started()
+    box = _in_thread(
+        _request(cluster.address, ("node_type_c",), measure_budget_s=8.0),
+        tmp_path / "r.db",
+        events,
+    )
+    assert events.event.wait(timeout=120)
+    second = cluster.add_node("node_type_c")  # joins while the first node measures
+    cluster.kill_node(first)
+    outcome = _finish(box)
+    (result,) = [r for r in outcome.results if r.status is not Status.SKIPPED]
+    assert result.status is Status.OK, result.status_reason
+    assert any("measured on a second node: its node died" in w for w in result.warnings)
+    cluster.kill_node(second)
+
+
+def test_a_dead_node_with_no_other_of_its_type_is_recorded_and_the_rest_goes_on(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    lonely = cluster.add_node("node_type_d")
+    events = _Started()
+    store = tmp_path / "r.db"
+    box = _in_thread(
+        _request(
+            cluster.address,
+            ("node_type_d", "node_type_a"),
+            batch_sizes=(1, 8),
+            measure_budget_s=4.0,
+        ),
+        store,
+        events,
+    )
+    assert events.event.wait(timeout=120)
+    time.sleep(1.0)
+    cluster.kill_node(lonely)
+    outcome = _finish(box)
+    by_type: dict[str, list[Result]] = {}
+    for r in outcome.results:
+        if r.status is not Status.SKIPPED or r.status_reason == NO_NODE_REASON:
+            by_type.setdefault(r.spec.node_type, []).append(r)
+    assert [r.status for r in by_type["node_type_a"]] == [Status.OK, Status.OK]
+    lost = by_type["node_type_d"]
+    assert len(lost) == 2 and all(r.status is not Status.OK for r in lost)
+    reasons = " ".join(r.status_reason for r in lost)
+    assert "node_type_d" in reasons or "died" in reasons, reasons
+    with ResultStore(store) as opened:  # everything is on record
+        assert len(opened.get_run(outcome.run_id or "latest").results) == len(outcome.results)
+
+
+def test_driver_killed_mid_sweep_resumes_without_measuring_again(
+    cluster: LocalRayCluster, tmp_path: Path, cli: CliRunner
+) -> None:
+    store = tmp_path / "r.db"
+    args = [
+        "bench",
+        "digits-cnn",
+        "--backend",
+        "eager",
+        "--precision",
+        "fp32",
+        "--threads",
+        "1",
+        "--batch",
+        "1,2,4,8",
+        "--measure-budget",
+        "1s",
+        "--accuracy-samples",
+        "16",
+        "--confirm-rounds",
+        "0",
+        "--executor",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--node-type",
+        "node_type_a,node_type_b",
+        "--store",
+        str(store),
+    ]
+    driver = subprocess.Popen(
+        [str(Path(sys.executable).with_name("accelscope")), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        stored = 0
+        while stored < 2 and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.5)
+            if store.exists():
+                with ResultStore(store) as opened:
+                    heads = opened.list_runs(5)
+                    if heads:
+                        run = opened.get_run(heads[0].id)
+                        stored = sum(1 for r in run.results if r.status is Status.OK)
+        assert stored >= 2 and driver.poll() is None, "the driver ended before it was killed"
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    code, _, err = cli(*args, "--resume")
+    assert code == 0, err
+    with ResultStore(store) as opened:
+        run = opened.get_run("latest")
+    measured = Counter(r.spec.key for r in run.results if r.status is Status.OK)
+    assert len(measured) == 8  # 4 batch sizes x 2 node types
+    assert set(measured.values()) == {1}  # nothing stored before the kill was measured again
+
+
+def test_bad_cluster_input_is_one_line_exit_2(
+    cluster: LocalRayCluster, tmp_path: Path, cli: CliRunner
+) -> None:
+    store = tmp_path / "r.db"
+    base = ("bench", "digits-cnn", "--store", str(store), "--executor", "ray")
+    code, _, err = cli(*base, "--ray-address", cluster.address, "--node-type", "gpu-pool")
+    assert_one_line_error(code, err, "gpu-pool", "node_type_a")
+    code, _, err = cli(*base, "--ray-address", "127.0.0.1:1", "--node-type", "node_type_a")
+    assert_one_line_error(code, err, "cannot reach the Ray cluster at 127.0.0.1:1")
+    code, _, err = cli(*base, "--ray-address", cluster.address)
+    assert_one_line_error(code, err, "--node-type")
+    code, _, err = cli("bench", "digits-cnn", "--no-store", "--node-type", "node_type_a")
+    assert_one_line_error(code, err, "--executor ray")
+    code, _, err = cli("bench", "digits-cnn", "--no-store", "--executor", "spark")
+    assert_one_line_error(code, err, "spark")
+    factory = tmp_path / "net.py"
+    factory.write_text("import torch\ndef build():\n    return torch.nn.Linear(4, 2)\n")
+    code, _, err = cli(
+        "bench",
+        f"{factory}:build",
+        "--no-store",
+        "--executor",
+        "ray",
+        "--node-type",
+        "node_type_a",
+        "--ray-address",
+        cluster.address,
+    )
+    assert_one_line_error(code, err, "--trust-model-code")
+    assert not store.exists()
+
+
+def test_ray_address_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from accelscope.sweep import ray_executor
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray_executor, "CURRENT_CLUSTER", tmp_path / "none")
+    with pytest.raises(BadInputError, match="no Ray cluster found"):
+        ray_executor.resolve_address("auto")
+    (tmp_path / "current").write_text("10.0.0.5:6379\n")
+    monkeypatch.setattr(ray_executor, "CURRENT_CLUSTER", tmp_path / "current")
+    assert ray_executor.resolve_address("auto") == "10.0.0.5:6379"
+    assert ray_executor.resolve_address("ray://head:10001") == "ray://head:10001"
+    with pytest.raises(BadInputError, match="HOST:PORT"):
+        ray_executor.check_reachable("nonsense")
+    monkeypatch.setenv("RAY_ADDRESS", "head:6379")
+    assert ray_executor.resolve_address("auto") == "head:6379"
