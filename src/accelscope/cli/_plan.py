@@ -16,6 +16,7 @@ from accelscope.commands.plan.workflow import (
     MemoryRequest,
     PlanOutcome,
     PlanRequest,
+    parse_node_type_map,
     plan_api,
     plan_capacity,
     plan_memory,
@@ -77,6 +78,12 @@ def plan_command(
     ),
     profile: Path = typer.Option(None, "--profile", help="Roofline payload JSON file."),
     only: str = typer.Option(None, "--only", help="Only these catalog types, comma-separated."),
+    node_type: list[str] = typer.Option(
+        None,
+        "--node-type",
+        metavar="TYPE=NODE_TYPE",
+        help="Catalog type measured by a --run's Ray node type, e.g. g6.xlarge=l4-pool.",
+    ),
     report: Path = typer.Option(None, "--report", help="HTML report path."),
     store: Path = StoreOption,
     no_store: bool = typer.Option(False, "--no-store", help="Do not store the plan."),
@@ -101,6 +108,7 @@ def plan_command(
         capacity_qps=parse_rate_per_s(capacity, "--capacity") if capacity else None,
         profile_file=profile,
         only=tuple(p.strip() for p in only.split(",") if p.strip()) if only else (),
+        node_types=parse_node_type_map(node_type or ()),
         report_path=report,
     )
     store_path = store or DEFAULT_STORE_PATH

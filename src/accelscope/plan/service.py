@@ -9,8 +9,8 @@ model's roofline profile, and labelled ``estimate``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from accelscope.documents import LoadCapacity, RooflineProfile
@@ -75,6 +75,9 @@ class Evidence:
     bench: tuple[BenchFigure, ...] = ()
     given_qps: float | None = None
     sources: tuple[str, ...] = ()
+    by_instance: Mapping[str, tuple[BenchFigure, ...]] = field(default_factory=dict)
+    """Bench figures measured on cluster nodes, by the catalog instance type their node type
+    stands for (``--node-type INSTANCE=NODE_TYPE``): measured capacity for that entry."""
 
     @property
     def device(self) -> str | None:
@@ -127,24 +130,29 @@ def _here_capacity(
     usable = [c for c in loads if c.meets_sla]
     if usable:
         return max(usable, key=lambda c: c.qps_per_instance)
-    benches = [
-        bench_capacity(b.items_per_s, b.p99_s, b.label, settings.sla_p99_s) for b in evidence.bench
-    ]
+    if evidence.bench:
+        best = _best_bench(evidence.bench, settings)
+        if best.meets_sla or not loads:
+            return best
+    return loads[0] if loads else None
+
+
+def _best_bench(figures: Sequence[BenchFigure], settings: PlanSettings) -> CapacityEstimate:
+    """The highest bench throughput whose p99 meets the SLA (else the first figure's)."""
+    benches = [bench_capacity(b.items_per_s, b.p99_s, b.label, settings.sla_p99_s) for b in figures]
     fitting = [b for b in benches if b.meets_sla]
-    if fitting:
-        return max(fitting, key=lambda c: c.qps_per_instance)
-    return loads[0] if loads else benches[0] if benches else None
+    return max(fitting, key=lambda c: c.qps_per_instance) if fitting else benches[0]
 
 
-def _check_here(here: Instance, evidence: Evidence) -> None:
-    device = evidence.device
+def _check_kind(instance: Instance, device: str | None, named_by: str, where: str) -> None:
+    """Refuse a catalog entry of another kind (cpu/gpu) than the device measured."""
     if device is None:
         return
     expected = "gpu" if device == "cuda" else "cpu"
-    if here.kind != expected:
+    if instance.kind != expected:
         raise BadInputError(
-            f"--here {here.type} is a {here.kind} instance, but the measurements "
-            f"here ran on {device}"
+            f"{named_by} {instance.type} is a {instance.kind} instance, but the measurements "
+            f"{where} ran on {device}"
         )
 
 
@@ -176,7 +184,7 @@ def build_plan(
     """Capacity, fleet and cost of every catalog option (or of ``only`` these types)."""
     here_instance = catalog.get(here) if here else None
     if here_instance is not None:
-        _check_here(here_instance, evidence)
+        _check_kind(here_instance, evidence.device, "--here", "here")
     instances = [catalog.get(name) for name in only] if only else list(catalog.instances)
     if here_instance is not None and here_instance not in instances:
         instances.insert(0, here_instance)
@@ -197,8 +205,23 @@ def build_plan(
                 capacity=here_cap,
             )
         )
+    for name, figures in evidence.by_instance.items():
+        node_instance = catalog.get(name)
+        node_type = figures[0].label.rpartition("@")[2] if figures else ""
+        _check_kind(
+            node_instance,
+            figures[0].device if figures else None,
+            "--node-type",
+            f"on {node_type}",
+        )
+        if node_instance not in instances:
+            instances.insert(0, node_instance)
     for instance in instances:
-        if instance is here_instance and here_cap is not None:
+        if evidence.by_instance.get(instance.type):
+            options.append(
+                _option(instance, _best_bench(evidence.by_instance[instance.type], settings))
+            )
+        elif instance is here_instance and here_cap is not None:
             options.append(_option(instance, here_cap))
         elif profile is not None:
             projected = project_capacity(

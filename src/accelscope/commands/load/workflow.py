@@ -191,9 +191,15 @@ def resolve_from_run(store_path: Path | None, run_id: str) -> tuple[str, RunSpec
         run = store.get_run(run_id)
     if run.kind != "bench":
         raise BadInputError(f"--from-run: run {run.id} is a {run.kind} run, not a bench run")
+    here = [r for r in run.results if not r.spec.node_type]
+    if not here and run.results:
+        raise BadInputError(
+            f"--from-run: bench run {run.id} measured on cluster node types, not on this "
+            "machine; load serves here, so give the configuration (--backend, --precision, ...)"
+        )
     sla = run.settings.get("sla_p99_s")
-    chosen = select(list(run.results), float(sla) if sla is not None else None)
-    best = next((r for r in run.results if r.spec.key == chosen.best_key), None)
+    chosen = select(here, float(sla) if sla is not None else None)
+    best = next((r for r in here if r.spec.key == chosen.best_key), None)
     if best is None:
         raise BadInputError(f"--from-run: bench run {run.id} selected no configuration")
     return run.model, best.spec

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from accelscope.plan.service import BenchFigure, Evidence, build_plan
 from accelscope.plan.traffic import load_traffic
 from accelscope.result import Result, Status
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord
+from accelscope.sweep.driver import latest_by_key
 
 __all__ = [
     "ApiRequest",
@@ -34,6 +35,7 @@ __all__ = [
     "PlanOutcome",
     "PlanRequest",
     "bench_figures",
+    "parse_node_type_map",
     "plan_api",
     "plan_capacity",
     "plan_memory",
@@ -58,6 +60,9 @@ class PlanRequest:
     here: str | None = None
     capacity_qps: float | None = None
     profile_file: Path | None = None
+    node_types: tuple[tuple[str, str], ...] = ()
+    """(catalog instance type, Ray node type) pairs: the ``--run``'s results measured on that
+    node type are that instance's measured capacity."""
     only: tuple[str, ...] = ()
     report_path: Path | None = None
 
@@ -118,13 +123,30 @@ def _profile_from_file(path: Path) -> RooflineProfile:
     return RooflineProfile.from_payload(data, f"profile {path}")
 
 
-def bench_figures(results: Sequence[Result]) -> tuple[BenchFigure, ...]:
-    """The successful bench results as plan evidence (throughput, p99, and the configuration
-    that calibrates projections)."""
+def parse_node_type_map(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``g6.xlarge=l4-pool`` items (each may hold a comma list) as (instance, node type)."""
+    pairs: list[tuple[str, str]] = []
+    for item in items:
+        for part in item.split(","):
+            if not part.strip():
+                continue
+            instance, sep, node_type = part.partition("=")
+            if not sep or not instance.strip() or not node_type.strip():
+                raise BadInputError(
+                    f"--node-type {part.strip()!r}: give CATALOG_TYPE=NODE_TYPE, "
+                    "e.g. g6.xlarge=l4-pool"
+                )
+            pairs.append((instance.strip(), node_type.strip()))
+    return tuple(pairs)
+
+
+def bench_figures(results: Sequence[Result], node_type: str = "") -> tuple[BenchFigure, ...]:
+    """The successful bench results measured on ``node_type`` (``""``: where the run ran) as
+    plan evidence (throughput, p99, and the configuration that calibrates projections)."""
     figures = []
     for result in results:
         m = result.measurement
-        if result.status is Status.OK and m is not None:
+        if result.status is Status.OK and m is not None and result.spec.node_type == node_type:
             spec = result.spec
             figures.append(
                 BenchFigure(
@@ -193,6 +215,35 @@ def _gather(store: ResultStore, request: PlanRequest) -> tuple[str, Evidence]:
     )
 
 
+def _with_node_types(store_path: Path | None, request: PlanRequest, evidence: Evidence) -> Evidence:
+    """``evidence`` plus the ``--run``'s results of each mapped node type, as measured
+    capacity of its catalog instance."""
+    if not request.run_id or store_path is None or not store_path.exists():
+        raise BadInputError(
+            "--node-type needs --run ID: the bench run measured with --executor ray"
+        )
+    with ResultStore(store_path) as store:
+        run = store.get_run(request.run_id)
+    present = sorted({r.spec.node_type for r in run.results if r.spec.node_type})
+    by_instance: dict[str, tuple[BenchFigure, ...]] = {}
+    for instance, node_type in request.node_types:
+        figures = bench_figures(latest_by_key(run.results), node_type)
+        if not figures:
+            raise BadInputError(
+                f"run {run.id} has no successful result of node type {node_type} "
+                f"(node types there: {', '.join(present) or 'none, it ran on one machine'})"
+            )
+        by_instance[instance] = figures
+    return replace(
+        evidence,
+        by_instance=by_instance,
+        sources=(
+            *evidence.sources,
+            *(f"run {run.id} on node type {n} as {i}" for i, n in request.node_types),
+        ),
+    )
+
+
 def _validate(request: PlanRequest) -> None:
     if not request.model and not request.run_id:
         raise BadInputError("name the model (--model NAME) or a stored run (--run ID)")
@@ -245,20 +296,16 @@ def plan_capacity(
         raise BadInputError(f"no results store at {store_path}: cannot read run {request.run_id}")
     if request.profile_file is not None:
         profile = _profile_from_file(request.profile_file)
-        evidence = Evidence(
+        evidence = replace(
+            evidence,
             profile=profile,
-            capacities=evidence.capacities,
-            bench=evidence.bench,
-            given_qps=evidence.given_qps,
             sources=(*evidence.sources, f"profile file {request.profile_file}"),
         )
+    if request.node_types:
+        evidence = _with_node_types(store_path, request, evidence)
     if request.capacity_qps is not None:
-        evidence = Evidence(
-            profile=evidence.profile,
-            capacities=evidence.capacities,
-            bench=evidence.bench,
-            given_qps=request.capacity_qps,
-            sources=(*evidence.sources, "--capacity"),
+        evidence = replace(
+            evidence, given_qps=request.capacity_qps, sources=(*evidence.sources, "--capacity")
         )
     settings = PlanSettings(request.sla_p99_s, request.headroom, request.min_instances)
     plan = build_plan(model, catalog, traffic, settings, evidence, request.here, request.only)
