@@ -229,6 +229,27 @@ def test_a_file_corrupted_in_transit_is_refused(
     assert len(failed) == 1 and "arrived corrupted" in failed[0].status_reason
 
 
+def test_a_worker_crash_or_hang_on_a_node_is_isolated_as_locally(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    outcome = bench(
+        _request(
+            cluster.address,
+            ("node_type_b",),
+            backends=("eager", "fault-segv", "fault-hang"),
+            plugins=("accelscope.testing.faults",),
+            timeout_s=15.0,
+        ),
+        store_path=tmp_path / "r.db",
+    )
+    by_backend = {r.spec.backend: r for r in outcome.results if r.status is not Status.SKIPPED}
+    assert by_backend["eager"].status is Status.OK
+    assert by_backend["fault-segv"].status is Status.FAILED
+    assert "SIGSEGV" in by_backend["fault-segv"].status_reason
+    assert by_backend["fault-hang"].status_reason.startswith("timeout")
+    assert all(r.node for r in by_backend.values())  # measured (and failed) on the node
+
+
 def test_a_dead_node_task_is_retried_on_another_node_of_its_type(
     cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
