@@ -158,6 +158,63 @@ def test_sweep_across_two_node_types(
     assert "on node_type_a" in out and "on node_type_b" in out
 
 
+def test_fast_strategy_screens_and_selects_per_node_type(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    outcome = bench(
+        _request(
+            cluster.address,
+            ("node_type_a", "node_type_b"),
+            options=(("channels_last", "true,false"),),
+            strategy="fast",
+            confirm_rounds=2,
+        ),
+        store_path=tmp_path / "r.db",
+    )
+    assert set(outcome.selections) == {"node_type_a", "node_type_b"}
+    for node_type, chosen in outcome.selections.items():
+        mine = {r.spec.key for r in outcome.results if r.spec.node_type == node_type}
+        assert chosen.best_key in mine and chosen.baseline_key in mine
+        if chosen.confirmation is not None:  # when a runner-up came within 15 %
+            assert chosen.confirmation.error == "" and chosen.confirmation.best_key in mine
+    screened = [r for r in outcome.results if any("screening" in w for w in r.warnings)]
+    assert {r.spec.node_type for r in screened} <= {"node_type_a", "node_type_b"}
+
+
+def test_an_interleave_task_with_a_shipped_model_runs_on_the_node(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    """The re-measure's task nests the model task in JSON: its shipped file must resolve."""
+    from accelscope.hardware.fingerprint import collect_environment
+    from accelscope.measurement.timer import TimerConfig
+    from accelscope.sweep.worker import InterleaveTask, WorkerTask
+
+    model = tmp_path / "tiny.onnx"
+    model.write_bytes(tiny_onnx_bytes())
+    specs = tuple(
+        RunSpec(
+            model=str(model),
+            backend="onnxruntime",
+            precision=Precision.FP32,
+            batch_size=batch,
+            threads=1,
+            node_type="node_type_a",
+        )
+        for batch in (1, 8)
+    )
+    task = WorkerTask(
+        spec=specs[0],
+        model_ref=str(model),
+        environment=collect_environment(),
+        timer=TimerConfig(budget_s=0.2),
+    )
+    with RayExecutor(address=cluster.address, node_types=("node_type_a",)) as executor:
+        outcome = executor.run(InterleaveTask(task=task, specs=specs, rounds=2, block_s=0.05))
+    assert outcome.interleaved is not None, outcome.failure
+    assert set(outcome.interleaved["keys"]) == {s.key for s in specs}
+    assert outcome.node
+
+
 def test_one_task_at_a_time_per_node(cluster: LocalRayCluster, tmp_path: Path) -> None:
     """A node with a task in flight has no free slot; its other configurations wait."""
     from accelscope.hardware.fingerprint import collect_environment
@@ -354,6 +411,9 @@ def test_driver_killed_mid_sweep_resumes_without_measuring_again(
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait(timeout=30)
+    other = [a if a != "node_type_a,node_type_b" else "node_type_a" for a in args]
+    code, _, err = cli(*other, "--resume")
+    assert_one_line_error(code, err, "cannot resume", "node_type_a, node_type_b")
     code, _, err = cli(*args, "--resume")
     assert code == 0, err
     with ResultStore(store) as opened:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -177,3 +178,39 @@ def test_contenders_are_those_the_screening_cannot_rule_out(environment: Environ
         results.append(replace(result, measurement=measurement, accuracy=None))
     chosen = [r.spec.batch_size for r in _contenders(results, None)]
     assert chosen == [1, 2]  # 90/s is also within 15 %, but at most a third (2 of 6) go on
+
+
+def test_resume_measures_again_only_what_a_cluster_or_the_budget_lost(
+    tiny, environment: Environment, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from accelscope.sweep.driver import BUDGET_REASON, NO_NODE_REASON
+    from accelscope.sweep.executor import NODE_LOST
+
+    first = run_sweep(
+        _plan("grid"),
+        tiny,
+        environment,
+        FakeExecutor(environment),
+        sink=lambda r: None,
+        workdir=tmp_path,
+    )
+    ok = [r for r in first.results if r.status is Status.OK]
+    lost = [
+        dataclasses.replace(ok[0], status=Status.FAILED, status_reason=f"{NODE_LOST}its node died"),
+        dataclasses.replace(ok[1], status=Status.SKIPPED, status_reason=NO_NODE_REASON),
+        dataclasses.replace(ok[2], status=Status.SKIPPED, status_reason=BUDGET_REASON),
+        dataclasses.replace(ok[3], status=Status.FAILED, status_reason="crashed: SIGSEGV"),
+    ]
+    executor = FakeExecutor(environment)
+    prior = [*lost, *ok[4:]]
+    run_sweep(
+        _plan("grid"),
+        tiny,
+        environment,
+        executor,
+        sink=lambda r: None,
+        workdir=tmp_path,
+        prior=prior,
+    )
+    again = sorted(label for label, _ in executor.calls)
+    assert again == sorted(r.spec.label() for r in lost[:3])  # a real crash is not retried

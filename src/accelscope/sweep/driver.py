@@ -28,9 +28,9 @@ from accelscope.hardware.fingerprint import Environment
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.result import Result, Status
-from accelscope.spec import RunSpec, TensorSpec
+from accelscope.spec import Device, RunSpec, TensorSpec
 from accelscope.sweep.confirm import Confirmation, confirmation_from_blocks, runner_up
-from accelscope.sweep.executor import Executor, WorkerOutcome
+from accelscope.sweep.executor import NODE_LOST, Executor, WorkerOutcome
 from accelscope.sweep.guard import AccuracyRule, apply_guard
 from accelscope.sweep.select import Selection, by_node_type, select, select_by_node_type
 from accelscope.sweep.space import Candidate, SweepSpace, expand
@@ -153,12 +153,21 @@ def _candidates(plan: SweepPlan, model: LoadedModel, env: Environment) -> list[C
     return found
 
 
+def _again(result: Result) -> bool:
+    """True for a prior result that ``--resume`` measures again: skipped for lack of budget or
+    of a live node, or lost with its cluster node."""
+    if result.status is Status.SKIPPED:
+        return result.status_reason in (BUDGET_REASON, NO_NODE_REASON)
+    return result.status is Status.FAILED and result.status_reason.startswith(NODE_LOST)
+
+
 def _is_oom(result: Result) -> bool:
     return result.status is Status.FAILED and "out of memory" in result.status_reason.lower()
 
 
-def _group(spec: RunSpec) -> tuple[str, str, int, tuple[tuple[str, str], ...]]:
-    return (spec.backend, spec.precision.value, spec.threads, spec.options)
+def _group(spec: RunSpec) -> tuple[str, str, str, int, tuple[tuple[str, str], ...]]:
+    """Configurations that share a batch axis (an OOM at one batch ends the larger ones)."""
+    return (spec.node_type, spec.backend, spec.precision.value, spec.threads, spec.options)
 
 
 @dataclass(kw_only=True)
@@ -173,7 +182,7 @@ class _Sweep:
     deadline: float
     environments: dict[str, Environment] = field(default_factory=dict)
     recorded: list[Result] = field(default_factory=list)
-    oom_groups: dict[tuple[str, str, int, tuple[tuple[str, str], ...]], int] = field(
+    oom_groups: dict[tuple[str, str, str, int, tuple[tuple[str, str], ...]], int] = field(
         default_factory=dict
     )
 
@@ -316,15 +325,15 @@ def run_sweep(
     are kept and their configurations are not measured again."""
     began = time.monotonic()
     candidates = _candidates(plan, model, env)
-    done = {
-        r.spec.key
-        for r in prior
-        if not (r.status is Status.SKIPPED and r.status_reason == BUDGET_REASON)
-    }
+    done = {r.spec.key for r in prior if not _again(r)}
     runnable = [c for c in candidates if c.runnable and c.spec.key not in done]
     accuracy_path = None
     if runnable:
-        reference_base = runnable[0].spec
+        reference_base = replace(runnable[0].spec, node_type="")
+        if reference_base.device is not Device.CPU and not env.gpus:
+            # a cluster's GPU nodes, driven from a machine without one: the fp32 reference
+            # (what every configuration is compared with) is computed on this CPU
+            reference_base = replace(reference_base, device=Device.CPU)
         check = build_accuracy_check(model, plan.accuracy_samples, plan.seed)
         check = with_reference(check, model, reference_base, env)
         accuracy_path = save_accuracy_check(check, workdir / "accuracy.pt")
@@ -353,10 +362,13 @@ def run_sweep(
     else:
         sweep.measure_all([c.spec for c in runnable], plan.timer, "measure")
     final = latest_by_key([*prior, *sweep.recorded])
+    measured_here = {n.node_type for n in plan.nodes} or {""}
     confirmations = [
         found
-        for group in by_node_type(final).values()
-        if plan.confirm_rounds > 0 and (found := _confirm(sweep, group)) is not None
+        for node_type, group in by_node_type(final).items()
+        if plan.confirm_rounds > 0
+        and node_type in measured_here
+        and (found := _confirm(sweep, group)) is not None
     ]
     selections = select_by_node_type(final, plan.sla_p99_s, confirmations)
     first = next(iter(selections.values()), None) or select(final, plan.sla_p99_s)

@@ -25,6 +25,7 @@ from accelscope.result import Result
 from accelscope.sweep.worker import InterleaveTask, WorkerTask, worker_main
 
 __all__ = [
+    "NODE_LOST",
     "Executor",
     "InterpreterExecutor",
     "LocalExecutor",
@@ -34,6 +35,9 @@ __all__ = [
 ]
 
 ProgressFn = Callable[[str, int, float, float], None]
+NODE_LOST = "node lost: "
+"""Starts the reason of a configuration a cluster lost (its node died, was cancelled): not a
+measurement's failure, so ``--resume`` measures it again."""
 _EXIT_GRACE_S = 30.0
 _ENTRY = "from accelscope.sweep.worker import main; main()"
 """What another interpreter runs (``-c``, not ``-m``: no double import of the module)."""

@@ -43,7 +43,7 @@ from accelscope.measurement.threads import available_cores
 from accelscope.models.factory import is_factory_ref
 from accelscope.result import Result
 from accelscope.spec import Precision
-from accelscope.sweep.executor import LocalExecutor, ProgressFn, WorkerOutcome
+from accelscope.sweep.executor import NODE_LOST, LocalExecutor, ProgressFn, WorkerOutcome
 from accelscope.sweep.worker import InterleaveTask, WorkerTask
 
 __all__ = [
@@ -63,15 +63,22 @@ WAIT_S = 2.0
 """How often the driver, while it waits, checks that each task's node type still has a node."""
 _SHIP = "@ACCELSCOPE_SHIPPED@"
 """Stands for the task's directory on the node in a shipped task's file fields."""
-_NODE_DIED = (
-    "NodeDiedError",
-    "WorkerCrashedError",
-    "ObjectLostError",
-    "OwnerDiedError",
-    "LocalRayletDiedError",
-    "RaySystemError",
-    "ObjectFetchTimedOutError",
-)
+
+
+def _node_died(exc: BaseException) -> bool:
+    """True for the Ray errors that mean the task's node (or its result's copy) is gone."""
+    from ray import exceptions as rx
+
+    return isinstance(
+        exc,
+        (
+            rx.NodeDiedError,
+            rx.WorkerCrashedError,
+            rx.LocalRayletDiedError,
+            rx.ObjectLostError,  # owner died, fetch timed out, reconstruction failed
+            rx.RaySystemError,
+        ),
+    )
 
 
 def ray_available() -> str:
@@ -86,8 +93,15 @@ def ray_available() -> str:
     return ""
 
 
-CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
-"""Where ``ray start --head`` writes the local cluster's address (what ``auto`` reads)."""
+def _current_cluster_file() -> Path:
+    """Where ``ray start --head`` writes the local cluster's address (what ``auto`` reads):
+    under ``$RAY_TMPDIR``, else ``$TMPDIR``, else ``/tmp``, as Ray does."""
+    base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    return Path(base) / "ray" / "ray_current_cluster"
+
+
+CURRENT_CLUSTER: Path | None = None
+"""Overrides :func:`_current_cluster_file` (tests)."""
 REACH_TIMEOUT_S = 5.0
 
 
@@ -101,7 +115,7 @@ def resolve_address(address: str) -> str:
     if address != "auto":
         return address
     try:
-        found = CURRENT_CLUSTER.read_text(encoding="utf-8").strip()
+        found = (CURRENT_CLUSTER or _current_cluster_file()).read_text(encoding="utf-8").strip()
     except OSError:
         found = ""
     if not found:
@@ -112,8 +126,9 @@ def resolve_address(address: str) -> str:
     return found
 
 
-def check_reachable(address: str) -> None:
-    """Refuse (bad input) an address nothing answers on: Ray itself would retry for minutes."""
+def check_reachable(address: str) -> str:
+    """The resolved address; refuse (bad input) one nothing answers on: Ray itself would
+    retry for minutes."""
     resolved = resolve_address(address)
     target = resolved.removeprefix("ray://")
     host, _, port_text = target.rpartition(":")
@@ -127,6 +142,7 @@ def check_reachable(address: str) -> None:
         raise BadInputError(
             f"cannot reach the Ray cluster at {resolved}{stale}: {exc.strerror or exc}"
         ) from exc
+    return resolved
 
 
 def check_shippable(model_ref: str, trust_model_code: bool) -> None:
@@ -173,6 +189,28 @@ def _first_line(exc: BaseException) -> str:
     return lines[0][:300] if lines else type(exc).__name__
 
 
+_FILE_FIELDS = ("model_ref", "weights", "eval_data", "accuracy_path")
+
+
+def _localize(task_json: str, workdir: str) -> str:
+    """The task with its shipped files' placeholders pointing into ``workdir`` (field by
+    field, so nested task JSON of an interleave task is re-encoded correctly)."""
+
+    def plain(text: str) -> str:
+        data = json.loads(text)
+        for key in _FILE_FIELDS:
+            if isinstance(data.get(key), str):
+                data[key] = data[key].replace(_SHIP, workdir)
+        return json.dumps(data)
+
+    data = json.loads(task_json)
+    if data.get("kind") != "interleave":
+        return plain(task_json)
+    data["task"] = plain(data["task"])
+    data["models"] = [plain(m) for m in data.get("models", [])]
+    return json.dumps(data)
+
+
 @functools.cache
 def _node_environment() -> Environment:
     """This node's environment, collected once per Ray worker process."""
@@ -193,7 +231,7 @@ def measure_on_node(
             if hashlib.sha256(content).hexdigest() != digest:
                 return {"failure": f"{name} arrived corrupted (sha256 differs)", "node": node}
             (Path(workdir) / name).write_bytes(content)
-        task_json = task_json.replace(_SHIP, json.dumps(workdir)[1:-1])
+        task_json = _localize(task_json, workdir)
         task: WorkerTask | InterleaveTask
         if json.loads(task_json).get("kind") == "interleave":
             task = InterleaveTask.from_json(task_json)
@@ -208,7 +246,7 @@ def measure_on_node(
     }
 
 
-def describe_node(pairs_json: str, threads: int | None) -> dict[str, Any]:
+def describe_node(pairs_json: str, threads: int | None, refresh: bool = False) -> dict[str, Any]:
     """The Ray task that describes a node type: this node's environment, usable cores and the
     requested precision probes (cached on the node like locally)."""
     env = _node_environment()
@@ -221,6 +259,7 @@ def describe_node(pairs_json: str, threads: int | None) -> dict[str, Any]:
             fingerprint=env.fingerprint(),
             threads=min(threads or cores, cores),
             cache_dir=Path.home() / ".cache" / "accelscope" / "probes",
+            refresh=refresh,
         ).to_dict()
     return {"environment": env.to_dict(), "cores": cores, "probes": probes}
 
@@ -312,24 +351,38 @@ class RayExecutor:
                 if not node.get("Alive"):
                     continue
                 for name in self.node_types:
-                    if node.get("Resources", {}).get(name):
+                    if node.get("Resources", {}).get(name) == 1:
                         counts[name] += 1
             self._alive, self._alive_at = counts, now
         return self._alive
 
     def describe(
-        self, pairs: Sequence[tuple[str, Precision]], threads: int | None
+        self, pairs: Sequence[tuple[str, Precision]], threads: int | None, refresh: bool = False
     ) -> list[NodeDescription]:
         """Each node type's environment, cores and probes, measured on one of its nodes (all
         types at once)."""
         pairs_json = json.dumps([[runtime, p.value] for runtime, p in pairs])
         counts = self._count_nodes(force=True)
         refs = [
-            self._describe.options(resources={t: 1}).remote(pairs_json, threads)
+            self._describe.options(resources={t: 1}).remote(pairs_json, threads, refresh)
             for t in self.node_types
         ]
+        deadline = time.monotonic() + self.timeout_s + LATE_S
         try:
-            answers = self._ray.get(refs, timeout=self.timeout_s + LATE_S)
+            while True:
+                _ready, waiting = self._ray.wait(refs, num_returns=len(refs), timeout=WAIT_S)
+                if not waiting:
+                    break
+                gone = [t for t in self.node_types if self._count_nodes().get(t, 0) == 0]
+                if gone or time.monotonic() > deadline:
+                    why = f"no live node of type {', '.join(gone)}" if gone else "timed out"
+                    raise BadInputError(f"could not describe the cluster's node types: {why}")
+            answers = self._ray.get(refs)
+        except BadInputError:
+            for ref in refs:
+                with contextlib.suppress(Exception):
+                    self._ray.cancel(ref, force=True)
+            raise
         except Exception as exc:
             raise BadInputError(
                 f"could not describe the cluster's node types: {_first_line(exc)}"
@@ -469,19 +522,28 @@ class RayExecutor:
         try:
             answer = self._ray.get(flight.ref)
         except Exception as exc:  # noqa: BLE001 - every Ray failure becomes a recorded reason
+            from ray import exceptions as rx
+
             name = type(exc).__name__
-            if name == "TaskCancelledError":
-                return WorkerOutcome(None, "cancelled")
-            if name not in _NODE_DIED:
+            if isinstance(exc, rx.TaskCancelledError):
+                return WorkerOutcome(None, f"{NODE_LOST}the task was cancelled")
+            if isinstance(exc, rx.OutOfMemoryError):
+                return WorkerOutcome(
+                    None, f"out of memory: Ray's memory monitor killed the task ({name})"
+                )
+            if not _node_died(exc):
                 return WorkerOutcome(None, f"the Ray task failed: {name}: {_first_line(exc)}")
             why = f"its node died ({name})"
             if flight.attempts >= 2:
                 return WorkerOutcome(
-                    None, f"{flight.first_failure}; retried once, and that node died too"
+                    None,
+                    f"{NODE_LOST}{flight.first_failure}; retried once, and that node died too",
                 )
             if self._count_nodes(force=True).get(flight.node_type, 0) == 0:
                 return WorkerOutcome(
-                    None, f"{why}; no other node of type {flight.node_type} is alive to retry it"
+                    None,
+                    f"{NODE_LOST}{why}; no other node of type {flight.node_type} is alive to "
+                    "retry it",
                 )
             flight.attempts += 1
             flight.first_failure = why
@@ -521,6 +583,7 @@ class RayExecutor:
                 continue
             if flight.first_failure:
                 why = f"{flight.first_failure}; then {why}"
+            why = f"{NODE_LOST}{why}"
             with contextlib.suppress(Exception):  # its node may be gone already
                 self._ray.cancel(flight.ref, force=True)
             del self._flights[ticket]

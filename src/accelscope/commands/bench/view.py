@@ -14,6 +14,7 @@ from accelscope.sweep.select import (
     Selection,
     baseline_for,
     by_node_type,
+    select,
     skipped_by_reason,
 )
 
@@ -27,7 +28,7 @@ def bench_view(
     one of each per node type when a cluster measured it (each node type is its own machine)."""
     groups = by_node_type(results)
     if len(groups) <= 1:
-        selection = next(iter(selections.values()))
+        selection = next(iter(selections.values()), None) or select(results, None)
         return _one_view(results, selection, title=title, rule=rule)
     return Group(
         *(

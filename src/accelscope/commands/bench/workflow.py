@@ -78,11 +78,14 @@ class BenchRequest:
 
     def settings(self) -> dict[str, Any]:
         """What the run's verdict depends on, stored with the run."""
-        return {
+        settings: dict[str, Any] = {
             "sla_p99_s": self.sla_p99_s,
             "max_accuracy_drop": self.max_accuracy_drop,
             "strategy": self.strategy,
         }
+        if self.node_types:
+            settings["node_types"] = list(self.node_types)
+        return settings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,14 +159,24 @@ def _validate(request: BenchRequest) -> None:
             raise BadInputError(f"cannot import plugin {plugin!r}: {exc}") from exc
 
 
-def _prior(path: Path | None, model: LoadedModel) -> tuple[str | None, list[Result]]:
+def _prior(
+    path: Path | None, model: LoadedModel, request: BenchRequest
+) -> tuple[str | None, list[Result]]:
     if path is None or not path.exists():
         raise BadInputError("--resume needs the store of the interrupted run (no store found)")
     with ResultStore(path) as store:
         run_id = store.latest_unfinished_run("bench", model.ref)
         if run_id is None:
             raise BadInputError(f"nothing to resume: no unfinished bench run of {model.ref}")
-        results = list(store.get_run(run_id).results)
+        run = store.get_run(run_id)
+        results = list(run.results)
+    before = tuple(run.settings.get("node_types", ()))
+    if before != request.node_types:
+        where = ", ".join(before) if before else "this machine"
+        raise BadInputError(
+            f"cannot resume run {run_id} with other node types: it measured on {where} "
+            f"(give the same --executor and --node-type)"
+        )
     digests = {r.spec.model_digest for r in results}
     if digests and digests != {model.digest}:
         raise BadInputError(f"cannot resume: the model {model.ref} changed since run {run_id}")
@@ -206,7 +219,7 @@ def bench(
         eval_data=request.eval_data,
         metric=request.metric,
     )
-    resume_id, prior = _prior(store_path, model) if request.resume else (None, [])
+    resume_id, prior = _prior(store_path, model, request) if request.resume else (None, [])
     rule = AccuracyRule(request.max_accuracy_drop)
     cluster = (
         RayExecutor(
@@ -285,7 +298,7 @@ def bench(
         lowest_latency_key=None if several else outcome.selection.lowest_latency_key,
         verdict=" ".join(chosen.verdict for chosen in outcome.selections.values()),
         sla_p99_s=request.sla_p99_s,
-        baseline_key=outcome.selection.baseline_key,
+        baseline_key=None if several else outcome.selection.baseline_key,
         speedup_note=(
             SPEEDUP_COLUMN_NOTE
             if outcome.selection.confirmation and outcome.selection.confirmation.speedup
@@ -323,7 +336,9 @@ def _describe_nodes(
     if events is not None:
         what = f" and their precision probes ({len(pairs)})" if pairs else ""
         events.note(f"describing node types {', '.join(cluster.node_types)}{what} on the cluster")
-    described = cluster.describe(pairs, max(request.threads) if request.threads else None)
+    described = cluster.describe(
+        pairs, max(request.threads) if request.threads else None, request.refresh_probes
+    )
     if events is not None:
         for d in described:
             events.note(
