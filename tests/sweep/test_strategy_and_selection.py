@@ -202,7 +202,8 @@ def test_resume_measures_again_only_what_a_cluster_or_the_budget_lost(
         dataclasses.replace(ok[3], status=Status.FAILED, status_reason="crashed: SIGSEGV"),
     ]
     executor = FakeExecutor(environment)
-    prior = [*lost, *ok[4:]]
+    changed = {r.spec.key for r in lost}
+    prior = [*lost, *(r for r in first.results if r.spec.key not in changed)]
     run_sweep(
         _plan("grid"),
         tiny,
