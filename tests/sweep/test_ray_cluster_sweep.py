@@ -25,7 +25,12 @@ from accelscope.spec import Precision, RunSpec
 from accelscope.store.sqlite import ResultStore
 from accelscope.sweep.driver import NO_NODE_REASON
 from accelscope.sweep.ray_executor import RayExecutor
-from accelscope.testing import CliRunner, assert_one_line_error, tiny_onnx_bytes
+from accelscope.testing import (
+    CliRunner,
+    assert_one_line_error,
+    restore_default_sigint,
+    tiny_onnx_bytes,
+)
 from accelscope.testing.ray_cluster import LocalRayCluster
 
 QUICK = (
@@ -360,7 +365,7 @@ def test_a_dead_node_with_no_other_of_its_type_is_recorded_and_the_rest_goes_on(
         assert len(opened.get_run(outcome.run_id or "latest").results) == len(outcome.results)
 
 
-def test_driver_killed_mid_sweep_resumes_without_measuring_again(
+def test_driver_interrupted_then_killed_mid_sweep_resumes_without_measuring_again(
     cluster: LocalRayCluster, tmp_path: Path, cli: CliRunner
 ) -> None:
     store = tmp_path / "r.db"
@@ -390,27 +395,12 @@ def test_driver_killed_mid_sweep_resumes_without_measuring_again(
         "--store",
         str(store),
     ]
-    driver = subprocess.Popen(
-        [str(Path(sys.executable).with_name("accelscope")), *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        stored = 0
-        while stored < 2 and time.monotonic() < deadline and driver.poll() is None:
-            time.sleep(0.5)
-            if store.exists():
-                with ResultStore(store) as opened:
-                    heads = opened.list_runs(5)
-                    if heads:
-                        run = opened.get_run(heads[0].id)
-                        stored = sum(1 for r in run.results if r.status is Status.OK)
-        assert stored >= 2 and driver.poll() is None, "the driver ended before it was killed"
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=30)
+    # Ctrl-C first: the driver stops cleanly (exit 130), the run is marked interrupted
+    _drive_until(args, store, at_least=1, stop=signal.SIGINT, expect=130)
+    with ResultStore(store) as opened:
+        assert opened.list_runs(1)[0].status == "interrupted"
+    # then the resumed driver is killed outright
+    _drive_until([*args, "--resume"], store, at_least=3, stop=signal.SIGKILL, expect=-9)
     other = [a if a != "node_type_a,node_type_b" else "node_type_a" for a in args]
     code, _, err = cli(*other, "--resume")
     assert_one_line_error(code, err, "cannot resume", "node_type_a, node_type_b")
@@ -421,6 +411,45 @@ def test_driver_killed_mid_sweep_resumes_without_measuring_again(
     measured = Counter(r.spec.key for r in run.results if r.status is Status.OK)
     assert len(measured) == 8  # 4 batch sizes x 2 node types
     assert set(measured.values()) == {1}  # nothing stored before the kill was measured again
+
+
+def _stored_ok(store: Path) -> int:
+    if not store.exists():
+        return 0
+    with ResultStore(store) as opened:
+        heads = opened.list_runs(5)
+        if not heads:
+            return 0
+        return sum(1 for r in opened.get_run(heads[0].id).results if r.status is Status.OK)
+
+
+def _drive_until(
+    args: list[str], store: Path, *, at_least: int, stop: signal.Signals, expect: int
+) -> None:
+    """Run the CLI driver until ``at_least`` results are stored, then signal it."""
+    driver = subprocess.Popen(
+        [str(Path(sys.executable).with_name("accelscope")), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=restore_default_sigint,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while (
+            _stored_ok(store) < at_least and time.monotonic() < deadline and driver.poll() is None
+        ):
+            time.sleep(0.5)
+        assert driver.poll() is None, "the driver ended before it was stopped"
+        driver.send_signal(stop)
+        _, err = driver.communicate(timeout=60)
+        assert driver.returncode == expect, err
+        if stop == signal.SIGINT:
+            assert "Traceback" not in err.decode(), err
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
 
 
 def test_bad_cluster_input_is_one_line_exit_2(
