@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser demo test check benchmarks clean
+.PHONY: install browser prometheus demo test check benchmarks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,17 @@ browser:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "the report tests need chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
 
-test: check browser
+# audit is tested against a real Prometheus (Debian's package: prometheus and promtool).
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      prometheus >/dev/null; \
+	  else echo "the audit tests need prometheus and promtool: sudo apt-get install prometheus" >&2; \
+	    exit 1; fi; }
+
+test: check browser prometheus
 	$(BIN)/pytest -q
 
 benchmarks: $(STAMP)

@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "load": 8,
     "plan": 8,
     "store": 9,
+    "audit": 9,  # above plan: prices GPU-hours from plan's catalog
     "report": 10,
     "compare": 8,
     "commands": 11,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 from collections import namedtuple
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
@@ -16,6 +14,7 @@ from accelscope.hardware.telemetry import (
     cpu_times_from_psutil,
     cpu_utilisation,
 )
+from accelscope.testing.nvml import FakeNvml
 
 # Shaped as psutil's Linux ``scputimes`` (seconds; guest is inside user).
 scputimes = namedtuple(
@@ -49,60 +48,6 @@ def test_real_psutil_times_fold_per_core() -> None:
     times = cpu_times_from_psutil(per_cpu, 1)
     assert len(times.cores) == len(per_cpu)
     assert all(0.0 <= busy <= total for busy, total in times.cores)
-
-
-class FakeNvml:
-    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
-    NVML_GPM_METRICS_GET_VERSION = 1
-    NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_ANY_TENSOR_UTIL = 2, 5
-
-    class c_nvmlGpmMetricsGet_t:
-        def __init__(self) -> None:
-            self.metrics = [SimpleNamespace(metricId=0, value=0.0) for _ in range(2)]
-
-    def __init__(self, gpm: bool) -> None:
-        self.gpm = gpm
-        self.freed = 0
-        self.shutdown = False
-
-    def nvmlInit(self) -> None: ...
-    def nvmlDeviceGetCount(self) -> int:
-        return 1
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
-        return f"gpu{index}"
-
-    def nvmlDeviceGetUtilizationRates(self, handle: str) -> Any:
-        return SimpleNamespace(gpu=87)
-
-    def nvmlDeviceGetMemoryInfo(self, handle: str) -> Any:
-        return SimpleNamespace(used=2**30, total=2**34)
-
-    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:
-        return 350_000  # mW
-
-    def nvmlDeviceGetClockInfo(self, handle: str, which: int) -> int:
-        if which == self.NVML_CLOCK_MEM:
-            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
-        return 1980
-
-    def nvmlGpmQueryDeviceSupport(self, handle: str) -> Any:
-        return SimpleNamespace(isSupportedDevice=int(self.gpm))
-
-    def nvmlGpmSampleAlloc(self) -> Any:
-        return SimpleNamespace()
-
-    def nvmlGpmSampleGet(self, handle: str, sample: Any) -> None: ...
-    def nvmlGpmSampleFree(self, sample: Any) -> None:
-        self.freed += 1
-
-    def nvmlGpmMetricsGet(self, request: Any) -> None:
-        values = {self.NVML_GPM_METRIC_SM_UTIL: 61.5, self.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 40.0}
-        for metric in request.metrics:
-            metric.value = values[metric.metricId]
-
-    def nvmlShutdown(self) -> None:
-        self.shutdown = True
 
 
 def test_nvml_source_reads_gpu_and_gpm_activity() -> None:

@@ -1,0 +1,293 @@
+"""Dollars with provenance, and actions ranked by the dollars a month they concern.
+
+A GPU-hour's price is the catalog instance's hourly price over its GPU count, matched by GPU
+model (``A100``, ``H100``, ``L4``, ... and the memory size when both say it), with the
+catalog's source and date; ``--price MODEL=USD`` overrides. A MIG instance costs its share of
+the GPU. Monthly figures scale the window to 30 days.
+
+Actions carry the evidence, the dollars a month, whether those are *recovered* (the hours go
+away: idle allocations, GPUs freed by MIG, hours a diurnal service does not need) or only *at
+stake* (an upper bound: the cost of the hours a change would speed up), and the accelscope
+command that verifies them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from accelscope.audit.analysis import DeviceFigures
+from accelscope.errors import BadInputError
+from accelscope.plan.catalog import Catalog
+
+__all__ = ["Action", "GpuPrice", "actions", "gpu_price", "mig_profiles"]
+
+_MODEL = re.compile(r"(H200|H100|A100|A10G|A30|L40S|L4|T4|V100)", re.IGNORECASE)
+_MEMORY = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
+HOURS_PER_MONTH = 30 * 24
+
+
+@dataclass(frozen=True)
+class GpuPrice:
+    """$ per GPU-hour and where it comes from."""
+
+    usd_per_gpu_hour: float
+    source: str
+
+
+def _family(model: str) -> tuple[str, str]:
+    kind = _MODEL.search(model)
+    memory = _MEMORY.search(model)
+    return (kind.group(1).upper() if kind else "", memory.group(1) if memory else "")
+
+
+def gpu_price(model: str, catalog: Catalog, given: Mapping[str, float]) -> GpuPrice:
+    """The price of one GPU-hour of ``model``: ``given`` (by exact model name or family),
+    else the catalog; a model without one is bad input."""
+    family, memory = _family(model)
+    for name, price in given.items():
+        if name == model or (family and _family(name)[0] == family):
+            return GpuPrice(price, f"--price {name}={price:g}")
+    candidates = []
+    for instance in catalog.instances:
+        if instance.kind != "gpu":
+            continue
+        other, other_memory = _family(instance.accelerator)
+        if family and other == family:
+            exact = not memory or not other_memory or memory == other_memory
+            candidates.append(
+                (not exact, instance.price_usd_per_hour / instance.accelerator_count, instance)
+            )
+    if not candidates:
+        raise BadInputError(
+            f"no price for GPU model {model or '(unnamed)'} in the catalog: give "
+            f"--price '{model or 'MODEL'}=USD_PER_GPU_HOUR' or a --catalog with it"
+        )
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    inexact, per_gpu, instance = candidates[0]
+    source = instance.sources.get("price_usd_per_hour")
+    cited = f"{source.source}, {source.date}" if source else "catalog"
+    caveat = " (same GPU family, other memory size)" if inexact else ""
+    return GpuPrice(
+        per_gpu,
+        f"{instance.type} ${instance.price_usd_per_hour:g}/h ÷ {instance.accelerator_count} "
+        f"GPU(s){caveat}: {cited}",
+    )
+
+
+def mig_profiles(model: str) -> dict[int, float]:
+    """Compute slices → memory (GiB) of the smallest MIG profile with that many slices."""
+    family, memory = _family(model)
+    if family == "A30":
+        return {1: 6, 2: 12, 4: 24}
+    if family in ("A100", "H100", "H200"):
+        per_slice = 5.0 if (family == "A100" and memory == "40") else 10.0
+        if family == "H200":
+            per_slice = 18.0
+        return {g: per_slice * m for g, m in ((1, 1), (2, 2), (3, 4), (4, 4), (7, 8))}
+    return {}
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing to do: what, the dollars a month, recovered or at stake, evidence, and the
+    command that verifies it."""
+
+    kind: str
+    title: str
+    usd_per_month: float
+    basis: str
+    """``recovered`` or ``at stake (upper bound)``."""
+    evidence: tuple[str, ...]
+    verify: str
+    devices: tuple[str, ...]
+    assumptions: tuple[str, ...] = ()
+    detail: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "kind": self.kind,
+            "title": self.title,
+            "usd_per_month": self.usd_per_month,
+            "basis": self.basis,
+            "evidence": list(self.evidence),
+            "verify": self.verify,
+            "devices": list(self.devices),
+            "assumptions": list(self.assumptions),
+            "detail": dict(self.detail) if self.detail else None,
+        }
+
+
+def _usd(figure: DeviceFigures, hours: float, price: GpuPrice, per_month: float) -> float:
+    return hours * figure.share * price.usd_per_gpu_hour * per_month
+
+
+def actions(
+    figures: Sequence[DeviceFigures],
+    prices: Mapping[str, GpuPrice],
+    window_hours: float,
+) -> list[Action]:
+    """Every action the figures support, ranked by dollars a month."""
+    per_month = HOURS_PER_MONTH / window_hours
+    found: list[Action] = []
+    for f in figures:
+        price = prices[f.model]
+        if f.streaks:
+            longest = max(s.hours for s in f.streaks)
+            holders = sorted({s.holder for s in f.streaks})
+            found.append(
+                Action(
+                    kind="release-idle",
+                    title=f"release {', '.join(holders)} on {f.key}: held but idle",
+                    usd_per_month=_usd(f, f.hours["held_idle"], price, per_month),
+                    basis="recovered",
+                    evidence=(
+                        f"{len(f.streaks)} held-idle streak(s) ≥ 30 min, "
+                        f"{f.hours['held_idle']:.1f} h in the window, longest {longest:.1f} h",
+                    ),
+                    verify="accelscope audit again after releasing: its held-idle hours go",
+                    devices=(f.key,),
+                )
+            )
+        if f.hours.get("busy_not_useful", 0.0) >= 0.25 * max(f.hours["held"], 1e-9):
+            found.append(
+                Action(
+                    kind="fix-input-or-batch",
+                    title=f"{f.key}: busy but not useful (input pipeline or batch size)",
+                    usd_per_month=_usd(f, f.hours["busy_not_useful"], price, per_month),
+                    basis="at stake (upper bound)",
+                    evidence=(
+                        f"{f.hours['busy_not_useful']:.1f} h with GPU_UTIL ≥ 50 % but SM_ACTIVE "
+                        "< 25 %: nvidia-smi shows it busy while its SMs mostly wait",
+                        f"median DRAM activity {f.dram_median or 0:.0%}",
+                    ),
+                    verify="accelscope doctor TRAIN_SCRIPT (input-bound? sync-bound?), then "
+                    "accelscope bench MODEL --batch 8,32,128",
+                    devices=(f.key,),
+                )
+            )
+        useful_share = f.useful_share or 0.0
+        if (
+            f.tensor_median is not None
+            and f.tensor_median < 0.02
+            and useful_share >= 0.3
+            and not f.mig_profile
+        ):
+            found.append(
+                Action(
+                    kind="mixed-precision",
+                    title=f"{f.key}: SMs busy, tensor cores idle: try bf16/fp16",
+                    usd_per_month=_usd(f, f.hours.get("useful", 0.0), price, per_month),
+                    basis="at stake (upper bound)",
+                    evidence=(
+                        f"useful share {useful_share:.0%}, median tensor activity "
+                        f"{f.tensor_median:.1%}",
+                    ),
+                    verify="accelscope doctor TRAIN_SCRIPT --what-if amp (or accelscope bench "
+                    "MODEL --precision fp32,bf16,fp16)",
+                    devices=(f.key,),
+                    assumptions=("the saving is a share of these hours; doctor measures it",),
+                )
+            )
+        curve = f.hourly_activity
+        if curve and max(curve) >= 0.2 and min(curve) < 0.3 * max(curve):
+            peak = max(curve)
+            need = sum(a / peak for a in curve) / 24
+            found.append(
+                Action(
+                    kind="follow-diurnal",
+                    title=f"{f.key}: diurnal load ({min(curve):.0%}-{peak:.0%} by hour): "
+                    "scale with it",
+                    usd_per_month=_usd(f, f.hours["held"] * (1 - need), price, per_month),
+                    basis="recovered",
+                    evidence=(
+                        f"mean activity per hour of day from {min(curve):.0%} to {peak:.0%}; "
+                        f"capacity following it needs {need:.0%} of the peak GPU-hours",
+                    ),
+                    verify="accelscope plan --traffic hourly.csv (the profile below as "
+                    "hour,qps) --sla-p99 ...",
+                    devices=(f.key,),
+                    assumptions=("capacity needed is proportional to engine activity",),
+                    detail={"hourly_activity": list(curve)},
+                )
+            )
+    found.extend(_consolidate(figures, prices, per_month))
+    return sorted(found, key=lambda a: -a.usd_per_month)
+
+
+def _consolidate(
+    figures: Sequence[DeviceFigures], prices: Mapping[str, GpuPrice], per_month: float
+) -> list[Action]:
+    """Whole GPUs whose p99 memory and p95 SM activity fit a MIG slice, bin-packed per GPU
+    model (first fit decreasing on compute slices): the GPUs freed."""
+    by_model: dict[str, list[tuple[int, DeviceFigures]]] = {}
+    for f in figures:
+        profiles = mig_profiles(f.model)
+        if f.mig_profile or not profiles or f.memory_p99_fraction is None or f.sm_p95 is None:
+            continue
+        total_gib = _gpu_memory_gib(f.model)
+        need_gib = f.memory_p99_fraction * total_gib
+        fits = [
+            g
+            for g, gib in sorted(profiles.items())
+            if g < 7 and gib >= need_gib and g / 7 >= f.sm_p95
+        ]
+        if fits:
+            by_model.setdefault(f.model, []).append((fits[0], f))
+    found = []
+    for model, items in by_model.items():
+        if len(items) < 2:
+            continue
+        bins: list[int] = []
+        for slices, _ in sorted(items, key=lambda x: -x[0]):
+            for i, used in enumerate(bins):
+                if used + slices <= 7:
+                    bins[i] += slices
+                    break
+            else:
+                bins.append(slices)
+        freed = len(items) - len(bins)
+        if freed <= 0:
+            continue
+        hours = sum(f.hours["held"] for _, f in items) / len(items)
+        found.append(
+            Action(
+                kind="consolidate-mig",
+                title=f"consolidate {len(items)} {model} GPUs onto {len(bins)} with MIG",
+                usd_per_month=freed * hours * prices[model].usd_per_gpu_hour * per_month,
+                basis="recovered",
+                evidence=tuple(
+                    f"{f.key}: p99 memory {f.memory_p99_fraction:.0%}, p95 SM "
+                    f"{f.sm_p95:.0%} → {g}g slice"
+                    for g, f in items
+                    if f.memory_p99_fraction is not None and f.sm_p95 is not None
+                ),
+                verify="accelscope load MODEL on the slice (CUDA_VISIBLE_DEVICES=MIG-...) "
+                "--sla-p99 ...",
+                devices=tuple(f.key for _, f in items),
+                assumptions=(
+                    "a whole GPU's p95 SM activity s needs ceil(7 s) of 7 compute slices; a "
+                    "MIG instance's own activity is relative to its slice",
+                    "first-fit-decreasing on compute slices; memory per the smallest profile "
+                    "with that many slices",
+                ),
+            )
+        )
+    return found
+
+
+def _gpu_memory_gib(model: str) -> float:
+    memory = _MEMORY.search(model)
+    if memory:
+        return float(memory.group(1))
+    family, _ = _family(model)
+    return {"L4": 24.0, "T4": 16.0, "A10G": 24.0, "L40S": 48.0, "A30": 24.0}.get(family, 80.0)
+
+
+def monthly(hours: float, window_hours: float) -> float:
+    """Hours in the window scaled to 30 days."""
+    return hours * HOURS_PER_MONTH / window_hours if window_hours > 0 else math.nan

@@ -1,0 +1,142 @@
+"""The stored ``audit`` document: window, definitions, every device's figures and dollars, the
+roll-ups by node, GPU model and namespace, the CPU nodes, and the ranked actions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from accelscope.audit.analysis import (
+    BUSY_NOT_USEFUL,
+    IDLE_BELOW,
+    STREAK_MIN_S,
+    DeviceFigures,
+)
+from accelscope.audit.cost import HOURS_PER_MONTH, Action, GpuPrice
+from accelscope.audit.telemetry import Grid
+
+__all__ = ["AUDIT_SCHEMA", "DEFINITIONS", "audit_document"]
+
+AUDIT_SCHEMA = 1
+DEFINITIONS = {
+    "busy_h": "Σ GPU_UTIL x hours: what nvidia-smi shows (a kernel ran at some point of each "
+    "sample window); not measured under MIG",
+    "active_h": "Σ GR_ENGINE_ACTIVE x hours",
+    "useful_h": "Σ SM_ACTIVE x hours (SM-active GPU-hours)",
+    "useful_share": "useful_h / held_h",
+    "idle": f"engine activity (GR_ENGINE_ACTIVE, else GPU_UTIL) below {IDLE_BELOW:.0%}",
+    "busy_not_useful": f"GPU_UTIL >= {BUSY_NOT_USEFUL[0]:.0%} while SM_ACTIVE < "
+    f"{BUSY_NOT_USEFUL[1]:.0%}",
+    "held": "a pod held the GPU (dcgm-exporter's pod label); = observed without pod labels",
+    "held_idle": f"held and idle for >= {STREAK_MIN_S / 60:.0f} min in a row",
+    "mig": "a MIG instance counts as its share of the GPU (g/7, g/4 on A30) in hours and $; "
+    "its activity fields are relative to its own slice",
+}
+_SUMMED = ("observed", "held", "busy", "active", "useful", "idle", "held_idle", "busy_not_useful")
+
+
+def _dollars(f: DeviceFigures, price: GpuPrice) -> dict[str, float]:
+    rate = price.usd_per_gpu_hour * f.share
+    out = {
+        "cost_usd": f.hours["held"] * rate if f.hours["held"] else f.hours["observed"] * rate,
+        "idle_usd": f.hours.get("idle", 0.0) * rate,
+        "held_idle_usd": f.hours.get("held_idle", 0.0) * rate,
+    }
+    return out
+
+
+def _per_useful(f: DeviceFigures, cost: float) -> float | None:
+    useful = f.hours.get("useful", 0.0) * f.share
+    return cost / useful if useful > 0 else None
+
+
+def _rollup(rows: Sequence[tuple[str, DeviceFigures, dict[str, float]]]) -> list[dict[str, Any]]:
+    groups: dict[str, dict[str, Any]] = {}
+    for name, f, usd in rows:
+        g = groups.setdefault(
+            name, {"name": name, "gpus": 0.0, **{f"{k}_gpu_h": 0.0 for k in _SUMMED}}
+        )
+        g["gpus"] += f.share
+        for key in _SUMMED:
+            g[f"{key}_gpu_h"] += f.hours.get(key, 0.0) * f.share
+        for key in ("cost_usd", "idle_usd", "held_idle_usd"):
+            g[key] = g.get(key, 0.0) + usd[key]
+    for g in groups.values():
+        held = g["held_gpu_h"]
+        g["useful_share"] = g["useful_gpu_h"] / held if held > 0 else None
+    return sorted(groups.values(), key=lambda g: -float(g.get("cost_usd", 0.0)))
+
+
+def audit_document(
+    *,
+    grid: Grid,
+    source: str,
+    figures: Sequence[DeviceFigures],
+    prices: Mapping[str, GpuPrice],
+    actions: Sequence[Action],
+    cpu_busy: Mapping[str, NDArray[np.float64]],
+    ignored: Mapping[str, int],
+) -> dict[str, Any]:
+    """Everything the views, the report and a later ``runs show`` need."""
+    window_h = grid.slots * grid.slot_h
+    per_month = HOURS_PER_MONTH / window_h
+    rows = []
+    devices = []
+    for f in figures:
+        usd = _dollars(f, prices[f.model])
+        per_useful = _per_useful(f, usd["cost_usd"])
+        devices.append({**f.to_dict(), "usd": {**usd, "usd_per_useful_gpu_hour": per_useful}})
+        rows.append((f, usd))
+    totals: dict[str, Any] = {
+        k: sum(f.hours.get(k, 0.0) * f.share for f in figures) for k in _SUMMED
+    }
+    cost = sum(u["cost_usd"] for _, u in rows)
+    useful = totals["useful"]
+    totals.update(
+        gpus=sum(f.share for f in figures),
+        cost_usd=cost,
+        idle_usd=sum(u["idle_usd"] for _, u in rows),
+        held_idle_usd=sum(u["held_idle_usd"] for _, u in rows),
+        usd_per_useful_gpu_hour=cost / useful if useful > 0 else None,
+        useful_share=useful / totals["held"] if totals["held"] > 0 else None,
+        cost_usd_per_month=cost * per_month,
+        idle_usd_per_month=sum(u["idle_usd"] for _, u in rows) * per_month,
+    )
+    namespace_rows = [
+        (holder.split("/")[0] if "/" in holder else holder, f, usd)
+        for f, usd in rows
+        for holder in (f.holders or ("(unallocated)",))[:1]
+    ]
+    cpu = {
+        host: {
+            "coverage": float(np.mean(~np.isnan(busy))),
+            "busy_share": float(np.nanmean(busy)) if np.any(~np.isnan(busy)) else None,
+        }
+        for host, busy in cpu_busy.items()
+    }
+    return {
+        "schema": AUDIT_SCHEMA,
+        "source": source,
+        "window": {
+            "start_s": grid.start_s,
+            "end_s": grid.end_s,
+            "step_s": grid.step_s,
+            "hours": window_h,
+        },
+        "definitions": DEFINITIONS,
+        "prices": {
+            m: {"usd_per_gpu_hour": p.usd_per_gpu_hour, "source": p.source}
+            for m, p in prices.items()
+        },
+        "totals": totals,
+        "devices": devices,
+        "by_node": _rollup([(f.host, f, u) for f, u in rows]),
+        "by_model": _rollup([(f.model, f, u) for f, u in rows]),
+        "by_namespace": _rollup(namespace_rows),
+        "cpu_nodes": cpu,
+        "actions": [a.to_dict() for a in actions],
+        "ignored_series": dict(ignored),
+    }

@@ -1,0 +1,132 @@
+"""The telemetry vocabulary an audit reads, as data: every name a field has had in dcgm-exporter
+and node-exporter, the unit it comes in, and how to bring it to accelscope's unit.
+
+Facts and sources: docs/design/audit-telemetry-facts.md. dcgm-exporter exports a field under
+exactly the name its counters CSV gives; DCGM 4.6 renamed the fields (same IDs and units:
+``DCGM_FI_DEV_GPU_UTIL`` → ``DCGM_FI_DEV_GPU_UTIL_RATIO``, still 0..100 in 4.6), and 1.x
+exporters used lowercase names. Utilisation is normalised to a 0..1 fraction: a field whose
+largest value exceeds 1.5 is read as a percentage, whatever its name says (dcgm-exporter 4.9
+turns utilisation into a 0..1 ratio under names not yet known here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FIELDS", "Field", "canonical_name", "label"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One quantity: its canonical name, every name it is exported under, and its unit."""
+
+    name: str
+    aliases: tuple[str, ...]
+    unit: str
+    """``fraction`` (0..1; percent input detected), ``MiB``, ``W``, ``mJ counter`` or
+    ``s counter``."""
+    meaning: str
+
+
+FIELDS: tuple[Field, ...] = (
+    Field(
+        "gpu_util",
+        ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", "dcgm_gpu_utilization"),
+        "fraction",
+        "nvidia-smi's GPU utilisation: share of the sample window in which any kernel ran",
+    ),
+    Field(
+        "gr_active",
+        (
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
+            "dcgm_fi_prof_gr_engine_active",
+        ),
+        "fraction",
+        "graphics/compute engine active",
+    ),
+    Field(
+        "sm_active",
+        ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_UTIL_RATIO", "dcgm_fi_prof_sm_active"),
+        "fraction",
+        "cycles an SM has at least one warp assigned, averaged over SMs",
+    ),
+    Field(
+        "sm_occupancy",
+        (
+            "DCGM_FI_PROF_SM_OCCUPANCY",
+            "DCGM_FI_PROF_SM_OCCUPANCY_RATIO",
+            "dcgm_fi_prof_sm_occupancy",
+        ),
+        "fraction",
+        "resident warps over the SMs' maximum",
+    ),
+    Field(
+        "tensor_active",
+        (
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
+            "dcgm_fi_prof_pipe_tensor_active",
+        ),
+        "fraction",
+        "cycles any tensor pipe is active",
+    ),
+    Field(
+        "dram_active",
+        ("DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_DRAM_UTIL_RATIO", "dcgm_fi_prof_dram_active"),
+        "fraction",
+        "cycles the device memory interface is busy",
+    ),
+    Field("fb_used_mib", ("DCGM_FI_DEV_FB_USED", "dcgm_fb_used"), "MiB", "framebuffer used"),
+    Field("fb_free_mib", ("DCGM_FI_DEV_FB_FREE", "dcgm_fb_free"), "MiB", "framebuffer free"),
+    Field(
+        "power_w",
+        ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS", "dcgm_power_usage"),
+        "W",
+        "board power draw",
+    ),
+    Field(
+        "energy_mj",
+        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "dcgm_total_energy_consumption"),
+        "mJ counter",
+        "energy since the driver was loaded (resets on reload)",
+    ),
+    Field(
+        "cpu_seconds",
+        ("node_cpu_seconds_total",),
+        "s counter",
+        "node-exporter CPU time per cpu and mode",
+    ),
+)
+
+_BY_ALIAS = {alias: f.name for f in FIELDS for alias in f.aliases}
+
+LABELS: dict[str, tuple[str, ...]] = {
+    "host": ("Hostname", "hostname", "instance", "node"),
+    "gpu": ("gpu",),
+    "uuid": ("UUID", "uuid"),
+    "model": ("modelName",),
+    "mig_profile": ("GPU_I_PROFILE",),
+    "mig_id": ("GPU_I_ID",),
+    "pod": ("pod", "exported_pod", "pod_name"),
+    "namespace": ("namespace", "exported_namespace", "pod_namespace"),
+    "container": ("container", "exported_container", "container_name"),
+    "cpu": ("cpu",),
+    "mode": ("mode",),
+}
+"""Canonical label → the names exporters and scrapes have given it, preferred first
+(``exported_*``: Prometheus renamed the exporter's own label on a clash)."""
+
+
+def canonical_name(metric: str) -> str | None:
+    """The canonical field of an exported metric name; ``None`` when it is not one we read."""
+    return _BY_ALIAS.get(metric)
+
+
+def label(labels: dict[str, str], canonical: str) -> str:
+    """The value of ``canonical`` under any of its names (empty when absent)."""
+    for name in LABELS[canonical]:
+        value = labels.get(name)
+        if value:
+            return value
+    return ""
