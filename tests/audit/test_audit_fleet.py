@@ -77,6 +77,15 @@ def test_mig_instances_count_as_their_slice(document: dict[str, Any]) -> None:
     assert "energy_kwh" not in _device(document, "node-b/gpu0/mig2")["hours"]
 
 
+def test_kube_state_metrics_gpu_requests_per_node(document: dict[str, Any]) -> None:
+    requested = {g["name"]: g.get("requested_gpu_h") for g in document["by_node"]}
+    assert requested["node-a"] == pytest.approx(3 * 168)  # its cpu request is not a GPU
+    assert requested["node-b"] == pytest.approx((3 + 2) / 7 * 168)  # MIG instances
+    assert requested["node-c"] == pytest.approx(2 * 168)
+    assert document["totals"]["requested_gpu_h"] == pytest.approx((3 + 5 / 7 + 2 + 2) * 168)
+    assert "kube-state-metrics GPU requests" in document["totals"]["allocation"]
+
+
 def test_gap_is_coverage_not_zero(document: dict[str, Any]) -> None:
     chat = _device(document, "node-c/gpu0")
     assert chat["hours"]["observed"] == pytest.approx(166)
@@ -113,8 +122,16 @@ def test_actions_ranked_with_dollars(document: dict[str, Any]) -> None:
     assert diurnal["devices"] == ["node-c/gpu0"] and "plan --traffic" in diurnal["verify"]
 
 
-def test_cpu_pool_busy_share(document: dict[str, Any]) -> None:
-    assert document["cpu_nodes"]["node-e"]["busy_share"] == pytest.approx(0.2)
+def test_cpu_pool_busy_share_and_dollars(document: dict[str, Any], export: Path) -> None:
+    node = document["cpu_nodes"]["node-e"]
+    assert node["busy_share"] == pytest.approx(0.2)
+    assert "--price cpu=" in node["not_measured"]["usd"]
+    priced = audit(AuditRequest(export=export, prices=(("cpu", 0.357),)), store_path=None)
+    node = priced.document["cpu_nodes"]["node-e"]
+    hours = node["observed_h"]
+    assert hours == pytest.approx(168 - STEP_S / 3600)  # the first sample only primes the rate
+    assert node["cost_usd"] == pytest.approx(hours * 0.357)
+    assert node["idle_usd"] == pytest.approx(hours * 0.357 * 0.8)
 
 
 def test_cli_terminal_json_and_runs_show(export: Path, tmp_path: Path, cli: CliRunner) -> None:

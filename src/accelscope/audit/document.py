@@ -70,6 +70,24 @@ def _rollup(rows: Sequence[tuple[str, DeviceFigures, dict[str, float]]]) -> list
     return sorted(groups.values(), key=lambda g: -float(g.get("cost_usd", 0.0)))
 
 
+def _cpu_node(busy: NDArray[np.float64], grid: Grid, usd_per_hour: float | None) -> dict[str, Any]:
+    """A CPU node's coverage, busy share and (priced) cost and idle cost."""
+    seen = ~np.isnan(busy)
+    observed_h = float(np.count_nonzero(seen)) * grid.slot_h
+    share = float(np.nanmean(busy)) if seen.any() else None
+    node: dict[str, Any] = {
+        "coverage": float(np.mean(seen)),
+        "observed_h": observed_h,
+        "busy_share": share,
+    }
+    if usd_per_hour is None:
+        node["not_measured"] = {"usd": "no price for CPU nodes: give --price cpu=USD_PER_NODE_HOUR"}
+    else:
+        node["cost_usd"] = observed_h * usd_per_hour
+        node["idle_usd"] = observed_h * usd_per_hour * (1.0 - (share or 0.0))
+    return node
+
+
 def audit_document(
     *,
     grid: Grid,
@@ -79,6 +97,8 @@ def audit_document(
     actions: Sequence[Action],
     cpu_busy: Mapping[str, NDArray[np.float64]],
     ignored: Mapping[str, int],
+    cpu_usd_per_node_hour: float | None = None,
+    requests: Mapping[str, NDArray[np.float64]] | None = None,
 ) -> dict[str, Any]:
     """Everything the views, the report and a later ``runs show`` need."""
     window_h = grid.slots * grid.slot_h
@@ -110,13 +130,26 @@ def audit_document(
         for f, usd in rows
         for holder in (f.holders or ("(unallocated)",))[:1]
     ]
-    cpu = {
-        host: {
-            "coverage": float(np.mean(~np.isnan(busy))),
-            "busy_share": float(np.nanmean(busy)) if np.any(~np.isnan(busy)) else None,
-        }
-        for host, busy in cpu_busy.items()
-    }
+    requested = {node: float(np.sum(r)) * grid.slot_h for node, r in (requests or {}).items()}
+    by_node = _rollup([(f.host, f, u) for f, u in rows])
+    for group in by_node:
+        if group["name"] in requested:
+            group["requested_gpu_h"] = requested[group["name"]]
+    known = any(f.holders for f in figures)
+    totals["allocation"] = (
+        "held = a pod held the GPU (dcgm-exporter's pod labels)"
+        if known
+        else "held = observed: the data has no pod labels"
+    ) + (
+        f"; kube-state-metrics GPU requests: {sum(requested.values()):,.1f} GPU-h"
+        if requested
+        else "; no kube-state-metrics GPU requests"
+    )
+    totals["requested_gpu_h"] = sum(requested.values()) if requested else None
+    cpu = {host: _cpu_node(busy, grid, cpu_usd_per_node_hour) for host, busy in cpu_busy.items()}
+    if cpu_usd_per_node_hour is not None:
+        totals["cpu_cost_usd"] = sum(float(c["cost_usd"]) for c in cpu.values())
+        totals["cpu_idle_usd"] = sum(float(c["idle_usd"]) for c in cpu.values())
     return {
         "schema": AUDIT_SCHEMA,
         "source": source,
@@ -133,7 +166,7 @@ def audit_document(
         },
         "totals": totals,
         "devices": devices,
-        "by_node": _rollup([(f.host, f, u) for f, u in rows]),
+        "by_node": by_node,
         "by_model": _rollup([(f.model, f, u) for f, u in rows]),
         "by_namespace": _rollup(namespace_rows),
         "cpu_nodes": cpu,

@@ -92,6 +92,12 @@ FIELDS: tuple[Field, ...] = (
         "energy since the driver was loaded (resets on reload)",
     ),
     Field(
+        "gpu_requests",
+        ("kube_pod_container_resource_requests",),
+        "count",
+        "kube-state-metrics: GPUs (or MIG instances) a pod's container requests",
+    ),
+    Field(
         "cpu_seconds",
         ("node_cpu_seconds_total",),
         "s counter",
@@ -112,6 +118,8 @@ LABELS: dict[str, tuple[str, ...]] = {
     "namespace": ("namespace", "exported_namespace", "pod_namespace"),
     "container": ("container", "exported_container", "container_name"),
     "cpu": ("cpu",),
+    "kube_node": ("node",),
+    "resource": ("resource",),
     "mode": ("mode",),
 }
 """Canonical label → the names exporters and scrapes have given it, preferred first

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "Series",
     "build_devices",
     "cpu_nodes",
+    "gpu_requests",
     "parse_export_text",
     "parse_query_range",
     "query_range_answer",
@@ -238,7 +240,7 @@ def build_devices(series: Iterable[Series], grid: Grid) -> list[Device]:
     (a field whose largest value in a series exceeds 1.5 is a percentage)."""
     devices: dict[tuple[str, str, str, str], Device] = {}
     for s in series:
-        if s.field == "cpu_seconds":
+        if s.field in ("cpu_seconds", "gpu_requests"):
             continue
         host, gpu, uuid, mig = _key(s.labels)
         if not host and not uuid and not gpu:
@@ -279,6 +281,34 @@ def build_devices(series: Iterable[Series], grid: Grid) -> list[Device]:
 
 
 _FRACTIONS = {"gpu_util", "gr_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active"}
+
+
+_MIG_RESOURCE = re.compile(r"nvidia_com_mig_(\d+)g_")
+
+
+def gpu_requests(series: Sequence[Series], grid: Grid) -> dict[str, NDArray[np.float64]]:
+    """GPUs requested on each node per slot (kube-state-metrics), in GPU equivalents: an
+    ``nvidia_com_gpu`` is one, an ``nvidia_com_mig_<g>g_...`` instance g/7. Other resources
+    (cpu, memory) are ignored."""
+    by_node: dict[str, NDArray[np.float64]] = {}
+    for s in series:
+        if s.field != "gpu_requests":
+            continue
+        resource = label(s.labels, "resource")
+        mig = _MIG_RESOURCE.match(resource)
+        if resource == "nvidia_com_gpu":
+            weight = 1.0
+        elif mig:
+            weight = int(mig.group(1)) / 7
+        else:
+            continue
+        node = label(s.labels, "kube_node")
+        slots = grid.index(s.times_s)
+        keep = slots >= 0
+        one = np.zeros(grid.slots)
+        one[slots[keep]] = s.values[keep] * weight  # one value per slot for this container
+        by_node[node] = by_node.get(node, np.zeros(grid.slots)) + one
+    return by_node
 
 
 def cpu_nodes(series: Sequence[Series], grid: Grid) -> dict[str, NDArray[np.float64]]:

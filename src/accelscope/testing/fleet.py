@@ -25,6 +25,9 @@ node-d    A100-SXM4-40GB gpu0, 1   ``team-x/small-infer-1``, ``-2``: SM 15 %, 4 
                                    4.6 field names and the ``hostname`` label
 node-e/f  (CPU pool)               node_cpu_seconds_total, 2 CPUs, 20 % busy
 ========  ======================  =====================================================
+
+kube-state-metrics' ``kube_pod_container_resource_requests`` gives each pod's GPU (or MIG
+instance) request all week, plus one cpu request that the audit must ignore.
 """
 
 from __future__ import annotations
@@ -155,6 +158,16 @@ def fleet(seed: int = 0, days: int = DAYS, scale: int = 1, step_s: float = STEP_
                 host_label="hostname",
                 names=_NEW,
             )
+    for node, pod, resource in _REQUESTS:
+        labels = {
+            "namespace": pod.split("/")[0],
+            "pod": pod.split("/")[1],
+            "container": "main",
+            "node": node,
+            "resource": resource,
+            "unit": "integer" if resource.startswith("nvidia") else "core",
+        }
+        series.append(Series("kube_pod_container_resource_requests", labels, t, np.ones(t.size)))
     for host in ("node-e", "node-f"):
         for cpu in ("0", "1"):
             for mode, rate in (("idle", 0.8), ("user", 0.2)):
@@ -162,6 +175,21 @@ def fleet(seed: int = 0, days: int = DAYS, scale: int = 1, step_s: float = STEP_
                 labels = {"instance": host, "cpu": cpu, "mode": mode}
                 series.append(Series("node_cpu_seconds_total", labels, t, values))
     return series
+
+
+_REQUESTS = (
+    ("node-a", "ml/etl-train", "nvidia_com_gpu"),
+    ("node-a", "ml/etl-train", "cpu"),  # not a GPU: ignored
+    ("node-a", "ml/llm-train", "nvidia_com_gpu"),
+    ("node-a", "ml/fp32-train", "nvidia_com_gpu"),
+    ("node-b", "prod/ranker", "nvidia_com_mig_3g_20gb"),
+    ("node-b", "prod/embedder", "nvidia_com_mig_2g_10gb"),
+    ("node-c", "prod/chat-api", "nvidia_com_gpu"),
+    ("node-c", "research/jupyter-alice", "nvidia_com_gpu"),
+    ("node-d", "team-x/small-infer-1", "nvidia_com_gpu"),
+    ("node-d", "team-x/small-infer-2", "nvidia_com_gpu"),
+)
+"""kube-state-metrics' requests of the fixture's pods (one container each, all week)."""
 
 
 def _input_bound() -> dict[str, np.ndarray | float]:

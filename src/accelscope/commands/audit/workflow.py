@@ -33,6 +33,7 @@ from accelscope.audit.telemetry import (
     Series,
     build_devices,
     cpu_nodes,
+    gpu_requests,
     parse_export_text,
     parse_query_range,
     query_range_answer,
@@ -44,7 +45,7 @@ from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.plan.catalog import load_catalog
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
-__all__ = ["MAX_POINTS", "AuditOutcome", "AuditRequest", "audit", "query_selector"]
+__all__ = ["MAX_POINTS", "AuditOutcome", "AuditRequest", "audit", "query_selectors"]
 
 RUN_KIND = "audit"
 DOCUMENT_KIND = "audit"
@@ -97,10 +98,14 @@ class AuditOutcome:
     report_path: Path | None = None
 
 
-def query_selector() -> str:
-    """The PromQL selector for every series name the audit reads."""
-    names = sorted({alias for f in FIELDS for alias in f.aliases})
-    return '{__name__=~"' + "|".join(names) + '"}'
+def query_selectors() -> tuple[str, ...]:
+    """The PromQL selectors of every series the audit reads: the exporters' series by name,
+    and kube-state-metrics' GPU requests only (not every pod's cpu and memory requests)."""
+    names = sorted({alias for f in FIELDS if f.name != "gpu_requests" for alias in f.aliases})
+    return (
+        '{__name__=~"' + "|".join(names) + '"}',
+        'kube_pod_container_resource_requests{resource=~"nvidia_com_.*"}',
+    )
 
 
 def _validate(request: AuditRequest) -> None:
@@ -209,24 +214,25 @@ def _from_prometheus(
     answers: list[Any] = []
     base = request.prometheus.rstrip("/") + "/api/v1/query_range"
     chunk_s = step * MAX_POINTS
-    start = grid.start_s
-    while start < grid.end_s:
-        stop = min(grid.end_s - step, start + chunk_s - step)
-        query = urllib.parse.urlencode(
-            {
-                "query": query_selector(),
-                "start": f"{start:.3f}",
-                "end": f"{stop:.3f}",
-                "step": f"{step:g}",
-            }
-        )
-        answer = _fetch(f"{base}?{query}", request)
-        found, skipped = parse_query_range(answer, request.prometheus)
-        answers.append(answer)
-        series.extend(found)
-        for name, count in skipped.items():
-            ignored[name] = ignored.get(name, 0) + count
-        start += chunk_s
+    for selector in query_selectors():
+        start = grid.start_s
+        while start < grid.end_s:
+            stop = min(grid.end_s - step, start + chunk_s - step)
+            query = urllib.parse.urlencode(
+                {
+                    "query": selector,
+                    "start": f"{start:.3f}",
+                    "end": f"{stop:.3f}",
+                    "step": f"{step:g}",
+                }
+            )
+            answer = _fetch(f"{base}?{query}", request)
+            found, skipped = parse_query_range(answer, request.prometheus)
+            answers.append(answer)
+            series.extend(found)
+            for name, count in skipped.items():
+                ignored[name] = ignored.get(name, 0) + count
+            start += chunk_s
     if not series:
         raise BadInputError(
             f"Prometheus at {request.prometheus} has no DCGM or node-exporter series in the "
@@ -269,7 +275,8 @@ def audit(
     if not devices and not cpu:
         raise BadInputError("no GPU or CPU node data in the audit window")
     figures = fleet_figures(devices, grid)
-    given = dict(request.prices)
+    given = {m: p for m, p in request.prices if m.lower() != "cpu"}
+    cpu_price = next((p for m, p in request.prices if m.lower() == "cpu"), None)
     prices = {f.model: gpu_price(f.model, catalog, given) for f in figures}
     window_h = grid.slots * grid.slot_h
     document = audit_document(
@@ -280,6 +287,8 @@ def audit(
         actions=actions(figures, prices, window_h),
         cpu_busy=cpu,
         ignored=ignored,
+        cpu_usd_per_node_hour=cpu_price,
+        requests=gpu_requests(series, grid),
     )
     env = environment or collect_environment()
     run = CommandRun(
