@@ -5,7 +5,8 @@ value chosen so the audit's hours, dollars and actions can be computed by hand.
 ``query_range`` answers (the offline export ``audit --from`` reads), ``to_openmetrics`` as the
 OpenMetrics text ``promtool tsdb create-blocks-from openmetrics`` backfills into a TSDB. The
 generator is seeded (the noise on the diurnal service); ``scale`` adds copies of the GPU nodes
-for the scale benchmark.
+for the scale benchmark. As a script: ``python -m accelscope.testing.fleet --out fleet.json
+--openmetrics fleet.om``.
 
 The fleet (60 s samples by default, 2026-11-09 00:00 UTC for 7 days; llm-train draws 300 W):
 
@@ -284,3 +285,27 @@ def _escape(value: str) -> str:
 def dumps_query_range(series: Iterable[Series]) -> str:
     """The series as the compact JSON text of a ``query_range`` answer."""
     return json.dumps(query_range_answer(series), separators=(",", ":"))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m accelscope.testing.fleet --out fleet.json [--openmetrics fleet.om]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write the audit fixture fleet.")
+    parser.add_argument("--out", required=True, help="query_range JSON export to write")
+    parser.add_argument("--openmetrics", help="also write OpenMetrics text for promtool")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--days", type=int, default=DAYS)
+    parser.add_argument("--step", type=float, default=STEP_S, help="seconds between samples")
+    parser.add_argument("--copies", type=int, default=1, help="repeat the GPU nodes")
+    args = parser.parse_args(argv)
+    series = fleet(seed=args.seed, days=args.days, scale=args.copies, step_s=args.step)
+    with open(args.out, "w", encoding="utf-8") as out:
+        out.write(dumps_query_range(series))
+    if args.openmetrics:
+        with open(args.openmetrics, "w", encoding="utf-8") as out:
+            out.write(to_openmetrics(series))
+
+
+if __name__ == "__main__":
+    main()
