@@ -36,6 +36,7 @@ __all__ = [
     "Streak",
     "device_figures",
     "fleet_figures",
+    "gpu_slices",
     "slice_share",
 ]
 
@@ -53,8 +54,12 @@ def slice_share(device: Device) -> float:
     if not device.mig_profile:
         return 1.0
     match = re.match(r"(\d+)g\.", device.mig_profile)
-    slices = 4 if "A30" in device.model else 7
-    return min(1.0, int(match.group(1)) / slices) if match else 1.0
+    return min(1.0, int(match.group(1)) / gpu_slices(device.model)) if match else 1.0
+
+
+def gpu_slices(model: str) -> int:
+    """Compute slices of a MIG-capable GPU: 4 on an A30, 7 on A100/H100/H200."""
+    return 4 if "A30" in model.upper() else 7
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class DeviceFigures:
     streaks: tuple[Streak, ...]
     not_measured: dict[str, str]
     memory_p99_fraction: float | None
+    memory_total_mib: float | None
     sm_p95: float | None
     tensor_median: float | None
     dram_median: float | None
@@ -117,6 +123,7 @@ class DeviceFigures:
             ],
             "not_measured": self.not_measured,
             "memory_p99_fraction": self.memory_p99_fraction,
+            "memory_total_mib": self.memory_total_mib,
             "sm_p95": self.sm_p95,
             "tensor_median": self.tensor_median,
             "dram_median": self.dram_median,
@@ -210,8 +217,11 @@ def device_figures(
         )
         not_measured["busy_not_useful"] = why
     memory = None
+    memory_total = None
     if "fb_used_mib" in values and "fb_free_mib" in values:
         total = values["fb_used_mib"] + values["fb_free_mib"]
+        if np.any(~np.isnan(total)):
+            memory_total = float(np.nanmedian(total))
         fraction = values["fb_used_mib"] / np.where(total > 0, total, np.nan)
         if np.any(~np.isnan(fraction)):
             memory = float(np.nanpercentile(fraction, 99))
@@ -234,23 +244,22 @@ def device_figures(
         not_measured["energy"] = "GPU-wide: counted once, on this GPU's first MIG instance"
     else:
         not_measured["energy"] = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION was not exported"
-    hourly = None
-    if engine is not None and np.any(~np.isnan(engine)):
-        hour = ((grid.start_s + np.arange(grid.slots) * grid.step_s) // 3600 % 24).astype(int)
-        sums = np.bincount(hour, weights=np.nan_to_num(engine), minlength=24)
-        counts = np.bincount(hour, weights=(~np.isnan(engine)).astype(float), minlength=24)
-        hourly = tuple(float(s / c) if c else 0.0 for s, c in zip(sums, counts, strict=True))
+    hourly: tuple[float, ...] | None = None
     timeline: tuple[float | None, ...] = ()
-    if engine is not None:
-        per_hour = max(1, round(3600 / grid.step_s))
-        hours_n = -(-grid.slots // per_hour)
-        padded = np.full(hours_n * per_hour, np.nan)
-        padded[: grid.slots] = engine
-        blocks = padded.reshape(hours_n, per_hour)
-        seen = (~np.isnan(blocks)).sum(axis=1)
-        sums = np.nansum(blocks, axis=1)
+    if engine is not None and np.any(~np.isnan(engine)):
+        slot_s = grid.start_s + np.arange(grid.slots) * grid.step_s
+        seen = (~np.isnan(engine)).astype(float)
+        hour = (slot_s // 3600 % 24).astype(int)
+        sums = np.bincount(hour, weights=np.nan_to_num(engine), minlength=24)
+        counts = np.bincount(hour, weights=seen, minlength=24)
+        if np.all(counts > 0):  # a profile by hour of day needs data in every hour
+            hourly = tuple(float(v / c) for v, c in zip(sums, counts, strict=True))
+        bins = ((slot_s - grid.start_s) // 3600).astype(int)
+        width = int(bins[-1]) + 1
+        totals = np.bincount(bins, weights=np.nan_to_num(engine), minlength=width)
+        present_n = np.bincount(bins, weights=seen, minlength=width)
         timeline = tuple(
-            float(round(v / n, 4)) if n else None for v, n in zip(sums, seen, strict=True)
+            float(round(v / n, 4)) if n else None for v, n in zip(totals, present_n, strict=True)
         )
     notes = []
     if not allocation_known:
@@ -272,6 +281,7 @@ def device_figures(
         streaks=tuple(streaks),
         not_measured=not_measured,
         memory_p99_fraction=memory,
+        memory_total_mib=memory_total,
         sm_p95=stat("sm_active", 95),
         tensor_median=stat("tensor_active", 50),
         dram_median=stat("dram_active", 50),
@@ -283,6 +293,18 @@ def device_figures(
 
 
 def fleet_figures(devices: Sequence[Device], grid: Grid) -> list[DeviceFigures]:
-    """Every device's figures; allocation is known when any device carries a pod label."""
+    """Every device's figures; allocation is known when any device carries a pod label. GPU-
+    wide energy repeats on each MIG instance of a GPU, so only its first instance keeps it."""
     known = any(d.holders is not None and bool(np.any(d.holders != "")) for d in devices)
-    return [device_figures(d, grid, allocation_known=known) for d in devices]
+    seen: set[tuple[str, str]] = set()
+    figures = []
+    for device in devices:
+        gpu = (device.host, device.uuid or device.gpu)
+        repeat = device.is_mig and gpu in seen and "energy_mj" in device.values
+        if repeat:
+            device.values.pop("energy_mj")
+        seen.add(gpu)
+        figures.append(
+            device_figures(device, grid, allocation_known=known, energy_elsewhere=repeat)
+        )
+    return figures

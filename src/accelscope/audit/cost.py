@@ -19,13 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from accelscope.audit.analysis import DeviceFigures
+from accelscope.audit.analysis import DeviceFigures, gpu_slices
 from accelscope.errors import BadInputError
 from accelscope.plan.catalog import Catalog
 
 __all__ = ["Action", "GpuPrice", "actions", "gpu_price", "mig_profiles"]
 
-_MODEL = re.compile(r"(H200|H100|A100|A10G|A30|L40S|L4|T4|V100)", re.IGNORECASE)
+_MODEL = re.compile(r"\b(H200|H100|A100|A10G|A30|L40S|L40|L4|T4|V100)\b", re.IGNORECASE)
 _MEMORY = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
 HOURS_PER_MONTH = 30 * 24
 
@@ -48,9 +48,15 @@ def gpu_price(model: str, catalog: Catalog, given: Mapping[str, float]) -> GpuPr
     """The price of one GPU-hour of ``model``: ``given`` (by exact model name or family),
     else the catalog; a model without one is bad input."""
     family, memory = _family(model)
-    for name, price in given.items():
-        if name == model or (family and _family(name)[0] == family):
-            return GpuPrice(price, f"--price {name}={price:g}")
+    tiers = (
+        [n for n in given if n == model],
+        [n for n in given if family and _family(n) == (family, memory)],
+        [n for n in given if family and _family(n)[0] == family and not _family(n)[1]],
+        [n for n in given if n == "*"],
+    )
+    for names in tiers:
+        if names:
+            return GpuPrice(given[names[0]], f"--price {names[0]}={given[names[0]]:g}")
     candidates = []
     for instance in catalog.instances:
         if instance.kind != "gpu":
@@ -64,7 +70,8 @@ def gpu_price(model: str, catalog: Catalog, given: Mapping[str, float]) -> GpuPr
     if not candidates:
         raise BadInputError(
             f"no price for GPU model {model or '(unnamed)'} in the catalog: give "
-            f"--price '{model or 'MODEL'}=USD_PER_GPU_HOUR' or a --catalog with it"
+            f"--price '{model or '*'}=USD_PER_GPU_HOUR' (or '*=USD' for every unpriced GPU) "
+            "or a --catalog with it"
         )
     candidates.sort(key=lambda c: (c[0], c[1]))
     inexact, per_gpu, instance = candidates[0]
@@ -84,9 +91,9 @@ def mig_profiles(model: str) -> dict[int, float]:
     if family == "A30":
         return {1: 6, 2: 12, 4: 24}
     if family in ("A100", "H100", "H200"):
-        per_slice = 5.0 if (family == "A100" and memory == "40") else 10.0
         if family == "H200":
-            per_slice = 18.0
+            return {1: 18.0, 2: 35.0, 3: 71.0, 4: 71.0, 7: 141.0}
+        per_slice = 5.0 if (family == "A100" and memory == "40") else 10.0
         return {g: per_slice * m for g, m in ((1, 1), (2, 2), (3, 4), (4, 4), (7, 8))}
     return {}
 
@@ -229,12 +236,13 @@ def _consolidate(
         profiles = mig_profiles(f.model)
         if f.mig_profile or not profiles or f.memory_p99_fraction is None or f.sm_p95 is None:
             continue
-        total_gib = _gpu_memory_gib(f.model)
+        slices = gpu_slices(f.model)
+        total_gib = (f.memory_total_mib or 0.0) / 1024 or _gpu_memory_gib(f.model)
         need_gib = f.memory_p99_fraction * total_gib
         fits = [
             g
             for g, gib in sorted(profiles.items())
-            if g < 7 and gib >= need_gib and g / 7 >= f.sm_p95
+            if g < slices and gib >= need_gib and g / slices >= f.sm_p95
         ]
         if fits:
             by_model.setdefault(f.model, []).append((fits[0], f))
@@ -242,14 +250,15 @@ def _consolidate(
     for model, items in by_model.items():
         if len(items) < 2:
             continue
+        capacity = gpu_slices(model)
         bins: list[int] = []
-        for slices, _ in sorted(items, key=lambda x: -x[0]):
+        for need, _ in sorted(items, key=lambda x: -x[0]):
             for i, used in enumerate(bins):
-                if used + slices <= 7:
-                    bins[i] += slices
+                if used + need <= capacity:
+                    bins[i] += need
                     break
             else:
-                bins.append(slices)
+                bins.append(need)
         freed = len(items) - len(bins)
         if freed <= 0:
             continue
@@ -270,8 +279,9 @@ def _consolidate(
                 "--sla-p99 ...",
                 devices=tuple(f.key for _, f in items),
                 assumptions=(
-                    "a whole GPU's p95 SM activity s needs ceil(7 s) of 7 compute slices; a "
-                    "MIG instance's own activity is relative to its slice",
+                    f"a whole GPU's p95 SM activity s needs ceil({capacity} s) of its "
+                    f"{capacity} compute slices; a MIG instance's own activity is relative to "
+                    "its slice",
                     "first-fit-decreasing on compute slices; memory per the smallest profile "
                     "with that many slices",
                 ),
@@ -285,7 +295,8 @@ def _gpu_memory_gib(model: str) -> float:
     if memory:
         return float(memory.group(1))
     family, _ = _family(model)
-    return {"L4": 24.0, "T4": 16.0, "A10G": 24.0, "L40S": 48.0, "A30": 24.0}.get(family, 80.0)
+    known = {"L4": 24.0, "T4": 16.0, "A10G": 24.0, "L40S": 48.0, "L40": 48.0, "A30": 24.0}
+    return known.get(family, 141.0 if family == "H200" else 80.0)
 
 
 def monthly(hours: float, window_hours: float) -> float:

@@ -32,6 +32,8 @@ DEFINITIONS = {
     f"{BUSY_NOT_USEFUL[1]:.0%}",
     "held": "a pod held the GPU (dcgm-exporter's pod label); = observed without pod labels",
     "held_idle": f"held and idle for >= {STREAK_MIN_S / 60:.0f} min in a row",
+    "cost_usd": "observed GPU-hours x $ per GPU-hour x share of the GPU (the GPU was there, "
+    "held or not); held_usd: the held part",
     "mig": "a MIG instance counts as its share of the GPU (g/7, g/4 on A30) in hours and $; "
     "its activity fields are relative to its own slice",
 }
@@ -40,8 +42,9 @@ _SUMMED = ("observed", "held", "busy", "active", "useful", "idle", "held_idle", 
 
 def _dollars(f: DeviceFigures, price: GpuPrice) -> dict[str, float]:
     rate = price.usd_per_gpu_hour * f.share
-    out = {
-        "cost_usd": f.hours["held"] * rate if f.hours["held"] else f.hours["observed"] * rate,
+    out = {  # one basis: the hours the GPU was there (observed); held is a part of them
+        "cost_usd": f.hours["observed"] * rate,
+        "held_usd": f.hours["held"] * rate,
         "idle_usd": f.hours.get("idle", 0.0) * rate,
         "held_idle_usd": f.hours.get("held_idle", 0.0) * rate,
     }

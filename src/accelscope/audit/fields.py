@@ -4,16 +4,17 @@ and node-exporter, the unit it comes in, and how to bring it to accelscope's uni
 Facts and sources: docs/design/audit-telemetry-facts.md. dcgm-exporter exports a field under
 exactly the name its counters CSV gives; DCGM 4.6 renamed the fields (same IDs and units:
 ``DCGM_FI_DEV_GPU_UTIL`` → ``DCGM_FI_DEV_GPU_UTIL_RATIO``, still 0..100 in 4.6), and 1.x
-exporters used lowercase names. Utilisation is normalised to a 0..1 fraction: a field whose
-largest value exceeds 1.5 is read as a percentage, whatever its name says (dcgm-exporter 4.9
-turns utilisation into a 0..1 ratio under names not yet known here).
+exporters used lowercase names. Every activity is normalised to a 0..1 fraction by what its
+name says: GPU_UTIL is a percentage under all of these names (``..._GPU_UTIL_RATIO`` too, in
+DCGM 4.6), the profiling fields are ratios. dcgm-exporter 4.9 renames fields again (and turns
+utilisation into a ratio) under names not known here: they are not read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FIELDS", "Field", "canonical_name", "label"]
+__all__ = ["FIELDS", "PERCENT", "Field", "canonical_name", "holder", "label"]
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,8 @@ class Field:
     name: str
     aliases: tuple[str, ...]
     unit: str
-    """``fraction`` (0..1; percent input detected), ``MiB``, ``W``, ``mJ counter`` or
-    ``s counter``."""
+    """``percent`` (brought to 0..1), ``fraction``, ``MiB``, ``W``, ``mJ counter``,
+    ``s counter`` or ``count``."""
     meaning: str
 
 
@@ -32,7 +33,7 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "gpu_util",
         ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", "dcgm_gpu_utilization"),
-        "fraction",
+        "percent",
         "nvidia-smi's GPU utilisation: share of the sample window in which any kernel ran",
     ),
     Field(
@@ -106,6 +107,7 @@ FIELDS: tuple[Field, ...] = (
 )
 
 _BY_ALIAS = {alias: f.name for f in FIELDS for alias in f.aliases}
+PERCENT = {f.name for f in FIELDS if f.unit == "percent"}
 
 LABELS: dict[str, tuple[str, ...]] = {
     "host": ("Hostname", "hostname", "instance", "node"),
@@ -114,21 +116,35 @@ LABELS: dict[str, tuple[str, ...]] = {
     "model": ("modelName",),
     "mig_profile": ("GPU_I_PROFILE",),
     "mig_id": ("GPU_I_ID",),
-    "pod": ("pod", "exported_pod", "pod_name"),
-    "namespace": ("namespace", "exported_namespace", "pod_namespace"),
-    "container": ("container", "exported_container", "container_name"),
+    "pod": ("exported_pod", "pod", "pod_name"),
+    "namespace": ("exported_namespace", "namespace", "pod_namespace"),
+    "container": ("exported_container", "container", "container_name"),
     "cpu": ("cpu",),
     "kube_node": ("node",),
     "resource": ("resource",),
     "mode": ("mode",),
 }
 """Canonical label → the names exporters and scrapes have given it, preferred first
-(``exported_*``: Prometheus renamed the exporter's own label on a clash)."""
+(``exported_*``: Prometheus renamed the exporter's own label on a clash, so the bare one is the
+scrape target's, the exporter pod; see :func:`holder`)."""
 
 
 def canonical_name(metric: str) -> str | None:
     """The canonical field of an exported metric name; ``None`` when it is not one we read."""
     return _BY_ALIAS.get(metric)
+
+
+def holder(labels: dict[str, str], workload_exported: bool) -> str:
+    """``namespace/pod`` of the workload holding the GPU; empty when none. With
+    ``workload_exported`` (any series of the data carries ``exported_pod``), a bare ``pod``
+    label names the scrape target, the exporter, not a workload."""
+    if workload_exported:
+        pod = labels.get("exported_pod", "")
+        namespace = labels.get("exported_namespace", "")
+    else:
+        pod = labels.get("pod") or labels.get("pod_name", "")
+        namespace = labels.get("namespace") or labels.get("pod_namespace", "")
+    return "/".join(p for p in (namespace, pod) if p) if pod else ""
 
 
 def label(labels: dict[str, str], canonical: str) -> str:

@@ -3,7 +3,7 @@ has it; the sampler doctor uses) and its CPUs (psutil), sampled for a while and 
 same series an exporter would give, so the same analysis reads them.
 
 Mapping: NVML utilisation → ``DCGM_FI_DEV_GPU_UTIL`` (percent), GPM SM and tensor activity →
-``DCGM_FI_PROF_SM_ACTIVE`` / ``_PIPE_TENSOR_ACTIVE`` (percent, normalised by the analysis),
+``DCGM_FI_PROF_SM_ACTIVE`` / ``_PIPE_TENSOR_ACTIVE`` (GPM's percent as 0..1 ratios),
 memory → ``FB_USED``/``FB_FREE`` (MiB), power → ``POWER_USAGE``; CPU busy shares →
 ``node_cpu_seconds_total{mode="idle"}`` counters. NVML has no graphics-engine activity: idle is
 then judged on GPU_UTIL, as the definitions say.
@@ -24,6 +24,11 @@ from accelscope.hardware.telemetry import NvmlSource, TelemetrySampler
 __all__ = ["sample_here"]
 
 MIB = 1024 * 1024
+
+
+def _ratio(percent: float | None) -> float | None:
+    """GPM reports percent; the profiling fields are 0..1 ratios."""
+    return None if percent is None else percent / 100.0
 
 
 def _names(source: NvmlSource) -> dict[int, str]:
@@ -60,10 +65,10 @@ def sample_here(duration_s: float, step_s: float, *, nvml: Any = None) -> tuple[
             reading = next((g for g in s.gpus if g.index == index), None)
             values = {
                 "DCGM_FI_DEV_GPU_UTIL": reading.utilisation_percent if reading else None,
-                "DCGM_FI_PROF_SM_ACTIVE": reading.sm_active_percent if reading else None,
-                "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": reading.tensor_active_percent
-                if reading
-                else None,
+                "DCGM_FI_PROF_SM_ACTIVE": _ratio(reading.sm_active_percent if reading else None),
+                "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": _ratio(
+                    reading.tensor_active_percent if reading else None
+                ),
                 "DCGM_FI_DEV_POWER_USAGE": reading.power_w if reading else None,
                 "DCGM_FI_DEV_FB_USED": (
                     reading.memory_used_bytes / MIB

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from accelscope.audit.fields import canonical_name, label
+from accelscope.audit.fields import PERCENT, canonical_name, holder, label
 from accelscope.errors import BadInputError
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "build_devices",
     "cpu_nodes",
     "gpu_requests",
+    "merge_series",
     "parse_export_text",
     "parse_query_range",
     "query_range_answer",
@@ -66,6 +67,32 @@ def _one_response(payload: Any, where: str) -> list[dict[str, Any]]:
     return result
 
 
+def _series(canonical: str, labels: dict[str, str], times: Any, values: Any) -> Series:
+    """A parsed series, its values in the field's unit (percentages brought to 0..1)."""
+    numbers = np.asarray(values, dtype=np.float64)
+    if canonical in PERCENT:
+        numbers = numbers / 100.0
+    return Series(canonical, labels, np.asarray(times, dtype=np.float64), numbers)
+
+
+def merge_series(series: Sequence[Series]) -> list[Series]:
+    """One series per (field, labels): the pieces of a series that arrive in several answers
+    (time chunks of a long window) joined in time order, a repeated timestamp kept once."""
+    groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[Series]] = {}
+    for s in series:
+        groups.setdefault((s.field, tuple(sorted(s.labels.items()))), []).append(s)
+    merged = []
+    for parts in groups.values():
+        if len(parts) == 1:
+            merged.append(parts[0])
+            continue
+        times = np.concatenate([p.times_s for p in parts])
+        values = np.concatenate([p.values for p in parts])
+        times, first = np.unique(times, return_index=True)
+        merged.append(Series(parts[0].field, parts[0].labels, times, values[first]))
+    return merged
+
+
 def parse_query_range(payload: Any, where: str) -> tuple[list[Series], dict[str, int]]:
     """Series of every field we read in a ``query_range`` answer (or a list of them), and how
     many series of other metrics were ignored, by name."""
@@ -87,11 +114,13 @@ def parse_query_range(payload: Any, where: str) -> tuple[list[Series], dict[str,
             if not isinstance(values, list):
                 raise BadInputError(f"{place}: series {name} has no 'values' list")
             try:
-                times = np.array([float(v[0]) for v in values], dtype=np.float64)
-                numbers = np.array([float(v[1]) for v in values], dtype=np.float64)
+                if any(len(v) != 2 for v in values):
+                    raise ValueError("a sample is not a [time, value] pair")
+                times = [float(v[0]) for v in values]
+                numbers = [float(v[1]) for v in values]
             except (TypeError, ValueError, IndexError) as exc:
                 raise BadInputError(f"{place}: series {name}: malformed sample ({exc})") from exc
-            series.append(Series(canonical, labels, times, numbers))
+            series.append(_series(canonical, labels, times, numbers))
     return series, ignored
 
 
@@ -114,22 +143,37 @@ _DECODER = json.JSONDecoder()
 _NUMBERS = str.maketrans({"[": " ", "]": " ", '"': " "})
 
 
+_SKELETON = re.compile(r"[^\[\],]")
+_PAIR = "[,]"
+
+
 def _values_fast(text: str, start: int) -> tuple[NDArray[np.float64], int] | None:
-    """The ``[[t,"v"],...]`` array starting at ``start`` as an (n, 2) array, and where it ends;
-    ``None`` when it holds anything but plain numbers (the caller falls back to json)."""
-    end = text.find("]]", start)
-    if end < 0:
+    """The ``[[t,"v"],...]`` array starting at ``start`` as an (n, 2) array, and where its
+    result item ends; ``None`` when it is anything but plain ``[number, "number"]`` pairs
+    closing the item (the caller falls back to json)."""
+    if text.startswith("[]", start):
+        end, pairs_end = start + 2, start + 2
+    else:
+        found = text.find("]]", start)
+        if found < 0:
+            return None
+        end, pairs_end = found + 2, found + 2
+    if not text.startswith("}", pairs_end):
         return None
-    body = text[start + 1 : end + 1].translate(_NUMBERS)
-    if not body.strip():
-        return np.empty((0, 2)), end + 2
+    raw = text[start:end]
+    if raw == "[]":
+        return np.empty((0, 2)), end + 1
+    skeleton = _SKELETON.sub("", raw)
+    count = skeleton.count(_PAIR)
+    if skeleton != "[" + ",".join([_PAIR] * count) + "]":
+        return None
     try:
-        numbers = np.array(body.replace(",", " ").split(), dtype=np.float64)
+        numbers = np.array(raw.translate(_NUMBERS).replace(",", " ").split(), dtype=np.float64)
     except ValueError:
         return None
-    if numbers.size % 2:
+    if numbers.size != 2 * count:
         return None
-    return numbers.reshape(-1, 2), end + 2
+    return numbers.reshape(-1, 2), end + 1
 
 
 def parse_export_text(text: str, where: str) -> tuple[list[Series], dict[str, int]]:
@@ -137,7 +181,11 @@ def parse_export_text(text: str, where: str) -> tuple[list[Series], dict[str, in
     when the text is one plain ``query_range`` answer (each ``values`` array read straight into
     numpy): a 1,000-GPU week fits in memory. Anything else goes through ``json``."""
     head = text[:4096]
-    if not head.lstrip().startswith("{") or '"matrix"' not in head:
+    if (
+        not head.lstrip().startswith("{")
+        or '"matrix"' not in head
+        or '"status":"success"' not in head.replace(" ", "")
+    ):
         return _parse_json(text, where)
     series: list[Series] = []
     ignored: dict[str, int] = {}
@@ -150,10 +198,10 @@ def parse_export_text(text: str, where: str) -> tuple[list[Series], dict[str, in
             labels_raw, after = _DECODER.raw_decode(text, found + len('{"metric":'))
         except json.JSONDecodeError:
             return _parse_json(text, where)
-        marker = text.find('"values":', after)
-        if marker < 0 or not isinstance(labels_raw, dict):
+        marker = after + len(',"values":')
+        if not text.startswith(',"values":', after) or not isinstance(labels_raw, dict):
             return _parse_json(text, where)
-        parsed = _values_fast(text, marker + len('"values":'))
+        parsed = _values_fast(text, marker)
         if parsed is None:
             return _parse_json(text, where)
         pairs, position = parsed
@@ -163,7 +211,7 @@ def parse_export_text(text: str, where: str) -> tuple[list[Series], dict[str, in
         if canonical is None:
             ignored[name or "(unnamed)"] = ignored.get(name or "(unnamed)", 0) + 1
             continue
-        series.append(Series(canonical, labels, pairs[:, 0].copy(), pairs[:, 1].copy()))
+        series.append(_series(canonical, labels, pairs[:, 0].copy(), pairs[:, 1].copy()))
     if not series and not ignored:
         return _parse_json(text, where)
     return series, ignored
@@ -235,10 +283,13 @@ def _key(labels: dict[str, str]) -> tuple[str, str, str, str]:
     return host, gpu, uuid, mig
 
 
-def build_devices(series: Iterable[Series], grid: Grid) -> list[Device]:
-    """GPU-level series grouped into devices on ``grid``; percent utilisation brought to 0..1
-    (a field whose largest value in a series exceeds 1.5 is a percentage)."""
-    devices: dict[tuple[str, str, str, str], Device] = {}
+def build_devices(series: Sequence[Series], grid: Grid) -> list[Device]:
+    """GPU-level series grouped into devices on ``grid``. A device is its GPU UUID and MIG
+    instance (host and index when there is no UUID); series with no sample in the window are
+    left out; GPU_UTIL of a MIG instance is dropped (not supported there: absent or 0)."""
+    exported = any("exported_pod" in s.labels for s in series)
+    devices: dict[tuple[str, str], Device] = {}
+    clashes: dict[tuple[str, str], dict[str, int]] = {}
     for s in series:
         if s.field in ("cpu_seconds", "gpu_requests"):
             continue
@@ -248,7 +299,13 @@ def build_devices(series: Iterable[Series], grid: Grid) -> list[Device]:
                 f"a {s.field} series has none of the labels that name a GPU "
                 f"(Hostname/hostname, gpu, UUID): {sorted(s.labels)}"
             )
-        key = (host, uuid or gpu, gpu, mig)
+        if mig and s.field == "gpu_util":
+            continue
+        idx = grid.index(s.times_s)
+        keep = idx >= 0
+        if not keep.any():
+            continue
+        key = (uuid or f"{host}/{gpu}", mig)
         device = devices.get(key)
         if device is None:
             name = f"{host}/gpu{gpu}" + (f"/mig{mig}" if mig else "")
@@ -262,25 +319,22 @@ def build_devices(series: Iterable[Series], grid: Grid) -> list[Device]:
                 holders=np.full(grid.slots, "", dtype=object),
             )
             devices[key] = device
-        idx = grid.index(s.times_s)
-        keep = idx >= 0
-        values = s.values[keep]
-        if s.field in _FRACTIONS and values.size and np.nanmax(values) > 1.5:
-            values = values / 100.0
+        if not device.model:
+            device.model = label(s.labels, "model")
         slots = idx[keep]
         target = device.values.setdefault(s.field, np.full(grid.slots, np.nan))
-        holder = "/".join(p for p in (label(s.labels, "namespace"), label(s.labels, "pod")) if p)
+        who = holder(s.labels, exported)
         assert device.holders is not None
-        if s.field == "gr_active" or (s.field == "gpu_util" and "gr_active" not in device.values):
-            clash = ~np.isnan(target[slots]) & (device.holders[slots] != holder)
-            device.duplicated_slots += int(np.count_nonzero(clash))
-        target[slots] = values
-        if holder:
-            device.holders[slots] = holder
+        clash = ~np.isnan(target[slots]) & (device.holders[slots] != who)
+        counts = clashes.setdefault(key, {})
+        counts[s.field] = counts.get(s.field, 0) + int(np.count_nonzero(clash))
+        target[slots] = s.values[keep]
+        if who:
+            device.holders[slots] = who
+    for key, device in devices.items():
+        counts = clashes.get(key, {})
+        device.duplicated_slots = counts.get("gr_active", counts.get("gpu_util", 0))
     return sorted(devices.values(), key=lambda d: d.key)
-
-
-_FRACTIONS = {"gpu_util", "gr_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active"}
 
 
 _MIG_RESOURCE = re.compile(r"nvidia_com_mig_(\d+)g_")
@@ -324,14 +378,14 @@ def cpu_nodes(series: Sequence[Series], grid: Grid) -> dict[str, NDArray[np.floa
         if not idle:
             continue
         rate = np.zeros(grid.slots)
-        seen = np.zeros(grid.slots, dtype=bool)
+        cpus = np.zeros(grid.slots)
         for s in idle:
             rate_one, mask = counter_rate(s, grid)
             rate += np.where(mask, rate_one, 0.0)
-            seen |= mask
-        cpus = len(idle)
-        share = 1.0 - rate / cpus
-        busy[host] = np.where(seen, np.clip(share, 0.0, 1.0), np.nan)
+            cpus += mask
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = 1.0 - rate / cpus  # the CPUs with a rate in each slot
+        busy[host] = np.where(cpus > 0, np.clip(share, 0.0, 1.0), np.nan)
     return busy
 
 

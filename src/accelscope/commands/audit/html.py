@@ -87,7 +87,7 @@ def _waterfall(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     if cost <= 0:
         return None
     per_useful = totals.get("usd_per_useful_gpu_hour")
-    price = cost / max(float(totals["held"]), 1e-9)
+    price = cost / max(float(totals["observed"]), 1e-9)
     useful = float(totals["useful"]) * price if per_useful is not None else 0.0
     idle = float(totals["idle_usd"])
     rest = max(0.0, cost - useful - idle)

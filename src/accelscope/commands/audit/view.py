@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group, RenderableType
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -22,7 +23,7 @@ def _usd(value: Any) -> str:
 def audit_view(document: dict[str, Any], *, title: str = "audit") -> RenderableType:
     """Per-device hours and dollars, the fleet totals, and the actions ranked by $/month."""
     window = document["window"]
-    table = Table(title=f"{title}: {window['hours']:.0f} h window, {document['source']}")
+    table = Table(title=escape(f"{title}: {window['hours']:.0f} h window, {document['source']}"))
     for column in (
         "device",
         "GPU",
@@ -48,9 +49,9 @@ def audit_view(document: dict[str, Any], *, title: str = "audit") -> RenderableT
         share = d["useful_share"]
         coverage = min(d["coverage"].values()) if d["coverage"] else 0.0
         table.add_row(
-            d["key"],
-            gpu,
-            ", ".join(d["holders"]) or "-",
+            escape(d["key"]),
+            escape(gpu),
+            escape(", ".join(d["holders"]) or "-"),
             _h(hours.get("held")),
             _h(hours.get("busy")) if "busy" in hours else "n/m",
             _h(hours.get("useful")) if "useful" in hours else "n/m",
@@ -80,7 +81,9 @@ def audit_view(document: dict[str, Any], *, title: str = "audit") -> RenderableT
         for column in ("#", "$/month", "basis", "action", "verify with"):
             ranked.add_column(column, justify="right" if column in ("#", "$/month") else "left")
         for i, a in enumerate(actions, 1):
-            ranked.add_row(str(i), _usd(a["usd_per_month"]), a["basis"], a["title"], a["verify"])
+            ranked.add_row(
+                str(i), _usd(a["usd_per_month"]), a["basis"], escape(a["title"]), a["verify"]
+            )
         parts.append(ranked)
     else:
         parts.append(Text("no action: nothing idle, busy-but-not-useful or consolidatable"))

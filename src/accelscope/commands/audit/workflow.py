@@ -11,6 +11,7 @@ and stated in the output).
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import math
 import time
@@ -34,6 +35,7 @@ from accelscope.audit.telemetry import (
     build_devices,
     cpu_nodes,
     gpu_requests,
+    merge_series,
     parse_export_text,
     parse_query_range,
     query_range_answer,
@@ -45,7 +47,15 @@ from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.plan.catalog import load_catalog
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
-__all__ = ["MAX_POINTS", "AuditOutcome", "AuditRequest", "audit", "query_selectors"]
+__all__ = [
+    "MAX_POINTS",
+    "STEPS_S",
+    "AuditOutcome",
+    "AuditRequest",
+    "audit",
+    "default_step",
+    "query_selectors",
+]
 
 RUN_KIND = "audit"
 DOCUMENT_KIND = "audit"
@@ -99,13 +109,32 @@ class AuditOutcome:
 
 
 def query_selectors() -> tuple[str, ...]:
-    """The PromQL selectors of every series the audit reads: the exporters' series by name,
-    and kube-state-metrics' GPU requests only (not every pod's cpu and memory requests)."""
-    names = sorted({alias for f in FIELDS if f.name != "gpu_requests" for alias in f.aliases})
-    return (
-        '{__name__=~"' + "|".join(names) + '"}',
-        'kube_pod_container_resource_requests{resource=~"nvidia_com_.*"}',
-    )
+    """The PromQL selectors of every series the audit reads, one per field, so no query holds
+    more than one field's samples (Prometheus refuses a query over ``--query.max-samples``):
+    node-exporter's idle CPU time only, and kube-state-metrics' GPU requests only."""
+    selectors = []
+    for f in FIELDS:
+        names = "|".join(sorted(f.aliases))
+        if f.name == "cpu_seconds":
+            selectors.append(f'{{__name__=~"{names}",mode="idle"}}')
+        elif f.name == "gpu_requests":
+            selectors.append(f'{{__name__=~"{names}",resource=~"nvidia_com_.*"}}')
+        else:
+            selectors.append(f'{{__name__=~"{names}"}}')
+    return tuple(selectors)
+
+
+STEPS_S = (60, 120, 180, 240, 300, 360, 600, 720, 900, 1200, 1800, 3600)
+"""Query steps that divide an hour (the report's hourly heat map stays exact)."""
+
+
+def default_step(since_s: float) -> float:
+    """The finest step of :data:`STEPS_S` that keeps a window in one 11,000-point query, or in
+    as few as the coarsest step needs."""
+    for step in STEPS_S:
+        if since_s / step <= MAX_POINTS:
+            return float(step)
+    return float(STEPS_S[-1])
 
 
 def _validate(request: AuditRequest) -> None:
@@ -134,8 +163,12 @@ def _validate(request: AuditRequest) -> None:
                 f"--save-export: directory {request.save_export.parent} does not exist"
             )
     if request.prometheus is not None:
-        parsed = urllib.parse.urlparse(request.prometheus)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        try:
+            parsed = urllib.parse.urlparse(request.prometheus)
+            port_ok = parsed.port is None or parsed.port > 0
+        except ValueError as exc:
+            raise BadInputError(f"--prometheus {request.prometheus!r}: {exc}") from exc
+        if not port_ok or parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise BadInputError(f"--prometheus {request.prometheus!r}: give http(s)://HOST:PORT")
 
 
@@ -168,15 +201,15 @@ def _window(series: list[Series], request: AuditRequest, step: float) -> Grid:
 
 
 def _fetch(url: str, request: AuditRequest) -> Any:
-    http = urllib.request.Request(url)
-    if request.token:
-        http.add_header("Authorization", f"Bearer {request.token}")
+    call = urllib.request.Request(url)
+    if request.token:  # never forwarded to where a redirect points
+        call.add_unredirected_header("Authorization", f"Bearer {request.token}")
     elif request.user:
         pair = f"{request.user}:{request.password or ''}".encode()
-        http.add_header("Authorization", "Basic " + base64.b64encode(pair).decode())
+        call.add_unredirected_header("Authorization", "Basic " + base64.b64encode(pair).decode())
     base = request.prometheus
     try:
-        with urllib.request.urlopen(http, timeout=HTTP_TIMEOUT_S) as answer:
+        with urllib.request.urlopen(call, timeout=HTTP_TIMEOUT_S) as answer:
             body = answer.read()
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
@@ -190,7 +223,7 @@ def _fetch(url: str, request: AuditRequest) -> Any:
         except json.JSONDecodeError:
             message = detail.strip().splitlines()[0] if detail.strip() else exc.reason
         raise BadInputError(f"Prometheus at {base} answered HTTP {exc.code}: {message}") from exc
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise BadInputError(f"cannot reach Prometheus at {base}: {reason}") from exc
     try:
@@ -207,8 +240,10 @@ def _from_prometheus(
     assert request.prometheus is not None
     end = request.until_s if request.until_s is not None else time.time()
     since = request.since_s if request.since_s is not None else 7 * 86400.0
-    step = request.step_s or max(60.0, math.ceil(since / MAX_POINTS))
-    grid = Grid(end - since, end, step)
+    step = request.step_s or default_step(since)
+    end = math.floor(end / step) * step  # aligned: what Prometheus answers falls on the grid
+    start = end - math.ceil(since / step) * step
+    grid = Grid(start, end, step)
     series: list[Series] = []
     ignored: dict[str, int] = {}
     answers: list[Any] = []
@@ -218,6 +253,8 @@ def _from_prometheus(
         start = grid.start_s
         while start < grid.end_s:
             stop = min(grid.end_s - step, start + chunk_s - step)
+            if stop < start:
+                break
             query = urllib.parse.urlencode(
                 {
                     "query": selector,
@@ -270,6 +307,7 @@ def audit(
         series, ignored, grid, source, answers = _from_prometheus(request)
         if request.save_export is not None:
             request.save_export.write_text(json.dumps(answers), encoding="utf-8")
+    series = merge_series(series)
     devices = build_devices(series, grid)
     cpu = cpu_nodes(series, grid)
     if not devices and not cpu:
