@@ -35,8 +35,8 @@ def write_export(path: Path, copies: int, step_s: float) -> tuple[int, int]:
                 if s.field == "node_cpu_seconds_total" and copy:
                     continue
                 labels = dict(s.labels)
-                for key in ("Hostname", "hostname"):
-                    if key in labels and copy:
+                for key in ("Hostname", "hostname", "UUID", "node"):
+                    if key in labels and copy:  # another host: its own GPUs and pods
                         labels[key] = f"{labels[key]}-{copy}"
                 item = query_range_answer([type(s)(s.field, labels, s.times_s, s.values)])
                 text = json.dumps(item["data"]["result"][0], separators=(",", ":"))
@@ -80,6 +80,7 @@ def main() -> None:
         "copies": args.copies,
         "gpus": args.copies * 8,
         "devices": len(document["devices"]),
+        "useful_share": document["totals"]["useful_share"],
         "step_s": args.step,
         "series": series,
         "samples": samples,

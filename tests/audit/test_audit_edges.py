@@ -124,3 +124,32 @@ def test_default_steps_divide_an_hour() -> None:
     assert default_step(7 * 86400) == 60
     assert default_step(30 * 86400) == 240
     assert all(3600 % default_step(days * 86400) == 0 for days in (1, 7, 8, 30, 90, 400))
+
+
+def test_onprem_cost_model_uses_measured_power(tmp_path: Path, cli: Any) -> None:
+    power = {**GPU, "pod": "serve", "namespace": "prod"}
+    path = tmp_path / "export.json"
+    path.write_text(
+        json.dumps(
+            _answer(
+                _series("DCGM_FI_DEV_GPU_UTIL", power, [50.0] * 144),
+                _series("DCGM_FI_DEV_POWER_USAGE", power, [300.0] * 144),
+            )
+        )
+    )
+    code, out, err = cli(
+        "audit",
+        "--from",
+        path,
+        "--no-store",
+        "--json",
+        "--onprem",
+        "capex=8760,life=1,pue=2,kwh=0.5,ops=876",
+    )
+    assert code == 0, err
+    price = json.loads(out)["prices"]["NVIDIA L4"]
+    # $1/h of capex + $0.1/h of ops + 0.3 kW x 2 x $0.5 = $1.4 per GPU-hour
+    assert price["usd_per_gpu_hour"] == pytest.approx(1.4)
+    assert "300 W (measured mean)" in price["source"]
+    code, _, err = cli("audit", "--from", path, "--no-store", "--onprem", "capex=1")
+    assert code == 2 and "life=YEARS" in err

@@ -88,6 +88,7 @@ class DeviceFigures:
     not_measured: dict[str, str]
     memory_p99_fraction: float | None
     memory_total_mib: float | None
+    power_mean_w: float | None
     sm_p95: float | None
     tensor_median: float | None
     dram_median: float | None
@@ -124,6 +125,7 @@ class DeviceFigures:
             "not_measured": self.not_measured,
             "memory_p99_fraction": self.memory_p99_fraction,
             "memory_total_mib": self.memory_total_mib,
+            "power_mean_w": self.power_mean_w,
             "sm_p95": self.sm_p95,
             "tensor_median": self.tensor_median,
             "dram_median": self.dram_median,
@@ -282,6 +284,11 @@ def device_figures(
         not_measured=not_measured,
         memory_p99_fraction=memory,
         memory_total_mib=memory_total,
+        power_mean_w=(
+            float(np.nanmean(values["power_w"]))
+            if "power_w" in values and np.any(~np.isnan(values["power_w"]))
+            else None
+        ),
         sm_p95=stat("sm_active", 95),
         tensor_median=stat("tensor_active", 50),
         dram_median=stat("dram_active", 50),

@@ -23,7 +23,7 @@ from accelscope.audit.analysis import DeviceFigures, gpu_slices
 from accelscope.errors import BadInputError
 from accelscope.plan.catalog import Catalog
 
-__all__ = ["Action", "GpuPrice", "actions", "gpu_price", "mig_profiles"]
+__all__ = ["Action", "GpuPrice", "OnPremCost", "actions", "gpu_price", "mig_profiles"]
 
 _MODEL = re.compile(r"\b(H200|H100|A100|A10G|A30|L40S|L40|L4|T4|V100)\b", re.IGNORECASE)
 _MEMORY = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
@@ -83,6 +83,69 @@ def gpu_price(model: str, catalog: Catalog, given: Mapping[str, float]) -> GpuPr
         f"{instance.type} ${instance.price_usd_per_hour:g}/h ÷ {instance.accelerator_count} "
         f"GPU(s){caveat}: {cited}",
     )
+
+
+@dataclass(frozen=True)
+class OnPremCost:
+    """What a GPU you own costs an hour: its purchase spread over its life, its operations, and
+    its energy (measured mean power, or ``watts`` when not measured, x PUE x $/kWh)."""
+
+    capex_usd: float
+    life_years: float
+    pue: float = 1.4
+    usd_per_kwh: float = 0.12
+    ops_usd_per_year: float = 0.0
+    watts: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> OnPremCost:
+        """``capex=25000,life=4,pue=1.4,kwh=0.12,ops=2000,watts=400`` (capex and life needed)."""
+        names = {
+            "capex": "capex_usd",
+            "life": "life_years",
+            "pue": "pue",
+            "kwh": "usd_per_kwh",
+            "ops": "ops_usd_per_year",
+            "watts": "watts",
+        }
+        values: dict[str, float] = {}
+        for part in text.split(","):
+            key, sep, raw = part.partition("=")
+            key = key.strip().lower()
+            if not sep or key not in names:
+                raise BadInputError(
+                    f"--onprem {text!r}: give capex=USD,life=YEARS"
+                    "[,pue=1.4,kwh=USD,ops=USD_PER_YEAR,watts=W]"
+                )
+            try:
+                number = float(raw.strip().rstrip("y"))
+            except ValueError as exc:
+                raise BadInputError(f"--onprem {key}={raw!r}: not a number") from exc
+            if not (math.isfinite(number) and number >= 0) or (key == "life" and number <= 0):
+                raise BadInputError(f"--onprem {key}={raw!r}: must be a positive number")
+            values[names[key]] = number
+        if "capex_usd" not in values or "life_years" not in values:
+            raise BadInputError("--onprem needs at least capex=USD and life=YEARS")
+        return cls(**values)
+
+    def price(self, power_w: float | None) -> GpuPrice:
+        """$ per GPU-hour at ``power_w`` (measured), else at :attr:`watts`."""
+        watts = power_w if power_w is not None else self.watts
+        if watts is None:
+            raise BadInputError(
+                "--onprem: no power measured for this GPU model (DCGM_FI_DEV_POWER_USAGE): "
+                "add watts=W"
+            )
+        hours = self.life_years * 8760
+        energy = watts / 1000 * self.pue * self.usd_per_kwh
+        usd = self.capex_usd / hours + self.ops_usd_per_year / 8760 + energy
+        how = "measured mean" if power_w is not None else "given"
+        return GpuPrice(
+            usd,
+            f"on-prem: ${self.capex_usd:,.0f} over {self.life_years:g} y + ops "
+            f"${self.ops_usd_per_year:,.0f}/y + {watts:.0f} W ({how}) x PUE {self.pue:g} x "
+            f"${self.usd_per_kwh:g}/kWh",
+        )
 
 
 def mig_profiles(model: str) -> dict[int, float]:

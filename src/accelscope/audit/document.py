@@ -172,6 +172,9 @@ def audit_document(
         "by_node": by_node,
         "by_model": _rollup([(f.model, f, u) for f, u in rows]),
         "by_namespace": _rollup(namespace_rows),
+        "by_workload": _rollup(
+            [(f.holders[0] if f.holders else "(unallocated)", f, u) for f, u in rows]
+        ),
         "cpu_nodes": cpu,
         "actions": [a.to_dict() for a in actions],
         "ignored_series": dict(ignored),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from accelscope.audit.cost import OnPremCost
 from accelscope.cli._app import JsonOption, StoreOption, _out, app, command_line
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import duration_option
@@ -67,6 +68,12 @@ def audit_command(
         None, "--price", metavar="MODEL=USD", help="$ per GPU-hour of a GPU model, e.g. L4=0.80."
     ),
     catalog: list[Path] | None = typer.Option(None, "--catalog", help="Your catalog TOML."),
+    onprem: str | None = typer.Option(
+        None,
+        "--onprem",
+        metavar="capex=USD,life=Y[,pue,kwh,ops,watts]",
+        help="Price owned GPUs: capex over life + ops + measured energy x PUE x $/kWh.",
+    ),
     user: str | None = typer.Option(
         None, "--prometheus-user", help=f"Basic-auth user (password in ${PASSWORD_ENV})."
     ),
@@ -88,6 +95,7 @@ def audit_command(
         step_s=step,
         prices=_prices(price or []),
         catalog_files=tuple(catalog or ()),
+        onprem=OnPremCost.parse(onprem) if onprem else None,
         user=user,
         password=os.environ.get(PASSWORD_ENV),
         token=os.environ.get(TOKEN_ENV),

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from accelscope.audit.analysis import fleet_figures
-from accelscope.audit.cost import actions, gpu_price
+from accelscope.audit.cost import GpuPrice, OnPremCost, actions, gpu_price
 from accelscope.audit.document import audit_document
 from accelscope.audit.fields import FIELDS
 from accelscope.audit.local import sample_here
@@ -86,6 +86,8 @@ class AuditRequest:
     report_path: Path | None = None
     sample_s: float | None = None
     """Sample this host for this long instead (NVML GPUs, psutil CPUs)."""
+    onprem: OnPremCost | None = None
+    """Price GPUs you own (capex over life, ops, measured energy) instead of the catalog."""
 
     def settings(self) -> dict[str, Any]:
         """What the audit depends on, stored with the run (no credentials)."""
@@ -315,7 +317,18 @@ def audit(
     figures = fleet_figures(devices, grid)
     given = {m: p for m, p in request.prices if m.lower() != "cpu"}
     cpu_price = next((p for m, p in request.prices if m.lower() == "cpu"), None)
-    prices = {f.model: gpu_price(f.model, catalog, given) for f in figures}
+    if request.onprem is not None:
+        prices = {}
+        for model in {f.model for f in figures}:
+            powers = [f.power_mean_w for f in figures if f.model == model and f.power_mean_w]
+            mean = sum(powers) / len(powers) if powers else None
+            prices[model] = (
+                GpuPrice(given[model], f"--price {model}={given[model]:g}")
+                if model in given
+                else request.onprem.price(mean)
+            )
+    else:
+        prices = {f.model: gpu_price(f.model, catalog, given) for f in figures}
     window_h = grid.slots * grid.slot_h
     document = audit_document(
         grid=grid,
