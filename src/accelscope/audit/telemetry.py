@@ -143,8 +143,7 @@ _DECODER = json.JSONDecoder()
 _NUMBERS = str.maketrans({"[": " ", "]": " ", '"': " "})
 
 
-_SKELETON = re.compile(r"[^\[\],]")
-_PAIR = "[,]"
+_NO_COMMA = re.compile(r"\[[^,\[\]]*\]")
 
 
 def _values_fast(text: str, start: int) -> tuple[NDArray[np.float64], int] | None:
@@ -163,9 +162,13 @@ def _values_fast(text: str, start: int) -> tuple[NDArray[np.float64], int] | Non
     raw = text[start:end]
     if raw == "[]":
         return np.empty((0, 2)), end + 1
-    skeleton = _SKELETON.sub("", raw)
-    count = skeleton.count(_PAIR)
-    if skeleton != "[" + ",".join([_PAIR] * count) + "]":
+    count = raw.count("[") - 1
+    if (
+        count < 1
+        or raw.count("]") != count + 1
+        or raw.count(",") != 2 * count - 1
+        or _NO_COMMA.search(raw)  # a pair of one value: counts alone would not see it
+    ):
         return None
     try:
         numbers = np.array(raw.translate(_NUMBERS).replace(",", " ").split(), dtype=np.float64)
@@ -325,9 +328,10 @@ def build_devices(series: Sequence[Series], grid: Grid) -> list[Device]:
         target = device.values.setdefault(s.field, np.full(grid.slots, np.nan))
         who = holder(s.labels, exported)
         assert device.holders is not None
-        clash = ~np.isnan(target[slots]) & (device.holders[slots] != who)
-        counts = clashes.setdefault(key, {})
-        counts[s.field] = counts.get(s.field, 0) + int(np.count_nonzero(clash))
+        if s.field in ("gr_active", "gpu_util"):  # the fields that say a slot was in use
+            clash = ~np.isnan(target[slots]) & (device.holders[slots] != who)
+            counts = clashes.setdefault(key, {})
+            counts[s.field] = counts.get(s.field, 0) + int(np.count_nonzero(clash))
         target[slots] = s.values[keep]
         if who:
             device.holders[slots] = who

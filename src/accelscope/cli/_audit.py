@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -109,7 +110,8 @@ def audit_command(
     )
     if as_json:
         document = {"run_id": outcome.run_id, "report": str(outcome.report_path or "")}
-        _out.print_json(json.dumps({**document, **outcome.document}))
+        # plain JSON: a fleet's document is large, and rich's highlighting costs seconds
+        sys.stdout.write(json.dumps({**document, **outcome.document}) + "\n")
         return
     _out.print(audit_view(outcome.document))
     if outcome.report_path:
