@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "plan": 8,
     "store": 9,
     "audit": 9,  # above plan: prices GPU-hours from plan's catalog
+    "llm": 9,  # above load (schedules, early stopping), plan (KV bytes, catalog), roofline
     "report": 10,
     "compare": 8,
     "commands": 11,

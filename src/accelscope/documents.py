@@ -39,6 +39,7 @@ __all__ = [
     "CurvePoint",
     "Document",
     "KernelPeak",
+    "LlmCapacity",
     "LoadCapacity",
     "Operator",
     "RooflineProfile",
@@ -340,3 +341,24 @@ class LoadCapacity(Document):
     policies: tuple[SearchedPolicy, ...] = ()
     curve: tuple[CurvePoint, ...] = ()
     harness_floor: dict[str, Any] | None = None
+
+
+class LlmCapacity(Document):
+    """An ``llm-capacity`` document: what ``llm`` measured an LLM server to sustain under an
+    SLO, for ``plan api --from-run``. ``capacity`` is the highest offered load that met the SLO
+    with claimable tails (``unit``: ``req/s`` or ``concurrency``); ``good_output_tokens_per_s``
+    the token goodput measured at that load. ``valid`` is false when no load met the SLO."""
+
+    kind: ClassVar[str] = "llm-capacity"
+
+    model: str
+    target: dict[str, Any] = Field(default_factory=dict)
+    slo: dict[str, Any] = Field(default_factory=dict)
+    capacity: NonNegativeNumber | None = None
+    unit: str = "req/s"
+    good_output_tokens_per_s: NonNegativeNumber = 0.0
+    good_requests_per_s: NonNegativeNumber = 0.0
+    output_tokens_mean: NonNegativeNumber | None = None
+    environment_fingerprint: str = ""
+    local_server: StrictBool = False
+    valid: StrictBool

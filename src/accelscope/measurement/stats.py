@@ -31,6 +31,7 @@ __all__ = [
     "paired_ratio_ci",
     "percentile",
     "prepare",
+    "quantile_ci",
     "ratio_from_intervals",
     "rounds_to_settle",
     "summarize",
@@ -423,3 +424,39 @@ def paired_ratio_ci(
     """
     estimate = paired_ratio(candidate_s, reference_s, confidence)
     return estimate.ratio, estimate.low, estimate.high
+
+
+def quantile_ci(
+    sorted_values: Sequence[float], q: float, confidence: float = 0.95
+) -> tuple[float | None, float | None]:
+    """Distribution-free confidence interval of the ``q``-quantile (0 < q < 1) from order
+    statistics: ``[x_(l), x_(u)]`` (1-based) with ``P(l <= B < u) >= confidence`` for
+    ``B ~ Binomial(n, q)``, split evenly between the tails. A bound the sample is too small to
+    give (a p99 from 50 values has no upper one) is ``None``: not pinned down."""
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("confidence interval of no samples")
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile {q} outside (0, 1)")
+    tail = (1.0 - confidence) / 2.0
+    # lower: the largest l with P(B <= l - 1) <= tail; upper: the smallest u with P(B <= u - 1)
+    # >= 1 - tail. Both CDFs are monotone in the rank: bisect.
+    low, high = 0, n
+    while low < high:
+        middle = (low + high + 1) // 2
+        if binomial_cdf(middle - 1, n, q) <= tail:
+            low = middle
+        else:
+            high = middle - 1
+    lower_rank = low
+    low, high = 1, n + 1
+    while low < high:
+        middle = (low + high) // 2
+        if binomial_cdf(middle - 1, n, q) >= 1.0 - tail:
+            high = middle
+        else:
+            low = middle + 1
+    upper_rank = low
+    lower = sorted_values[lower_rank - 1] if lower_rank >= 1 else None
+    upper = sorted_values[upper_rank - 1] if upper_rank <= n else None
+    return lower, upper

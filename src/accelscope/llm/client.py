@@ -1,0 +1,294 @@
+"""An OpenAI-compatible streaming client: the ``Target`` for vLLM, SGLang, TGI, llama.cpp
+server, ``transformers serve`` or any server speaking ``/v1/completions`` or
+``/v1/chat/completions`` with server-sent events.
+
+Each request is one HTTP/1.1 connection (``http.client``, blocking, one client thread per
+request in flight), so no connection pool or event loop sits between the server's bytes and
+the timestamps. A chunk is stamped with ``time.perf_counter()`` as soon as its ``data:`` line is
+read; the first chunk carrying text is the first token. Token counts come from the server's
+``usage`` (asked for with ``stream_options.include_usage``); a server that sends none falls back
+to the model's tokenizer over the streamed text, labelled ``tokenizer``, or to ``unknown``:
+never a whitespace count.
+
+Failures are per request and never raise: an HTTP status, a non-SSE answer, malformed JSON,
+a stream that ends with neither a ``finish_reason`` nor ``[DONE]`` (``transformers serve``
+sends no ``[DONE]``), a timeout, a refused connection each become the
+record's ``error`` (one line). :meth:`OpenAIEndpoint.check` sends one small request first so a
+wrong URL, path or model name is one line of bad input before any trial starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from accelscope.errors import BadInputError
+from accelscope.llm.records import LlmRequest, RequestRecord
+from accelscope.llm.workload import TokenCounter
+
+__all__ = ["Api", "OpenAIEndpoint"]
+
+Api = Literal["completions", "chat"]
+_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+MAX_ERROR_BODY = 2000
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _error_message(status: int, body: bytes) -> str:
+    """``HTTP 404: The model `x` does not exist.`` from an OpenAI error body, else the text."""
+    text = body[:MAX_ERROR_BODY].decode("utf-8", "replace")
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError:
+        return f"HTTP {status}: {_one_line(text) or http.client.responses.get(status, '')}"
+    message: Any = payload
+    if isinstance(payload, dict):
+        error = payload.get("error", payload.get("detail", payload.get("message", payload)))
+        message = error.get("message", error) if isinstance(error, dict) else error
+    return f"HTTP {status}: {_one_line(str(message))}"
+
+
+class OpenAIEndpoint:
+    """A streaming OpenAI-compatible endpoint (``base_url`` like ``http://host:8000``; a
+    trailing ``/v1`` is accepted)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api: Api = "completions",
+        api_key: str | None = None,
+        tokenizer: TokenCounter | None = None,
+        ignore_eos: bool = False,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(base_url.strip())
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise BadInputError(f"{base_url!r}: give the server's URL, e.g. http://localhost:8000")
+        if api not in _PATHS:
+            raise BadInputError(f"--api {api!r}: give completions or chat")
+        if not model.strip():
+            raise BadInputError("--model: give the model name the server serves")
+        try:
+            port = parsed.port
+        except ValueError:
+            raise BadInputError(f"{base_url!r}: the port is not a number") from None
+        self.base_url = base_url.strip().rstrip("/")
+        self.scheme = parsed.scheme
+        self.host = parsed.hostname
+        self.port = port or (443 if parsed.scheme == "https" else 80)
+        prefix = parsed.path.rstrip("/")
+        prefix = prefix[: -len("/v1")] if prefix.endswith("/v1") else prefix
+        self.path = prefix + _PATHS[api]
+        self.model = model
+        self.api = api
+        self.api_key = api_key
+        self.tokenizer = tokenizer
+        self.ignore_eos = ignore_eos
+        self.extra_body = dict(extra_body or {})
+        self._live: set[http.client.HTTPConnection] = set()
+        self._lock = threading.Lock()
+
+    # -- the Target protocol -------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "openai-http",
+            "url": self.base_url,
+            "path": self.path,
+            "api": self.api,
+            "model": self.model,
+            "ignore_eos": self.ignore_eos,
+            "token_counts": "server usage; tokenizer fallback"
+            if self.tokenizer
+            else "server usage",
+        }
+
+    def check(self) -> None:
+        """One small streaming request; any failure is bad input, in one line."""
+        probe = LlmRequest(index=-1, prompt="Hello", max_tokens=2)
+        origin = time.perf_counter()
+        record = self.stream(
+            probe, origin_s=origin, scheduled_s=0.0, timeout_s=60.0, cancel=threading.Event()
+        )
+        if record.error:
+            raise BadInputError(f"{self.base_url}{self.path}: {record.error}")
+        if record.first_token_s is None:
+            raise BadInputError(
+                f"{self.base_url}{self.path}: the stream carried no text for a 2-token request"
+            )
+
+    def interrupt(self) -> None:
+        """Close every connection in flight (their requests end ``cancelled``)."""
+        with self._lock:
+            live = list(self._live)
+        for conn in live:
+            sock = conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.interrupt()
+
+    # -- one request -----------------------------------------------------------------------
+
+    def _body(self, request: LlmRequest) -> bytes:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": 0.0,
+        }
+        if self.api == "chat":
+            body["messages"] = [{"role": "user", "content": request.prompt}]
+        else:
+            body["prompt"] = request.prompt
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+        body.update(self.extra_body)
+        return json.dumps(body).encode()
+
+    def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
+        if self.scheme == "https":
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
+
+    def stream(
+        self,
+        request: LlmRequest,
+        *,
+        origin_s: float,
+        scheduled_s: float,
+        timeout_s: float,
+        cancel: threading.Event,
+    ) -> RequestRecord:
+        record = RequestRecord(
+            index=request.index,
+            scheduled_s=scheduled_s,
+            sent_s=time.perf_counter() - origin_s,
+            end_s=0.0,
+            prompt_tokens=request.prompt_tokens,
+        )
+        deadline = time.perf_counter() + timeout_s
+        conn = self._connection(timeout_s)
+        with self._lock:
+            self._live.add(conn)
+        text: list[str] = []
+        try:
+            headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+            if self.api_key:
+                headers["Authorization"] = f"Bearer {self.api_key}"
+            conn.request("POST", self.path, body=self._body(request), headers=headers)
+            response = conn.getresponse()
+            if response.status != 200:
+                record.error = _error_message(response.status, response.read(MAX_ERROR_BODY))
+                return record
+            kind = response.getheader("Content-Type", "")
+            if "text/event-stream" not in kind:
+                record.error = f"not a streaming OpenAI response (Content-Type {kind or 'none'})"
+                return record
+            self._read_events(response, record, text, origin_s, deadline, cancel)
+        except TimeoutError:
+            record.error = f"timeout after {timeout_s:g} s"
+        except (OSError, http.client.HTTPException) as exc:
+            if cancel.is_set():
+                record.cancelled = True
+            else:
+                record.error = _one_line(f"{type(exc).__name__}: {exc}") or type(exc).__name__
+        finally:
+            with self._lock:
+                self._live.discard(conn)
+            conn.close()
+            record.end_s = time.perf_counter() - origin_s
+        record.output_chars = sum(len(part) for part in text)
+        if record.output_tokens is None and not record.error and self.tokenizer is not None:
+            record.output_tokens = len(
+                self.tokenizer.encode("".join(text), add_special_tokens=False)
+            )
+            record.tokens_source = "tokenizer"
+        return record
+
+    def _read_events(
+        self,
+        response: http.client.HTTPResponse,
+        record: RequestRecord,
+        text: list[str],
+        origin_s: float,
+        deadline: float,
+        cancel: threading.Event,
+    ) -> None:
+        done = False
+        while True:
+            line = response.readline()
+            now = time.perf_counter()
+            if cancel.is_set():
+                record.cancelled = True
+                return
+            if not line:
+                break
+            if now > deadline:
+                raise TimeoutError
+            line = line.strip()
+            if not line or line.startswith(b":") or not line.startswith(b"data:"):
+                continue  # blank separators, comments, event:/id: fields
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                done = True
+                break
+            try:
+                event = json.loads(data)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                record.error = f"malformed SSE data: {_one_line(data.decode('utf-8', 'replace'))}"
+                return
+            if not isinstance(event, dict):
+                record.error = "malformed SSE data: not a JSON object"
+                return
+            if "error" in event:
+                record.error = _one_line(f"server error in stream: {event['error']}")
+                return
+            choices = event.get("choices")
+            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+                done = done or bool(choices[0].get("finish_reason"))
+            piece = self._text(event)
+            if piece:
+                stamp = now - origin_s
+                if record.first_token_s is None:
+                    record.first_token_s = stamp
+                record.chunk_times_s.append(stamp)
+                text.append(piece)
+            usage = event.get("usage")
+            if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                record.output_tokens = usage["completion_tokens"]
+                record.tokens_source = "usage"
+                if isinstance(usage.get("prompt_tokens"), int):
+                    record.prompt_tokens = usage["prompt_tokens"]
+        if not done:
+            record.error = "the stream ended before a finish_reason or [DONE]"
+
+    def _text(self, event: dict[str, Any]) -> str:
+        choices = event.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return ""
+        choice = choices[0]
+        if self.api == "chat":
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                content = delta.get("content") or delta.get("reasoning_content") or ""
+                return content if isinstance(content, str) else ""
+            return ""
+        piece = choice.get("text") or ""
+        return piece if isinstance(piece, str) else ""

@@ -1,0 +1,325 @@
+"""The figures of one ``llm`` trial, each with the definition it uses ("TPOT" and "ITL" mean
+different things across tools, so every document carries ``DEFINITIONS``).
+
+- **Latencies count from the scheduled arrival** (no coordinated omission); the send-based TTFT
+  is given beside it, and the client's lag (sent - scheduled) is measured. A trial whose p99
+  lag exceeds ``LAG_LIMIT_S`` is marked client-bound: the rate was not generated.
+- **Steady state.** Percentiles, throughput and goodput use the requests that *arrived* in the
+  steady window: from ``WARMUP_FRACTION`` of the arrival span after the first arrival to the
+  last arrival (ramp-up excluded; the drain after the last arrival is not a window of its own).
+  Throughput counts the tokens streamed inside the window, divided by its length.
+- **Tails.** Each percentile has a distribution-free confidence interval (order statistics),
+  and a tail is *claimed* only when MLPerf LoadGen's early-stopping rule says the trial has
+  enough requests: otherwise it reads "not enough requests to claim p99 TTFT".
+- **Goodput.** A request is good when it completed and met every SLO term; errors count as
+  misses; requests the run cancelled are excluded. Request goodput is good requests per second
+  of the window, token goodput their output tokens per second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from accelscope.errors import BadInputError
+from accelscope.llm.records import RequestRecord
+from accelscope.load.early_stopping import (
+    DEFAULT_CONFIDENCE,
+    min_passing_queries,
+    percentile_estimate,
+    server_early_stopping,
+)
+from accelscope.measurement.stats import quantile_ci
+from accelscope.units import parse_duration_s
+
+__all__ = [
+    "DEFINITIONS",
+    "LAG_LIMIT_S",
+    "METRICS",
+    "PERCENTILES",
+    "WARMUP_FRACTION",
+    "Slo",
+    "summarise_trial",
+]
+
+PERCENTILES = (50.0, 90.0, 99.0)
+WARMUP_FRACTION = 0.1
+LAG_LIMIT_S = 0.05
+"""p99 of (sent - scheduled) above this: the client did not generate the offered rate."""
+
+METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_sent_s")
+
+DEFINITIONS: dict[str, str] = {
+    "ttft_s": "time to first token: first streamed chunk with text - scheduled arrival",
+    "ttft_sent_s": "TTFT from when the client sent the request (send-based, as most tools)",
+    "tpot_s": "time per output token: (E2E - TTFT) / (output tokens - 1), per request",
+    "itl_s": "inter-token latency: gaps between consecutive text chunks, pooled over requests "
+    "(vLLM's ITL; a chunk may carry several tokens)",
+    "e2e_s": "end-to-end latency: end of the stream - scheduled arrival",
+    "client_lag_s": "sent - scheduled: the client's own delay in issuing a request",
+    "output_tokens": "the server's usage.completion_tokens (else the model's tokenizer over the "
+    "streamed text, labelled)",
+    "steady_window": f"arrivals from {WARMUP_FRACTION:.0%} of the arrival span after the first "
+    "to the last arrival",
+    "goodput": "requests (or their output tokens) per second of the steady window that "
+    "completed and met every SLO term; errors are misses, cancelled requests excluded",
+    "tail_claim": "a percentile is claimed only when LoadGen's early-stopping rule allows it at "
+    f"{DEFAULT_CONFIDENCE:.0%} confidence",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slo:
+    """Service-level objective: bounds on TTFT, TPOT and E2E (any subset), at a percentile."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    percentile: float = 99.0
+
+    @classmethod
+    def parse(cls, text: str, percentile: float = 99.0) -> Slo:
+        """``ttft=500ms,tpot=50ms,e2e=10s`` (any subset)."""
+        if not 0.0 < percentile < 100.0:
+            raise BadInputError(f"--slo-percentile {percentile:g}: give a value in (0, 100)")
+        bounds: dict[str, float] = {}
+        for part in text.split(","):
+            name, sep, value = part.partition("=")
+            name = name.strip().lower()
+            if not sep or name not in ("ttft", "tpot", "e2e"):
+                raise BadInputError(
+                    f"--slo {text!r}: give ttft=, tpot= and/or e2e= durations, "
+                    "e.g. ttft=500ms,tpot=50ms"
+                )
+            if name in bounds:
+                raise BadInputError(f"--slo {text!r}: {name} given twice")
+            try:
+                seconds = parse_duration_s(value.strip())
+            except BadInputError:
+                raise BadInputError(
+                    f"--slo {name}={value.strip()}: give a positive duration, e.g. 500ms"
+                ) from None
+            bounds[name] = seconds
+        return cls(
+            ttft_s=bounds.get("ttft"),
+            tpot_s=bounds.get("tpot"),
+            e2e_s=bounds.get("e2e"),
+            percentile=percentile,
+        )
+
+    def terms(self) -> dict[str, float]:
+        """The bounded metrics: ``{"ttft_s": 0.5, ...}``."""
+        found = {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s}
+        return {k: v for k, v in found.items() if v is not None}
+
+    @property
+    def label(self) -> str:
+        """``p99 TTFT <= 500 ms, TPOT <= 50 ms``."""
+        parts = [
+            f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms" for k, v in self.terms().items()
+        ]
+        return f"p{self.percentile:g} " + ", ".join(parts) if parts else "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {**self.terms(), "percentile": self.percentile}
+
+
+def _values(record: RequestRecord) -> dict[str, float | None]:
+    ttft = None if record.first_token_s is None else record.first_token_s - record.scheduled_s
+    tpot = None
+    if ttft is not None and record.output_tokens is not None and record.output_tokens > 1:
+        tpot = (record.end_s - record.first_token_s) / (record.output_tokens - 1)  # type: ignore[operator]
+    return {
+        "ttft_s": ttft,
+        "ttft_sent_s": None
+        if record.first_token_s is None
+        else record.first_token_s - record.sent_s,
+        "tpot_s": tpot,
+        "e2e_s": record.end_s - record.scheduled_s,
+    }
+
+
+def _distribution(values: Sequence[float], name: str) -> dict[str, Any]:
+    """Percentiles with their CIs and LoadGen claims; ``{"n": 0}`` when there is nothing."""
+    if not values:
+        return {"n": 0}
+    ordered = np.sort(np.asarray(values, dtype=float))
+    as_list = ordered.tolist()
+    found: dict[str, Any] = {
+        "n": len(as_list),
+        "mean": float(ordered.mean()),
+        "min": as_list[0],
+        "max": as_list[-1],
+    }
+    for p in PERCENTILES:
+        key = f"p{p:g}"
+        found[key] = float(np.percentile(ordered, p, method="linear"))
+        low, high = quantile_ci(as_list, p / 100.0)
+        found[f"{key}_ci"] = [low, high]
+        if p >= 90.0:
+            bound = percentile_estimate(as_list, p / 100.0)
+            needs = min_passing_queries(1, p / 100.0) + 1
+            found[f"{key}_claim"] = (
+                {"claimable": True, "bound": bound}
+                if bound is not None
+                else {
+                    "claimable": False,
+                    "needs": needs,
+                    "why": f"not enough requests to claim {key} {name} ({len(as_list)} < {needs})",
+                }
+            )
+    return found
+
+
+def _window(records: Sequence[RequestRecord]) -> tuple[float, float]:
+    arrivals = sorted(r.scheduled_s for r in records)
+    first, last = arrivals[0], arrivals[-1]
+    start = first + WARMUP_FRACTION * (last - first)
+    return start, last
+
+
+def _tokens_in(record: RequestRecord, start: float, end: float) -> float:
+    """Output tokens streamed in [start, end]: each chunk carries tokens / chunks (exact when
+    a chunk is one token)."""
+    if not record.chunk_times_s or not record.output_tokens:
+        return 0.0
+    times = np.asarray(record.chunk_times_s)
+    inside = int(np.count_nonzero((times >= start) & (times <= end)))
+    return inside * record.output_tokens / len(times)
+
+
+def _slo_verdict(
+    slo: Slo, considered: Sequence[RequestRecord], values: Sequence[dict[str, float | None]]
+) -> dict[str, Any]:
+    """Per SLO term: over-bound count (errors and missing values count as over), LoadGen's
+    claim at the SLO percentile, and whether the term is met."""
+    verdict: dict[str, Any] = {}
+    p = slo.percentile / 100.0
+    for metric, bound in slo.terms().items():
+        over = 0
+        for record, value in zip(considered, values, strict=True):
+            got = value.get(metric)
+            if record.error or got is None or got > bound:
+                over += 1
+        n = len(considered)
+        stopping = server_early_stopping(n, over, p) if n else None
+        observed_ok = n > 0 and over <= (1.0 - p) * n
+        if stopping is not None and stopping.passes:
+            state, why = "met", ""
+        elif not observed_ok:
+            state = "missed"
+            why = f"{over} of {n} over {bound * 1000:g} ms (more than {1 - p:.0%})"
+        else:
+            state = "unclaimed"
+            needs = stopping.required_queries if stopping else 0
+            why = f"not enough requests to claim p{slo.percentile:g} ({n} < {needs})"
+        verdict[metric] = {"bound_s": bound, "over": over, "n": n, "state": state, "why": why}
+    return verdict
+
+
+def summarise_trial(
+    records: Sequence[RequestRecord],
+    *,
+    slo: Slo | None = None,
+    duration_s: float = 0.0,
+) -> dict[str, Any]:
+    """The JSON-ready figures of one trial."""
+    considered_all = [r for r in records if not r.cancelled]
+    errors = Counter(r.error for r in considered_all if r.error)
+    summary: dict[str, Any] = {
+        "requests": len(records),
+        "completed": sum(1 for r in considered_all if not r.error),
+        "errors": sum(errors.values()),
+        "error_kinds": [{"error": e, "count": c} for e, c in errors.most_common(5)],
+        "cancelled": sum(1 for r in records if r.cancelled),
+        "duration_s": duration_s,
+    }
+    if not considered_all:
+        summary["window"] = None
+        summary["metrics"] = {m: {"n": 0} for m in METRICS}
+        return summary
+    start, end = _window(considered_all)
+    considered = [r for r in considered_all if start <= r.scheduled_s <= end]
+    length = end - start
+    if length <= 0:  # one request, or all at once: the whole run is the window
+        start = min(r.scheduled_s for r in considered_all)
+        end = max(r.end_s for r in considered_all)
+        length = max(end - start, 1e-9)
+        considered = considered_all
+    summary["window"] = {
+        "start_s": start,
+        "end_s": end,
+        "length_s": length,
+        "requests": len(considered),
+    }
+    values = [_values(r) for r in considered]
+    ok = [(r, v) for r, v in zip(considered, values, strict=True) if not r.error]
+    metrics: dict[str, Any] = {}
+    for name in ("ttft_s", "ttft_sent_s", "tpot_s", "e2e_s"):
+        found = [v[name] for _, v in ok if v[name] is not None]
+        metrics[name] = _distribution([float(x) for x in found if x is not None], name[:-2].upper())
+    gaps = [float(g) for r, _ in ok for g in np.diff(r.chunk_times_s)]
+    metrics["itl_s"] = _distribution(gaps, "ITL")
+    summary["metrics"] = metrics
+    lags = np.asarray([r.sent_s - r.scheduled_s for r in considered_all])
+    lag_p99 = float(np.percentile(lags, 99))
+    summary["client_lag_s"] = {
+        "p50": float(np.percentile(lags, 50)),
+        "p99": lag_p99,
+        "max": float(lags.max()),
+        "limit": LAG_LIMIT_S,
+    }
+    summary["client_bound"] = lag_p99 > LAG_LIMIT_S
+    sources = Counter(r.tokens_source for r, _ in ok)
+    summary["token_sources"] = dict(sources)
+    output_in = sum(_tokens_in(r, start, end) for r in considered_all if not r.error)
+    prompt_tokens = [r.prompt_tokens for r, _ in ok if r.prompt_tokens is not None]
+    output_tokens = [r.output_tokens for r, _ in ok if r.output_tokens is not None]
+    summary["tokens"] = {
+        "prompt_mean": float(np.mean(prompt_tokens)) if prompt_tokens else None,
+        "output_mean": float(np.mean(output_tokens)) if output_tokens else None,
+        "output_total": int(sum(output_tokens)),
+    }
+    prompt_rate = (
+        sum(
+            r.prompt_tokens or 0
+            for r, _ in ok
+            if r.first_token_s is not None and start <= r.first_token_s <= end
+        )
+        / length
+    )
+    summary["throughput"] = {
+        "output_tokens_per_s": output_in / length,
+        "total_tokens_per_s": output_in / length + prompt_rate,
+        "requests_per_s": sum(1 for r in considered_all if not r.error and start <= r.end_s <= end)
+        / length,
+    }
+    if slo is not None and slo.terms():
+        verdict = _slo_verdict(slo, considered, values)
+        summary["slo"] = {
+            **slo.to_dict(),
+            "terms": verdict,
+            "met": all(t["state"] == "met" for t in verdict.values()),
+        }
+        good = [
+            r
+            for r, v in zip(considered, values, strict=True)
+            if not r.error
+            and all(
+                v.get(m) is not None and float(v[m] or 0.0) <= b for m, b in slo.terms().items()
+            )
+        ]
+        summary["goodput"] = {
+            "requests_per_s": len(good) / length,
+            "output_tokens_per_s": sum(r.output_tokens or 0 for r in good) / length,
+            "attainment": len(good) / len(considered) if considered else 0.0,
+        }
+    if any(math.isnan(x) for x in lags):
+        summary["notes"] = ["client lag has NaN values"]
+    return summary
