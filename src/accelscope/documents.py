@@ -359,6 +359,7 @@ class LlmCapacity(Document):
     good_output_tokens_per_s: NonNegativeNumber = 0.0
     good_requests_per_s: NonNegativeNumber = 0.0
     output_tokens_mean: NonNegativeNumber | None = None
+    prompt_tokens_mean: NonNegativeNumber | None = None
     environment_fingerprint: str = ""
     local_server: StrictBool = False
     valid: StrictBool

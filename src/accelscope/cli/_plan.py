@@ -155,8 +155,11 @@ def plan_api_command(
     input_price: str = typer.Option(..., "--input-price", help="API $ per million input tokens."),
     output_price: str = typer.Option(..., "--output-price", help="$ per million output tokens."),
     instance: str = typer.Option(..., "--instance", help="Catalog type to run it on."),
-    throughput: str = typer.Option(
-        ..., "--throughput", help="Measured tokens/s per instance (input + output)."
+    throughput: str | None = typer.Option(
+        None, "--throughput", help="Measured tokens/s per instance (input + output)."
+    ),
+    from_run: str | None = typer.Option(
+        None, "--from-run", help="An llm run with --capacity: its goodput at the SLO."
     ),
     output_share: str = typer.Option(
         f"{ApiRequest.output_share:.0%}", "--output-share", help="Share of output tokens."
@@ -175,7 +178,10 @@ def plan_api_command(
         input_price=parse_money(input_price, "--input-price"),
         output_price=parse_money(output_price, "--output-price"),
         instance=instance,
-        throughput_tokens_per_s=parse_rate_per_s(throughput, "--throughput"),
+        throughput_tokens_per_s=parse_rate_per_s(throughput, "--throughput")
+        if throughput is not None
+        else None,
+        from_run=from_run,
         output_share=parse_percent(output_share, "--output-share", maximum=1.0),
         headroom=parse_percent(headroom, "--headroom"),
         catalog_files=tuple(catalog or ()),
@@ -184,6 +190,7 @@ def plan_api_command(
         request,
         store_path=(store or DEFAULT_STORE_PATH) if save else None,
         command_line=command_line(),
+        runs_store=store or DEFAULT_STORE_PATH,
     )
     _print(outcome, as_json)
 

@@ -29,7 +29,7 @@ from accelscope.llm.client import Api, OpenAIEndpoint
 from accelscope.llm.floor import decode_floor
 from accelscope.llm.records import Target
 from accelscope.llm.server_metrics import ServerMetricsScraper
-from accelscope.llm.summary import DEFINITIONS, Slo, summarise_trial
+from accelscope.llm.summary import DEFINITIONS, WARMUP_FRACTION, Slo, summarise_trial
 from accelscope.llm.trial import TrialInterrupted, TrialRecords, run_trial
 from accelscope.llm.workload import Arrivals, TokenCounter, Workload, build_requests
 from accelscope.load.early_stopping import min_passing_queries
@@ -300,7 +300,8 @@ def _trial_requests(request: LlmRequestSettings) -> int:
     if request.slo is None:
         return request.requests
     needs = min_passing_queries(0, request.slo.percentile / 100.0)
-    return max(request.requests, needs)
+    # the steady window leaves out the ramp-up's arrivals
+    return max(request.requests, math.ceil(needs / (1.0 - WARMUP_FRACTION)) + 1)
 
 
 def llm(
@@ -501,6 +502,9 @@ def _document(
             "output_tokens_mean": (best.summary.get("tokens") or {}).get("output_mean")
             if best
             else None,
+            "prompt_tokens_mean": (best.summary.get("tokens") or {}).get("prompt_mean")
+            if best
+            else None,
             "points": [{"load": p.load, "passed": p.passed, "why": p.why} for p in capacity.points],
         }
     return found
@@ -517,6 +521,7 @@ def _capacity_document(document: dict[str, Any], model: str) -> dict[str, Any]:
         good_output_tokens_per_s=found["good_output_tokens_per_s"],
         good_requests_per_s=found["good_requests_per_s"],
         output_tokens_mean=found["output_tokens_mean"],
+        prompt_tokens_mean=found["prompt_tokens_mean"],
         environment_fingerprint=document["environment_fingerprint"],
         local_server=document["local_server"],
         valid=found["capacity"] is not None,

@@ -175,6 +175,12 @@ def api_view(doc: Mapping[str, Any]) -> RenderableType:
         money_usd(doc["api_monthly"]),
         f"{money_usd(doc['own_monthly'])} ({doc['own_instances']} instance(s))",
     )
+    if doc.get("usd_per_million_good_output_tokens") is not None:
+        table.add_row(
+            "$ per million good output tokens",
+            "",
+            f"{money_usd(doc['usd_per_million_good_output_tokens'])} at the SLO (measured)",
+        )
     even = doc.get("break_even_tokens_per_month")
     verdict = Text(
         f"cheaper: {'own hardware' if doc['cheaper'] == 'own' else 'the API'}; "

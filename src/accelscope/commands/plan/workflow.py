@@ -16,7 +16,7 @@ from typing import Any
 
 from accelscope.commands._lifecycle import CommandRun, check_paths
 from accelscope.commands.plan.html import render_plan_report
-from accelscope.documents import LoadCapacity, RooflineProfile
+from accelscope.documents import LlmCapacity, LoadCapacity, RooflineProfile
 from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.plan.api_cost import compare_api
@@ -87,7 +87,10 @@ class ApiRequest:
     input_price: float
     output_price: float
     instance: str
-    throughput_tokens_per_s: float
+    throughput_tokens_per_s: float | None = None
+    from_run: str | None = None
+    """An ``llm`` run with a capacity search: its goodput at the SLO replaces a typed
+    throughput."""
     output_share: float = 0.25
     headroom: float = 0.2
     catalog_files: tuple[Path, ...] = ()
@@ -361,11 +364,23 @@ def plan_api(
     store_path: Path | None = None,
     environment: Environment | None = None,
     command_line: str | None = None,
+    runs_store: Path = DEFAULT_STORE_PATH,
 ) -> PlanOutcome:
-    """API bill vs renting ``request.instance`` at the measured throughput; break-even."""
+    """API bill vs renting ``request.instance`` at the measured throughput (typed, or an
+    ``llm`` run's goodput at its SLO read from ``runs_store``); break-even."""
     catalog = load_catalog(request.catalog_files)
     instance = catalog.get(request.instance)
     check_paths(store_path)
+    if (request.throughput_tokens_per_s is None) == (request.from_run is None):
+        raise BadInputError("give --throughput or --from-run (an llm run), not both")
+    measured: LlmCapacity | None = None
+    if request.from_run is not None:
+        measured, basis = _llm_capacity(request.from_run, runs_store)
+        prompt_share = (measured.prompt_tokens_mean or 0.0) / (measured.output_tokens_mean or 1.0)
+        throughput = measured.good_output_tokens_per_s * (1.0 + prompt_share)
+    else:
+        assert request.throughput_tokens_per_s is not None
+        throughput, basis = request.throughput_tokens_per_s, "given (--throughput), measured by you"
     comparison = compare_api(
         tokens_per_month=request.tokens_per_month,
         output_share=request.output_share,
@@ -373,11 +388,47 @@ def plan_api(
         output_price=request.output_price,
         instance=instance.type,
         price_per_hour=instance.price_usd_per_hour,
-        throughput_tokens_per_s=request.throughput_tokens_per_s,
-        throughput_basis="given (--throughput), measured by you",
+        throughput_tokens_per_s=throughput,
+        throughput_basis=basis,
         headroom=request.headroom,
     )
     document = comparison.to_dict()
+    if measured is not None:
+        good = measured.good_output_tokens_per_s
+        document["from_run"] = request.from_run
+        document["good_output_tokens_per_s"] = good
+        document["usd_per_million_good_output_tokens"] = (
+            instance.price_usd_per_hour / (good * 3600.0) * 1e6
+        )
+        document["slo"] = measured.slo
     settings = {"mode": "api"}
     run = _store_document(store_path, instance.type, settings, document, environment, command_line)
     return PlanOutcome(document=document, run_id=run.run_id, store_path=run.stored_path)
+
+
+def _llm_capacity(run_id: str, store_path: Path) -> tuple[LlmCapacity, str]:
+    """The ``llm-capacity`` document of an ``llm`` run, and the throughput basis it gives."""
+    if not store_path.exists():
+        raise BadInputError(f"no results store at {store_path}: cannot read run {run_id}")
+    with ResultStore(store_path) as store:
+        run = store.get_run(run_id)
+    payloads = run.documents_of(LlmCapacity.kind)
+    if not payloads:
+        raise BadInputError(
+            f"run {run.id} ({run.kind}) has no LLM capacity: run `accelscope llm ... --capacity "
+            "rate --slo ...` first"
+        )
+    found = LlmCapacity.from_payload(payloads[-1], f"run {run.id}'s llm capacity")
+    if not found.valid or not found.good_output_tokens_per_s:
+        raise BadInputError(f"run {run.id}: no load met the SLO, so there is no goodput to price")
+    slo = ", ".join(
+        f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms"
+        for k, v in found.slo.items()
+        if k.endswith("_s")
+    )
+    basis = (
+        f"measured by llm run {run.id}: {found.good_output_tokens_per_s:.4g} good output "
+        f"tokens/s at p{found.slo.get('percentile', 99):g} {slo} (capacity {found.capacity:g} "
+        f"{found.unit}), plus their prompt tokens; the run's server is taken as this instance"
+    )
+    return found, basis
