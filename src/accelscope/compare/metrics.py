@@ -46,6 +46,16 @@ METRICS: dict[str, Metric] = {
     "peak_memory": Metric(name="peak memory", unit="B"),
     "accuracy": Metric(name="accuracy metric", unit="", higher_is_better=True),
     "capacity": Metric(name="capacity at the p99 SLA", unit="q/s", higher_is_better=True),
+    "ttft_p50": Metric(name="TTFT p50", unit="s", percentile=50.0),
+    "ttft_p99": Metric(name="TTFT p99", unit="s", percentile=99.0),
+    "tpot_p50": Metric(name="TPOT p50", unit="s", percentile=50.0),
+    "tpot_p99": Metric(name="TPOT p99", unit="s", percentile=99.0),
+    "e2e_p99": Metric(name="E2E p99", unit="s", percentile=99.0),
+    "output_tokens_per_s": Metric(name="output tokens/s", unit="tok/s", higher_is_better=True),
+    "goodput_tokens_per_s": Metric(
+        name="token goodput at the SLO", unit="tok/s", higher_is_better=True
+    ),
+    "llm_capacity": Metric(name="LLM capacity at the SLO", unit="load", higher_is_better=True),
 }
 
 
@@ -162,12 +172,80 @@ def _from_capacity(_: Sequence[Result], documents: Sequence[Any]) -> list[Config
     return found
 
 
+def _from_llm(_: Sequence[Result], documents: Sequence[Any]) -> list[ConfigObservations]:
+    """Each ``llm-trial`` (matched by target, workload and load; its per-request TTFT, TPOT
+    and E2E as samples, throughput and goodput as values) and the ``llm-capacity``."""
+    found: dict[str, ConfigObservations] = {}
+    settings: dict[str, Any] = {}
+    for document in documents:
+        payload: dict[str, Any] = document.payload
+        if document.kind == "llm":
+            workload = {k: v for k, v in (payload.get("workload") or {}).items() if k != "seed"}
+            settings = {"workload": workload, "slo": payload.get("slo")}  # the seed differs
+    for document in documents:
+        payload = document.payload
+        if document.kind == "llm-trial" and not payload.get("interrupted"):
+            samples = payload.get("samples") or {}
+            summary = payload.get("summary") or {}
+            metrics: dict[str, Observation] = {}
+            for name, key in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
+                values = tuple(float(v) for v in samples.get(key, ()))
+                if values:
+                    for metric in (f"{name}_p50", f"{name}_p99"):
+                        if metric in METRICS:
+                            metrics[metric] = Observation(samples=values)
+            throughput = summary.get("throughput") or {}
+            if throughput.get("output_tokens_per_s") is not None:
+                metrics["output_tokens_per_s"] = Observation(
+                    value=float(throughput["output_tokens_per_s"])
+                )
+            goodput = summary.get("goodput") or {}
+            if goodput.get("output_tokens_per_s") is not None:
+                metrics["goodput_tokens_per_s"] = Observation(
+                    value=float(goodput["output_tokens_per_s"])
+                )
+            key = repr(
+                sorted(
+                    (k, repr(v))
+                    for k, v in {
+                        "arrivals": payload.get("arrivals"),
+                        "role": payload.get("role"),
+                        **settings,
+                    }.items()
+                )
+            )
+            found[key] = ConfigObservations(
+                key=key,
+                label=str(payload.get("label", "?")),
+                model="",
+                model_digest="",
+                fingerprint="",
+                machine="",
+                libraries=(),
+                metrics=metrics,
+            )
+        elif document.kind == "llm-capacity" and payload.get("valid"):
+            key = repr(sorted((k, repr(v)) for k, v in {"capacity": payload.get("slo")}.items()))
+            found[key] = ConfigObservations(
+                key=key,
+                label=f"capacity ({payload.get('unit', '')})",
+                model=str(payload.get("model", "")),
+                model_digest="",
+                fingerprint=str(payload.get("environment_fingerprint", "")),
+                machine="",
+                libraries=(),
+                metrics={"llm_capacity": Observation(value=float(payload["capacity"]))},
+            )
+    return list(found.values())
+
+
 Extractor = Callable[[Sequence[Result], Sequence[Any]], list[ConfigObservations]]
 
 EXTRACTORS: dict[str, Extractor] = {
     "bench": _from_results,
     "measure": _from_results,
     "load": _from_capacity,
+    "llm": _from_llm,
 }
 """Run kind -> extractor. ``documents`` are the store's ``Document`` rows (kind, payload)."""
 

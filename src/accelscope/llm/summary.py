@@ -44,6 +44,8 @@ __all__ = [
     "PERCENTILES",
     "WARMUP_FRACTION",
     "Slo",
+    "request_values",
+    "steady_samples",
     "summarise_trial",
 ]
 
@@ -130,7 +132,7 @@ class Slo:
         return {**self.terms(), "percentile": self.percentile}
 
 
-def _values(record: RequestRecord) -> dict[str, float | None]:
+def request_values(record: RequestRecord) -> dict[str, float | None]:
     ttft = None if record.first_token_s is None else record.first_token_s - record.scheduled_s
     tpot = None
     if ttft is not None and record.output_tokens is not None and record.output_tokens > 1:
@@ -258,7 +260,7 @@ def summarise_trial(
         "length_s": length,
         "requests": len(considered),
     }
-    values = [_values(r) for r in considered]
+    values = [request_values(r) for r in considered]
     ok = [(r, v) for r, v in zip(considered, values, strict=True) if not r.error]
     metrics: dict[str, Any] = {}
     for name in ("ttft_s", "ttft_sent_s", "tpot_s", "e2e_s"):
@@ -323,3 +325,20 @@ def summarise_trial(
     if any(math.isnan(x) for x in lags):
         summary["notes"] = ["client lag has NaN values"]
     return summary
+
+
+def steady_samples(
+    records: Sequence[RequestRecord], summary: dict[str, Any]
+) -> dict[str, list[float]]:
+    """Per-request TTFT, TPOT and E2E of the completed requests that arrived in the summary's
+    steady window: the samples ``compare`` bootstraps."""
+    window = summary.get("window") or {}
+    start, end = window.get("start_s", -math.inf), window.get("end_s", math.inf)
+    found: dict[str, list[float]] = {"ttft_s": [], "tpot_s": [], "e2e_s": []}
+    for record in records:
+        if not record.ok or not start <= record.scheduled_s <= end:
+            continue
+        for name, value in request_values(record).items():
+            if name in found and value is not None:
+                found[name].append(round(value, 6))
+    return found

@@ -29,7 +29,13 @@ from accelscope.llm.client import Api, OpenAIEndpoint
 from accelscope.llm.floor import decode_floor
 from accelscope.llm.records import Target
 from accelscope.llm.server_metrics import ServerMetricsScraper
-from accelscope.llm.summary import DEFINITIONS, WARMUP_FRACTION, Slo, summarise_trial
+from accelscope.llm.summary import (
+    DEFINITIONS,
+    WARMUP_FRACTION,
+    Slo,
+    steady_samples,
+    summarise_trial,
+)
 from accelscope.llm.trial import TrialInterrupted, TrialRecords, run_trial
 from accelscope.llm.workload import Arrivals, TokenCounter, Workload, build_requests
 from accelscope.load.early_stopping import min_passing_queries
@@ -416,7 +422,12 @@ def llm(
             "interrupted": interrupted is not None,
         }
         run.add_document(
-            TRIAL_DOCUMENT, {**trial, "records": [r.to_dict() for r in outcome.records]}
+            TRIAL_DOCUMENT,
+            {
+                **trial,
+                "samples": steady_samples(outcome.records, summary),
+                "records": [r.to_dict() for r in outcome.records],
+            },
         )
         trials.append(trial)
         warnings.extend(trial_warnings)
