@@ -1,0 +1,909 @@
+"""OpenAI-compatible LLM servers for tests of ``accelscope llm``: a scripted fake whose timing
+is exact, and the real ``transformers serve`` on a tiny model.
+
+:class:`FakeLLMServer` is an in-process HTTP server (``ThreadingHTTPServer`` on a free loopback
+port, daemon threads) that streams like vLLM: ``POST /v1/completions`` and
+``POST /v1/chat/completions`` answer server-sent events (``data: {...}\\n\\n``, one HTTP chunk
+each, ``Transfer-Encoding: chunked``, flushed at once), then a chunk with
+``finish_reason: "length"``, the ``usage`` chunk (``"choices": []``) when the request asked
+for it with ``stream_options: {"include_usage": true}``, and ``data: [DONE]``. Its script is
+exact, so a client's TTFT, TPOT and ITL can be checked to the millisecond: token ``k``
+(0-based) leaves at ``receipt + ttft_s + k * itl_s`` (absolute ``time.perf_counter``
+deadlines, so errors do not add up), a chunk of ``tokens_per_chunk`` tokens leaves at its last
+token's time, and token ``k`` reads ``" tok{k}"``. A chunk never leaves early; a loaded machine
+may wake the server late now and then (5-12 ms seen on a busy 2-core machine), and
+:attr:`ReceivedRequest.sent_s` says when each chunk really left. A chat stream's first chunk (the
+``{"role": "assistant"}`` delta, no content) leaves at receipt, as real servers send it: a
+client must not take it for the first token. It also answers ``GET /health``,
+``GET /v1/models`` and ``GET /metrics`` (vLLM's metric names, with a simple prefix cache), and
+plays faults on purpose (``fault=``, see :class:`FakeLLMServer`). ::
+
+    with FakeLLMServer(ttft_s=0.05, itl_s=0.01) as server:
+        run_client(server.url, model=server.model)
+        assert server.requests[0].body["max_tokens"] == 16
+
+:class:`TransformersServe` runs the real ``transformers serve`` (the ``serving`` extra of
+transformers) on CPU in its own process group, on a free port, offline, its output in a log
+file; it waits for ``GET /health`` and stops the whole group on exit. Served with
+:func:`accelscope.testing.llm_model.build_tiny_llama`'s model it streams exactly ``max_tokens``
+tokens, one SSE event per token. What transformers 5.23 does differently from vLLM (seen on
+that model, with and without ``--continuous-batching``): the final chunk carries
+``finish_reason`` *and* ``usage`` whether or not ``stream_options.include_usage`` was asked
+(the field is accepted and ignored); there is no ``data: [DONE]``; events that queued up while
+the event loop was busy leave in one write; a wrong model name is ``400`` (``{"detail": ...}``,
+"Server is pinned to ..."), an unknown field such as ``ignore_eos`` is ``422``;
+``GET /metrics`` is ``404``; ``GET /v1/models`` fails (500) without a Hugging Face cache
+directory. With continuous batching the batching manager (and its KV cache, see
+:data:`CB_NUM_BLOCKS`) starts on the first request, which therefore takes seconds longer. ::
+
+    with TransformersServe(build_tiny_llama(tmp / "model")) as server:
+        run_client(server.url, model=server.model)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+__all__ = [
+    "CB_NUM_BLOCKS",
+    "KV_CACHE_TOKENS",
+    "FakeLLMServer",
+    "ReceivedRequest",
+    "TransformersServe",
+]
+
+GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
+DEFAULT_MAX_TOKENS = 16
+REMEMBERED_PROMPTS = 1000
+KV_CACHE_TOKENS = 4096
+CB_NUM_BLOCKS = 64
+"""KV-cache blocks (of 256 tokens) :class:`TransformersServe` gives continuous batching. Left to
+itself, transformers sizes that cache from the device's memory, on CPU the machine's RAM: a
+24 GiB machine saw 8.5 GiB resident and 20-30 s on the first request; 64 blocks (16384 tokens)
+is 1.2 GiB and under 2 s."""
+"""The fake KV cache's size in tokens: ``vllm:kv_cache_usage_perc`` is the prompt and output
+tokens of the requests in flight over this (at most 1)."""
+
+_HTML_PAGE = (
+    b"<!DOCTYPE html>\n<html><head><title>Welcome</title></head>\n"
+    b"<body><h1>It works!</h1><p>This is not an OpenAI-compatible server.</p></body></html>\n"
+)
+_HELP_RUNNING = "Number of requests in model execution batches."
+_HELP_WAITING = "Number of requests waiting to be processed."
+_HELP_KV = "KV-cache usage. 1 means 100 percent usage."
+_HELP_QUERIES = "Prefix cache queries, in terms of number of queried tokens."
+_HELP_HITS = "Prefix cache hits, in terms of number of cached tokens."
+_HELP_PREEMPTIONS = "Cumulative number of preemption from the engine."
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _words(value: Any) -> list[str]:
+    """The words of a prompt: a string, a list of strings, or token ids (one word each)."""
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, list):
+        words: list[str] = []
+        for item in value:
+            if isinstance(item, int):
+                words.append(str(item))
+            elif isinstance(item, dict):  # a chat content part
+                words.extend(_words(item.get("text", "")))
+            else:
+                words.extend(_words(item))
+        return words
+    return []
+
+
+def _prompt_words(path: str, body: dict[str, Any]) -> list[str]:
+    if path == "/v1/chat/completions":
+        words: list[str] = []
+        for message in body.get("messages") or []:
+            if isinstance(message, dict):
+                words.extend(_words(message.get("content", "")))
+        return words
+    return _words(body.get("prompt", ""))
+
+
+def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class ReceivedRequest:
+    """One request the fake server received: method, path, the parsed JSON body (``None`` for
+    a GET or a body that is not JSON) and its receipt time on ``time.perf_counter``.
+
+    ``sent_s`` fills in as the answer goes: when each content chunk of a stream was written,
+    or the one answer of a non-streaming request (``time.perf_counter``). It is the script as
+    the machine managed it: a loaded machine wakes the server late now and then, so a client's
+    stamps are best compared with these."""
+
+    method: str
+    path: str
+    body: Any
+    received_s: float
+    sent_s: list[float] = field(default_factory=list)
+
+
+class _Dying(Exception):
+    """The connection is cut on purpose (a scripted fault, or the server stops)."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, owner: FakeLLMServer) -> None:
+        self.owner = owner
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind asks for the host's fully qualified name: a DNS look-up
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def cut_connections(self, keep: socket.socket | None = None) -> None:
+        """Shut down every open connection but ``keep`` (their threads close them)."""
+        with self.connections_lock:
+            open_now = [c for c in self.connections if c is not keep]
+        for connection in open_now:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that went away, or a connection cut on purpose
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: _Server
+    _sent: list[float]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _send_bytes(
+        self, status: int, body: bytes, content_type: str, *, length: int | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        self._send_bytes(status, json.dumps(payload).encode(), "application/json")
+
+    def _send_error_json(self, status: int, message: str) -> None:
+        kind = _ERROR_TYPES.get(status)
+        if kind is None:
+            try:
+                kind = "".join(HTTPStatus(status).phrase.title().split()) + "Error"
+            except ValueError:
+                kind = "Error"
+        self._send_json(status, {"error": {"message": message, "type": kind, "code": status}})
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+
+    def _chunk(self, data: bytes) -> None:
+        """One HTTP chunk, in one write (no Nagle delay between its pieces)."""
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _event(self, payload: Any) -> None:
+        text = payload if isinstance(payload, str) else json.dumps(payload)
+        self._chunk(f"data: {text}\n\n".encode())
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _sleep_until(self, deadline: float) -> None:
+        stopping = self.server.owner._stopping
+        while True:
+            wait = deadline - time.perf_counter()
+            if wait <= 0:
+                return
+            if stopping.wait(wait):
+                raise _Dying
+
+    # -- routes ------------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        owner = self.server.owner
+        received = time.perf_counter()
+        path = self.path.split("?", 1)[0]
+        owner._record(ReceivedRequest("GET", path, None, received))
+        if owner._fault_kind == "not-openai":
+            self._send_bytes(200, _HTML_PAGE, "text/html; charset=utf-8")
+        elif path == "/health":
+            self._send_bytes(200, b"", "text/plain")
+        elif path == "/v1/models":
+            model = {"id": owner.model, "object": "model", "created": int(time.time())}
+            model["owned_by"] = "accelscope"
+            self._send_json(200, {"object": "list", "data": [model]})
+        elif path == "/metrics":
+            body = owner._metrics_text().encode()
+            self._send_bytes(200, body, "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self._send_error_json(404, f"Not Found: {path}")
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        received = time.perf_counter()
+        path = self.path.split("?", 1)[0]
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length > 0 else b""
+        try:
+            body: Any = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        record = ReceivedRequest("POST", path, body, received)
+        self._sent = record.sent_s
+        owner._record(record)
+        if owner._fault_kind == "not-openai":
+            self._send_bytes(200, _HTML_PAGE, "text/html; charset=utf-8")
+            return
+        if path not in GENERATION_PATHS:
+            self._send_error_json(404, f"Not Found: {path}")
+            return
+        if not isinstance(body, dict):
+            self._send_error_json(400, "The request body is not a JSON object.")
+            return
+        model = body.get("model", owner.model)
+        if model != owner.model:
+            self._send_error_json(404, f"The model `{model}` does not exist.")
+            return
+        last = owner._admit()
+        if last is None:  # the server is dying: a request beyond die-after's N
+            owner._finish()
+            self.close_connection = True
+            return
+        try:
+            self._generate(path, body, received, last=last)
+        except (_Dying, OSError):
+            self.close_connection = True
+        finally:
+            owner._finish()
+
+    # -- generation --------------------------------------------------------------------
+
+    def _generate(self, path: str, body: dict[str, Any], received: float, *, last: bool) -> None:
+        owner = self.server.owner
+        fault = owner._fault_kind
+        if fault == "status":
+            self._send_error_json(owner._fault_value_int, "Scripted fault: the server is unwell.")
+            return
+        if fault == "hang":
+            owner._stopping.wait()
+            raise _Dying
+        chat = path == "/v1/chat/completions"
+        requested = body.get("max_tokens", body.get("max_completion_tokens"))
+        if owner.output_tokens is not None:
+            n_out = owner.output_tokens
+        elif isinstance(requested, int) and not isinstance(requested, bool):
+            n_out = max(0, requested)
+        else:
+            n_out = DEFAULT_MAX_TOKENS
+        prompt_words = _prompt_words(path, body)
+        prompt_tokens = len(prompt_words) * owner.prompt_tokens_per_word
+        owner._prefix_cache(prompt_words)
+        owner._reserve(prompt_tokens + n_out)
+        try:
+            self._answer(body, chat, n_out, prompt_tokens, received, last=last)
+        finally:
+            owner._reserve(-(prompt_tokens + n_out))
+
+    def _answer(
+        self,
+        body: dict[str, Any],
+        chat: bool,
+        n_out: int,
+        prompt_tokens: int,
+        received: float,
+        *,
+        last: bool,
+    ) -> None:
+        owner = self.server.owner
+        fault = owner._fault_kind
+        ttft = owner._fault_value_float if fault == "slow-first" else owner.ttft_s
+        per_chunk = owner.tokens_per_chunk
+        chunks = [(start, min(start + per_chunk, n_out)) for start in range(0, n_out, per_chunk)]
+        created = int(time.time())
+        ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": n_out,
+            "total_tokens": prompt_tokens + n_out,
+        }
+
+        def deadline(token: int) -> float:
+            return received + ttft + token * owner.itl_s
+
+        def text(start: int, stop: int) -> str:
+            return "".join(f" tok{k}" for k in range(start, stop))
+
+        if not body.get("stream", False):
+            self._sleep_until(deadline(max(n_out - 1, 0)))
+            full = text(0, n_out)
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": full}
+            else:
+                choice["text"] = full
+            obj = "chat.completion" if chat else "text_completion"
+            payload = {"id": ident, "object": obj, "created": created, "model": owner.model}
+            payload |= {"choices": [choice], "usage": usage}
+            data = json.dumps(payload).encode()
+            if fault == "malformed-sse":
+                self._send_bytes(200, b"{not json", "application/json")
+            elif fault == "stop-mid-stream":
+                self._send_bytes(200, data[: len(data) // 2], "application/json", length=len(data))
+                raise _Dying
+            else:
+                if last:
+                    owner._die(keep=self.connection)
+                self._sent.append(time.perf_counter())
+                self._send_bytes(200, data, "application/json")
+            return
+
+        def chunk(delta_or_text: str | None, finish: str | None = None) -> dict[str, Any]:
+            c: dict[str, Any] = {"index": 0}
+            if chat:
+                if delta_or_text is None:
+                    c["delta"] = {} if finish else {"role": "assistant"}
+                else:
+                    c["delta"] = {"content": delta_or_text}
+            else:
+                c["text"] = delta_or_text or ""
+            c["finish_reason"] = finish
+            obj = "chat.completion.chunk" if chat else "text_completion"
+            return {
+                "id": ident,
+                "object": obj,
+                "created": created,
+                "model": owner.model,
+                "choices": [c],
+            }
+
+        self._start_stream()
+        if chat:
+            self._event(chunk(None))
+        cut_after = max(1, len(chunks) // 2) if fault == "stop-mid-stream" else None
+        for number, (start, stop) in enumerate(chunks):
+            self._sleep_until(deadline(stop - 1))
+            self._sent.append(time.perf_counter())
+            self._event(chunk(text(start, stop)))
+            if number == 0 and fault == "malformed-sse":
+                self._chunk(b"data: {not json\n\n")
+            if cut_after is not None and number + 1 >= cut_after:
+                raise _Dying
+        if cut_after is not None:  # no chunk at all: cut before the end
+            raise _Dying
+        self._event(chunk(None, finish="length"))
+        options = body.get("stream_options")
+        wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+        if wants_usage and owner.include_usage_supported:
+            usage_chunk = chunk(None)
+            usage_chunk["choices"] = []
+            usage_chunk["usage"] = usage
+            self._event(usage_chunk)
+        self._event("[DONE]")
+        if last:
+            owner._die(keep=self.connection)
+        self._end_stream()
+
+
+class FakeLLMServer:
+    """A scripted OpenAI-compatible streaming server on ``127.0.0.1`` (see the module).
+
+    ``ttft_s``: from the request's receipt to its first content chunk; ``itl_s``: between
+    consecutive tokens; ``tokens_per_chunk`` tokens per chunk; ``output_tokens`` per request
+    (``None``: the request's ``max_tokens``, else ``max_completion_tokens``, else 16);
+    ``usage.prompt_tokens`` is the words of the prompt (or of the messages' contents) times
+    ``prompt_tokens_per_word``; ``include_usage_supported=False`` never sends ``usage`` in a
+    stream. A request naming another model is ``404`` (vLLM's message), an unknown path
+    ``404``, a body that is not a JSON object ``400``. A non-streaming request gets one JSON
+    completion with ``usage``, when its last token would have been sent.
+
+    ``fault`` plays one failure, on the generation requests (POST to either completion
+    path) unless said otherwise:
+
+    - ``"status:N"``: answer HTTP ``N`` with an OpenAI-style JSON error body;
+    - ``"malformed-sse"``: a ``data: {not json`` event right after the first content chunk
+      (the stream then goes on); a non-streaming answer is ``{not json``;
+    - ``"stop-mid-stream"``: half the content chunks (at least one), then the connection
+      closes: no final chunk, no usage, no ``[DONE]``, no end of the chunked body;
+    - ``"not-openai"``: every request, on every path, is answered ``200`` with an HTML page;
+    - ``"die-after:N"``: once ``N`` generation requests have been answered the server is
+      gone: it stops listening before the ``N``-th answer's last bytes leave (so any later
+      connection is refused), other open connections are cut, requests in flight beyond
+      ``N`` get no answer;
+    - ``"hang"``: read the request and send nothing until the server stops (``stop()`` does
+      not wait for it; the connection is then closed);
+    - ``"slow-first:S"``: a TTFT of ``S`` seconds for every request.
+
+    ``requests`` lists every request received (:class:`ReceivedRequest`), ``concurrent_max``
+    the most generation requests ever in flight at once. ``/metrics`` exports vLLM's
+    ``vllm:num_requests_running``, ``vllm:num_requests_waiting`` (always 0),
+    ``vllm:kv_cache_usage_perc`` (tokens in flight over :data:`KV_CACHE_TOKENS`),
+    ``vllm:prefix_cache_queries_total`` (prompt tokens), ``vllm:prefix_cache_hits_total``
+    (the longest common word prefix with any of the last 1000 prompts, in tokens) and
+    ``vllm:num_preemptions_total`` (always 0).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str = "fake-model",
+        ttft_s: float = 0.05,
+        itl_s: float = 0.01,
+        tokens_per_chunk: int = 1,
+        output_tokens: int | None = None,
+        prompt_tokens_per_word: int = 1,
+        include_usage_supported: bool = True,
+        fault: str = "",
+    ) -> None:
+        if ttft_s < 0 or itl_s < 0:
+            raise ValueError("ttft_s and itl_s must not be negative")
+        if tokens_per_chunk < 1:
+            raise ValueError("tokens_per_chunk must be at least 1")
+        if output_tokens is not None and output_tokens < 0:
+            raise ValueError("output_tokens must not be negative")
+        self.model = model
+        self.ttft_s = ttft_s
+        self.itl_s = itl_s
+        self.tokens_per_chunk = tokens_per_chunk
+        self.output_tokens = output_tokens
+        self.prompt_tokens_per_word = prompt_tokens_per_word
+        self.include_usage_supported = include_usage_supported
+        self.fault = fault
+        self._fault_kind, self._fault_value_int, self._fault_value_float = self._parse_fault(fault)
+        self.url = ""
+        self.port = 0
+        self.concurrent_max = 0
+        self._lock = threading.Lock()
+        self._requests: list[ReceivedRequest] = []
+        self._running = 0
+        self._tokens_in_flight = 0
+        self._admitted = 0
+        self._queries = 0
+        self._hits = 0
+        self._prompts: deque[tuple[str, ...]] = deque(maxlen=REMEMBERED_PROMPTS)
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @staticmethod
+    def _parse_fault(fault: str) -> tuple[str, int, float]:
+        kind, _, value = fault.partition(":")
+        if kind in ("", "malformed-sse", "stop-mid-stream", "not-openai", "hang") and not value:
+            return kind, 0, 0.0
+        try:
+            if kind == "status":
+                code = int(value)
+                if not 100 <= code <= 599:
+                    raise ValueError
+                return kind, code, 0.0
+            if kind == "die-after":
+                count = int(value)
+                if count < 0:
+                    raise ValueError
+                return kind, count, 0.0
+            if kind == "slow-first":
+                seconds = float(value)
+                if seconds < 0:
+                    raise ValueError
+                return kind, 0, seconds
+        except ValueError:
+            pass
+        raise ValueError(
+            f"unknown fault {fault!r}: expected status:N, malformed-sse, stop-mid-stream, "
+            "not-openai, die-after:N, hang or slow-first:S"
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> FakeLLMServer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Listen on a free loopback port and serve on a daemon thread."""
+        if self._server is not None:
+            raise RuntimeError("the fake server is already started")
+        server = _Server(self)
+        self._server = server
+        self.port = server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-llm-server-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        if self._fault_kind == "die-after" and self._fault_value_int == 0:
+            self._die(keep=None)
+
+    def stop(self) -> None:
+        """Stop serving and cut every open connection (idempotent; never waits on a
+        request in flight)."""
+        self._stopping.set()
+        self._close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _close(self) -> None:
+        """Stop listening, end the serving loop, cut the connections (once)."""
+        server = self._server
+        with self._lock:
+            if server is None or self._closed:
+                return
+            self._closed = True
+        with contextlib.suppress(OSError):
+            server.socket.shutdown(socket.SHUT_RDWR)  # from now on, connections are refused
+        if self._thread is not None and self._thread.is_alive():
+            server.shutdown()
+        server.server_close()
+        server.cut_connections()
+
+    def _die(self, keep: socket.socket | None) -> None:
+        """die-after: refuse connections now; close the rest on a side thread."""
+        server = self._server
+        if server is None:
+            return
+        with contextlib.suppress(OSError):
+            server.socket.shutdown(socket.SHUT_RDWR)
+
+        def finish() -> None:
+            self._stopping.set()
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
+            server.shutdown()
+            server.server_close()
+            server.cut_connections(keep=keep)
+
+        threading.Thread(target=finish, name="fake-llm-server-dies", daemon=True).start()
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[ReceivedRequest]:
+        """Every request received so far, in order of receipt (a copy)."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def running(self) -> int:
+        """Generation requests in flight now."""
+        with self._lock:
+            return self._running
+
+    def _record(self, request: ReceivedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def _admit(self) -> bool | None:
+        """Count a generation request in; ``True`` when it is die-after's last one, ``None``
+        when it comes after that (the server is dying)."""
+        with self._lock:
+            self._admitted += 1
+            number = self._admitted
+            self._running += 1
+            self.concurrent_max = max(self.concurrent_max, self._running)
+        if self._fault_kind != "die-after":
+            return False
+        if number > self._fault_value_int:
+            return None
+        return number == self._fault_value_int
+
+    def _finish(self) -> None:
+        with self._lock:
+            self._running -= 1
+
+    def _reserve(self, tokens: int) -> None:
+        with self._lock:
+            self._tokens_in_flight += tokens
+
+    def _prefix_cache(self, words: Sequence[str]) -> None:
+        prompt = tuple(words)
+        with self._lock:
+            hit = max((_common_prefix(prompt, p) for p in self._prompts), default=0)
+            self._queries += len(prompt) * self.prompt_tokens_per_word
+            self._hits += hit * self.prompt_tokens_per_word
+            self._prompts.append(prompt)
+
+    def _metrics_text(self) -> str:
+        with self._lock:
+            running = self._running
+            usage = min(1.0, self._tokens_in_flight / KV_CACHE_TOKENS)
+            queries, hits = self._queries, self._hits
+        label = '{model_name="' + self.model.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+        families: list[tuple[str, str, str, float]] = [
+            ("vllm:num_requests_running", "gauge", _HELP_RUNNING, running),
+            ("vllm:num_requests_waiting", "gauge", _HELP_WAITING, 0),
+            ("vllm:kv_cache_usage_perc", "gauge", _HELP_KV, usage),
+            ("vllm:prefix_cache_queries_total", "counter", _HELP_QUERIES, queries),
+            ("vllm:prefix_cache_hits_total", "counter", _HELP_HITS, hits),
+            ("vllm:num_preemptions_total", "counter", _HELP_PREEMPTIONS, 0),
+        ]
+        lines: list[str] = []
+        for name, kind, help_text, value in families:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} {kind}")
+            lines.append(f"{name}{label} {float(value)!r}")
+        return "\n".join(lines) + "\n"
+
+
+class TransformersServe:
+    """The real ``transformers serve`` on ``model_dir``, on CPU, on a free loopback port.
+
+    Started in its own process group (``start_new_session``) with ``HF_HUB_OFFLINE=1``,
+    ``TRANSFORMERS_OFFLINE=1`` and ``TOKENIZERS_PARALLELISM=false``, stdout and stderr to
+    ``log_path`` (default: a file in a new temporary directory, kept); ready when ``GET /health``
+    answers 200 (the model is loaded before the server listens). A process that exits first,
+    or a server not ready within ``startup_timeout_s``, is a :class:`RuntimeError` holding the
+    log's last lines. ``model`` is what to send as ``"model"``: the server is pinned to the
+    path it was started with and refuses any other name (a request without one is served);
+    it answers ``"<path>@main"`` in its chunks. ``stop()`` sends SIGTERM to the group, waits
+    10 s, then SIGKILL; ``kill()`` is SIGKILL at once (the server dying mid-run).
+
+    ``continuous_batching`` adds ``--continuous-batching`` and, unless ``cb_num_blocks`` is
+    ``None``, ``--cb-num-blocks`` (:data:`CB_NUM_BLOCKS`: transformers would otherwise size the
+    KV cache from the machine's RAM). ``extra_args`` come last, so they override. ``device``
+    is ``--device``. ``startup_s`` is how long the start took.
+    """
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        continuous_batching: bool = False,
+        extra_args: Sequence[str] = (),
+        startup_timeout_s: float = 180,
+        log_path: Path | None = None,
+        device: str = "cpu",
+        cb_num_blocks: int | None = CB_NUM_BLOCKS,
+    ) -> None:
+        self.model_dir = Path(model_dir)
+        self.continuous_batching = continuous_batching
+        self.cb_num_blocks = cb_num_blocks
+        self.extra_args = tuple(extra_args)
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = log_path
+        self.device = device
+        self.model = str(model_dir)
+        self.port = 0
+        self.url = ""
+        self.startup_s: float | None = None
+        """Seconds from the start of the process to the first healthy answer."""
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        """The server's process id (also its process group's)."""
+        if self._process is None:
+            raise RuntimeError("transformers serve is not started")
+        return self._process.pid
+
+    @staticmethod
+    def executable() -> Path:
+        """The ``transformers`` command of this Python environment."""
+        return Path(sys.executable).with_name("transformers")
+
+    def __enter__(self) -> TransformersServe:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def command(self) -> list[str]:
+        """The command line (``port`` chosen)."""
+        command = [str(self.executable()), "serve", self.model]
+        command += ["--port", str(self.port), "--host", "127.0.0.1", "--device", self.device]
+        if self.continuous_batching:
+            command.append("--continuous-batching")
+            if self.cb_num_blocks is not None:
+                command += ["--cb-num-blocks", str(self.cb_num_blocks)]
+        return command + list(self.extra_args)  # an option given twice: the last one counts
+
+    def start(self) -> None:
+        """Start the server and wait until it is healthy."""
+        if self._process is not None:
+            raise RuntimeError("transformers serve is already started")
+        executable = self.executable()
+        if not executable.is_file():
+            raise RuntimeError(
+                f"{executable} not found: install transformers with its serving extra "
+                "(pip install 'transformers[serving]')"
+            )
+        if self.log_path is None:
+            self.log_path = Path(tempfile.mkdtemp(prefix="astfserve-")) / "serve.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ)
+        env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env["TOKENIZERS_PARALLELISM"] = "false"
+        began = time.perf_counter()
+        with self.log_path.open("wb") as log:
+            self._process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        deadline = began + self.startup_timeout_s
+        while True:
+            code = self._process.poll()
+            if code is not None:
+                raise RuntimeError(
+                    f"transformers serve exited with code {code} before it was ready; "
+                    f"last lines of {self.log_path}:\n{self.log_tail()}"
+                )
+            if self._healthy():
+                self.startup_s = time.perf_counter() - began
+                return
+            if time.perf_counter() > deadline:
+                raise RuntimeError(
+                    f"transformers serve not healthy after {self.startup_timeout_s:g} s; "
+                    f"last lines of {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
+
+    def _healthy(self) -> bool:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+        try:
+            connection.request("GET", "/health")
+            response = connection.getresponse()
+            response.read()
+            return response.status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            connection.close()
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of the server's log."""
+        if self.log_path is None or not self.log_path.is_file():
+            return "(no log)"
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _signal_group(self, signum: signal.Signals) -> None:
+        if self._process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signum)
+
+    def group_alive(self) -> bool:
+        """Whether any process of the server's group is still there."""
+        if self._process is None:
+            return False
+        self._process.poll()  # reap the leader if it exited
+        try:
+            os.killpg(self._process.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _wait_group(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self.group_alive():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self) -> None:
+        """SIGTERM to the process group, then SIGKILL after 10 s (idempotent)."""
+        if self._process is None:
+            return
+        if self.group_alive():
+            self._signal_group(signal.SIGTERM)
+            if not self._wait_group(10):
+                self._signal_group(signal.SIGKILL)
+                self._wait_group(10)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=5)
+
+    def kill(self) -> None:
+        """SIGKILL the process group now (the server dies mid-run); ``stop()`` still reaps."""
+        self._signal_group(signal.SIGKILL)
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=5)
