@@ -119,7 +119,7 @@ def llm_view(document: dict[str, Any], *, title: str = "llm") -> RenderableType:
             efficiency = floor.get("decode_efficiency")
             parts.append(
                 Text(
-                    f"decode floor at {trial['label']}: TPOT >= {ms(floor['tpot_floor_s'])} ms "
+                    f"decode floor at {trial['label']}: TPOT >= {floor['tpot_floor_s'] * 1000:.3g} ms "
                     f"(batch {floor['decode_batch_mean']:.2f}, bandwidth "
                     f"{floor['bandwidth_bytes_per_s'] / 1e9:,.1f} GB/s, "
                     f"{floor['bandwidth_source']})"
