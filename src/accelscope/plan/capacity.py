@@ -16,7 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelscope.documents import LoadCapacity, Operator, RooflineProfile, normalise_dtype
+from accelscope.documents import (
+    LlmCapacity,
+    LoadCapacity,
+    Operator,
+    RooflineProfile,
+    normalise_dtype,
+)
 from accelscope.plan.catalog import Instance
 from accelscope.plan.fusion import ELEMENT_BYTES, FUSION_RULE, at_precision, fuse
 
@@ -28,6 +34,7 @@ __all__ = [
     "best_calibration",
     "floor_time_s",
     "given_capacity",
+    "llm_capacity",
     "measured_capacity",
     "project_capacity",
 ]
@@ -136,6 +143,28 @@ def given_capacity(qps: float) -> CapacityEstimate:
         label="given (--capacity)",
         meets_sla=True,
         assumptions=("capacity per instance as given on the command line",),
+    )
+
+
+def llm_capacity(measured: LlmCapacity) -> CapacityEstimate:
+    """The requests/s an ``llm`` run measured its server to sustain at the run's SLO."""
+    slo = ", ".join(
+        f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms"
+        for k, v in measured.slo.items()
+        if k.endswith("_s")
+    )
+    percentile = measured.slo.get("percentile", 99)
+    return CapacityEstimate(
+        qps_per_instance=float(measured.capacity or 0.0),
+        basis="measured",
+        label=f"measured by llm at p{percentile:g} {slo}",
+        meets_sla=True,
+        assumptions=(
+            f"capacity at the LLM SLO (p{percentile:g} {slo}) measured by `accelscope llm`, "
+            f"{measured.good_output_tokens_per_s:.4g} good output tokens/s; --sla-p99 does not "
+            "apply to token streams",
+        ),
+        detail={"good_output_tokens_per_s": measured.good_output_tokens_per_s},
     )
 
 

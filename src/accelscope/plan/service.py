@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelscope.documents import LoadCapacity, RooflineProfile
+from accelscope.documents import LlmCapacity, LoadCapacity, RooflineProfile
 from accelscope.errors import BadInputError
 from accelscope.plan.capacity import (
     Calibration,
@@ -21,6 +21,7 @@ from accelscope.plan.capacity import (
     bench_capacity,
     best_calibration,
     given_capacity,
+    llm_capacity,
     measured_capacity,
     project_capacity,
 )
@@ -74,6 +75,8 @@ class Evidence:
     capacities: tuple[LoadCapacity, ...] = ()
     bench: tuple[BenchFigure, ...] = ()
     given_qps: float | None = None
+    llm: LlmCapacity | None = None
+    """An ``llm`` run's capacity at its SLO (requests/s): the measured capacity here."""
     sources: tuple[str, ...] = ()
     by_instance: Mapping[str, tuple[BenchFigure, ...]] = field(default_factory=dict)
     """Bench figures measured on cluster nodes, by the catalog instance type their node type
@@ -126,6 +129,8 @@ def _here_capacity(
     """The best capacity measured here: given > load (SLA-tested) > bench."""
     if evidence.given_qps is not None:
         return given_capacity(evidence.given_qps)
+    if evidence.llm is not None and evidence.llm.capacity:
+        return llm_capacity(evidence.llm)
     loads = [measured_capacity(c, settings.sla_p99_s, devices) for c in evidence.capacities]
     usable = [c for c in loads if c.meets_sla]
     if usable:

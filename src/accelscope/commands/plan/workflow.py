@@ -178,8 +178,23 @@ def _evidence_of_run(run: RunRecord) -> Evidence:
         for p in run.documents_of("capacity")
     )
     bench = bench_figures(run.results) if run.kind == "bench" else ()
+    llm_payloads = run.documents_of(LlmCapacity.kind)
+    llm = (
+        LlmCapacity.from_payload(llm_payloads[-1], f"run {run.id}'s llm capacity")
+        if llm_payloads
+        else None
+    )
+    if run.kind == "llm" and (llm is None or not llm.valid or llm.unit != "req/s"):
+        raise BadInputError(
+            f"run {run.id} has no LLM capacity in requests/s: run `accelscope llm ... "
+            "--capacity rate --slo ...` first"
+        )
     return Evidence(
-        profile=profile, capacities=capacities, bench=bench, sources=(f"{run.kind} run {run.id}",)
+        profile=profile,
+        capacities=capacities,
+        bench=bench,
+        llm=llm,
+        sources=(f"{run.kind} run {run.id}",),
     )
 
 
