@@ -191,7 +191,15 @@ def _show(run: RunRecord) -> None:
         return
     trials = [{k: v for k, v in t.items() if k != "records"} for t in run.documents_of("llm-trial")]
     if trials:  # an interrupted run: its finished trials
-        document = {"target": {}, "model": run.model, "slo_label": "", "trials": trials}
+        slo = run.settings.get("slo") or {}
+        label = Slo(
+            ttft_s=slo.get("ttft_s"),
+            tpot_s=slo.get("tpot_s"),
+            e2e_s=slo.get("e2e_s"),
+            percentile=slo.get("percentile", 99.0),
+        ).label
+        target = {"url": run.settings.get("url") or run.settings.get("hf_model") or ""}
+        document = {"target": target, "model": run.model, "slo_label": label, "trials": trials}
         _out.print(llm_view(document, title=f"llm {run.id} ({run.status})"))
 
 

@@ -136,6 +136,8 @@ def trial_label(arrivals: Arrivals) -> str:
 def _validate(request: LlmRequestSettings) -> None:
     if (request.url is None) == (request.hf_model is None):
         raise BadInputError("give a server URL, or --hf-model DIR for an in-process model")
+    if request.hf_model is not None and not request.hf_model.is_dir():
+        raise BadInputError(f"--hf-model {request.hf_model}: no such model directory")
     if request.url is not None and not request.model:
         raise BadInputError("--model: give the model name the server serves")
     if request.requests < 1:
