@@ -356,8 +356,8 @@ class LlmCapacity(Document):
     slo: dict[str, Any] = Field(default_factory=dict)
     capacity: NonNegativeNumber | None = None
     unit: str = "req/s"
-    good_output_tokens_per_s: NonNegativeNumber = 0.0
-    good_requests_per_s: NonNegativeNumber = 0.0
+    good_output_tokens_per_s: NonNegativeNumber | None = None
+    good_requests_per_s: NonNegativeNumber | None = None
     output_tokens_mean: NonNegativeNumber | None = None
     prompt_tokens_mean: NonNegativeNumber | None = None
     environment_fingerprint: str = ""

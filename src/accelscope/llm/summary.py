@@ -216,7 +216,9 @@ def _slo_verdict(
             state, why = "met", ""
         elif not observed_ok:
             state = "missed"
-            why = f"{over} of {n} over {bound * 1000:g} ms (more than {1 - p:.0%})"
+            failed = sum(1 for record in considered if record.error)
+            errors = f", {failed} of them errors" if failed else ""
+            why = f"{over} of {n} over {bound * 1000:g} ms{errors} (more than {1 - p:.0%})"
         else:
             state = "unclaimed"
             needs = stopping.required_queries if stopping else 0

@@ -154,6 +154,7 @@ def llm_capacity(measured: LlmCapacity) -> CapacityEstimate:
         if k.endswith("_s")
     )
     percentile = measured.slo.get("percentile", 99)
+    good = measured.good_output_tokens_per_s or 0.0
     return CapacityEstimate(
         qps_per_instance=float(measured.capacity or 0.0),
         basis="measured",
@@ -161,10 +162,10 @@ def llm_capacity(measured: LlmCapacity) -> CapacityEstimate:
         meets_sla=True,
         assumptions=(
             f"capacity at the LLM SLO (p{percentile:g} {slo}) measured by `accelscope llm`, "
-            f"{measured.good_output_tokens_per_s:.4g} good output tokens/s; --sla-p99 does not "
+            f"{good:.4g} good output tokens/s; --sla-p99 does not "
             "apply to token streams",
         ),
-        detail={"good_output_tokens_per_s": measured.good_output_tokens_per_s},
+        detail={"good_output_tokens_per_s": good},
     )
 
 

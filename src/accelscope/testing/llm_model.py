@@ -52,7 +52,7 @@ def build_tiny_llama(
         vocab_size=vocab, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False
     )
     tokenizer.train_from_iterator(corpus, trainer)
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
     fast.chat_template = (

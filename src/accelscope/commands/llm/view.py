@@ -119,7 +119,8 @@ def llm_view(document: dict[str, Any], *, title: str = "llm") -> RenderableType:
             efficiency = floor.get("decode_efficiency")
             parts.append(
                 Text(
-                    f"decode floor at {trial['label']}: TPOT >= {floor['tpot_floor_s'] * 1000:.3g} ms "
+                    f"decode floor at {trial['label']}: "
+                    f"TPOT >= {floor['tpot_floor_s'] * 1000:.3g} ms "
                     f"(batch {floor['decode_batch_mean']:.2f}, bandwidth "
                     f"{floor['bandwidth_bytes_per_s'] / 1e9:,.1f} GB/s, "
                     f"{floor['bandwidth_source']})"
@@ -137,8 +138,8 @@ def llm_view(document: dict[str, Any], *, title: str = "llm") -> RenderableType:
             parts.append(
                 Text(f"server prefix cache at {trial['label']}: hit rate {prefix['hit_rate']:.0%}")
             )
-    if isinstance(document.get("floor"), str):
-        parts.append(Text(f"decode floor: {document['floor']}", style="dim"))
+    if document.get("floor_why"):
+        parts.append(Text(f"decode floor: {document['floor_why']}", style="dim"))
     for warning in document.get("warnings", []):
         parts.append(Text(f"warning: {warning}", style="yellow"))
     definitions = document.get("definitions", {})

@@ -343,6 +343,7 @@ def llm(
         kept="the finished trials",
     )
     trials: list[dict[str, Any]] = []
+    records: dict[int, list[dict[str, Any]]] = {}
     warnings: list[str] = []
     capacity: CapacityResult | None = None
     base_url = request.url
@@ -428,7 +429,7 @@ def llm(
             {
                 **trial,
                 "samples": steady_samples(outcome.records, summary),
-                "records": [r.to_dict() for r in outcome.records],
+                "records": records.setdefault(index, [r.to_dict() for r in outcome.records]),
             },
         )
         trials.append(trial)
@@ -461,7 +462,7 @@ def llm(
                 run.add_document(CAPACITY_DOCUMENT, _capacity_document(document, model_name))
     finally:
         target.close()
-    html = render_llm_report(document, title=f"accelscope llm: {model_name}")
+    html = render_llm_report(document, title=f"accelscope llm: {model_name}", records=records)
     report = run.write_report(html, request.report_path)
     return LlmOutcome(
         document=document, run_id=run.run_id, store_path=run.stored_path, report_path=report
@@ -501,7 +502,8 @@ def _document(
         "warnings": warnings,
         "environment_fingerprint": env.fingerprint(),
         "local_server": local,
-        "floor": None if floor_inputs.shape and floor_inputs.bandwidth else floor_inputs.why,
+        # why no trial has a decode floor (None when each trial carries its own)
+        "floor_why": None if floor_inputs.shape and floor_inputs.bandwidth else floor_inputs.why,
     }
     if capacity is not None:
         best = next((p for p in capacity.points if p.passed and p.load == capacity.capacity), None)
@@ -510,8 +512,8 @@ def _document(
             "capacity": capacity.capacity,
             "unit": capacity.unit,
             "stopped": capacity.stopped,
-            "good_output_tokens_per_s": goodput.get("output_tokens_per_s", 0.0),
-            "good_requests_per_s": goodput.get("requests_per_s", 0.0),
+            "good_output_tokens_per_s": goodput.get("output_tokens_per_s"),
+            "good_requests_per_s": goodput.get("requests_per_s"),
             "output_tokens_mean": (best.summary.get("tokens") or {}).get("output_mean")
             if best
             else None,

@@ -392,7 +392,7 @@ def plan_api(
     if request.from_run is not None:
         measured, basis = _llm_capacity(request.from_run, runs_store)
         prompt_share = (measured.prompt_tokens_mean or 0.0) / (measured.output_tokens_mean or 1.0)
-        throughput = measured.good_output_tokens_per_s * (1.0 + prompt_share)
+        throughput = (measured.good_output_tokens_per_s or 0.0) * (1.0 + prompt_share)
     else:
         assert request.throughput_tokens_per_s is not None
         throughput, basis = request.throughput_tokens_per_s, "given (--throughput), measured by you"
@@ -409,7 +409,7 @@ def plan_api(
     )
     document = comparison.to_dict()
     if measured is not None:
-        good = measured.good_output_tokens_per_s
+        good = measured.good_output_tokens_per_s or 0.0
         document["from_run"] = request.from_run
         document["good_output_tokens_per_s"] = good
         document["usd_per_million_good_output_tokens"] = (
