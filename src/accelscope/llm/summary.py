@@ -5,8 +5,9 @@ different things across tools, so every document carries ``DEFINITIONS``).
   is given beside it, and the client's lag (sent - scheduled) is measured. A trial whose p99
   lag exceeds ``LAG_LIMIT_S`` is marked client-bound: the rate was not generated.
 - **Steady state.** Percentiles, throughput and goodput use the requests that *arrived* in the
-  steady window: from ``WARMUP_FRACTION`` of the arrival span after the first arrival to the
-  last arrival (ramp-up excluded; the drain after the last arrival is not a window of its own).
+  steady window: from the arrival of the first request after the ramp-up (the first
+  ``WARMUP_FRACTION`` of the requests, by arrival) to the last arrival (the drain after the
+  last arrival is not a window of its own).
   Throughput counts the tokens streamed inside the window, divided by its length.
 - **Tails.** Each percentile has a distribution-free confidence interval (order statistics),
   and a tail is *claimed* only when MLPerf LoadGen's early-stopping rule says the trial has
@@ -66,8 +67,8 @@ DEFINITIONS: dict[str, str] = {
     "client_lag_s": "sent - scheduled: the client's own delay in issuing a request",
     "output_tokens": "the server's usage.completion_tokens (else the model's tokenizer over the "
     "streamed text, labelled)",
-    "steady_window": f"arrivals from {WARMUP_FRACTION:.0%} of the arrival span after the first "
-    "to the last arrival",
+    "steady_window": f"the arrivals after the first {WARMUP_FRACTION:.0%} of the requests "
+    "(the ramp-up), to the last arrival",
     "goodput": "requests (or their output tokens) per second of the steady window that "
     "completed and met every SLO term; errors are misses, cancelled requests excluded",
     "tail_claim": "a percentile is claimed only when LoadGen's early-stopping rule allows it at "
@@ -181,9 +182,7 @@ def _distribution(values: Sequence[float], name: str) -> dict[str, Any]:
 
 def _window(records: Sequence[RequestRecord]) -> tuple[float, float]:
     arrivals = sorted(r.scheduled_s for r in records)
-    first, last = arrivals[0], arrivals[-1]
-    start = first + WARMUP_FRACTION * (last - first)
-    return start, last
+    return arrivals[math.floor(WARMUP_FRACTION * len(arrivals))], arrivals[-1]
 
 
 def _tokens_in(record: RequestRecord, start: float, end: float) -> float:

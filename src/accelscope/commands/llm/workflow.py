@@ -329,9 +329,13 @@ def llm(
     floor_inputs = _resolve_floor(request, env, store_path, local)
     tokenizer = _tokenizer(request.tokenizer or request.hf_model)
     target = _target(request, tokenizer)
-    say("checking the target with one small request")
-    target.check()
+    try:
+        target.check()  # one small request; before any output, so bad input stays one line
+    except BaseException:
+        target.close()
+        raise
     description = target.describe()
+    say(f"target answered: {description.get('url') or description.get('model_dir', '')}")
     model_name = request.model or str(request.hf_model)
     run = CommandRun(
         RUN_KIND,
