@@ -119,6 +119,7 @@ def search_capacity(
             low = middle
         else:
             high = middle
-    if len(result.points) >= max_trials and (low is None or high is None):
+    unsettled = low is None or high is None or high / low > 1.0 + rel_tolerance
+    if len(result.points) >= max_trials and unsettled:
         result.stopped = f"the trial budget ({max_trials}) ran out before the bracket closed"
     return result

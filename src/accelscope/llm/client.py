@@ -86,6 +86,7 @@ class OpenAIEndpoint:
         except ValueError:
             raise BadInputError(f"{base_url!r}: the port is not a number") from None
         self.base_url = base_url.strip().rstrip("/")
+        self.origin = f"{parsed.scheme}://{parsed.netloc}"
         self.scheme = parsed.scheme
         self.host = parsed.hostname
         self.port = port or (443 if parsed.scheme == "https" else 80)
@@ -124,10 +125,10 @@ class OpenAIEndpoint:
             probe, origin_s=origin, scheduled_s=0.0, timeout_s=60.0, cancel=threading.Event()
         )
         if record.error:
-            raise BadInputError(f"{self.base_url}{self.path}: {record.error}")
+            raise BadInputError(f"{self.origin}{self.path}: {record.error}")
         if record.first_token_s is None:
             raise BadInputError(
-                f"{self.base_url}{self.path}: the stream carried no text for a 2-token request"
+                f"{self.origin}{self.path}: the stream carried no text for a 2-token request"
             )
 
     def interrupt(self) -> None:

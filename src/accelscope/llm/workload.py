@@ -221,9 +221,14 @@ def _cut(text: str, tokens: int, tokenizer: TokenCounter | None) -> tuple[str, i
     """``text`` cut to ``tokens`` tokens (exact with a tokenizer; words without one)."""
     if tokenizer is None:
         return " ".join(text.split()[:tokens]), None
-    ids = tokenizer.encode(text, add_special_tokens=False)[:tokens]
-    cut = tokenizer.decode(ids)
-    return cut, len(tokenizer.encode(cut, add_special_tokens=False))
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    take = tokens
+    while True:  # a piece that decodes to nothing (a bare word marker) would shorten the cut
+        cut = tokenizer.decode(ids[:take])
+        count = len(tokenizer.encode(cut, add_special_tokens=False))
+        if count >= tokens or take >= len(ids):
+            return cut, count
+        take += 1
 
 
 def _synthetic(

@@ -319,8 +319,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error_json(404, f"The model `{model}` does not exist.")
             return
         last = owner._admit()
+        self._counted = True
         if last is None:  # the server is dying: a request beyond die-after's N
-            owner._finish()
+            self._release()
             self.close_connection = True
             return
         try:
@@ -328,7 +329,14 @@ class _Handler(BaseHTTPRequestHandler):
         except (_Dying, OSError):
             self.close_connection = True
         finally:
-            owner._finish()
+            self._release()
+
+    def _release(self) -> None:
+        """Count this request out, once: before its last bytes leave, so a closed-loop client
+        that sends its next request on reading them never sees it still counted."""
+        if getattr(self, "_counted", False):
+            self._counted = False
+            self.server.owner._finish()
 
     # -- generation --------------------------------------------------------------------
 
@@ -408,6 +416,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if last:
                     owner._die(keep=self.connection)
                 self._sent.append(time.perf_counter())
+                self._release()
                 self._send_bytes(200, data, "application/json")
             return
 
@@ -452,6 +461,7 @@ class _Handler(BaseHTTPRequestHandler):
             usage_chunk["choices"] = []
             usage_chunk["usage"] = usage
             self._event(usage_chunk)
+        self._release()
         self._event("[DONE]")
         if last:
             owner._die(keep=self.connection)
