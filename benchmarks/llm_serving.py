@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -42,7 +43,9 @@ def _run(settings: LlmRequestSettings) -> dict[str, Any]:
 
 def _medians(trial: dict[str, Any]) -> dict[str, float]:
     metrics = trial["summary"]["metrics"]
-    return {k: metrics[k].get("p50") for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s")}
+    return {
+        k: metrics[k].get("p50") for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "stream_tail_s")
+    }
 
 
 def exactness() -> list[dict[str, Any]]:
@@ -189,39 +192,69 @@ def serve_side_by_side(
     return found
 
 
-def peer(model_dir: Path, guidellm: Path, rate: float, requests: int) -> dict[str, Any]:
-    """GuideLLM and accelscope on the same server at a low fixed rate, one after the other."""
+def peer(
+    model_dir: Path, guidellm: Path, rate: float, requests: int, rounds: int
+) -> dict[str, Any]:
+    """GuideLLM and accelscope alternately on the same server at a low constant rate (both
+    tools' constant arrivals: GuideLLM 0.8.1's poisson profile does not pace), first on the
+    scripted fake server, then on ``transformers serve``. GuideLLM's ITL (mean gap, first
+    token excluded) is vLLM's and our TPOT; its own TPOT includes the first token."""
     sys.path.insert(0, str(Path(__file__).parent))
     from llm_peer import run_guidellm  # benchmarks/llm_peer.py
 
+    workload = Workload(input_tokens=Lengths(32, 32), output_tokens=Lengths(16, 16))
     found: dict[str, Any] = {}
-    with TransformersServe(model_dir) as server, tempfile.TemporaryDirectory() as out:
-        ours = _run(
-            _serve_settings(
-                server,
-                rates=(rate,),
-                requests=requests,
-                workload=Workload(input_tokens=Lengths(64, 64), output_tokens=Lengths(32, 32)),
-                tokenizer=model_dir,
+    for name in ("fake", "transformers-serve"):
+        rows: dict[str, list[dict[str, Any]]] = {"accelscope": [], "guidellm": []}
+        with contextlib.ExitStack() as stack:
+            server: FakeLLMServer | TransformersServe = stack.enter_context(
+                FakeLLMServer(ttft_s=0.1, itl_s=0.02)
+                if name == "fake"
+                else TransformersServe(model_dir)
             )
-        )
-        theirs = run_guidellm(
-            guidellm,
-            url=server.url,
-            model=server.model,
-            tokenizer_dir=model_dir,
-            rate_per_s=rate,
-            requests=requests,
-            prompt_tokens=64,
-            output_tokens=32,
-            out_dir=Path(out),
-        )
-        ours_again = _run(
-            _serve_settings(server, rates=(rate,), requests=requests, tokenizer=model_dir)
-        )
-    found["accelscope"] = [_medians(ours["trials"][0]), _medians(ours_again["trials"][0])]
-    found["guidellm"] = theirs
-    print(json.dumps(found, default=str), flush=True)
+            out = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            for round_ in range(rounds):
+                ours = _run(
+                    LlmRequestSettings(
+                        url=server.url,
+                        model=server.model,
+                        rates=(rate,),
+                        burstiness=0.01,
+                        requests=requests,
+                        workload=workload,
+                        tokenizer=model_dir,
+                        scrape_metrics=False,
+                    )
+                )
+                trial = ours["trials"][0]
+                rows["accelscope"].append(
+                    {
+                        **_medians(trial),
+                        "ttft_sent_s": trial["summary"]["metrics"]["ttft_sent_s"]["p50"],
+                    }
+                )
+                theirs = run_guidellm(
+                    guidellm,
+                    url=server.url,
+                    model=server.model,
+                    tokenizer_dir=model_dir,
+                    rate_per_s=rate,
+                    requests=requests,
+                    prompt_tokens=32,
+                    output_tokens=16,
+                    out_dir=out / f"round{round_}",
+                    send_ignore_eos=name == "fake",
+                    worker_processes=2,
+                )
+                rows["guidellm"].append(theirs)
+                print(name, round_, json.dumps(rows["accelscope"][-1]), flush=True)
+                print(
+                    name,
+                    round_,
+                    json.dumps({k: v for k, v in theirs.items() if k.endswith("_s")}),
+                    flush=True,
+                )
+        found[name] = rows
     return found
 
 
@@ -237,6 +270,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=80)
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--guidellm", type=Path, default=None)
+    parser.add_argument("--peer-rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -270,7 +304,7 @@ def main() -> None:
                 args.trials,
             )
         if "peer" in parts and args.guidellm is not None:
-            report["peer"] = peer(model_dir, args.guidellm, 1.0, 40)
+            report["peer"] = peer(model_dir, args.guidellm, 2.0, 20, args.peer_rounds)
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=1, default=str))
 

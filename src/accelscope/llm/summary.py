@@ -55,7 +55,7 @@ WARMUP_FRACTION = 0.1
 LAG_LIMIT_S = 0.05
 """p99 of (sent - scheduled) above this: the client did not generate the offered rate."""
 
-METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_sent_s")
+METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_sent_s", "stream_tail_s")
 
 DEFINITIONS: dict[str, str] = {
     "ttft_s": "time to first token: first streamed chunk with text - scheduled arrival",
@@ -64,6 +64,8 @@ DEFINITIONS: dict[str, str] = {
     "itl_s": "inter-token latency: gaps between consecutive text chunks, pooled over requests "
     "(vLLM's ITL; a chunk may carry several tokens)",
     "e2e_s": "end-to-end latency: end of the stream - scheduled arrival",
+    "stream_tail_s": "end of the stream - the last chunk with text: what the server spends "
+    "after the last token (in TPOT and E2E; tools that time to the last token leave it out)",
     "client_lag_s": "sent - scheduled: the client's own delay in issuing a request",
     "output_tokens": "the server's usage.completion_tokens (else the model's tokenizer over the "
     "streamed text, labelled)",
@@ -145,6 +147,7 @@ def request_values(record: RequestRecord) -> dict[str, float | None]:
         else record.first_token_s - record.sent_s,
         "tpot_s": tpot,
         "e2e_s": record.end_s - record.scheduled_s,
+        "stream_tail_s": record.end_s - record.chunk_times_s[-1] if record.chunk_times_s else None,
     }
 
 
@@ -264,7 +267,7 @@ def summarise_trial(
     values = [request_values(r) for r in considered]
     ok = [(r, v) for r, v in zip(considered, values, strict=True) if not r.error]
     metrics: dict[str, Any] = {}
-    for name in ("ttft_s", "ttft_sent_s", "tpot_s", "e2e_s"):
+    for name in ("ttft_s", "ttft_sent_s", "tpot_s", "e2e_s", "stream_tail_s"):
         found = [v[name] for _, v in ok if v[name] is not None]
         metrics[name] = _distribution([float(x) for x in found if x is not None], name[:-2].upper())
     gaps = [float(g) for r, _ in ok for g in np.diff(r.chunk_times_s)]
