@@ -61,8 +61,9 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from accelscope.testing._service import Service
 
 __all__ = [
     "CB_NUM_BLOCKS",
@@ -468,7 +469,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._end_stream()
 
 
-class FakeLLMServer:
+class FakeLLMServer(Service):
     """A scripted OpenAI-compatible streaming server on ``127.0.0.1`` (see the module).
 
     ``ttft_s``: from the request's receipt to its first content chunk; ``itl_s``: between
@@ -578,22 +579,6 @@ class FakeLLMServer:
         )
 
     # -- lifecycle -------------------------------------------------------------------------
-
-    def __enter__(self) -> FakeLLMServer:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Listen on a free loopback port and serve on a daemon thread."""
@@ -725,7 +710,7 @@ class FakeLLMServer:
         return "\n".join(lines) + "\n"
 
 
-class TransformersServe:
+class TransformersServe(Service):
     """The real ``transformers serve`` on ``model_dir``, on CPU, on a free loopback port.
 
     Started in its own process group (``start_new_session``) with ``HF_HUB_OFFLINE=1``,
@@ -780,22 +765,6 @@ class TransformersServe:
     def executable() -> Path:
         """The ``transformers`` command of this Python environment."""
         return Path(sys.executable).with_name("transformers")
-
-    def __enter__(self) -> TransformersServe:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def command(self) -> list[str]:
         """The command line (``port`` chosen)."""

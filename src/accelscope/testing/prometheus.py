@@ -21,7 +21,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
+
+from accelscope.testing._service import Service
 
 __all__ = ["LocalPrometheus", "prometheus_missing"]
 
@@ -34,7 +35,7 @@ def prometheus_missing() -> str:
     return f"{' and '.join(missing)} not found: sudo apt-get install prometheus (or make install)"
 
 
-class LocalPrometheus:
+class LocalPrometheus(Service):
     """Build a TSDB from OpenMetrics text, serve it, stop it on exit."""
 
     def __init__(self, openmetrics: str, *, start_timeout_s: float = 60.0) -> None:
@@ -46,22 +47,6 @@ class LocalPrometheus:
             s.bind(("127.0.0.1", 0))
             self.port: int = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> LocalPrometheus:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Backfill the TSDB, start Prometheus, wait until it is ready."""

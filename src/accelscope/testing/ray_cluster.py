@@ -25,7 +25,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+
+from accelscope.testing._service import Service
 
 __all__ = ["LocalRayCluster", "RayNode"]
 
@@ -54,7 +55,7 @@ def _free_port() -> int:
         return port
 
 
-class LocalRayCluster:
+class LocalRayCluster(Service):
     """Head node of ``node_types[0]``, one more node per further type; ``add_node`` adds more,
     ``kill_node`` kills one (SIGKILL to its process group), ``stop`` stops them all."""
 
@@ -68,22 +69,6 @@ class LocalRayCluster:
         self.nodes: list[RayNode] = []
         self._temp = Path(tempfile.mkdtemp(prefix="asray-", dir="/tmp"))
         self._ray = str(Path(sys.executable).with_name("ray"))
-
-    def __enter__(self) -> LocalRayCluster:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def _common(self, node_type: str) -> list[str]:
         return [

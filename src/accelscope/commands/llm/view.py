@@ -132,6 +132,10 @@ def llm_view(document: dict[str, Any], *, title: str = "llm") -> RenderableType:
                 claim = trial["summary"].get("metrics", {}).get(name, {}).get(f"{key}_claim")
                 if claim and not claim["claimable"] and trial is document["trials"][-1]:
                     parts.append(Text(claim["why"], style="yellow"))
+        for kind in trial["summary"].get("error_kinds", []):
+            parts.append(
+                Text(f"errors at {trial['label']}: {kind['count']} x {kind['error']}", style="red")
+            )
         server = trial.get("server_metrics") or {}
         prefix = server.get("prefix_cache") or {}
         if prefix.get("hit_rate") is not None:
