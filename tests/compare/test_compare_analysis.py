@@ -185,12 +185,14 @@ def test_observation_statistic() -> None:
 
 
 def test_metric_registry() -> None:
-    assert comparable_kinds() == ("bench", "load", "measure")
+    assert comparable_kinds() == ("bench", "llm", "load", "measure")
     assert METRICS["time_per_item_p50"].percentile == 50.0
     assert METRICS["time_per_item_p99"].percentile == 99.0
     assert METRICS["accuracy"].higher_is_better and METRICS["capacity"].higher_is_better
     assert not METRICS["peak_memory"].higher_is_better
     assert METRICS["peak_memory"].percentile is None
+    assert METRICS["ttft_p99"].percentile == 99.0 and not METRICS["ttft_p99"].higher_is_better
+    assert METRICS["goodput_tokens_per_s"].higher_is_better
 
 
 def test_capacity_documents() -> None:
