@@ -411,8 +411,8 @@ def _serving_missing() -> str:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if reason := _serving_missing():
-        pytest.skip(reason)
+    if reason := _serving_missing():  # `make install` installs it: missing is a failure
+        pytest.fail(reason)
     from accelscope.testing.llm_model import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("llm") / "tiny-llama")
