@@ -46,6 +46,7 @@ import contextlib
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import socketserver
@@ -715,7 +716,8 @@ class TransformersServe(Service):
 
     Started in its own process group (``start_new_session``) with ``HF_HUB_OFFLINE=1``,
     ``TRANSFORMERS_OFFLINE=1`` and ``TOKENIZERS_PARALLELISM=false``, stdout and stderr to
-    ``log_path`` (default: a file in a new temporary directory, kept); ready when ``GET /health``
+    ``log_path`` (default: a file in a new temporary directory, removed on stop unless the
+    start failed); ready when ``GET /health``
     answers 200 (the model is loaded before the server listens). A process that exits first,
     or a server not ready within ``startup_timeout_s``, is a :class:`RuntimeError` holding the
     log's last lines. ``model`` is what to send as ``"model"``: the server is pinned to the
@@ -753,6 +755,8 @@ class TransformersServe(Service):
         self.startup_s: float | None = None
         """Seconds from the start of the process to the first healthy answer."""
         self._process: subprocess.Popen[bytes] | None = None
+        self._log_dir: Path | None = None
+        """The temporary directory of the default log, removed by a stop after a good start."""
 
     @property
     def pid(self) -> int:
@@ -787,7 +791,8 @@ class TransformersServe(Service):
                 "(pip install 'transformers[serving]')"
             )
         if self.log_path is None:
-            self.log_path = Path(tempfile.mkdtemp(prefix="astfserve-")) / "serve.log"
+            self._log_dir = Path(tempfile.mkdtemp(prefix="astfserve-"))
+            self.log_path = self._log_dir / "serve.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -879,6 +884,9 @@ class TransformersServe(Service):
                 self._wait_group(10)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._process.wait(timeout=5)
+        if self._log_dir is not None and self.startup_s is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)  # kept when the start failed
+            self._log_dir = None
 
     def kill(self) -> None:
         """SIGKILL the process group now (the server dies mid-run); ``stop()`` still reaps."""
