@@ -133,7 +133,7 @@ def _serve_settings(server: TransformersServe, **changes: Any) -> LlmRequestSett
     base: dict[str, Any] = {
         "url": server.url,
         "model": server.model,
-        "workload": Workload(input_tokens=Lengths(64, 64), output_tokens=Lengths(32, 32)),
+        "workload": Workload(input_tokens=Lengths(32, 32), output_tokens=Lengths(16, 16)),
         "scrape_metrics": False,
         "timeout_s": 120.0,
     }
@@ -142,7 +142,13 @@ def _serve_settings(server: TransformersServe, **changes: Any) -> LlmRequestSett
 
 
 def serve_side_by_side(
-    model_dir: Path, slo: Slo, rate: float, rounds: int, requests: int, trials: int
+    model_dir: Path,
+    slo: Slo,
+    rate: float,
+    rounds: int,
+    requests: int,
+    trials: int,
+    capacity_start: float,
 ) -> dict[str, Any]:
     """Capacity with and without continuous batching, then interleaved fixed-rate trials."""
     found: dict[str, Any] = {"slo": slo.label, "capacity": {}, "interleaved": {}}
@@ -157,7 +163,7 @@ def serve_side_by_side(
                     server,
                     slo=slo,
                     capacity="rate",
-                    capacity_start=1.0,
+                    capacity_start=capacity_start,
                     capacity_trials=trials,
                     requests=requests,
                 )
@@ -269,6 +275,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=80)
     parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--capacity-start", type=float, default=2.0)
     parser.add_argument("--guidellm", type=Path, default=None)
     parser.add_argument("--peer-rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None)
@@ -302,6 +309,7 @@ def main() -> None:
                 args.rounds,
                 args.requests,
                 args.trials,
+                args.capacity_start,
             )
         if "peer" in parts and args.guidellm is not None:
             report["peer"] = peer(model_dir, args.guidellm, 2.0, 20, args.peer_rounds)

@@ -461,7 +461,9 @@ def test_unsupported_kind_is_refused() -> None:
     doctor = RunData(run_id="D", kind="doctor", model="resnet50", configs=())
     with pytest.raises(BadInputError) as error:
         compare_runs([_run("A", _result(BASE))], [doctor])
-    assert _one_line(error) == "run D is a doctor run; compare works on bench, llm, load, measure runs"
+    assert _one_line(error) == (
+        "run D is a doctor run; compare works on bench, llm, load, measure runs"
+    )
 
 
 def test_empty_side_is_refused() -> None:

@@ -75,7 +75,9 @@ def search_capacity(
         raise BadInputError(f"the capacity search needs a positive start load, got {start:g}")
     if max_trials < 1:
         raise BadInputError("the capacity search needs at least one trial")
-    floor = min_load if min_load is not None else (1.0 if integer else start / 64.0)
+    # each trial sends a fixed number of requests, so a rate 8x lower takes 8x longer: the
+    # search goes down three halvings at most (lower --capacity-start to look further)
+    floor = min_load if min_load is not None else (1.0 if integer else start / 8.0)
     result = CapacityResult(capacity=None, unit=unit)
     tried: dict[float, bool] = {}
 
@@ -106,7 +108,10 @@ def search_capacity(
                 break
             nxt = norm(load / 2)
             if nxt < floor or nxt == load:
-                result.stopped = f"no load down to {load:g} {unit} met the SLO"
+                result.stopped = (
+                    f"no load down to {load:g} {unit} met the SLO (give a lower --capacity-start "
+                    "to look further)"
+                )
                 return result
             load = nxt
     while low is not None and high is not None and len(result.points) < max_trials:

@@ -307,8 +307,9 @@ def _trial_requests(request: LlmRequestSettings) -> int:
     """Requests per trial: at least what the SLO percentile's tail claim needs."""
     if request.slo is None:
         return request.requests
-    needs = min_passing_queries(0, request.slo.percentile / 100.0)
-    # the steady window leaves out the ramp-up's arrivals
+    # enough for a claim with one request over the bound (with none over, a single outlier
+    # would leave the tail unclaimable), and the steady window leaves out the ramp-up
+    needs = min_passing_queries(1, request.slo.percentile / 100.0) + 1
     return max(request.requests, math.ceil(needs / (1.0 - WARMUP_FRACTION)) + 1)
 
 
