@@ -206,11 +206,13 @@ def _slo_verdict(
     verdict: dict[str, Any] = {}
     p = slo.percentile / 100.0
     for metric, bound in slo.terms().items():
-        over = 0
+        over = unmeasured = 0
         for record, value in zip(considered, values, strict=True):
             got = value.get(metric)
             if record.error or got is None or got > bound:
                 over += 1
+            if not record.error and got is None:
+                unmeasured += 1  # e.g. a stream that carried no text: no first token
         n = len(considered)
         stopping = server_early_stopping(n, over, p) if n else None
         observed_ok = n > 0 and over <= (1.0 - p) * n
@@ -220,6 +222,8 @@ def _slo_verdict(
             state = "missed"
             failed = sum(1 for record in considered if record.error)
             errors = f", {failed} of them errors" if failed else ""
+            if unmeasured:
+                errors += f", {unmeasured} without a {metric.removesuffix('_s').upper()}"
             why = f"{over} of {n} over {bound * 1000:g} ms{errors} (more than {1 - p:.0%})"
         else:
             state = "unclaimed"
