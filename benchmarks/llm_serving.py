@@ -185,7 +185,7 @@ def serve_side_by_side(
                 samples[name]["tpot_s"].append(trial["summary"]["metrics"]["tpot_s"]["p50"])
                 samples[name]["ttft_s"].append(trial["summary"]["metrics"]["ttft_s"]["p50"])
                 print(round_, name, json.dumps(_medians(trial)), flush=True)
-        for metric in ("ttft_s", "tpot_s"):
+        for metric in ("ttft_s", "tpot_s") if rounds else ():
             estimate = bootstrap_ratio(samples["static"][metric], samples["continuous"][metric])
             found["interleaved"][metric] = {
                 "static_trial_medians": samples["static"][metric],
