@@ -9,7 +9,9 @@ from accelscope.errors import BadInputError
 
 __all__ = ["parse_duration_s", "parse_fraction"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s|sec|m|min|h)?\s*$")
+_DURATION = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s|sec|m|min|h|d|day|days|w|week|weeks)?\s*$"
+)
 _SCALE_S = {
     "us": 1e-6,
     "µs": 1e-6,
@@ -19,11 +21,18 @@ _SCALE_S = {
     "m": 60.0,
     "min": 60.0,
     "h": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+    "w": 7 * 86400.0,
+    "week": 7 * 86400.0,
+    "weeks": 7 * 86400.0,
 }
 
 
 def parse_duration_s(text: str | float | int) -> float:
-    """``"15m"``, ``"100ms"``, ``"10s"``, ``"10"`` or a number (seconds) -> positive seconds."""
+    """``"15m"``, ``"100ms"``, ``"10s"``, ``"7d"``, ``"2w"``, ``"10"`` or a number (seconds) ->
+    positive seconds."""
     if isinstance(text, bool):
         raise BadInputError(f"duration must be a number or text like 10s, got {text!r}")
     if isinstance(text, int | float):
@@ -31,7 +40,9 @@ def parse_duration_s(text: str | float | int) -> float:
     else:
         match = _DURATION.match(text)
         if not match:
-            raise BadInputError(f"duration {text!r} not understood; use e.g. 100ms, 10s, 15m, 1h")
+            raise BadInputError(
+                f"duration {text!r} not understood; use e.g. 100ms, 10s, 15m, 1h, 7d"
+            )
         value = float(match.group(1)) * _SCALE_S[match.group(2) or "s"]
     if not math.isfinite(value) or value <= 0:
         raise BadInputError(f"duration must be positive, got {text!r}")
