@@ -15,6 +15,7 @@ can be replaced, so the arithmetic is tested without the hardware.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from typing import Any
 __all__ = [
     "CpuTimes",
     "GpuSample",
+    "MigInstance",
     "NvmlSource",
     "ProcessTree",
     "Telemetry",
@@ -75,7 +77,8 @@ def cpu_utilisation(before: CpuTimes, after: CpuTimes) -> tuple[tuple[float, ...
 
 @dataclass(frozen=True, kw_only=True)
 class GpuSample:
-    """One GPU at one instant (NVML). ``None`` where the driver does not report the value."""
+    """One GPU, or one MIG instance of it, at one instant (NVML). ``None`` where the driver
+    does not report the value (not measured), never 0."""
 
     index: int
     utilisation_percent: float | None
@@ -86,6 +89,14 @@ class GpuSample:
     memory_clock_mhz: float | None
     sm_active_percent: float | None = None
     tensor_active_percent: float | None = None
+    gr_active_percent: float | None = None
+    """GPM graphics-engine activity (DCGM's GR_ENGINE_ACTIVE)."""
+    dram_active_percent: float | None = None
+    energy_mj: int | None = None
+    """NVML's total-energy counter (mJ since the driver loaded); None on a MIG instance."""
+    gpu_instance_id: int | None = None
+    """The MIG GPU instance id (``None``: the whole GPU); ``index`` is then its GPU's."""
+    mig_profile: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,18 +217,58 @@ class ProcessTree:
         return rss, cores, alive
 
 
+_GPM_METRICS = (
+    ("sm_active_percent", "NVML_GPM_METRIC_SM_UTIL", "SM activity"),
+    ("tensor_active_percent", "NVML_GPM_METRIC_ANY_TENSOR_UTIL", "tensor activity"),
+    ("gr_active_percent", "NVML_GPM_METRIC_GRAPHICS_UTIL", "graphics-engine activity"),
+    ("dram_active_percent", "NVML_GPM_METRIC_DRAM_BW_UTIL", "DRAM bandwidth use"),
+)
+"""(GpuSample field, NVML GPM metric, what it is): the activity GPM reads per GPU or instance."""
+_NVML_SUCCESS = 0
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG instance NVML enumerated on a GPU: its handle, GPU instance id and profile."""
+
+    parent_index: int
+    parent_handle: Any
+    handle: Any
+    gpu_instance_id: int
+    profile: str
+    uuid: str
+
+
 class NvmlSource:
     """GPU samples through NVML (``pynvml`` from the nvidia-ml-py distribution).
 
-    ``nvml`` is the module (a seam for tests); by default ``pynvml`` is imported. ``status``
-    says what is measured or why not; ``sm_status`` the same for GPM SM/tensor activity.
+    ``nvml`` is the module (a seam for tests); by default ``pynvml`` is imported. ``indices``
+    keeps those NVML GPUs only (``missing``: the ones NVML does not have). With ``mig``, a GPU
+    in MIG mode is also sampled per MIG instance (utilisation is NOT_SUPPORTED there: only what
+    NVML gives per instance is reported: memory, and GPM activity through
+    ``nvmlGpmMigSampleGet``). ``status`` says what is measured or why not; ``sm_status`` the
+    same for GPM activity; ``notes`` what was refused along the way (a GPM metric's own return
+    code, memory v1 used instead of v2, MIG).
+
+    Memory is read with ``nvmlDeviceGetMemoryInfo_v2`` (its ``used`` leaves out the driver's
+    reservation) and falls back to v1 (whose ``used`` includes it, about 0.5 GiB) where the
+    driver or binding lacks it. Each GPM metric's own return code is checked: a refused metric
+    is ``None`` (not measured), never 0 %.
     """
 
-    def __init__(self, nvml: Any = None, indices: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self, nvml: Any = None, indices: tuple[int, ...] | None = None, *, mig: bool = False
+    ) -> None:
         self.handles: list[tuple[int, Any]] = []
+        self.instances: list[MigInstance] = []
+        self.count = 0
+        self.missing: tuple[int, ...] = ()
         self.status = "not available: no NVIDIA GPU"
         self.sm_status = "not available: no NVIDIA GPU"
-        self._gpm: dict[int, Any] = {}
+        self.notes: list[str] = []
+        self._gpm: dict[tuple[int, int | None], Any] = {}
+        self._memory_v1: set[int] = set()
+        self._refused_seen: set[tuple[int, int | None, str]] = set()
         if nvml is None:
             try:
                 import pynvml as nvml_module
@@ -234,86 +285,208 @@ class NvmlSource:
             self.status = f"not available: NVML did not initialise ({exc})"
             self.sm_status = self.status
             return
-        wanted = range(count) if indices is None else [i for i in indices if i < count]
-        self.handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in wanted]
+        self.count = count
+        wanted = list(range(count)) if indices is None else [i for i in indices if i < count]
+        self.missing = tuple(i for i in (indices or ()) if not 0 <= i < count)
+        self.handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in wanted if i >= 0]
         if not self.handles:
             self.status = self.sm_status = "not available: NVML sees no GPU"
             return
-        self.status = f"measured: NVML, {len(self.handles)} GPU(s)"
+        if mig:
+            self._find_mig()
+        mig_text = f", {len(self.instances)} MIG instance(s)" if self.instances else ""
+        self.status = f"measured: NVML, {len(self.handles)} GPU(s){mig_text}"
         self._start_gpm()
+
+    def _find_mig(self) -> None:
+        """The MIG instances of every GPU in MIG mode (empty slots raise NOT_FOUND)."""
+        nvml = self.nvml
+        for index, handle in self.handles:
+            try:
+                current = nvml.nvmlDeviceGetMigMode(handle)[0]
+            except Exception:  # noqa: BLE001 - not MIG-capable (NOT_SUPPORTED)
+                continue
+            if current != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+                continue
+            self.notes.append(
+                f"GPU {index} is in MIG mode: utilisation is not supported there; its "
+                "instances are sampled one by one"
+            )
+            try:
+                slots = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+            except Exception as exc:  # noqa: BLE001
+                self.notes.append(f"GPU {index}: MIG instances not enumerated ({exc})")
+                continue
+            for slot in range(slots):
+                try:
+                    child = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                    gi = int(nvml.nvmlDeviceGetGpuInstanceId(child))
+                except Exception:  # noqa: BLE001 - NOT_FOUND: an empty slot
+                    continue
+                name = _text(_call(nvml, "nvmlDeviceGetName", child)) or ""
+                match = re.search(r"MIG\s+(\S+)\s*$", name)
+                uuid = _text(_call(nvml, "nvmlDeviceGetUUID", child)) or f"{index}/{gi}"
+                self.instances.append(
+                    MigInstance(
+                        parent_index=index,
+                        parent_handle=handle,
+                        handle=child,
+                        gpu_instance_id=gi,
+                        profile=match.group(1) if match else "",
+                        uuid=uuid,
+                    )
+                )
+
+    def _gpm_get(self, handle: Any, instance: MigInstance | None, sample: Any) -> None:
+        if instance is None:
+            self.nvml.nvmlGpmSampleGet(handle, sample)
+        else:
+            self.nvml.nvmlGpmMigSampleGet(instance.parent_handle, instance.gpu_instance_id, sample)
 
     def _start_gpm(self) -> None:
         nvml = self.nvml
         reasons = []
-        for index, handle in self.handles:
+        mig_gpus = {m.parent_index for m in self.instances}
+        targets: list[tuple[int, Any, MigInstance | None]] = [
+            (index, handle, None) for index, handle in self.handles if index not in mig_gpus
+        ]
+        targets += [(m.parent_index, m.parent_handle, m) for m in self.instances]
+        supported: dict[int, bool] = {}
+        for index, handle, instance in targets:
+            where = f"GPU {index}" + (
+                f" MIG instance {instance.gpu_instance_id}" if instance else ""
+            )
             try:
-                support = nvml.nvmlGpmQueryDeviceSupport(handle)
-                if not getattr(support, "isSupportedDevice", 0):
+                if index not in supported:
+                    support = nvml.nvmlGpmQueryDeviceSupport(handle)
+                    supported[index] = bool(getattr(support, "isSupportedDevice", 0))
+                if not supported[index]:
                     reasons.append(f"GPU {index} has no GPM (needs Hopper or newer)")
                     continue
                 sample = nvml.nvmlGpmSampleAlloc()
-                nvml.nvmlGpmSampleGet(handle, sample)
-                self._gpm[index] = sample
+                self._gpm_get(handle, instance, sample)
+                self._gpm[(index, instance.gpu_instance_id if instance else None)] = sample
             except Exception as exc:  # noqa: BLE001 - old driver or pynvml without GPM
-                reasons.append(f"GPM unavailable on GPU {index} ({exc})")
+                reasons.append(f"GPM unavailable on {where} ({exc})")
+        reasons = list(dict.fromkeys(reasons))
         if self._gpm:
-            self.sm_status = "measured: NVML GPM SM and tensor activity"
+            self.sm_status = "measured: NVML GPM SM, tensor, graphics-engine and DRAM activity"
+            if reasons:
+                self.sm_status += " (not on: " + "; ".join(reasons) + ")"
         else:
             self.sm_status = "not available: " + "; ".join(reasons or ["no GPM support"])
 
-    def _gpm_read(self, index: int, handle: Any) -> tuple[float | None, float | None]:
+    def _gpm_read(
+        self, index: int, handle: Any, instance: MigInstance | None = None
+    ) -> dict[str, float | None]:
+        """Each GPM metric since the previous sample, ``None`` where its own return code says
+        it was refused (its ``value`` is then meaningless, usually 0)."""
         nvml = self.nvml
-        previous = self._gpm.get(index)
+        key = (index, instance.gpu_instance_id if instance else None)
+        empty: dict[str, float | None] = {name: None for name, _, _ in _GPM_METRICS}
+        previous = self._gpm.get(key)
         if previous is None:
-            return None, None
+            return empty
         try:
             current = nvml.nvmlGpmSampleAlloc()
-            nvml.nvmlGpmSampleGet(handle, current)
+            self._gpm_get(handle, instance, current)
             request = nvml.c_nvmlGpmMetricsGet_t()
             request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-            request.numMetrics = 2
+            request.numMetrics = len(_GPM_METRICS)
             request.sample1, request.sample2 = previous, current
-            request.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
-            request.metrics[1].metricId = nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+            for i, (_, metric, _) in enumerate(_GPM_METRICS):
+                request.metrics[i].metricId = getattr(nvml, metric)
             nvml.nvmlGpmMetricsGet(request)
             nvml.nvmlGpmSampleFree(previous)
-            self._gpm[index] = current
-            return float(request.metrics[0].value), float(request.metrics[1].value)
+            self._gpm[key] = current
         except Exception:  # noqa: BLE001 - one failed read is a gap, not a crash
+            return empty
+        out: dict[str, float | None] = {}
+        for i, (name, metric, what) in enumerate(_GPM_METRICS):
+            result = request.metrics[i]
+            code = int(getattr(result, "nvmlReturn", _NVML_SUCCESS))
+            if code != _NVML_SUCCESS:
+                out[name] = None
+                if (key[0], key[1], metric) not in self._refused_seen:
+                    self._refused_seen.add((key[0], key[1], metric))
+                    where = f"GPU {index}" + (f" MIG instance {key[1]}" if key[1] else "")
+                    self.notes.append(
+                        f"{where}: GPM {what} refused (NVML return {code}): not measured"
+                    )
+            else:
+                out[name] = float(result.value)
+        return out
+
+    def _memory(self, index: int, handle: Any, slot: int) -> tuple[int | None, int | None]:
+        """``(used, total)`` bytes: memory v2 (driver reservation left out), else v1."""
+        nvml = self.nvml
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is not None and slot not in self._memory_v1:
+            try:
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+                return int(memory.used), int(memory.total)
+            except Exception as exc:  # noqa: BLE001 - an old driver: FUNCTION_NOT_FOUND
+                self._memory_v1.add(slot)
+                self.notes.append(
+                    f"GPU {index}: NVML memory v2 refused ({exc}); v1 used, whose 'used' "
+                    "includes the driver's reservation (about 0.5 GiB)"
+                )
+        memory = _call(nvml, "nvmlDeviceGetMemoryInfo", handle)
+        if memory is None:
             return None, None
+        return int(memory.used), int(memory.total)
 
     def sample(self) -> tuple[GpuSample, ...]:
-        """One sample per GPU; values the driver refuses are ``None``."""
+        """One sample per GPU (and per MIG instance, with ``mig``); values the driver refuses
+        are ``None``."""
         if not self.handles:
             return ()
         nvml: Any = self.nvml
         out = []
-
-        def read(name: str, *args: Any) -> Any:
-            try:
-                return getattr(nvml, name)(*args)
-            except Exception:  # noqa: BLE001 - NVML_ERROR_NOT_SUPPORTED and friends
-                return None
-
         for index, handle in self.handles:
-            rates = read("nvmlDeviceGetUtilizationRates", handle)
+            rates = _call(nvml, "nvmlDeviceGetUtilizationRates", handle)
             util = None if rates is None else rates.gpu
-            memory = read("nvmlDeviceGetMemoryInfo", handle)
-            power = read("nvmlDeviceGetPowerUsage", handle)
-            sm_clock = read("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM)
-            mem_clock = read("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM)
-            sm_active, tensor_active = self._gpm_read(index, handle)
+            used, total = self._memory(index, handle, id(handle))
+            power = _call(nvml, "nvmlDeviceGetPowerUsage", handle)
+            energy = _call(nvml, "nvmlDeviceGetTotalEnergyConsumption", handle)
+            sm_clock = _call(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM)
+            mem_clock = _call(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM)
+            activity = self._gpm_read(index, handle)
             out.append(
                 GpuSample(
                     index=index,
                     utilisation_percent=None if util is None else float(util),
-                    memory_used_bytes=None if memory is None else int(memory.used),
-                    memory_total_bytes=None if memory is None else int(memory.total),
+                    memory_used_bytes=used,
+                    memory_total_bytes=total,
                     power_w=None if power is None else float(power) / 1000.0,
                     sm_clock_mhz=None if sm_clock is None else float(sm_clock),
                     memory_clock_mhz=None if mem_clock is None else float(mem_clock),
-                    sm_active_percent=sm_active,
-                    tensor_active_percent=tensor_active,
+                    energy_mj=None if energy is None else int(energy),
+                    sm_active_percent=activity["sm_active_percent"],
+                    tensor_active_percent=activity["tensor_active_percent"],
+                    gr_active_percent=activity["gr_active_percent"],
+                    dram_active_percent=activity["dram_active_percent"],
+                )
+            )
+        for instance in self.instances:
+            used, total = self._memory(instance.parent_index, instance.handle, id(instance.handle))
+            rates = _call(nvml, "nvmlDeviceGetUtilizationRates", instance.handle)
+            activity = self._gpm_read(instance.parent_index, instance.parent_handle, instance)
+            out.append(
+                GpuSample(
+                    index=instance.parent_index,
+                    utilisation_percent=None if rates is None else float(rates.gpu),
+                    memory_used_bytes=used,
+                    memory_total_bytes=total,
+                    power_w=None,  # GPU-wide: on the GPU's own sample
+                    sm_clock_mhz=None,
+                    memory_clock_mhz=None,
+                    gpu_instance_id=instance.gpu_instance_id,
+                    mig_profile=instance.profile,
+                    sm_active_percent=activity["sm_active_percent"],
+                    tensor_active_percent=activity["tensor_active_percent"],
+                    gr_active_percent=activity["gr_active_percent"],
+                    dram_active_percent=activity["dram_active_percent"],
                 )
             )
         return tuple(out)
@@ -327,6 +500,20 @@ class NvmlSource:
                 self.nvml.nvmlGpmSampleFree(sample)
         with contextlib.suppress(Exception):
             self.nvml.nvmlShutdown()
+
+
+def _call(nvml: Any, name: str, *args: Any) -> Any:
+    """``nvml.<name>(*args)``, ``None`` where the driver refuses (NOT_SUPPORTED and friends)."""
+    try:
+        return getattr(nvml, name)(*args)
+    except Exception:  # noqa: BLE001 - NVML_ERROR_NOT_SUPPORTED and friends
+        return None
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _read_cpu_times() -> list[Any]:
