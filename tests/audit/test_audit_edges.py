@@ -153,3 +153,91 @@ def test_onprem_cost_model_uses_measured_power(tmp_path: Path, cli: Any) -> None
     assert "300 W (measured mean)" in price["source"]
     code, _, err = cli("audit", "--from", path, "--no-store", "--onprem", "capex=1")
     assert code == 2 and "life=YEARS" in err
+
+
+def test_busy_but_barely_useful_gpu_is_priced_whatever_the_threshold(tmp_path: Path) -> None:
+    # 95 % GPU_UTIL, SM_ACTIVE exactly 25 % all day: not "SM < 25 %", yet 70 % of its hours
+    # are busy as nvidia-smi shows it without SM work
+    document = _audit(
+        tmp_path,
+        _answer(
+            _series("DCGM_FI_DEV_GPU_UTIL", GPU, [95.0] * 144),
+            _series("DCGM_FI_PROF_SM_ACTIVE", GPU, [0.25] * 144),
+        ),
+        prices=(("NVIDIA L4", 1.0),),
+    )
+    (device,) = document["devices"]
+    assert device["hours"]["busy_not_useful"] == 0  # the hard rule says nothing
+    assert device["hours"]["busy_minus_useful"] == pytest.approx(0.70 * 24)
+    assert device["usd"]["busy_minus_useful_usd"] == pytest.approx(0.70 * 24)
+    (action,) = document["actions"]
+    assert action["kind"] == "busy-not-useful" and "70% of the time" in action["title"]
+    assert action["usd_per_month"] == pytest.approx(0.70 * 24 * 720 / 24)
+    assert "look at: batch size" in " ".join(action["evidence"])
+    assert document["totals"]["busy_minus_useful"] == pytest.approx(0.70 * 24)
+
+
+def test_what_to_look_at_follows_the_activities(tmp_path: Path) -> None:
+    document = _audit(
+        tmp_path,
+        _answer(
+            _series("DCGM_FI_DEV_GPU_UTIL", GPU, [90.0] * 144),
+            _series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", GPU, [0.40] * 144),
+            _series("DCGM_FI_PROF_SM_ACTIVE", GPU, [0.35] * 144),
+            _series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", GPU, [0.0] * 144),
+        ),
+        prices=(("NVIDIA L4", 1.0),),
+    )
+    (action,) = [a for a in document["actions"] if a["kind"] == "busy-not-useful"]
+    look = action["detail"]["look_at"]
+    assert look[0].startswith("input pipeline") and "40%" in look[0]
+    assert look[-1].startswith("precision: tensor cores idle")
+    assert not any(x.startswith("batch size") for x in look)  # engine 40 % vs SM 35 %
+
+
+def test_sampling_picks_gpus_and_refuses_missing_ones(cli: Any) -> None:
+    from accelscope.testing.nvml import FakeNvml
+
+    two = FakeNvml(gpus=("NVIDIA L4", "NVIDIA L4"))
+    with pytest.raises(BadInputError, match=r"--gpus 0,5: no GPU 5 here \(NVML sees 2: 0,1\)"):
+        audit(AuditRequest(sample_s=60.0, gpus=(0, 5)), store_path=None, nvml=two)
+    with pytest.raises(BadInputError, match="--gpus needs --sample"):
+        audit(AuditRequest(export=Path("x.json"), gpus=(0,)), store_path=None)
+    code, _, err = cli("audit", "--sample", "1s", "--gpus", "0,x", "--no-store")
+    assert code == 2 and "--gpus '0,x'" in err and len(err.strip().splitlines()) == 1
+    outcome = audit(
+        AuditRequest(sample_s=1.0, step_s=0.25, gpus=(1,), prices=(("NVIDIA L4", 1.0),)),
+        store_path=None,
+        nvml=FakeNvml(gpus=("NVIDIA L4", "NVIDIA L4")),
+    )
+    assert [d["key"].rsplit("/", 1)[1] for d in outcome.document["devices"]] == ["gpu1"]
+
+
+def test_sampling_a_mig_gpu_reports_each_instance(tmp_path: Path) -> None:
+    from accelscope.testing.nvml import FakeNvml
+
+    nvml = FakeNvml(
+        gpus=("NVIDIA H100 80GB HBM3",),
+        mig={0: ("3g.40gb", "1g.10gb")},
+        refused_metrics=(FakeNvml.NVML_GPM_METRIC_DRAM_BW_UTIL,),
+    )
+    outcome = audit(
+        AuditRequest(sample_s=1.5, step_s=0.25, prices=(("*", 2.0),)),
+        store_path=None,
+        nvml=nvml,
+    )
+    devices = {d["key"].rsplit("/", 1)[1]: d for d in outcome.document["devices"]}
+    assert set(devices) == {"mig1", "mig2"}  # the instances, not the GPU beside them
+    first, second = devices["mig1"], devices["mig2"]
+    assert first["mig_profile"] == "3g.40gb" and first["share_of_gpu"] == pytest.approx(3 / 7)
+    observed = first["hours"]["observed"]
+    assert first["hours"]["useful"] == pytest.approx(0.20 * observed)  # its own GPM
+    assert second["hours"]["useful"] == pytest.approx(0.40 * second["hours"]["observed"])
+    assert "not supported for MIG" in first["not_measured"]["gpu_util"]
+    # DRAM refused by its GPM return code: not measured, with NVML's word, never 0
+    assert "dram_active" not in first["hours"]
+    assert "refused (NVML return 3)" in first["not_measured"]["dram_active"]
+    assert "energy_kwh" in first["hours"]  # GPU-wide energy, counted once
+    assert "counted once" in second["not_measured"]["energy"]
+    assert first["busy_minus_useful_basis"] == "gr_active"
+    assert "MIG mode" in outcome.document["source"]

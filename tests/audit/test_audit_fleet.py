@@ -47,6 +47,7 @@ def test_input_bound_training_is_busy_but_not_useful(document: dict[str, Any]) -
     assert hours["active"] == pytest.approx(0.85 * 168)
     assert hours["useful"] == pytest.approx(0.10 * 168)
     assert hours["busy_not_useful"] == pytest.approx(168)
+    assert hours["busy_minus_useful"] == pytest.approx(0.80 * 168)
     assert _device(document, "node-a/gpu0")["useful_share"] == pytest.approx(0.10)
 
 
@@ -101,7 +102,7 @@ def test_dcgm_46_names_and_hostname_label_are_read(document: dict[str, Any]) -> 
 def test_actions_ranked_with_dollars(document: dict[str, Any]) -> None:
     by_kind = {a["kind"]: a for a in document["actions"]}
     assert set(by_kind) == {
-        "fix-input-or-batch",
+        "busy-not-useful",
         "consolidate-mig",
         "mixed-precision",
         "release-idle",
@@ -117,7 +118,21 @@ def test_actions_ranked_with_dollars(document: dict[str, Any]) -> None:
     assert set(merge["devices"]) == {"node-d/gpu0", "node-d/gpu1"}
     assert merge["usd_per_month"] == pytest.approx(168 * A100_PER_H * per_month)  # 1 GPU freed
     assert by_kind["mixed-precision"]["devices"] == ["node-a/gpu2"]
-    assert by_kind["fix-input-or-batch"]["basis"] == "at stake (upper bound)"
+    gaps = {a["devices"][0]: a for a in document["actions"] if a["kind"] == "busy-not-useful"}
+    assert "node-c/gpu1" not in gaps  # idle all week: nothing busy, no gap
+    etl = gaps["node-a/gpu0"]  # GPU_UTIL 90 %, SM 10 %
+    assert etl["basis"] == "at stake (upper bound)"
+    assert etl["usd_per_month"] == pytest.approx(0.80 * 168 * A100_PER_H * per_month)
+    assert etl["detail"]["busy_minus_useful_h"] == pytest.approx(0.80 * 168)
+    assert any(e.startswith("look at: batch size") for e in etl["evidence"])
+    # GPU_UTIL 40 %, SM 15 %: under the 50 % busy-not-useful rule, yet 25 % of its hours
+    small = gaps["node-d/gpu0"]
+    assert small["usd_per_month"] == pytest.approx(0.25 * 168 * A100_PER_H * per_month)
+    ranker = gaps["node-b/gpu0/mig1"]  # MIG: no GPU_UTIL, GR_ENGINE_ACTIVE stands in
+    assert ranker["detail"]["busy_basis"] == "gr_active"
+    assert ranker["usd_per_month"] == pytest.approx(0.1 * 168 * 3 / 7 * A100_PER_H * per_month)
+    ranked = document["actions"]
+    assert ranked.index(etl) < ranked.index(small) < ranked.index(by_kind["release-idle"])
     diurnal = by_kind["follow-diurnal"]
     assert diurnal["devices"] == ["node-c/gpu0"] and "plan --traffic" in diurnal["verify"]
 
@@ -204,6 +219,9 @@ def test_sampling_this_host_with_a_fake_gpu(tmp_path: Path) -> None:
     assert observed > 0
     assert gpu["hours"]["busy"] == pytest.approx(0.87 * observed)  # NVML: 87 %
     assert gpu["hours"]["useful"] == pytest.approx(0.615 * observed)  # GPM SM activity
+    assert gpu["hours"]["active"] == pytest.approx(0.80 * observed)  # GPM graphics engine
+    # NVML's energy counter at 350 W between the first and the last sample
+    assert 0 < gpu["hours"]["energy_kwh"] <= 350 * 2.5 / 3.6e6
     assert "idle" in gpu["hours"] and "not_measured" in gpu
     assert "sampled this host" in outcome.document["source"]
     assert outcome.document["cpu_nodes"]  # this host's CPUs

@@ -11,6 +11,9 @@ Definitions (every output states them; "utilisation" means different things acro
 - **useful** hours = SM-active hours; **useful share** = useful / held (or observed).
 - **idle** slots: engine activity (GR_ENGINE_ACTIVE, else GPU_UTIL) below 5 %.
 - **busy but not useful** slots: GPU_UTIL ≥ 50 % while SM_ACTIVE < 25 %.
+- **busy minus useful** hours: Σ max(0, GPU_UTIL - SM_ACTIVE) x slot, over slots with both:
+  the hours nvidia-smi counts busy that the SMs did not work, whatever side of any threshold
+  (GR_ENGINE_ACTIVE stands in for GPU_UTIL where that is not measured: MIG).
 - **held-idle streaks**: held and idle for ≥ 30 min in a row.
 - A MIG instance's profiling fields are relative to its own slice (a saturated instance reads
   ~1.0); its hours and dollars are its share of the GPU: g/7 of it (g/4 on an A30).
@@ -19,7 +22,7 @@ Definitions (every output states them; "utilisation" means different things acro
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +97,8 @@ class DeviceFigures:
     dram_median: float | None
     hourly_activity: tuple[float, ...] | None
     """Mean engine activity per hour of day (UTC), when measured."""
+    gap_basis: str = ""
+    """Which field stood for "busy" in ``busy_minus_useful``: ``gpu_util`` or ``gr_active``."""
     timeline: tuple[float | None, ...] = ()
     """Mean engine activity in each hour of the window (None: no data), for the heat map."""
     duplicated_slots: int = 0
@@ -132,6 +137,7 @@ class DeviceFigures:
             "hourly_activity": list(self.hourly_activity) if self.hourly_activity else None,
             "timeline": list(self.timeline),
             "unattributable_slots": self.duplicated_slots,
+            "busy_minus_useful_basis": self.gap_basis or None,
             "notes": list(self.notes),
         }
 
@@ -143,9 +149,11 @@ def _runs(mask: NDArray[np.bool_]) -> list[tuple[int, int]]:
     return [(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
-def _reason(device: Device, name: str, any_profiling: bool) -> str:
+def _reason(device: Device, name: str, any_profiling: bool, why_missing: Mapping[str, str]) -> str:
     if name == "gpu_util" and device.is_mig:
         return "GPU_UTIL is not supported for MIG instances (the profiling fields are used)"
+    if name in why_missing:
+        return why_missing[name]
     if name in ("gr_active", "sm_active", "tensor_active", "dram_active"):
         if not any_profiling:
             return (
@@ -157,9 +165,17 @@ def _reason(device: Device, name: str, any_profiling: bool) -> str:
 
 
 def device_figures(
-    device: Device, grid: Grid, *, allocation_known: bool, energy_elsewhere: bool = False
+    device: Device,
+    grid: Grid,
+    *,
+    allocation_known: bool,
+    energy_elsewhere: bool = False,
+    why_missing: Mapping[str, str] | None = None,
 ) -> DeviceFigures:
-    """The hour counts, coverage, streaks and distributions of one device."""
+    """The hour counts, coverage, streaks and distributions of one device. ``why_missing``:
+    the source's own reason a field is absent (by field name), where it knows better than the
+    exporter's usual ones (local NVML sampling)."""
+    why_missing = why_missing or {}
     h = grid.slot_h
     values = device.values
     present = np.zeros(grid.slots, dtype=bool)
@@ -170,7 +186,9 @@ def device_figures(
     coverage = {name: float(np.mean(~np.isnan(array))) for name, array in values.items()}
     any_profiling = any(n in values for n in ("gr_active", "sm_active"))
     not_measured = {
-        name: _reason(device, name, any_profiling) for name in _ACTIVITY if name not in values
+        name: _reason(device, name, any_profiling, why_missing)
+        for name in _ACTIVITY
+        if name not in values
     }
     hours: dict[str, float] = {
         "observed": float(np.count_nonzero(present)) * h,
@@ -218,6 +236,15 @@ def device_figures(
             else "needs both GPU_UTIL and SM_ACTIVE"
         )
         not_measured["busy_not_useful"] = why
+    gap_basis = next((n for n in ("gpu_util", "gr_active") if n in values), "")
+    if gap_basis and "sm_active" in values:
+        busy, sm = values[gap_basis], values["sm_active"]
+        both = ~np.isnan(busy) & ~np.isnan(sm)
+        gap = np.clip(np.clip(busy, 0.0, 1.0) - np.clip(sm, 0.0, 1.0), 0.0, None)
+        hours["busy_minus_useful"] = float(np.sum(gap[both])) * h
+    else:
+        gap_basis = ""
+        not_measured["busy_minus_useful"] = "needs SM_ACTIVE and GPU_UTIL (or GR_ENGINE_ACTIVE)"
     memory = None
     memory_total = None
     if "fb_used_mib" in values and "fb_free_mib" in values:
@@ -244,6 +271,8 @@ def device_figures(
             hours["energy_kwh"] = float(np.sum(np.where(step < 0, readings[1:], step))) / 3.6e9
     elif energy_elsewhere:
         not_measured["energy"] = "GPU-wide: counted once, on this GPU's first MIG instance"
+    elif "energy" in why_missing:
+        not_measured["energy"] = why_missing["energy"]
     else:
         not_measured["energy"] = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION was not exported"
     hourly: tuple[float, ...] | None = None
@@ -293,15 +322,19 @@ def device_figures(
         tensor_median=stat("tensor_active", 50),
         dram_median=stat("dram_active", 50),
         hourly_activity=hourly,
+        gap_basis=gap_basis,
         timeline=timeline,
         duplicated_slots=device.duplicated_slots,
         notes=tuple(notes),
     )
 
 
-def fleet_figures(devices: Sequence[Device], grid: Grid) -> list[DeviceFigures]:
+def fleet_figures(
+    devices: Sequence[Device], grid: Grid, *, why_missing: Mapping[str, str] | None = None
+) -> list[DeviceFigures]:
     """Every device's figures; allocation is known when any device carries a pod label. GPU-
-    wide energy repeats on each MIG instance of a GPU, so only its first instance keeps it."""
+    wide energy repeats on each MIG instance of a GPU, so only its first instance keeps it.
+    ``why_missing``: see :func:`device_figures`."""
     known = any(d.holders is not None and bool(np.any(d.holders != "")) for d in devices)
     seen: set[tuple[str, str]] = set()
     figures = []
@@ -312,6 +345,12 @@ def fleet_figures(devices: Sequence[Device], grid: Grid) -> list[DeviceFigures]:
             device.values.pop("energy_mj")
         seen.add(gpu)
         figures.append(
-            device_figures(device, grid, allocation_known=known, energy_elsewhere=repeat)
+            device_figures(
+                device,
+                grid,
+                allocation_known=known,
+                energy_elsewhere=repeat,
+                why_missing=why_missing,
+            )
         )
     return figures

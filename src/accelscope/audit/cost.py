@@ -23,7 +23,15 @@ from accelscope.audit.analysis import DeviceFigures, gpu_slices
 from accelscope.errors import BadInputError
 from accelscope.plan.catalog import Catalog
 
-__all__ = ["Action", "GpuPrice", "OnPremCost", "actions", "gpu_price", "mig_profiles"]
+__all__ = [
+    "Action",
+    "GpuPrice",
+    "OnPremCost",
+    "actions",
+    "gpu_price",
+    "look_at",
+    "mig_profiles",
+]
 
 _MODEL = re.compile(r"\b(H200|H100|A100|A10G|A30|L40S|L40|L4|T4|V100)\b", re.IGNORECASE)
 _MEMORY = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
@@ -223,23 +231,8 @@ def actions(
                     devices=(f.key,),
                 )
             )
-        if f.hours.get("busy_not_useful", 0.0) >= 0.25 * max(f.hours["held"], 1e-9):
-            found.append(
-                Action(
-                    kind="fix-input-or-batch",
-                    title=f"{f.key}: busy but not useful (input pipeline or batch size)",
-                    usd_per_month=_usd(f, f.hours["busy_not_useful"], price, per_month),
-                    basis="at stake (upper bound)",
-                    evidence=(
-                        f"{f.hours['busy_not_useful']:.1f} h with GPU_UTIL ≥ 50 % but SM_ACTIVE "
-                        "< 25 %: nvidia-smi shows it busy while its SMs mostly wait",
-                        f"median DRAM activity {f.dram_median or 0:.0%}",
-                    ),
-                    verify="accelscope doctor TRAIN_SCRIPT (input-bound? sync-bound?), then "
-                    "accelscope bench MODEL --batch 8,32,128",
-                    devices=(f.key,),
-                )
-            )
+        if f.hours.get("busy_minus_useful", 0.0) > 0:
+            found.append(_busy_not_useful(f, price, per_month))
         useful_share = f.useful_share or 0.0
         if (
             f.tensor_median is not None
@@ -287,6 +280,77 @@ def actions(
             )
     found.extend(_consolidate(figures, prices, per_month))
     return sorted(found, key=lambda a: -a.usd_per_month)
+
+
+_LOOK_AT_GAP = 0.2
+"""A difference of activities (GPU_UTIL vs engine, engine vs SM) this large names its cause."""
+
+
+def look_at(f: DeviceFigures) -> tuple[str, ...]:
+    """What to look at for a device's busy-minus-useful hours, most telling first, from the
+    mean activities over the window: the engine idle inside the sample windows nvidia-smi
+    counts busy (input pipeline, host syncs), the engine active on few SMs (batch size, small
+    kernels), tensor cores idle (precision). All three when the figures do not tell."""
+    observed = f.hours.get("observed", 0.0)
+    if observed <= 0:
+        return ()
+
+    def mean(name: str) -> float | None:
+        return f.hours[name] / observed if name in f.hours else None
+
+    util, engine, sm = mean("busy"), mean("active"), mean("useful")
+    hints = []
+    if util is not None and engine is not None and util - engine >= _LOOK_AT_GAP:
+        hints.append(
+            f"input pipeline / host syncs: the engine is active {engine:.0%} of the time while "
+            f"nvidia-smi shows {util:.0%} (it idles inside each sample window)"
+        )
+    busy = engine if engine is not None else util
+    if busy is not None and sm is not None and busy - sm >= _LOOK_AT_GAP:
+        hints.append(
+            f"batch size: the engine is active {busy:.0%} of the time but SMs only {sm:.0%}: "
+            "small kernels or batches leave most SMs waiting"
+        )
+    if f.tensor_median is not None and f.tensor_median < 0.05 and (sm or 0.0) >= 0.05:
+        hints.append(f"precision: tensor cores idle (median {f.tensor_median:.1%}): bf16/fp16")
+    if not hints:
+        hints = [
+            "input pipeline (accelscope doctor)",
+            "batch size (accelscope bench --batch)",
+            "precision (accelscope bench --precision)",
+        ]
+    return tuple(hints)
+
+
+def _busy_not_useful(f: DeviceFigures, price: GpuPrice, per_month: float) -> Action:
+    """The device's busy-minus-useful GPU-hours priced: at stake, ranked with the rest."""
+    gap = f.hours["busy_minus_useful"]
+    busy_name = "GPU_UTIL" if f.gap_basis == "gpu_util" else "GR_ENGINE_ACTIVE"
+    observed = max(f.hours.get("observed", 0.0), 1e-9)
+    busy_h = f.hours.get("busy" if f.gap_basis == "gpu_util" else "active", 0.0)
+    hints = look_at(f)
+    return Action(
+        kind="busy-not-useful",
+        title=f"{f.key}: busy but not useful {gap / observed:.0%} of the time "
+        f"({busy_h / observed:.0%} busy, {f.hours.get('useful', 0.0) / observed:.0%} SM-active)",
+        usd_per_month=_usd(f, gap, price, per_month),
+        basis="at stake (upper bound)",
+        evidence=(
+            f"{gap:.1f} GPU-h of {busy_name} without SM activity (Σ max(0, {busy_name} - "
+            f"SM_ACTIVE) x hours) in {f.hours.get('observed', 0.0):.1f} h observed",
+            f"busy-but-not-useful slots (GPU_UTIL ≥ 50 %, SM_ACTIVE < 25 %): "
+            f"{f.hours.get('busy_not_useful', 0.0):.1f} h",
+            *(f"look at: {h}" for h in hints),
+        ),
+        verify="accelscope doctor TRAIN_SCRIPT (input-bound? sync-bound?), then "
+        "accelscope bench MODEL --batch 8,32,128 --precision fp32,bf16",
+        devices=(f.key,),
+        assumptions=(
+            "an upper bound: SM-active cannot reach 100 % of busy time; the change that recovers "
+            "part of it is what doctor and bench measure",
+        ),
+        detail={"busy_minus_useful_h": gap, "busy_basis": f.gap_basis, "look_at": list(hints)},
+    )
 
 
 def _consolidate(

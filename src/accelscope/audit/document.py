@@ -30,6 +30,10 @@ DEFINITIONS = {
     "idle": f"engine activity (GR_ENGINE_ACTIVE, else GPU_UTIL) below {IDLE_BELOW:.0%}",
     "busy_not_useful": f"GPU_UTIL >= {BUSY_NOT_USEFUL[0]:.0%} while SM_ACTIVE < "
     f"{BUSY_NOT_USEFUL[1]:.0%}",
+    "busy_minus_useful_h": "Σ max(0, GPU_UTIL - SM_ACTIVE) x hours over slots with both "
+    "(GR_ENGINE_ACTIVE for GPU_UTIL where that is not measured, e.g. MIG): what nvidia-smi "
+    "counts busy that the SMs did not work; priced and ranked among the actions whatever its "
+    "size",
     "held": "a pod held the GPU (dcgm-exporter's pod label); = observed without pod labels",
     "held_idle": f"held and idle for >= {STREAK_MIN_S / 60:.0f} min in a row",
     "cost_usd": "observed GPU-hours x $ per GPU-hour x share of the GPU (the GPU was there, "
@@ -37,7 +41,17 @@ DEFINITIONS = {
     "mig": "a MIG instance counts as its share of the GPU (g/7, g/4 on A30) in hours and $; "
     "its activity fields are relative to its own slice",
 }
-_SUMMED = ("observed", "held", "busy", "active", "useful", "idle", "held_idle", "busy_not_useful")
+_SUMMED = (
+    "observed",
+    "held",
+    "busy",
+    "active",
+    "useful",
+    "idle",
+    "held_idle",
+    "busy_not_useful",
+    "busy_minus_useful",
+)
 
 
 def _dollars(f: DeviceFigures, price: GpuPrice) -> dict[str, float]:
@@ -47,6 +61,7 @@ def _dollars(f: DeviceFigures, price: GpuPrice) -> dict[str, float]:
         "held_usd": f.hours["held"] * rate,
         "idle_usd": f.hours.get("idle", 0.0) * rate,
         "held_idle_usd": f.hours.get("held_idle", 0.0) * rate,
+        "busy_minus_useful_usd": f.hours.get("busy_minus_useful", 0.0) * rate,
     }
     return out
 
@@ -65,7 +80,7 @@ def _rollup(rows: Sequence[tuple[str, DeviceFigures, dict[str, float]]]) -> list
         g["gpus"] += f.share
         for key in _SUMMED:
             g[f"{key}_gpu_h"] += f.hours.get(key, 0.0) * f.share
-        for key in ("cost_usd", "idle_usd", "held_idle_usd"):
+        for key in ("cost_usd", "idle_usd", "held_idle_usd", "busy_minus_useful_usd"):
             g[key] = g.get(key, 0.0) + usd[key]
     for g in groups.values():
         held = g["held_gpu_h"]
@@ -123,6 +138,7 @@ def audit_document(
         cost_usd=cost,
         idle_usd=sum(u["idle_usd"] for _, u in rows),
         held_idle_usd=sum(u["held_idle_usd"] for _, u in rows),
+        busy_minus_useful_usd=sum(u["busy_minus_useful_usd"] for _, u in rows),
         usd_per_useful_gpu_hour=cost / useful if useful > 0 else None,
         useful_share=useful / totals["held"] if totals["held"] > 0 else None,
         cost_usd_per_month=cost * per_month,

@@ -41,6 +41,21 @@ def _moment(text: str | None) -> float | None:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
+def _gpus(text: str | None) -> tuple[int, ...] | None:
+    """``--gpus 0,2``: NVML indices (nvidia-smi's numbering)."""
+    if text is None:
+        return None
+    indices = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise BadInputError(
+                f"--gpus {text!r}: give GPU indices as nvidia-smi numbers them, e.g. 0,2"
+            )
+        indices.append(int(part))
+    return tuple(dict.fromkeys(indices))
+
+
 def _prices(items: list[str]) -> tuple[tuple[str, float], ...]:
     pairs = []
     for item in items:
@@ -60,6 +75,9 @@ def audit_command(
         None, "--prometheus", help="Prometheus server, e.g. http://prometheus:9090."
     ),
     sample: float | None = duration_option("--sample", "Sample this host instead, e.g. 10m."),
+    gpus: str | None = typer.Option(
+        None, "--gpus", metavar="LIST", help="With --sample: these GPUs only (nvidia-smi's 0,2)."
+    ),
     since: float | None = duration_option("--since", "Window length, e.g. 7d (default 7d)."),
     until: str | None = typer.Option(
         None, "--until", help="Window end: ISO time or unix seconds (default: now / last sample)."
@@ -97,6 +115,7 @@ def audit_command(
         prices=_prices(price or []),
         catalog_files=tuple(catalog or ()),
         onprem=OnPremCost.parse(onprem) if onprem else None,
+        gpus=_gpus(gpus),
         user=user,
         password=os.environ.get(PASSWORD_ENV),
         token=os.environ.get(TOKEN_ENV),

@@ -32,6 +32,7 @@ def audit_view(document: dict[str, Any], *, title: str = "audit") -> RenderableT
         "busy h",
         "useful h",
         "useful",
+        "busy-useful h",
         "idle h",
         "held-idle h",
         "cost",
@@ -56,6 +57,7 @@ def audit_view(document: dict[str, Any], *, title: str = "audit") -> RenderableT
             _h(hours.get("busy")) if "busy" in hours else "n/m",
             _h(hours.get("useful")) if "useful" in hours else "n/m",
             "-" if share is None else f"{share:.0%}",
+            _h(hours.get("busy_minus_useful")) if "busy_minus_useful" in hours else "n/m",
             _h(hours.get("idle")),
             _h(hours.get("held_idle")),
             _usd(d["usd"]["cost_usd"]),
@@ -100,8 +102,9 @@ def audit_view(document: dict[str, Any], *, title: str = "audit") -> RenderableT
         )
     parts.append(
         Text(
-            "definitions: busy = nvidia-smi's GPU_UTIL; useful = SM-active GPU-hours; idle = "
-            "engine activity < 5 %; held = a pod held it (JSON: definitions)",
+            "definitions: busy = nvidia-smi's GPU_UTIL; useful = SM-active GPU-hours; "
+            "busy-useful = Σ max(0, GPU_UTIL - SM_ACTIVE) x h; idle = engine activity < 5 %; "
+            "held = a pod held it (JSON: definitions)",
             style="dim",
         )
     )

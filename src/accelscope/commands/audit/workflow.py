@@ -88,6 +88,8 @@ class AuditRequest:
     """Sample this host for this long instead (NVML GPUs, psutil CPUs)."""
     onprem: OnPremCost | None = None
     """Price GPUs you own (capex over life, ops, measured energy) instead of the catalog."""
+    gpus: tuple[int, ...] | None = None
+    """With ``sample_s``: the NVML indices (nvidia-smi's numbering) to sample; default all."""
 
     def settings(self) -> dict[str, Any]:
         """What the audit depends on, stored with the run (no credentials)."""
@@ -97,6 +99,7 @@ class AuditRequest:
             "until_s": self.until_s,
             "step_s": self.step_s,
             "prices": dict(self.prices),
+            "gpus": list(self.gpus) if self.gpus is not None else None,
         }
 
 
@@ -145,6 +148,11 @@ def _validate(request: AuditRequest) -> None:
         raise BadInputError(
             "give one source of telemetry: --from EXPORT.json, --prometheus URL or --sample 10m"
         )
+    if request.gpus is not None:
+        if request.sample_s is None:
+            raise BadInputError("--gpus needs --sample (it picks this host's GPUs to sample)")
+        if not request.gpus or any(i < 0 for i in request.gpus):
+            raise BadInputError("--gpus: give GPU indices as nvidia-smi numbers them, e.g. 0,2")
     if request.sample_s is not None and not (
         math.isfinite(request.sample_s) and request.sample_s > 0
     ):
@@ -294,6 +302,7 @@ def audit(
     _validate(request)
     check_paths(store_path, request.report_path)
     catalog = load_catalog(request.catalog_files)
+    why_missing: dict[str, str] = {}
     if request.export is not None:
         series, ignored = _read_export(request.export)
         step = request.step_s or _native_step(series)
@@ -301,10 +310,11 @@ def audit(
         source = f"export {request.export} (step {step:g} s)"
     elif request.sample_s is not None:
         step = request.step_s or min(60.0, max(0.5, request.sample_s / 60))
-        raw, status = sample_here(request.sample_s, step, nvml=nvml)
-        series, ignored = parse_query_range(query_range_answer(raw), "local sampling")
+        local = sample_here(request.sample_s, step, nvml=nvml, gpus=request.gpus)
+        series, ignored = parse_query_range(query_range_answer(local.series), "local sampling")
         grid = _window(series, request, step)
-        source = f"sampled this host for {request.sample_s:g} s every {step:g} s ({status})"
+        why_missing = local.why_missing
+        source = f"sampled this host for {request.sample_s:g} s every {step:g} s ({local.status})"
     else:
         series, ignored, grid, source, answers = _from_prometheus(request)
         if request.save_export is not None:
@@ -314,7 +324,7 @@ def audit(
     cpu = cpu_nodes(series, grid)
     if not devices and not cpu:
         raise BadInputError("no GPU or CPU node data in the audit window")
-    figures = fleet_figures(devices, grid)
+    figures = fleet_figures(devices, grid, why_missing=why_missing)
     given = {m: p for m, p in request.prices if m.lower() != "cpu"}
     cpu_price = next((p for m, p in request.prices if m.lower() == "cpu"), None)
     if request.onprem is not None:
