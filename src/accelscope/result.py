@@ -14,6 +14,7 @@ from typing import Any
 
 from accelscope.accuracy.fidelity import Fidelity
 from accelscope.errors import StoreError
+from accelscope.hardware.energy import EnergyFigure
 from accelscope.hardware.fingerprint import Environment
 from accelscope.measurement.memory import MemoryPeak
 from accelscope.measurement.record import Measurement
@@ -101,6 +102,9 @@ class Result:
     warnings: tuple[str, ...] = ()
     node: str = ""
     """The cluster node that measured it (Ray node id); empty: this machine."""
+    energy: EnergyFigure | None = None
+    """Joules over the configuration's energy window and the items it ran (joules per item),
+    or "not measured: why"; ``None`` for results stored before energy was measured."""
     created_at: str = field(default_factory=utc_now)
     schema_version: int = SCHEMA_VERSION
 
@@ -120,6 +124,7 @@ class Result:
             "prepare_s": self.prepare_s,
             "warnings": list(self.warnings),
             "node": self.node,
+            "energy": None if self.energy is None else self.energy.to_dict(),
         }
 
     @classmethod
@@ -135,6 +140,7 @@ class Result:
         memory = data.get("memory")
         threads = data.get("threads")
         accuracy = data.get("accuracy")
+        energy = data.get("energy")
         return cls(
             spec=RunSpec.from_dict(data["spec"]),
             environment=Environment.from_dict(data["environment"]),
@@ -147,6 +153,7 @@ class Result:
             prepare_s=data.get("prepare_s"),
             warnings=tuple(data.get("warnings", [])),
             node=str(data.get("node", "")),
+            energy=None if energy is None else EnergyFigure.from_dict(energy),
             created_at=data["created_at"],
             schema_version=version,
         )

@@ -13,7 +13,9 @@ from typing import Any, NoReturn
 from accelscope.accuracy.fidelity import compare_outputs
 from accelscope.backends.base import Backend, Batch, Runner
 from accelscope.engine.accuracy_check import AccuracyCheck, run_chunked, score
+from accelscope.engine.energy import energy_of_config
 from accelscope.errors import BadInputError, MeasurementError
+from accelscope.hardware.energy import EnergyMeter
 from accelscope.hardware.fingerprint import Environment
 from accelscope.measurement.memory import MemoryProbe
 from accelscope.measurement.threads import pinned_threads
@@ -53,6 +55,7 @@ def measure_config(
     seed: int = 0,
     clock: Clock = time.perf_counter,
     on_progress: ProgressFn | None = None,
+    energy_meter: EnergyMeter | None = None,
 ) -> Result:
     """Measure ``model`` under ``spec`` with ``backend``.
 
@@ -60,6 +63,10 @@ def measure_config(
     the model fails on its very first call (wrong input spec), ``MeasurementError`` when it fails
     later or runs out of memory. With ``accuracy``, the configuration's outputs on that set are
     compared with the reference outputs and scored with the task metric.
+
+    After timing, the call runs back to back in an energy window of its own (GPU: the NVML
+    energy counter, :mod:`accelscope.engine.energy`; ``energy_meter`` a seam); the result's
+    ``energy`` is its joules per item, or "not measured: why" (CPU runs cost nothing there).
     """
     backend.supports(model, spec, env).require(f"{spec.label()} for {model.ref}")
     memory_probe = MemoryProbe(cuda_device=0 if spec.device is Device.CUDA else None)
@@ -86,6 +93,7 @@ def measure_config(
             except Exception as exc:  # noqa: BLE001 - the user's model can raise anything
                 _raise_run_failure(exc, model, spec, first_call=keep[0] is None)
             memory = memory_probe.end()
+            energy = energy_of_config(_timed_call(runner, feed, keep), spec, env, energy_meter)
             checked = _accuracy(runner, model, spec, accuracy) if accuracy is not None else None
         finally:
             runner.close()
@@ -98,6 +106,7 @@ def measure_config(
         threads=threads,
         accuracy=checked,
         prepare_s=prepare_s,
+        energy=energy,
         warnings=tuple(measurement.warnings()),
     )
 
