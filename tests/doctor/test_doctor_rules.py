@@ -129,6 +129,8 @@ def test_registry_finds_one_rule_per_module() -> None:
         "thread-oversubscription",
         "memory-pressure",
         "device-idle",
+        "device-bound",
+        "tensor-cores-idle",
     }
 
 

@@ -73,6 +73,9 @@ class DoctorResult:
     recommendation: str = ""
     interrupted: bool = False
     """Ctrl-C arrived during the what-ifs: ``what_ifs`` holds those measured before it."""
+    telemetry_steps_at_s: float | None = None
+    """Where the first recorded step started on the telemetry clock (seconds since sampling
+    began), so views average GPU telemetry over the measured steps; ``None``: unknown."""
 
     def documents(self) -> dict[str, Any]:
         """The store documents: ``diagnosis``, ``telemetry`` and one ``whatif`` each."""
@@ -83,6 +86,7 @@ class DoctorResult:
             "profile": self.profile.to_dict(),
             "best": self.best,
             "recommendation": self.recommendation,
+            "telemetry_steps_at_s": self.telemetry_steps_at_s,
         }
         return {
             "diagnosis": diagnosis,
@@ -99,6 +103,7 @@ class DoctorResult:
     ) -> DoctorResult:
         """Inverse of :meth:`documents`."""
         best = diagnosis.get("best")
+        steps_at = diagnosis.get("telemetry_steps_at_s")
         return cls(
             script=str(diagnosis["script"]),
             args=tuple(str(a) for a in diagnosis["args"]),
@@ -108,6 +113,7 @@ class DoctorResult:
             what_ifs=tuple(WhatIfResult.from_dict(w) for w in whatifs),
             best=None if best is None else str(best),
             recommendation=str(diagnosis.get("recommendation", "")),
+            telemetry_steps_at_s=None if steps_at is None else float(steps_at),
         )
 
 
@@ -249,6 +255,7 @@ def run_doctor(
         support=support,
         cores=cores,
         memory_bytes=memory_bytes,
+        telemetry_steps_at_s=run.telemetry_steps_at_s,
     )
     diagnosis = diagnose(ctx)
     if events is not None:
@@ -329,4 +336,5 @@ def run_doctor(
         best=best,
         recommendation=sentence,
         interrupted=interrupted,
+        telemetry_steps_at_s=ctx.telemetry_steps_at_s,
     )

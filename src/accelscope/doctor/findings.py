@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 from accelscope.doctor.breakdown import Breakdown
+from accelscope.doctor.gpu import GpuActivity, GpuPace, gpu_activity, gpu_pace, steps_window
 from accelscope.doctor.profile import Profile
 from accelscope.hardware.fastpaths import PrecisionSupport
 from accelscope.hardware.telemetry import Telemetry
+from accelscope.spec import Device, Precision
 
 __all__ = ["CLEAR", "FIRED", "NOT_APPLICABLE", "Finding", "Rule", "RuleContext", "severity"]
 
@@ -18,7 +21,12 @@ FIRED, CLEAR, NOT_APPLICABLE = "fired", "clear", "n/a"
 
 @dataclass(frozen=True, kw_only=True)
 class RuleContext:
-    """Everything a rule may look at: the run, its summary, telemetry and the machine."""
+    """Everything a rule may look at: the run, its summary, telemetry and the machine.
+
+    ``telemetry_steps_at_s``: where the first recorded step started on the telemetry clock
+    (seconds since sampling began), so GPU telemetry is averaged over the measured steps only;
+    ``None`` when unknown (every sample is used, and the evidence says so).
+    """
 
     profile: Profile
     breakdown: Breakdown
@@ -26,6 +34,18 @@ class RuleContext:
     support: tuple[PrecisionSupport, ...]
     cores: int
     memory_bytes: int
+    telemetry_steps_at_s: float | None = None
+
+    @cached_property
+    def pace(self) -> GpuPace | None:
+        """How the steps used the GPU (:mod:`.gpu`); ``None`` without a device timeline."""
+        return gpu_pace(self.breakdown, self.profile.probe)
+
+    @cached_property
+    def gpu_activity(self) -> GpuActivity | None:
+        """NVML/GPM activity during the measured steps; ``None`` when no GPU was sampled."""
+        window = steps_window(self.profile, self.telemetry_steps_at_s)
+        return gpu_activity(self.telemetry, window)
 
     @property
     def device(self) -> str:
@@ -39,8 +59,37 @@ class RuleContext:
         return "cpu"
 
     @property
+    def autocast(self) -> str | None:
+        """The autocast dtype the loop ran under (``None``: autocast off)."""
+        facts, probe = self.profile.facts, self.profile.probe
+        if facts is not None and facts.autocast:
+            return facts.autocast
+        if probe is None:
+            return None
+        return next((v for v in probe.autocast.values() if v != "off"), None)
+
+    def fast_low_precisions(self) -> tuple[PrecisionSupport, ...]:
+        """bf16/fp16 with a native fast path on the loop's device."""
+        device = Device.CUDA if self.device == "cuda" else Device.CPU
+        return tuple(
+            s
+            for s in self.support
+            if s.device is device and s.fast and s.precision in (Precision.BF16, Precision.FP16)
+        )
+
+    def cheaper_math_what_ifs(self) -> tuple[str, ...]:
+        """What-ifs that make the same work cheaper: bf16/fp16 (autocast off, fast path
+        present) and ``compile`` (the model not compiled yet)."""
+        out = [] if self.autocast else [s.precision.value for s in self.fast_low_precisions()]
+        facts = self.profile.facts
+        if facts is not None and facts.main_model and not facts.main_model.get("compiled"):
+            out.append("compile")
+        return tuple(out)
+
+    @property
     def compute_share(self) -> float:
-        """Share of step time in forward + backward + optimizer."""
+        """Share of step time in forward + backward + optimizer on the host (on CUDA, the
+        host's launch time: :attr:`pace` says what the GPU did)."""
         shares = self.breakdown.shares
         return shares["forward"] + shares["backward"] + shares["optimizer"]
 

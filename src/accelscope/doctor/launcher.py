@@ -78,6 +78,22 @@ class ChildRun:
     wall_s: float
     unreadable: str = ""
     notes: list[str] = field(default_factory=list)
+    telemetry_origin_s: float | None = None
+    """``time.monotonic()`` when telemetry sampling began (its samples' ``t_s`` count from
+    here); with the profile's ``first_step_monotonic_s`` it places the steps on that clock."""
+
+    @property
+    def telemetry_steps_at_s(self) -> float | None:
+        """Where the first recorded step started on the telemetry clock (seconds since
+        sampling began); ``None`` when either end is unknown."""
+        profile = self.profile
+        if (
+            self.telemetry_origin_s is None
+            or profile is None
+            or profile.first_step_monotonic_s is None
+        ):
+            return None
+        return profile.first_step_monotonic_s - self.telemetry_origin_s
 
 
 class Launcher:
@@ -145,6 +161,7 @@ class Launcher:
             child = self._spawn(config_path, write_fd)
         finally:
             os.close(write_fd)
+        origin = time.monotonic()  # the sampler's own clock starts now, within microseconds
         sampler = self._sampler(child.pid)
         started = last_step = self.clock()
         steps, ended_by = 0, "exit"
@@ -186,6 +203,7 @@ class Launcher:
             steps_seen=steps,
             wall_s=self.clock() - started,
             unreadable=unreadable,
+            telemetry_origin_s=origin if telemetry is not None else None,
         )
 
     def _sampler(self, pid: int) -> TelemetrySampler | None:

@@ -13,6 +13,7 @@ from typing import Any
 __all__ = [
     "PHASES",
     "DeviceStep",
+    "GpuMemory",
     "LoaderFacts",
     "OpSummary",
     "Profile",
@@ -38,13 +39,59 @@ def _f(data: dict[str, Any], key: str) -> float:
     return float(data[key])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeviceStep:
-    """One step on the CUDA timeline (seconds, measured with CUDA events)."""
+    """One step on the CUDA timeline (seconds, measured with CUDA events; the definitions are
+    in :mod:`accelscope.doctor.inprocess.device` and docs/doctor.md).
+
+    Attributes:
+        device_s: The step's length on the device timeline.
+        idle_s: Device idle while the host waited for input (nothing was queued).
+        sync_wait_s: Host time in readbacks and synchronisations spent waiting for device work
+            queued before them: device compute, not a synchronisation cost.
+        sync_idle_s: Host time in readbacks after the device drained: the round trip itself,
+            with the device idle.
+        copy_wait_s: Host time in host->device copies spent waiting for queued device work
+            (a blocking copy from pageable memory drains the queue first).
+        copy_idle_s: Host time in copies after the drain: the transfer and its staging.
+
+    The four split fields are ``None`` in profiles recorded before they were measured.
+    """
 
     device_s: float
     idle_s: float
-    busy_s: float
+    sync_wait_s: float | None = None
+    sync_idle_s: float | None = None
+    copy_wait_s: float | None = None
+    copy_idle_s: float | None = None
+
+    @property
+    def busy_s(self) -> float:
+        """Device time not seen idle (input waits, readbacks and copies after the drain): an
+        upper bound on busy time, since gaps between kernels are not seen by these events."""
+        idle = self.idle_s + (self.sync_idle_s or 0.0) + (self.copy_idle_s or 0.0)
+        return max(0.0, self.device_s - idle)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (``busy_s`` included for readers of the stored profile)."""
+        return {**asdict(self), "busy_s": self.busy_s}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeviceStep:
+        """Inverse of :meth:`to_dict`; reads profiles written before the split too."""
+
+        def opt(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(value)
+
+        return cls(
+            device_s=_f(data, "device_s"),
+            idle_s=_f(data, "idle_s"),
+            sync_wait_s=opt("sync_wait_s"),
+            sync_idle_s=opt("sync_idle_s"),
+            copy_wait_s=opt("copy_wait_s"),
+            copy_idle_s=opt("copy_idle_s"),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +121,7 @@ class Step:
             "duration_s": self.duration_s,
             "phases_s": dict(self.phases_s),
             "counts": dict(self.counts),
-            "device": None if self.device is None else asdict(self.device),
+            "device": None if self.device is None else self.device.to_dict(),
         }
 
     @classmethod
@@ -88,9 +135,7 @@ class Step:
             duration_s=_f(data, "duration_s"),
             phases_s=phases,
             counts=counts,
-            device=None
-            if device is None
-            else DeviceStep(_f(device, "device_s"), _f(device, "idle_s"), _f(device, "busy_s")),
+            device=None if device is None else DeviceStep.from_dict(device),
         )
 
 
@@ -128,10 +173,18 @@ class OpSummary:
     autocast: dict[str, str]
     top_ops: tuple[dict[str, Any], ...]
     forward_op_time_s: float = 0.0
+    op_device_s: float | None = None
+    """Device time of the census step's CUDA operators (seconds; CUDA events around each):
+    the device's work per step. ``None``: not measured (``device_status`` says why)."""
+    matmul_device_s: dict[str, float] = field(default_factory=dict)
+    """Of ``op_device_s``, the matrix multiplies and convolutions, by dtype (seconds)."""
+    device_ops: int = 0
+    device_status: str = "not measured: no CUDA device"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OpSummary:
         """Read a census written by :meth:`OpCensus.summary`."""
+        op_device = data.get("op_device_s")
         return cls(
             ops=int(data["ops"]),
             forward_ops=int(data["forward_ops"]),
@@ -143,6 +196,12 @@ class OpSummary:
             autocast={str(k): str(v) for k, v in data["autocast"].items()},
             top_ops=tuple(dict(op) for op in data.get("top_ops", [])),
             forward_op_time_s=float(data.get("forward_op_time_s", 0.0)),
+            op_device_s=None if op_device is None else float(op_device),
+            matmul_device_s={
+                str(k): float(v) for k, v in (data.get("matmul_device_s") or {}).items()
+            },
+            device_ops=int(data.get("device_ops", 0)),
+            device_status=str(data.get("device_status", "not measured: no CUDA device")),
         )
 
 
@@ -207,6 +266,43 @@ class RunFacts:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class GpuMemory:
+    """The loop's CUDA memory, read at the end in the process that ran it (bytes; see
+    :mod:`accelscope.doctor.inprocess.gpu_memory`).
+
+    Attributes:
+        device: ``cuda:0 NVIDIA H100 80GB HBM3``.
+        allocated_peak_bytes: Peak held by tensors (``torch.cuda.max_memory_allocated``).
+        reserved_peak_bytes: Peak held by the caching allocator, cache and fragmentation
+            included (``max_memory_reserved``): what the device gave the process.
+        total_bytes: The device's memory.
+        alloc_retries: ``cudaMalloc`` failures after which the allocator freed its cache and
+            retried (each one synchronises the device).
+        ooms: Out-of-memory errors the allocator raised.
+    """
+
+    device: str
+    allocated_peak_bytes: int
+    reserved_peak_bytes: int
+    total_bytes: int
+    alloc_retries: int
+    ooms: int
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuMemory:
+        """Read the record :func:`~accelscope.doctor.inprocess.gpu_memory.read_gpu_memory`
+        wrote."""
+        return cls(
+            device=str(data.get("device", "")),
+            allocated_peak_bytes=int(data["allocated_peak_bytes"]),
+            reserved_peak_bytes=int(data["reserved_peak_bytes"]),
+            total_bytes=int(data["total_bytes"]),
+            alloc_retries=int(data.get("alloc_retries", 0)),
+            ooms=int(data.get("ooms", 0)),
+        )
+
+
 @dataclass(frozen=True)
 class ScriptError:
     """How the script failed: exception type, first line of its message, file:line."""
@@ -243,6 +339,11 @@ class Profile:
     exit_code: int | None = None
     error: ScriptError | None = None
     whatif: dict[str, Any] = field(default_factory=dict)
+    first_step_monotonic_s: float | None = None
+    """``time.monotonic()`` at the first step's start in the process that ran the loop: places
+    the steps on the parent's telemetry clock (``None``: not recorded)."""
+    gpu_memory: GpuMemory | None = None
+    gpu_memory_status: str = "not measured: no CUDA device"
 
     @property
     def measured(self) -> tuple[Step, ...]:
@@ -256,6 +357,8 @@ class Profile:
         probe = data.get("probe")
         facts = data.get("facts")
         overhead = data.get("op_overhead_s")
+        origin = data.get("first_step_monotonic_s")
+        gpu_memory = data.get("gpu_memory")
         return cls(
             status=str(data["status"]),
             mode=None if data.get("mode") is None else str(data["mode"]),
@@ -276,6 +379,9 @@ class Profile:
                 str(error.get("where", "")),
             ),
             whatif=dict(data.get("whatif") or {}),
+            first_step_monotonic_s=None if origin is None else float(origin),
+            gpu_memory=None if gpu_memory is None else GpuMemory.from_dict(gpu_memory),
+            gpu_memory_status=str(data.get("gpu_memory_status", "not measured: no CUDA device")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -302,4 +408,7 @@ class Profile:
             "exit_code": self.exit_code,
             "error": None if self.error is None else asdict(self.error),
             "whatif": dict(self.whatif),
+            "first_step_monotonic_s": self.first_step_monotonic_s,
+            "gpu_memory": None if self.gpu_memory is None else asdict(self.gpu_memory),
+            "gpu_memory_status": self.gpu_memory_status,
         }

@@ -98,10 +98,24 @@ def diagnose(ctx: RuleContext, rules: Sequence[Rule] | None = None) -> Diagnosis
     rest = [f for f in findings if not f.fired]
     ordered = tuple(fired + sorted(rest, key=lambda f: (f.status != "clear", f.rule)))
     b = ctx.breakdown
+    pace = ctx.pace if ctx.device == "cuda" else None
     if fired:
         top = fired[0]
         bottleneck, title = top.rule, top.title
         headline = f"{top.title}: {top.summary}"
+    elif pace is not None:  # on CUDA the host's phase shares are launch times, not the GPU's
+        bottleneck, title = "host", "host-paced"
+        work = (
+            f"the GPU's operators take {pace.work_share:.0%} of each step"
+            if pace.work_share is not None
+            else f"the GPU's work per step is {pace.work_status}"
+        )
+        headline = (
+            f"no rule fired: the host sets the pace (it waits for the GPU "
+            f"{pace.wait_share or 0.0:.0%} of step time); {work}, and the GPU is seen idle "
+            f"{pace.idle_share:.0%}; host forward + backward + optimizer take "
+            f"{ctx.compute_share:.0%}"
+        )
     elif ctx.compute_share >= 0.5:
         bottleneck, title = "compute", "compute-bound"
         headline = (

@@ -10,6 +10,7 @@ same rate; the instrumentation is removed on exit, leaving torch as it was.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -50,6 +51,7 @@ class Watch:
         self.session: Session | None = None
         self._sampler: TelemetrySampler | None = None
         self._result: DoctorResult | None = None
+        self._telemetry_origin_s: float | None = None
 
     def __enter__(self) -> Watch:
         self.session = Session(
@@ -64,6 +66,7 @@ class Watch:
             self.session.instrumentation._loader_facts(self.loader)
         self.session.recorder.manual_step()  # the first step starts now
         if self.telemetry:
+            self._telemetry_origin_s = time.monotonic()  # the sampler's clock starts here
             self._sampler = TelemetrySampler(os.getpid(), gpu=NvmlSource())
             self._sampler.start()
         return self
@@ -98,6 +101,13 @@ class Watch:
             support=env.precision_support(),
             cores=available_cores(),
             memory_bytes=env.memory_bytes,
+            telemetry_steps_at_s=(
+                profile.first_step_monotonic_s - self._telemetry_origin_s
+                if profile.first_step_monotonic_s is not None
+                and self._telemetry_origin_s is not None
+                and telemetry is not None
+                else None
+            ),
         )
         name = type(self.model).__name__ if self.model is not None else "loop"
         self._result = DoctorResult(
@@ -106,6 +116,7 @@ class Watch:
             profile=profile,
             telemetry=telemetry,
             diagnosis=diagnose(ctx),
+            telemetry_steps_at_s=ctx.telemetry_steps_at_s,
         )
 
     @property

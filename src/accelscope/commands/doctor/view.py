@@ -8,6 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from accelscope.commands.doctor.gpu_lines import gpu_lines
 from accelscope.doctor.breakdown import ALL_PHASES
 from accelscope.doctor.diagnose import DoctorResult
 from accelscope.report.format import format_seconds
@@ -59,7 +60,8 @@ def _breakdown(result: DoctorResult) -> RenderableType:
         f"IQR {b.iqr_ratio:.0%}) · {b.steps_per_s.median:,.2f} steps/s · "
         f"{b.items_per_s.median:,.1f} items/s ({b.items_per_step:g} items/step)"
     )
-    return Group(_bar(b.shares), table, Text(rates, style="dim"))
+    gpu = [Text(line, style="dim") for line in gpu_lines(result)]
+    return Group(_bar(b.shares), table, Text(rates, style="dim"), *gpu)
 
 
 def _findings(result: DoctorResult) -> Table:

@@ -14,7 +14,10 @@ mode), it feeds the :class:`~accelscope.doctor.inprocess.recorder.Recorder`:
 * leaf calls (``full=True``): host->device copies (``.to``/``.cuda`` of a CPU tensor to a
   device, with whether the source was pinned; CPU->CPU ``.to`` is a no-op and not counted) and
   synchronisations (``.item``, ``.tolist``, ``.numpy``, ``.cpu`` of a device tensor,
-  ``bool()/float()/int()`` of a tensor, ``torch.cuda.synchronize``).
+  ``bool()/float()/int()`` of a tensor, ``torch.cuda.synchronize``). Where a call may wait
+  for the device (a readback of a CUDA tensor, a synchronize, a copy to the device), the
+  recorder's device timeline brackets it with CUDA events, so the analysis can tell the time
+  the host waited for queued device work from the call's own cost (:mod:`.device`).
 
 Only the thread that installed the instrumentation is recorded (DataLoader pin-memory threads
 and user threads pass straight through), and forked children (DataLoader workers) record
@@ -72,6 +75,16 @@ def _batch_items(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         if isinstance(value, torch.Tensor):
             return int(value.shape[0]) if value.dim() else 1
     return 1
+
+
+def _may_move(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``Tensor.to(*args, **kwargs)`` may change the device: not for ``.to(dtype)``
+    alone (the common CPU-side conversion), which is then not bracketed with events."""
+    import torch
+
+    if "device" in kwargs:
+        return True
+    return bool(args) and not isinstance(args[0], torch.dtype)
 
 
 class Instrumentation:
@@ -342,9 +355,20 @@ class Instrumentation:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not ours() or (device_only and args and args[0].is_cpu):
                 return original(*args, **kwargs)
+            if method and not getattr(args[0] if args else None, "is_cuda", False):
+                start = clock()  # a CPU tensor: nothing to wait for on the device
+                out = original(*args, **kwargs)
+                rec.leaf(SYNC, start, clock())
+                rec.count(N_SYNC)
+                return out
+            rec.wait_begin()  # bracket it: how much of the wait was queued device work
             start = clock()
-            out = original(*args, **kwargs)
-            rec.leaf(SYNC, start, clock())
+            try:
+                out = original(*args, **kwargs)
+            except BaseException:
+                rec.wait_cancel()
+                raise
+            rec.wait_end(SYNC, start, clock())
             rec.count(N_SYNC)
             return out
 
@@ -359,18 +383,32 @@ class Instrumentation:
         def wrapper(self_: Any, *args: Any, **kwargs: Any) -> Any:
             if not self_.is_cpu or not ours():
                 return original(self_, *args, **kwargs)
+            bracket = name != "to" or _may_move(args, kwargs)
+            if bracket:
+                rec.wait_begin()  # a blocking copy first waits for queued device work
             start = clock()
-            out = original(self_, *args, **kwargs)
+            try:
+                out = original(self_, *args, **kwargs)
+            except BaseException:
+                if bracket:
+                    rec.wait_cancel()
+                raise
+            end = clock()
             if (
                 out is not self_
                 and getattr(out, "device", None) is not None
                 and out.device.type not in ("cpu", "meta")
             ):
-                rec.leaf(COPY, start, clock())
+                if bracket:
+                    rec.wait_end(COPY, start, end)
+                else:
+                    rec.leaf(COPY, start, end)
                 rec.count(N_COPY)
                 rec.count(COPY_BYTES, int(self_.nbytes))
                 if not self_.is_pinned():
                     rec.count(N_PAGEABLE)
+            elif bracket:
+                rec.wait_cancel()
             return out
 
         wrapper.__wrapped__ = original  # type: ignore[attr-defined]

@@ -8,7 +8,8 @@ more than the step. It is written for a tiny per-event cost: integer clocks, lis
 allocation beyond one small list per open span.
 
 Units: everything this module hands out (:meth:`Recorder.steps_payload`,
-:meth:`Recorder.spans_payload`) is in seconds, like the rest of accelscope. Inside, and only
+:meth:`Recorder.spans_payload`, the host time of a call handed to the device timeline) is in
+seconds, like the rest of accelscope. Inside, and only
 inside, times are integer nanoseconds from ``time.perf_counter_ns``: a step is the sum of
 thousands of sub-microsecond spans (syncs, copies, nested forwards), each made exclusive by
 subtracting its children. Integer ticks keep that arithmetic exact (a phase can never come out
@@ -73,6 +74,15 @@ class DeviceTimeline(Protocol):
 
     def idle_end(self) -> None:
         """The wait started by :meth:`idle_begin` is over."""
+
+    def wait_begin(self) -> None:
+        """The host is about to make a call that may wait for the device (readback, copy)."""
+
+    def wait_end(self, kind: str, host_s: float) -> None:
+        """That call (``sync`` or ``copy``) returned after ``host_s`` seconds."""
+
+    def wait_cancel(self) -> None:
+        """That call did not touch the device after all, or raised."""
 
 
 class OpProbe(Protocol):
@@ -179,6 +189,25 @@ class Recorder:
             self._stack[-1][2] += elapsed
         if self._tracing:
             self.spans.append((phase, start, end, len(self._stack)))
+
+    def wait_begin(self) -> None:
+        """A call that may wait for the device (a readback of a device tensor, a copy to the
+        device) is about to start: the device timeline brackets it (see
+        :mod:`.device`). Close it with :meth:`wait_end` or :meth:`wait_cancel`."""
+        if self.device is not None:
+            self.device.wait_begin()
+
+    def wait_end(self, phase: int, start: int, end: int) -> None:
+        """The call opened by :meth:`wait_begin` ran from ``start`` to ``end`` (recorder
+        ticks): a :meth:`leaf` of ``phase`` (``SYNC`` or ``COPY``), and the bracket closed."""
+        self.leaf(phase, start, end)
+        if self.device is not None:
+            self.device.wait_end(PHASES[phase], (end - start) / 1e9)
+
+    def wait_cancel(self) -> None:
+        """The call opened by :meth:`wait_begin` is not recorded after all."""
+        if self.device is not None:
+            self.device.wait_cancel()
 
     def count(self, counter: int, amount: int = 1) -> None:
         """Add to one of the current step's counters."""

@@ -7,10 +7,12 @@ produce the same :class:`~accelscope.doctor.profile.Profile`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from accelscope.doctor.inprocess.device import CudaTimeline, cuda_timeline
+from accelscope.doctor.inprocess.gpu_memory import read_gpu_memory
 from accelscope.doctor.inprocess.inject import Injector
 from accelscope.doctor.inprocess.instrument import Instrumentation
 from accelscope.doctor.inprocess.probe import OpCensus, measure_op_overhead_s
@@ -54,8 +56,8 @@ class Session:
     ) -> None:
         kind = (whatif or {}).get("kind", "none")
         self.injector = Injector(whatif or {}, warmup + steps) if kind != "none" else None
-        self.census = OpCensus() if full and probe else None
         self.timeline, self.device_status = cuda_timeline()
+        self.census = OpCensus(device=self.timeline) if full and probe else None
         self.op_overhead_s = measure_op_overhead_s() if full else None
         self.recorder = Recorder(
             target_steps=warmup + steps if steps else 0,
@@ -89,6 +91,11 @@ class Session:
                 self.device_status = f"not available: reading CUDA events failed: {exc}"
         for step, device in zip(steps, device_steps, strict=True):
             step["device"] = device
+        first_step_monotonic_s = None
+        if rec.steps:  # the recorder's ticks on the clock the parent's telemetry uses
+            ago_s = (rec.clock_ns() - rec.steps[0][0]) / 1e9
+            first_step_monotonic_s = time.monotonic() - ago_s
+        gpu_memory, gpu_memory_status = read_gpu_memory()
         inst = self.instrumentation
         census = self.census
         return {
@@ -104,6 +111,9 @@ class Session:
             "probe": census.summary() if census is not None and census.done else None,
             "op_overhead_s": self.op_overhead_s,
             "device_status": self.device_status,
+            "first_step_monotonic_s": first_step_monotonic_s,
+            "gpu_memory": gpu_memory,
+            "gpu_memory_status": gpu_memory_status,
             "facts": {
                 "torch": str(torch.__version__),
                 "torch_threads": torch.get_num_threads(),

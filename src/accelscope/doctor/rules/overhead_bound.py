@@ -43,7 +43,8 @@ def wall_per_op_s(ctx: RuleContext) -> float | None:
 class OverheadBound:
     """Fires when operators average < 20 us of wall time each (or < 25x the trivial-op cost
     measured in the run; measured step time over the census' operator count) and the
-    operator-running part of the step is >= 25 % of it."""
+    operator-running part of the step is >= 25 % of it; on CUDA, not when the GPU sets the
+    pace (the host then launches faster than the GPU runs, see :mod:`accelscope.doctor.gpu`)."""
 
     name = "overhead-bound"
 
@@ -77,12 +78,23 @@ class OverheadBound:
         }
         if ctx.profile.op_overhead_s is not None:
             evidence["trivial_op_cost_s"] = ctx.profile.op_overhead_s
-        if per_op >= limit or share < THRESHOLD:
-            why = (
-                f"operators average {per_op * 1e6:.0f} us each"
-                if per_op >= limit
-                else f"operator work is {share:.0%} of step time"
-            )
+        pace = ctx.pace
+        ahead = pace is not None and pace.bound  # the host outruns the GPU: launches are hidden
+        if pace is not None:
+            evidence["gpu_sets_the_pace"] = pace.bound
+            evidence["gpu_pace_share"] = pace.share
+        if per_op >= limit or share < THRESHOLD or ahead:
+            if ahead:
+                assert pace is not None
+                why = (
+                    f"the GPU sets the pace ({pace.share:.0%} of the step): the host's "
+                    f"{probe.ops} launches per step ({per_op * 1e6:.0f} us each) are hidden "
+                    "behind GPU work"
+                )
+            elif per_op >= limit:
+                why = f"operators average {per_op * 1e6:.0f} us each"
+            else:
+                why = f"operator work is {share:.0%} of step time"
             return Finding(
                 rule=self.name,
                 title="overhead-bound",

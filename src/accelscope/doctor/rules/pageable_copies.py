@@ -1,4 +1,9 @@
-"""Host-to-device copies from pageable (unpinned) memory: synchronous and slower."""
+"""Host-to-device copies from pageable (unpinned) memory: synchronous and slower.
+
+A blocking copy first waits for the GPU's queue to drain. The CUDA events around each copy
+split that wait (GPU compute, attributed by ``device-bound``) from the copy's own cost, the
+transfer and its staging, which is what pinning memory shortens.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,10 @@ class PageableCopies:
 
     def check(self, ctx: RuleContext) -> Finding:
         """Copy share and pageable copy count against the threshold."""
-        threshold = f"host->device copies from pageable memory, >= {THRESHOLD:.0%} of step time"
+        threshold = (
+            f"host->device copies from pageable memory, >= {THRESHOLD:.0%} of step time "
+            "(after the GPU's queue drained)"
+        )
         counts = ctx.breakdown.counts_per_step
         copies, pageable = counts.get("copies", 0.0), counts.get("pageable_copies", 0.0)
         if ctx.device != "cuda" or copies == 0:
@@ -31,19 +39,31 @@ class PageableCopies:
                 summary=why,
                 threshold=threshold,
             )
-        share = ctx.breakdown.shares["copy"]
-        evidence = {
+        share = host_share = ctx.breakdown.shares["copy"]
+        evidence: dict[str, object] = {
             "copies_per_step": copies,
             "pageable_copies_per_step": pageable,
             "copy_bytes_per_step": counts.get("copy_bytes", 0.0),
-            "copy_share": share,
+            "copy_share": host_share,
         }
+        pace = ctx.pace
+        waited = pace.copy_wait_share if pace is not None else None
+        if waited is not None:
+            share = max(0.0, host_share - waited)
+            evidence |= {"copy_waiting_for_gpu_work_share": waited, "copy_own_share": share}
+        else:
+            evidence["copy_split"] = (
+                "not measured: "
+                + (ctx.profile.device_status or "no CUDA timeline").removeprefix("not available: ")
+                + " (host wall time used: it includes waiting for the GPU)"
+            )
         if pageable == 0 or share < THRESHOLD:
             return Finding(
                 rule=self.name,
                 title="pageable host->device copies",
                 status=CLEAR,
-                summary=f"{pageable:.1f} pageable copies per step, {share:.0%} of step time",
+                summary=f"{pageable:.1f} pageable copies per step, {share:.0%} of step time"
+                + (f" after the GPU drained ({waited:.0%} waiting for GPU work)" if waited else ""),
                 threshold=threshold,
                 share=share,
                 evidence=evidence,
@@ -57,6 +77,11 @@ class PageableCopies:
             summary=(
                 f"{pageable:.1f} of {copies:.1f} host->device copies per step come from pageable "
                 f"memory; copies take {share:.0%} of step time"
+                + (
+                    f" beyond the {waited:.0%} they wait for queued GPU work (device compute)"
+                    if waited
+                    else ""
+                )
             ),
             threshold=threshold,
             share=share,

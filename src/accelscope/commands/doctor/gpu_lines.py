@@ -1,0 +1,80 @@
+"""The GPU's side of a doctor run in a few lines of text, for the terminal and the report:
+what the CUDA timeline attributed, what NVML/GPM saw during the measured steps, and the GPU
+memory peaks. Nothing here for a run on the CPU."""
+
+from __future__ import annotations
+
+from accelscope.doctor.diagnose import DoctorResult
+from accelscope.doctor.gpu import gpu_activity, gpu_pace, steps_window
+from accelscope.report.format import format_bytes, format_seconds
+
+__all__ = ["gpu_lines"]
+
+
+def _pct(value: float | None, why: str = "not measured") -> str:
+    return why if value is None else f"{value:.0%}"
+
+
+def _used_cuda(result: DoctorResult) -> bool:
+    facts, probe = result.profile.facts, result.profile.probe
+    return bool(facts is not None and facts.cuda_initialized) or bool(
+        probe is not None and "cuda" in probe.devices
+    )
+
+
+def gpu_lines(result: DoctorResult) -> list[str]:
+    """``[timeline, activity, memory]`` lines (empty when the loop did not use CUDA)."""
+    profile = result.profile
+    if not _used_cuda(result) and result.diagnosis.breakdown.device is None:
+        return []
+    lines: list[str] = []
+    pace = gpu_pace(result.diagnosis.breakdown, profile.probe)
+    if pace is None:
+        lines.append(f"GPU timeline: {profile.device_status}")
+    else:
+        work = (
+            f"GPU operators {format_seconds(pace.work_share * pace.step_s)} per step "
+            f"({pace.work_share:.0%}, census step)"
+            if pace.work_share is not None
+            else f"GPU operators per step: {pace.work_status}"
+        )
+        lines.append(
+            f"GPU timeline (CUDA events): host waits for queued GPU work "
+            f"{_pct(pace.wait_share)} of each step (readbacks {_pct(pace.sync_wait_share)}, "
+            f"copies {_pct(pace.copy_wait_share)}) · {work} · GPU seen idle "
+            f"{pace.idle_share:.0%} (input {pace.input_idle_share:.0%}, readbacks "
+            f"{_pct(pace.sync_idle_share)}, copies {_pct(pace.copy_idle_share)})"
+        )
+    window = steps_window(profile, result.telemetry_steps_at_s)
+    activity = gpu_activity(result.telemetry, window)
+    if activity is not None:
+
+        def metric(name: str, label: str) -> str:
+            value = getattr(activity, name)
+            if value is None:
+                return f"{label} {activity.missing.get(name, 'not measured')}"
+            return f"{label} {value:.0f} %"
+
+        lines.append(
+            f"GPU activity (NVML, {activity.gpu}, {activity.samples} samples over "
+            f"{activity.window}): "
+            + ", ".join(
+                metric(name, label)
+                for name, label in (
+                    ("utilisation_percent", "utilisation"),
+                    ("sm_active_percent", "SM active"),
+                    ("tensor_active_percent", "tensor cores"),
+                    ("dram_active_percent", "DRAM bandwidth"),
+                )
+            )
+        )
+    memory = profile.gpu_memory
+    if memory is None:
+        lines.append(f"GPU memory: {profile.gpu_memory_status}")
+    else:
+        lines.append(
+            f"GPU memory ({memory.device}): peaks {format_bytes(memory.allocated_peak_bytes)} "
+            f"allocated, {format_bytes(memory.reserved_peak_bytes)} reserved of "
+            f"{format_bytes(memory.total_bytes)}; allocator retries {memory.alloc_retries}"
+        )
+    return lines

@@ -1,0 +1,113 @@
+"""Compute-bound on the device: the GPU, not the host, sets the pace of each step.
+
+In a GPU-bound loop the host queues a step's kernels quickly and then waits, usually inside the
+one readback it makes per step (``loss.item()``), for the GPU to finish them. Host wall time
+calls that wait a synchronisation; the CUDA events around it say the GPU was computing all along
+(:mod:`accelscope.doctor.gpu`). What helps then is cheaper GPU work (bf16/fp16 tensor cores,
+fused kernels), not fewer readbacks.
+"""
+
+from __future__ import annotations
+
+from accelscope.doctor.findings import CLEAR, FIRED, NOT_APPLICABLE, Finding, RuleContext, severity
+from accelscope.doctor.gpu import WAIT_BOUND, WORK_BOUND
+
+HIGH = 0.8
+_TITLE = "compute-bound on the device"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+class DeviceBound:
+    """Fires when the host waits for queued GPU work >= 50 % of step time, or the GPU's
+    operators (timed on the census step) take >= 80 % of it."""
+
+    name = "device-bound"
+
+    def check(self, ctx: RuleContext) -> Finding:
+        """The GPU's pace figures against the thresholds, with GPU telemetry as evidence."""
+        threshold = (
+            f"the host waits for queued GPU work >= {WAIT_BOUND:.0%} of step time, or the "
+            f"GPU's operators take >= {WORK_BOUND:.0%} of it (CUDA events)"
+        )
+        pace = ctx.pace
+        if ctx.device != "cuda" or pace is None:
+            why = (
+                "the loop ran on the CPU"
+                if ctx.device != "cuda"
+                else ctx.profile.device_status or "not available: no CUDA timeline"
+            )
+            return Finding(
+                rule=self.name,
+                title=_TITLE,
+                status=NOT_APPLICABLE,
+                summary=why,
+                threshold=threshold,
+            )
+        evidence = pace.evidence()
+        if ctx.gpu_activity is not None:
+            evidence |= ctx.gpu_activity.evidence()
+        step_s = pace.step_s
+        wait = pace.wait_share or 0.0
+        work = pace.work_share
+        work_text = (
+            f"the GPU's operators take {_ms(work * step_s)} of each {_ms(step_s)} step "
+            f"({work:.0%}, measured on the census step)"
+            if work is not None
+            else f"the GPU's work per step is {pace.work_status}"
+        )
+        if not pace.bound:
+            return Finding(
+                rule=self.name,
+                title=_TITLE,
+                status=CLEAR,
+                summary=(
+                    f"the host waits for queued GPU work {wait:.0%} of step time; " + work_text
+                ),
+                threshold=threshold,
+                share=pace.share,
+                evidence=evidence,
+            )
+        if wait >= WAIT_BOUND:
+            syncs = ctx.breakdown.counts_per_step.get("syncs", 0.0)
+            inside = (
+                f"inside readbacks ({syncs:.1f} per step: .item(), .cpu(), synchronize)"
+                if (pace.sync_wait_share or 0.0) >= (pace.copy_wait_share or 0.0)
+                else "inside blocking host->device copies, which drain the queue first"
+            )
+            summary = (
+                f"the GPU sets the pace: the host waits {_ms(wait * step_s)} per step "
+                f"({wait:.0%}) for work it had queued on the GPU, {inside}; that wait is GPU "
+                "compute, not a synchronisation cost; " + work_text
+            )
+        else:
+            summary = f"the GPU sets the pace: {work_text}"
+        what_ifs = ctx.cheaper_math_what_ifs()
+        advice = (
+            "The GPU is busy: make its work cheaper. "
+            + (
+                "Run the forward under torch.autocast with bf16 (or fp16 with a GradScaler) so "
+                "matrix multiplies and convolutions use the tensor cores; "
+                if not ctx.autocast and ctx.fast_low_precisions()
+                else ""
+            )
+            + "fuse elementwise kernels with torch.compile. Readbacks that wait for the GPU "
+            "cost nothing extra: removing them would not shorten the step."
+        )
+        return Finding(
+            rule=self.name,
+            title=_TITLE,
+            status=FIRED,
+            summary=summary,
+            threshold=threshold,
+            share=pace.share,
+            severity=severity(pace.share, HIGH),
+            evidence=evidence,
+            advice=advice,
+            what_ifs=what_ifs,
+        )
+
+
+RULE = DeviceBound()

@@ -1,0 +1,430 @@
+"""The GPU evidence doctor reads besides the timeline: NVML/GPM activity over the measured steps
+(the tensor-cores-idle rule; refused metrics are "not measured", never 0), GPU memory in the
+memory rule, the census's per-operator GPU times, the instrumented calls that bracket waits,
+stored documents, and the terminal and HTML views."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from test_doctor_gpu import HEALTHY, STARVED, _by_rule, _facts, _run
+
+from accelscope.commands.doctor.gpu_lines import gpu_lines
+from accelscope.commands.doctor.html import render_doctor_report
+from accelscope.commands.doctor.view import doctor_view
+from accelscope.doctor.breakdown import Breakdown
+from accelscope.doctor.diagnose import DoctorResult
+from accelscope.doctor.findings import RuleContext
+from accelscope.doctor.inprocess import probe as probe_module
+from accelscope.doctor.inprocess.gpu_memory import read_gpu_memory
+from accelscope.doctor.inprocess.instrument import Instrumentation, _may_move
+from accelscope.doctor.inprocess.probe import OpCensus
+from accelscope.doctor.inprocess.recorder import Recorder
+from accelscope.doctor.profile import GpuMemory, OpSummary, Profile
+from accelscope.doctor.verdict import diagnose
+from accelscope.hardware.telemetry import GpuSample, NvmlSource, Telemetry, TelemetrySample
+from accelscope.testing.cuda_stream import FakeTorchCuda
+from accelscope.testing.nvml import FakeNvml
+
+GPM_OK = "measured: NVML GPM SM, tensor, graphics-engine and DRAM activity"
+
+
+def _gpu(sm: float | None, tensor: float | None, dram: float | None = 30.0) -> GpuSample:
+    return GpuSample(
+        index=0,
+        utilisation_percent=100.0,
+        memory_used_bytes=20 * 2**30,
+        memory_total_bytes=80 * 2**30,
+        power_w=650.0,
+        sm_clock_mhz=1980.0,
+        memory_clock_mhz=None,
+        sm_active_percent=sm,
+        tensor_active_percent=tensor,
+        dram_active_percent=dram,
+    )
+
+
+def _telemetry(gpus: list[tuple[GpuSample, ...]], status: str = GPM_OK) -> Telemetry:
+    samples = tuple(
+        TelemetrySample(
+            t_s=0.1 * (i + 1),
+            cpu_percent=(50.0, 50.0),
+            iowait_percent=0.0,
+            procs_running=1,
+            process_rss_bytes=2**30,
+            process_cpu_cores=1.0,
+            processes=1,
+            available_bytes=32 * 2**30,
+            swap_used_bytes=0,
+            gpus=sample,
+        )
+        for i, sample in enumerate(gpus)
+    )
+    return Telemetry(0.1, samples, "measured: NVML, 1 GPU(s)", status)
+
+
+def _with(ctx: RuleContext, **changes: Any) -> RuleContext:
+    return replace(ctx, **changes)
+
+
+# -- GPU busy, tensor cores idle ---------------------------------------------------------------
+
+
+def test_busy_gpu_with_idle_tensor_cores_suggests_bf16_with_the_figures() -> None:
+    ctx = _run(HEALTHY)
+    ctx = _with(ctx, telemetry=_telemetry([(_gpu(92.0, 1.5),)] * 6))
+    found = _by_rule(diagnose(ctx))
+    idle = found["tensor-cores-idle"]
+    assert idle.fired and idle.severity == "high" and idle.share is None
+    assert "SMs are active 92 %" in idle.summary and "tensor cores only 1.5 %" in idle.summary
+    assert idle.evidence["gpu_sm_active_percent"] == pytest.approx(92.0)
+    assert idle.evidence["gpu_tensor_active_percent"] == pytest.approx(1.5)
+    assert idle.evidence["gpu_dram_active_percent"] == pytest.approx(30.0)
+    assert idle.what_ifs[:2] == ("bf16", "fp16") and "autocast" in idle.advice
+    # the device-bound finding quotes the same telemetry
+    assert found["device-bound"].evidence["gpu_tensor_active_percent"] == pytest.approx(1.5)
+
+
+def test_with_autocast_on_an_idle_tensor_core_points_at_fusion() -> None:
+    ctx = _run(HEALTHY, facts=replace(_facts(), autocast="torch.bfloat16"))
+    ctx = _with(ctx, telemetry=_telemetry([(_gpu(85.0, 4.0, dram=75.0),)] * 4))
+    idle = _by_rule(diagnose(ctx))["tensor-cores-idle"]
+    assert idle.fired and "autocast is on" in idle.summary
+    assert "torch.compile" in idle.advice and "memory bandwidth" in idle.advice
+    assert idle.what_ifs == ("compile",)
+
+
+def test_tensor_rule_clear_when_tensor_cores_work_or_the_gpu_is_not_busy() -> None:
+    ctx = _run(HEALTHY)
+    working = _by_rule(diagnose(_with(ctx, telemetry=_telemetry([(_gpu(90.0, 45.0),)] * 3))))
+    assert working["tensor-cores-idle"].status == "clear"
+    quiet = _by_rule(diagnose(_with(ctx, telemetry=_telemetry([(_gpu(20.0, 0.0),)] * 3))))
+    assert quiet["tensor-cores-idle"].status == "clear"
+
+
+def test_a_refused_gpm_metric_is_not_measured_never_zero() -> None:
+    nvml = FakeNvml(
+        gpus=("NVIDIA H100 80GB HBM3",), refused_metrics={FakeNvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL}
+    )
+    source = NvmlSource(nvml)
+    samples = [source.sample() for _ in range(4)]
+    assert all(s[0].tensor_active_percent is None for s in samples)
+    ctx = _run(HEALTHY)
+    ctx = _with(ctx, telemetry=_telemetry(samples, source.sm_status))
+    found = _by_rule(diagnose(ctx))
+    rule = found["tensor-cores-idle"]
+    assert rule.status == "n/a" and "not measured" in rule.summary
+    assert rule.evidence["gpu_tensor_active_percent"].startswith("not measured")
+    assert rule.evidence["gpu_sm_active_percent"] == pytest.approx(61.5)
+    assert ctx.gpu_activity is not None and ctx.gpu_activity.tensor_active_percent is None
+
+
+def test_without_gpm_the_rule_says_why() -> None:
+    source = NvmlSource(FakeNvml(gpm=False))
+    ctx = _run(HEALTHY)
+    ctx = _with(ctx, telemetry=_telemetry([source.sample()] * 3, source.sm_status))
+    rule = _by_rule(diagnose(ctx))["tensor-cores-idle"]
+    assert rule.status == "n/a" and "Hopper" in rule.summary
+
+
+def test_telemetry_is_averaged_over_the_measured_steps_only() -> None:
+    ctx = _run(HEALTHY)
+    steps = ctx.profile.steps
+    span = steps[-1].start_s + steps[-1].duration_s
+    start = ctx.profile.measured[0].start_s
+    # 2 s of start-up (idle GPU), then the steps, then 1 s of writing results
+    idle, busy = (_gpu(0.0, 0.0),), (_gpu(95.0, 2.0),)
+    count = round((2.0 + span + 1.0) / 0.1)
+    gpus = [busy if 2.0 + start <= 0.1 * (i + 1) <= 2.0 + span else idle for i in range(count)]
+    telemetry = _telemetry(gpus)
+    aligned = _with(ctx, telemetry=telemetry, telemetry_steps_at_s=2.0)
+    assert aligned.gpu_activity is not None
+    assert aligned.gpu_activity.sm_active_percent == pytest.approx(95.0)
+    assert "measured steps" in aligned.gpu_activity.window
+    unaligned = _with(ctx, telemetry=telemetry)
+    assert unaligned.gpu_activity is not None
+    assert unaligned.gpu_activity.sm_active_percent is not None
+    assert unaligned.gpu_activity.sm_active_percent < 50.0  # diluted, and labelled so
+    assert "whole run" in unaligned.gpu_activity.window
+    short = _with(ctx, telemetry=telemetry, telemetry_steps_at_s=2.0 + span + 5.0)
+    assert short.gpu_activity is not None and short.gpu_activity.sm_active_percent is None
+    assert "under 2 telemetry samples" in short.gpu_activity.missing["sm_active_percent"]
+
+
+def test_the_busiest_gpu_is_the_loops() -> None:
+    other = replace(_gpu(3.0, 0.0), index=1)
+    ctx = _run(HEALTHY)
+    ctx = _with(ctx, telemetry=_telemetry([(other, _gpu(90.0, 1.0))] * 3))
+    assert ctx.gpu_activity is not None
+    assert ctx.gpu_activity.gpu.startswith("GPU 0") and "busiest of 2" in ctx.gpu_activity.gpu
+
+
+# -- GPU memory ---------------------------------------------------------------------------------
+
+
+def _memory(**changes: Any) -> GpuMemory:
+    base = GpuMemory(
+        device="cuda:0 NVIDIA H100 80GB HBM3",
+        allocated_peak_bytes=12 * 2**30,
+        reserved_peak_bytes=14 * 2**30,
+        total_bytes=80 * 2**30,
+        alloc_retries=0,
+        ooms=0,
+    )
+    return replace(base, **changes)
+
+
+def _memory_finding(memory: GpuMemory | None, status: str = "") -> Any:
+    ctx = _run(HEALTHY)
+    profile = replace(ctx.profile, gpu_memory=memory, gpu_memory_status=status or "measured")
+    return _by_rule(diagnose(_with(ctx, profile=profile)))["memory-pressure"]
+
+
+def test_gpu_memory_in_the_memory_rule() -> None:
+    clear = _memory_finding(_memory())
+    assert (
+        clear.status == "clear"
+        and "12.0 GiB allocated / 14.0 GiB reserved of 80 GiB" in clear.summary
+    )
+    assert clear.evidence["gpu_reserved_peak_bytes"] == 14 * 2**30
+    assert clear.evidence["host_memory"].startswith("not measured")
+    full = _memory_finding(_memory(reserved_peak_bytes=76 * 2**30, allocated_peak_bytes=70 * 2**30))
+    assert full.fired and full.severity == "medium" and "95% of 80 GiB reserved" in full.summary
+    assert "activation checkpointing" in full.advice
+    retried = _memory_finding(_memory(reserved_peak_bytes=60 * 2**30, alloc_retries=7))
+    assert retried.fired and retried.severity == "high" and "retry 7 time(s)" in retried.summary
+    assert "expandable_segments" in retried.advice
+    missing = _memory_finding(None, "not measured: reading torch.cuda memory statistics failed: x")
+    assert missing.status == "n/a" and "failed: x" in missing.summary
+
+
+def test_gpu_memory_is_read_in_the_loops_process() -> None:
+    record, status = read_gpu_memory(FakeTorchCuda(alloc_retries=2))
+    assert status.startswith("measured") and record is not None
+    memory = GpuMemory.from_dict(record)
+    assert memory.reserved_peak_bytes == 14 * 2**30 and memory.alloc_retries == 2
+    assert memory.device == "cuda:0 NVIDIA H100 80GB HBM3"
+    assert read_gpu_memory(FakeTorchCuda(initialized=False)) == (
+        None,
+        "not measured: the loop did not use CUDA",
+    )
+    record, status = read_gpu_memory(FakeTorchCuda(fail="CUDA error: an illegal memory access"))
+    assert record is None and status.endswith("an illegal memory access")
+
+
+# -- the census's GPU times ----------------------------------------------------------------------
+
+
+def test_census_without_cuda_in_use_never_touches_the_device() -> None:
+    import torch
+
+    class Idle:
+        def event(self) -> Any:
+            raise AssertionError("no event before CUDA is in use")
+
+        def in_use(self) -> bool:
+            return False
+
+        def synchronize(self) -> None:
+            raise AssertionError("no synchronize")
+
+    census = OpCensus(device=Idle())
+    census.start(SimpleNamespace(forward_depth=0))
+    torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+    census.stop()
+    summary = census.summary()
+    assert summary["op_device_s"] is None and "not in use" in summary["device_status"]
+    assert OpCensus().summary()["device_status"] == "not measured: no CUDA device"
+
+
+class _Scripted:
+    """Events stamped 0.5 ms apart on the device, whatever the host does."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def event(self) -> Any:
+        device = self
+
+        class Event:
+            stamp = 0.0
+
+            def record(self) -> None:
+                device.at += 0.5
+                self.stamp = device.at
+
+            def elapsed_time(self, end: Any) -> float:
+                return float(end.stamp - self.stamp)
+
+        return Event()
+
+    def in_use(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+
+def test_census_device_times_add_up_and_respect_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    x = torch.ones(4, 4)
+    census = OpCensus(device=_Scripted(), on_device=lambda args, out: True)
+    census.start(SimpleNamespace(forward_depth=0))
+    torch.mm(x, x)
+    torch.relu(x)
+    census.stop()
+    summary = census.summary()
+    assert summary["op_device_s"] == pytest.approx(2 * 0.5e-3)
+    assert summary["matmul_device_s"] == pytest.approx({"float32": 0.5e-3})
+    assert summary["device_ops"] == 2 and summary["device_status"].startswith("measured")
+    assert OpSummary.from_dict(summary).op_device_s == pytest.approx(1e-3)
+    monkeypatch.setattr(probe_module, "MAX_TIMED_OPS", 1)
+    capped = OpCensus(device=_Scripted(), on_device=lambda args, out: True)
+    capped.start(SimpleNamespace(forward_depth=0))
+    torch.mm(x, x)
+    torch.relu(x)
+    torch.relu(x)
+    capped.stop()
+    summary = capped.summary()
+    assert summary["op_device_s"] is None and "more than 1 operators" in summary["device_status"]
+
+
+# -- the instrumented calls ----------------------------------------------------------------------
+
+
+class _Timeline:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def boundary(self, index: int) -> None: ...
+    def idle_begin(self) -> None: ...
+    def idle_end(self) -> None: ...
+
+    def wait_begin(self) -> None:
+        self.calls.append("begin")
+
+    def wait_end(self, kind: str, host_s: float) -> None:
+        self.calls.append(f"end {kind}")
+
+    def wait_cancel(self) -> None:
+        self.calls.append("cancel")
+
+
+class _DeviceTensor:
+    is_cuda, is_cpu = True, False
+
+    def item(self) -> float:
+        return 1.0
+
+
+class _HostTensor:
+    is_cuda, is_cpu, nbytes = False, True, 64
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def is_pinned(self) -> bool:
+        return False
+
+    def item(self) -> float:
+        return 2.0
+
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fail:
+            raise RuntimeError("CUDA out of memory")
+        target = args[0] if args else kwargs.get("device", "cpu")
+        return self if target == "cpu" else SimpleNamespace(device=SimpleNamespace(type="cuda"))
+
+
+def test_readbacks_of_device_tensors_and_copies_are_bracketed() -> None:
+    import torch
+
+    timeline = _Timeline()
+    rec = Recorder(device=timeline)
+    inst = Instrumentation(rec)
+    inst._wrap_sync(_DeviceTensor, "item")
+    inst._wrap_sync(_HostTensor, "item")
+    inst._wrap_copy(_HostTensor, "to")
+    try:
+        assert _DeviceTensor().item() == 1.0
+        assert _HostTensor().item() == 2.0  # a CPU tensor's readback waits for no device
+        _HostTensor().to("cuda")
+        _HostTensor().to("cpu")  # not a copy to the device: the bracket is dropped
+        _HostTensor().to(torch.float16)  # a dtype conversion is not bracketed at all
+        with pytest.raises(RuntimeError):
+            _HostTensor(fail=True).to("cuda")
+    finally:
+        inst.uninstall()
+    assert timeline.calls == [
+        "begin",
+        "end sync",
+        "begin",
+        "end copy",
+        "begin",
+        "cancel",
+        "begin",
+        "cancel",
+    ]
+    assert _may_move(("cuda",), {}) and _may_move((), {"device": "cuda"})
+    assert not _may_move((torch.float16,), {}) and not _may_move((), {"dtype": torch.float16})
+
+
+# -- documents and views ---------------------------------------------------------------------
+
+
+def test_gpu_figures_survive_the_documents_and_old_documents_still_load() -> None:
+    ctx = _run(HEALTHY)
+    profile = replace(ctx.profile, gpu_memory=_memory(), first_step_monotonic_s=12.5)
+    assert Profile.from_dict(profile.to_dict()) == profile
+    b = ctx.breakdown
+    assert Breakdown.from_dict(b.to_dict()) == b
+    old = b.to_dict()
+    del old["device"]
+    old |= {"device_idle_share": 0.25, "device_step_mean_s": 0.08}
+    legacy = Breakdown.from_dict(old)
+    assert legacy.device is not None and legacy.device.wait_share is None
+    assert legacy.device.idle_share == pytest.approx(0.25)
+    step = profile.steps[-1].to_dict()
+    assert step["device"]["busy_s"] == pytest.approx(profile.steps[-1].device.busy_s)  # type: ignore[union-attr]
+    del step["device"]["sync_wait_s"]  # written before the split
+    assert (
+        Profile.from_dict({**profile.to_dict(), "steps": [step]}).steps[0].device.sync_wait_s
+        is None
+    )  # type: ignore[union-attr]
+
+
+def _result(ctx: RuleContext) -> DoctorResult:
+    return DoctorResult(
+        script="train.py",
+        args=(),
+        profile=ctx.profile,
+        telemetry=ctx.telemetry,
+        diagnosis=diagnose(ctx),
+        telemetry_steps_at_s=ctx.telemetry_steps_at_s,
+    )
+
+
+def test_views_show_the_gpu_side() -> None:
+    from rich.console import Console
+
+    ctx = _run(HEALTHY)
+    profile = replace(ctx.profile, gpu_memory=_memory())
+    ctx = _with(ctx, profile=profile, telemetry=_telemetry([(_gpu(92.0, 1.5),)] * 5))
+    result = _result(ctx)
+    again = DoctorResult.from_documents(*result.documents().values())  # type: ignore[arg-type]
+    lines = gpu_lines(again)
+    assert lines[0].startswith("GPU timeline (CUDA events): host waits for queued GPU work")
+    assert "tensor cores 2 %" in lines[1] and "SM active 92 %" in lines[1]
+    assert lines[2].startswith("GPU memory (cuda:0 NVIDIA H100 80GB HBM3)")
+    console = Console(width=200, record=True)
+    console.print(doctor_view(again, title="train.py"))
+    text = console.export_text()
+    assert "compute-bound on the device" in text and "GPU memory" in text
+    html = render_doctor_report(again, None)
+    assert "GPU timeline (CUDA events)" in html and "tensor-cores-idle" in html
+    starved = _run(STARVED, facts=_facts(workers=0, pinned=False))
+    assert "input 81%" in gpu_lines(_result(starved))[0]
