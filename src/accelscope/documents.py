@@ -34,6 +34,7 @@ from accelscope.validation import (
 )
 
 __all__ = [
+    "CPU_DTYPES",
     "DTYPES",
     "Ceilings",
     "CurvePoint",
@@ -48,15 +49,20 @@ __all__ = [
     "normalise_dtype",
 ]
 
-DTYPES = ("fp32", "bf16", "fp16", "int8")
-"""Dtypes whose matrix peak the ceilings search measures, in display order."""
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8")
+"""Dtypes whose matrix peak the ceilings search measures, in display order. ``fp32`` is IEEE
+fp32; ``tf32`` is fp32 tensors on TF32 tensor cores (CUDA only), its own row since "fp32"
+must mean the same thing everywhere."""
+
+CPU_DTYPES = ("fp32", "bf16", "fp16", "int8")
+"""The :data:`DTYPES` a CPU has (no TF32)."""
 
 _DTYPE_ALIASES = {
     "fp32": "fp32",
     "float32": "fp32",
     "float": "fp32",
     "f32": "fp32",
-    "tf32": "fp32",
+    "tf32": "tf32",
     "bf16": "bf16",
     "bfloat16": "bf16",
     "fp16": "fp16",
@@ -140,6 +146,12 @@ class Ceilings(Document):
     searched them all). ``not_searched`` maps a dtype stopped after its probe to the reason; its
     peak is then the probe's figure (``probe_flops_per_s``, the best small call per dtype).
 
+    ``fp32_math`` says what the ``fp32`` row is: ``ieee`` when it was measured with TF32 off
+    (every CUDA measurement since TF32 got its own ``tf32`` row; CPUs have no TF32). Empty in
+    documents stored before: on CUDA their fp32 may be a TF32 convolution rate, so a command
+    needing fp32 or tf32 measures them again (:meth:`missing`). ``device_index`` is the CUDA
+    ordinal measured.
+
     Required: the peaks and the bandwidth. What describes the measurement (device, name,
     fingerprint, time, stream detail, theoretical peaks) was never required by plan's reader,
     so it defaults to empty.
@@ -148,6 +160,8 @@ class Ceilings(Document):
     kind: ClassVar[str] = "ceilings"
 
     device: str = ""
+    device_index: Count = 0
+    fp32_math: str = ""
     device_name: str = ""
     environment_fingerprint: str = ""
     measured_at: str = ""
@@ -163,13 +177,18 @@ class Ceilings(Document):
     trials: Count = 0
     search_s: NonNegativeNumber = 0.0
     notes: tuple[str, ...] = ()
-    measured_dtypes: tuple[str, ...] = DTYPES
+    measured_dtypes: tuple[str, ...] = CPU_DTYPES  # stored before the key: those four searched
     probe_flops_per_s: dict[str, NonNegativeNumber] = Field(default_factory=dict)
     not_searched: dict[str, str] = Field(default_factory=dict)
 
     def missing(self, dtypes: Sequence[str]) -> tuple[str, ...]:
-        """The dtypes of ``dtypes`` this measurement did not cover, in order."""
-        return tuple(d for d in dtypes if d not in self.measured_dtypes)
+        """The dtypes of ``dtypes`` this measurement did not cover, in order. On CUDA, fp32 and
+        tf32 count as not covered when the fp32 row is not known to be IEEE (see
+        :attr:`fp32_math`)."""
+        covered = set(self.measured_dtypes)
+        if self.device == "cuda" and self.fp32_math != "ieee":
+            covered -= {"fp32", "tf32"}
+        return tuple(d for d in dtypes if d not in covered)
 
     def peak(self, dtype: str, threads: int | None = None) -> float | None:
         """The measured peak for ``dtype`` (at ``threads`` when measured), ``None`` if absent."""

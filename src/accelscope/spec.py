@@ -18,13 +18,16 @@ from accelscope.errors import BadInputError
 __all__ = [
     "BATCH_DIM",
     "Device",
+    "DeviceRef",
     "Precision",
     "RunSpec",
     "TensorSpec",
     "parse_batch_sizes",
     "parse_device",
+    "parse_device_ref",
     "parse_options",
     "parse_precision",
+    "parse_switches",
     "parse_tensor_spec",
 ]
 
@@ -77,8 +80,72 @@ def parse_precision(text: str) -> Precision:
 
 
 def parse_device(text: str) -> Device:
-    """Parse ``cpu``/``cuda`` (``cuda:0`` is accepted as ``cuda``)."""
+    """Parse ``cpu``/``cuda`` (``cuda:0`` is accepted as ``cuda``); the index is dropped, so
+    commands that honour an index parse with :func:`parse_device_ref`."""
     return _enum_value(Device, text.split(":", 1)[0], "device")  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class DeviceRef:
+    """A device as the user names it: its kind and, for CUDA, the ordinal (``cuda:1``).
+
+    ``index`` is the CUDA ordinal as this process sees it (after ``CUDA_VISIBLE_DEVICES``);
+    ``cuda`` alone means ordinal 0. Whether that ordinal exists is checked against the machine
+    (:func:`accelscope.hardware.gpu.check_device`), before any work.
+    """
+
+    kind: Device
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        if self.index < 0:
+            raise BadInputError(f"device index must be 0 or more, got {self.index}")
+        if self.kind is Device.CPU and self.index:
+            raise BadInputError(f"device cpu takes no index (got cpu:{self.index})")
+
+    def __str__(self) -> str:
+        return "cpu" if self.kind is Device.CPU else f"cuda:{self.index}"
+
+
+def parse_device_ref(value: object) -> DeviceRef:
+    """Parse ``cpu``, ``cuda`` or ``cuda:N`` (N a CUDA ordinal) into a :class:`DeviceRef`."""
+    if isinstance(value, DeviceRef):
+        return value
+    text = str(value).strip().lower()
+    kind_text, sep, index_text = text.partition(":")
+    kind: Device = _enum_value(Device, kind_text, "device")
+    if not sep:
+        return DeviceRef(kind)
+    if not re.fullmatch(r"\d+", index_text.strip()):
+        raise BadInputError(
+            f"device {value!s}: the index after ':' must be a CUDA ordinal such as cuda:0"
+        )
+    return DeviceRef(kind, int(index_text))
+
+
+_SWITCH_VALUES = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False}
+
+
+def parse_switches(value: object, what: str = "setting") -> tuple[bool, ...]:
+    """Parse ``on``/``off`` (also ``true``/``false``), or a list of them (``off,on``), into
+    booleans in the order given without repeats."""
+    if isinstance(value, bool):
+        return (value,)
+    parts = value if isinstance(value, list | tuple) else str(value).split(",")
+    found: list[bool] = []
+    for part in parts:
+        if isinstance(part, bool):
+            switch = part
+        else:
+            key = str(part).strip().lower()
+            if key not in _SWITCH_VALUES:
+                raise BadInputError(f"{what} {str(part).strip()!r}: give on or off")
+            switch = _SWITCH_VALUES[key]
+        if switch not in found:
+            found.append(switch)
+    if not found:
+        raise BadInputError(f"{what}: give on or off")
+    return tuple(found)
 
 
 def parse_options(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -203,6 +270,10 @@ class RunSpec:
     different configuration. ``options`` holds backend options as sorted ``(key, value)`` pairs.
     ``node_type`` names the cluster node type that measures it (``--executor ray --node-type``);
     empty for this machine, and then left out of the key, so local keys never change.
+    ``device_index`` is the CUDA ordinal (``--device cuda:1``) and ``tf32`` whether fp32
+    matrix products and convolutions may use TF32 tensor cores (CUDA only; off means IEEE
+    fp32 on every backend); both are left out of the key at their defaults (0, off), so keys
+    of configurations measured before they existed never change.
     """
 
     model: str
@@ -214,13 +285,32 @@ class RunSpec:
     model_digest: str = ""
     options: tuple[tuple[str, str], ...] = field(default=())
     node_type: str = ""
+    device_index: int = 0
+    tf32: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_size <= 0:
             raise BadInputError(f"batch size must be a positive integer, got {self.batch_size}")
         if self.threads <= 0:
             raise BadInputError(f"threads must be a positive integer, got {self.threads}")
+        if self.device_index < 0:
+            raise BadInputError(f"device index must be 0 or more, got {self.device_index}")
+        if self.device is Device.CPU and self.device_index:
+            raise BadInputError(f"device cpu takes no index (got cpu:{self.device_index})")
         object.__setattr__(self, "options", tuple(sorted(self.options)))
+
+    @property
+    def device_ref(self) -> DeviceRef:
+        """The device with its ordinal (``cuda:1``)."""
+        return DeviceRef(self.device, self.device_index)
+
+    @property
+    def precision_label(self) -> str:
+        """The precision as a table shows it: ``fp32``, or ``tf32`` for fp32 with TF32 tensor
+        cores allowed (``bf16+tf32`` for a reduced precision whose fp32 leftovers may use it)."""
+        if not self.tf32:
+            return self.precision.value
+        return "tf32" if self.precision is Precision.FP32 else f"{self.precision.value}+tf32"
 
     @property
     def key(self) -> str:
@@ -231,9 +321,11 @@ class RunSpec:
     def label(self) -> str:
         """Short human label, e.g. ``eager/fp32/b8/t2``."""
         opts = "".join(f"/{k}={v}" for k, v in self.options)
+        device = f"/cuda:{self.device_index}" if self.device_index else ""
         where = f"@{self.node_type}" if self.node_type else ""
         return (
-            f"{self.backend}/{self.precision.value}/b{self.batch_size}/t{self.threads}{opts}{where}"
+            f"{self.backend}/{self.precision_label}/b{self.batch_size}/t{self.threads}{opts}"
+            f"{device}{where}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -244,6 +336,10 @@ class RunSpec:
         data["options"] = [list(kv) for kv in self.options]
         if not self.node_type:
             del data["node_type"]
+        if not self.device_index:
+            del data["device_index"]
+        if not self.tf32:
+            del data["tf32"]
         return data
 
     @classmethod
@@ -259,4 +355,6 @@ class RunSpec:
             model_digest=data.get("model_digest", ""),
             options=tuple((str(k), str(v)) for k, v in data.get("options", [])),
             node_type=str(data.get("node_type", "")),
+            device_index=int(data.get("device_index", 0)),
+            tf32=bool(data.get("tf32", False)),
         )

@@ -22,7 +22,8 @@ from accelscope.commands.roofline.workflow import (
 from accelscope.hardware.fingerprint import Environment
 from accelscope.roofline.analysis import build_profile
 from accelscope.roofline.cache import load_cached
-from accelscope.roofline.ceilings import DTYPES, Ceilings, Theoretical
+from accelscope.roofline.ceilings import CPU_DTYPES as DTYPES
+from accelscope.roofline.ceilings import Ceilings, Theoretical
 from accelscope.roofline.kernel_search import Candidate, Deadline, best_first_search, fastest_call_s
 from accelscope.roofline.kernels import Kernel, kernel_flops, probe_ladder
 from accelscope.roofline.measure_ceilings import (

@@ -67,6 +67,11 @@ class Runner(ABC):
         """A device-side interval timer, or ``None`` to time with the host clock after sync."""
         return None
 
+    def notes(self) -> tuple[str, ...]:
+        """What the result should say about how this runner computes (for example, an fp32
+        that is not IEEE fp32 because the runtime cannot turn TF32 off); empty by default."""
+        return ()
+
     def close(self) -> None:  # noqa: B027 - most runners hold nothing to release
         """Release runtime resources."""
 
@@ -81,6 +86,8 @@ class Backend(ABC):
     devices: frozenset[Device] = frozenset({Device.CPU})
     options: ClassVar[dict[str, tuple[str, ...]]] = {}
     """Backend options (``RunSpec.options`` keys) and their allowed values."""
+    tf32_control: ClassVar[bool] = False
+    """Whether the runtime honours ``RunSpec.tf32`` on CUDA (TF32 on, or IEEE fp32 when off)."""
 
     @abstractmethod
     def available(self, env: Environment) -> Availability:
@@ -104,6 +111,10 @@ class Backend(ABC):
             )
         if spec.device not in self.devices:
             return Availability(False, f"backend {self.name!r} does not run on {spec.device.value}")
+        if spec.tf32:
+            why = self._tf32_refusal(spec, env)
+            if why:
+                return Availability(False, why)
         for key, value in spec.options:
             allowed = self.options.get(key)
             if allowed is None:
@@ -116,6 +127,21 @@ class Backend(ABC):
                     False, f"option {key}={value!r} not one of: {', '.join(allowed)}"
                 )
         return Availability(True)
+
+    def _tf32_refusal(self, spec: RunSpec, env: Environment) -> str:
+        """Why ``spec.tf32`` cannot run here (empty when it can): TF32 is a mode of NVIDIA
+        tensor cores from compute capability 8.0 (Ampere) that this runtime must control."""
+        if spec.device is not Device.CUDA:
+            return "TF32 is a CUDA tensor-core mode; tf32 on needs device cuda"
+        if not self.tf32_control:
+            return f"backend {self.name!r} cannot switch TF32 on or off"
+        gpu = next((g for g in env.gpus if g.index == spec.device_index), None)
+        if gpu is not None and gpu.cc_tuple is not None and gpu.cc_tuple < (8, 0):
+            return (
+                f"TF32 needs compute capability 8.0+ (Ampere); {gpu.name} has "
+                f"{gpu.compute_capability}"
+            )
+        return ""
 
     @abstractmethod
     def prepare(

@@ -36,7 +36,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelscope.backends.base import Availability, Backend, Batch, Runner
-from accelscope.backends.eager import TorchRunner, channels_last_requested, to_channels_last
+from accelscope.backends.eager import (
+    TorchRunner,
+    channels_last_requested,
+    own_module,
+    to_channels_last,
+    torch_device,
+)
 from accelscope.backends.quantize import (
     TORCHAO_INSTALL_HINT,
     batch_dynamic_shapes,
@@ -141,6 +147,7 @@ class _CompiledRunner(TorchRunner):
 
     def close(self) -> None:
         self._compiled = None
+        super().close()
 
 
 def _autocast_wrapped(module: torch.nn.Module, spec: RunSpec) -> Callable[..., Any]:
@@ -187,7 +194,7 @@ def _eager_failure(
 
     try:
         with torch.no_grad():
-            module(*[batch[name].to(spec.device.value) for name in model.input_names])
+            module(*[batch[name].to(torch_device(spec)) for name in model.input_names])
     except Exception as exc:  # noqa: BLE001 - the user's model can raise anything
         shapes = ", ".join(s.to_text() for s in model.inputs)
         return BadInputError(
@@ -225,6 +232,7 @@ class CompileBackend(Backend):
         "mode": ("default", "max-autotune", "reduce-overhead"),
         "quantization": ("static", "dynamic"),
     }
+    tf32_control = True
 
     def available(self, env: Environment) -> Availability:
         if cxx_compiler() is None:
@@ -288,8 +296,10 @@ class CompileBackend(Backend):
         static_int8 = options.get("quantization", "static") == "static"
         if spec.precision is Precision.INT8 and static_int8 and not calibration:
             raise MeasurementError("int8 static quantization needs calibration data")
-        device = torch.device("cuda" if spec.device is Device.CUDA else "cpu")
-        module = model.module.to(device)
+        # the caller's module stays where it is: a copy moves (and may turn channels-last)
+        module = own_module(
+            model.module, torch_device(spec), copy_always=options["channels_last"] == "true"
+        )
         if model.format is ModelFormat.TORCH:  # an exported program's module refuses eval()
             module.eval()
         names = model.input_names
@@ -306,7 +316,7 @@ class CompileBackend(Backend):
             except MeasurementError as exc:
                 raise (_eager_failure(model, spec, module, warm_batch) or exc) from exc
         if options["channels_last"] == "true":
-            module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            module = module.to(memory_format=torch.channels_last)
         compiled = _compile(_autocast_wrapped(module, spec), spec)
         runner = _CompiledRunner(spec, compiled, names, freezing=options["freezing"] == "true")
         try:

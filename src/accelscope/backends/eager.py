@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import itertools
 from collections.abc import Sequence
 from contextlib import nullcontext, suppress
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from accelscope.backends.base import Availability, Backend, Batch, Runner
 from accelscope.errors import MeasurementError
 from accelscope.hardware.sync import CudaEventInterval, device_synchronizer
+from accelscope.hardware.tf32 import Fp32Math, apply_tf32, read_fp32_math, restore_fp32_math
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.spec import Device, Precision, RunSpec
 
@@ -23,7 +26,9 @@ __all__ = [
     "TorchRunner",
     "channels_last_requested",
     "flatten_outputs",
+    "own_module",
     "to_channels_last",
+    "torch_device",
 ]
 
 
@@ -61,16 +66,68 @@ def to_channels_last(tensors: list[Any]) -> list[Any]:
     return [t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in tensors]
 
 
+def torch_device(spec: RunSpec) -> torch.device:
+    """The torch device of ``spec``: ``cpu``, or ``cuda:N`` with its ordinal."""
+    import torch
+
+    if spec.device is Device.CUDA:
+        return torch.device("cuda", spec.device_index)
+    return torch.device("cpu")
+
+
+def own_module(module: torch.nn.Module, device: torch.device, *, copy_always: bool = False) -> Any:
+    """``module`` on ``device``, leaving the caller's module as it was.
+
+    ``nn.Module.to`` moves a module in place, so moving the caller's module would put it (and
+    keep it) on the GPU, and a memory-format change would leak into every later runner of the
+    same module in this process. So when the module must change (another device, or
+    ``copy_always`` because the caller will change it) this returns a copy whose parameters and
+    buffers are created directly on ``device`` (no second host copy of the weights); a module
+    already there is returned as is. A module that cannot be copied (``deepcopy`` refuses it)
+    is moved in place, as before.
+    """
+    tensors = list(itertools.chain(module.parameters(), module.buffers()))
+    if not copy_always and all(t.device == device for t in tensors):
+        return module
+    import torch
+
+    memo: dict[int, Any] = {}
+    for tensor in tensors:
+        if id(tensor) in memo:
+            continue
+        moved = tensor.detach().to(device, copy=True)
+        if isinstance(tensor, torch.nn.Parameter):
+            moved = torch.nn.Parameter(moved, requires_grad=tensor.requires_grad)
+        memo[id(tensor)] = moved
+    try:
+        copied = copy.deepcopy(module, memo)
+    except Exception:  # noqa: BLE001 - a module deepcopy refuses (weakrefs, handles): move it
+        return module.to(device)
+    return copied.to(device)  # anything deepcopy did not see as a parameter or buffer
+
+
 class TorchRunner(Runner):
     """Base for runtimes whose outputs are torch tensors on the spec's device: output
-    flattening, device sync and CUDA-event timing live here once."""
+    flattening, device sync and CUDA-event timing live here once.
+
+    While the runner lives, the process computes fp32 as ``spec.tf32`` says (TF32 allowed for
+    cuBLAS and cuDNN, or IEEE) and, on CUDA, the spec's device is the current device (model
+    code that allocates on "cuda" lands there); :meth:`close` sets both back. Subclasses that
+    override ``close`` call this one.
+    """
 
     def __init__(self, spec: RunSpec) -> None:
         import torch
 
         super().__init__(spec)
-        self._device = torch.device("cuda" if spec.device is Device.CUDA else "cpu")
-        self._sync = device_synchronizer(spec.device)
+        self._device = torch_device(spec)
+        self._sync = device_synchronizer(spec.device, spec.device_index)
+        self._fp32_before: Fp32Math | None = read_fp32_math(torch)
+        apply_tf32(spec.tf32, torch)
+        self._device_before: int | None = None
+        if spec.device is Device.CUDA:
+            self._device_before = torch.cuda.current_device()
+            torch.cuda.set_device(spec.device_index)
 
     def outputs(self, raw: Any) -> list[torch.Tensor]:
         tensors = flatten_outputs(raw)
@@ -83,8 +140,19 @@ class TorchRunner(Runner):
 
     def interval(self) -> IntervalTimer | None:
         if self.spec.device is Device.CUDA:
-            return CudaEventInterval(self._device.index or 0)
+            return CudaEventInterval(self.spec.device_index)
         return None
+
+    def close(self) -> None:
+        """Set the fp32 math and the current device back to what they were before."""
+        import torch
+
+        before, self._fp32_before = self._fp32_before, None
+        if before is not None:
+            restore_fp32_math(before, torch)
+        device, self._device_before = self._device_before, None
+        if device is not None:
+            torch.cuda.set_device(device)
 
 
 class _EagerRunner(TorchRunner):
@@ -93,11 +161,11 @@ class _EagerRunner(TorchRunner):
 
         super().__init__(spec)
         self._channels_last = channels_last_requested(spec)
-        self._module = module.to(self._device)
+        self._module = own_module(module, self._device, copy_always=self._channels_last)
         with suppress(NotImplementedError):  # a .pt2 program's module() has no train mode
             self._module.eval()
         if self._channels_last:
-            self._module = self._module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            self._module = self._module.to(memory_format=torch.channels_last)
         self._names = input_names
         autocast_dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
         dtype = autocast_dtype.get(spec.precision)
@@ -127,6 +195,7 @@ class EagerBackend(Backend):
     precisions = frozenset({Precision.FP32, Precision.BF16, Precision.FP16})
     devices = frozenset({Device.CPU, Device.CUDA})
     options: ClassVar[dict[str, tuple[str, ...]]] = {"channels_last": ("true", "false")}
+    tf32_control = True
 
     def available(self, env: Environment) -> Availability:
         return Availability(True, "PyTorch is installed")

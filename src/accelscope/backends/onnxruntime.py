@@ -146,10 +146,20 @@ def quantize_onnx(source: Path, workdir: Path, mode: str, calibration: list[Any]
 
 
 class _OrtRunner(Runner):
-    def __init__(self, session: Any, spec: RunSpec, input_names: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        session: Any,
+        spec: RunSpec,
+        input_names: tuple[str, ...],
+        notes: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(spec)
         self._session = session
         self._names = input_names
+        self._notes = notes
+
+    def notes(self) -> tuple[str, ...]:
+        return self._notes
 
     def feed(self, batch: Batch) -> Any:
         return {name: batch[name].detach().cpu().contiguous().numpy() for name in self._names}
@@ -183,6 +193,7 @@ class OnnxRuntimeBackend(Backend):
         "quantization": ("static", "dynamic"),
         "ep": ("auto", "tensorrt"),
     }
+    tf32_control = True
 
     def available(self, env: Environment) -> Availability:
         if importlib.util.find_spec("onnxruntime") is None:
@@ -263,7 +274,7 @@ class OnnxRuntimeBackend(Backend):
                 raise ModelLoadError(
                     f"onnxruntime cannot load {path.name} for {model.ref}: {_first_line(exc)}"
                 ) from exc
-        return _OrtRunner(session, spec, model.input_names)
+        return _OrtRunner(session, spec, model.input_names, _tf32_notes(spec, options))
 
     @staticmethod
     def _onnx_file(model: LoadedModel, batch_size: int) -> Path:
@@ -277,8 +288,27 @@ class OnnxRuntimeBackend(Backend):
     def _providers(spec: RunSpec, ep: str) -> list[Any]:
         if spec.device is Device.CPU:
             return ["CPUExecutionProvider"]
-        gpu: list[Any] = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        cuda_options = {  # fp32 is IEEE unless asked: the CUDA EP's own default is TF32
+            "device_id": str(spec.device_index),
+            "use_tf32": "1" if spec.tf32 else "0",
+        }
+        gpu: list[Any] = [("CUDAExecutionProvider", cuda_options), "CPUExecutionProvider"]
         if ep != "tensorrt":
             return gpu
-        trt_options = {"trt_int8_enable": spec.precision is Precision.INT8}
+        trt_options = {
+            "device_id": str(spec.device_index),
+            "trt_int8_enable": spec.precision is Precision.INT8,
+        }
         return [("TensorrtExecutionProvider", trt_options), *gpu]
+
+
+def _tf32_notes(spec: RunSpec, options: dict[str, str]) -> tuple[str, ...]:
+    """What this configuration's fp32 is, where it is not what ``spec.tf32`` asked: the
+    TensorRT execution provider builds fp32 layers with TF32 allowed (TensorRT's default) and
+    has no option to forbid it."""
+    if spec.device is Device.CUDA and options.get("ep") == "tensorrt" and not spec.tf32:
+        return (
+            "fp32 here is not IEEE fp32: the TensorRT execution provider allows TF32 in fp32 "
+            "layers (TensorRT's default; it has no option to turn it off)",
+        )
+    return ()

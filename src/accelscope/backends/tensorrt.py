@@ -4,7 +4,8 @@
 one TensorRT engine for the configuration's fixed input shapes; the build time is recorded as
 ``prepare_s``.
 
-Precisions: fp32 (TF32 stays off so fp32 means fp32), fp16, bf16 (compute capability >= 8.0).
+Precisions: fp32 (IEEE: TF32 off unless the configuration asks for it, ``RunSpec.tf32``), fp16,
+bf16 (compute capability >= 8.0).
 int8 and fp8 are explicit quantization: NVIDIA ModelOpt (``nvidia-modelopt``) inserts calibrated
 quantize/dequantize nodes into a copy of the model (per-tensor activations, per-channel weights),
 and TensorRT fuses them into int8/fp8 kernels; fp8 needs compute capability >= 8.9 (Ada, Hopper).
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from accelscope.backends.base import Availability, Backend, Batch, Runner
-from accelscope.backends.eager import TorchRunner
+from accelscope.backends.eager import TorchRunner, own_module, torch_device
 from accelscope.errors import MeasurementError, NotAvailableError
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.inputs import torch_dtype
@@ -62,11 +63,12 @@ def _quantize(module: Any, precision: Precision, calibration: Sequence[Batch], n
     if not calibration:
         raise MeasurementError(f"tensorrt {precision.value} needs calibration batches, got none")
     quantized = copy.deepcopy(module)
+    device = next(module.parameters()).device
 
     def forward_loop(target: Any) -> None:
         with torch.no_grad():
             for batch in calibration:
-                target(*(batch[name].to("cuda") for name in names))
+                target(*(batch[name].to(device) for name in names))
 
     config = getattr(mtq, _QUANT_CONFIGS[precision])
     try:
@@ -85,7 +87,7 @@ class _TensorRtRunner(TorchRunner):
         self._names = names
 
     def feed(self, batch: Batch) -> list[torch.Tensor]:
-        return [batch[name].to("cuda").contiguous() for name in self._names]
+        return [batch[name].to(self._device).contiguous() for name in self._names]
 
     def run(self, feed: Any) -> Any:
         import torch
@@ -95,6 +97,7 @@ class _TensorRtRunner(TorchRunner):
 
     def close(self) -> None:
         self._compiled = None
+        super().close()
 
 
 class TensorRtBackend(Backend):
@@ -107,6 +110,7 @@ class TensorRtBackend(Backend):
         {Precision.FP32, Precision.FP16, Precision.BF16, Precision.INT8, Precision.FP8}
     )
     devices = frozenset({Device.CUDA})
+    tf32_control = True
 
     def available(self, env: Environment) -> Availability:
         if not env.gpus:
@@ -120,7 +124,7 @@ class TensorRtBackend(Backend):
         if not base.ok:
             return base
         needed = _MIN_CC.get(spec.precision)
-        gpu = env.gpus[0]
+        gpu = next((g for g in env.gpus if g.index == spec.device_index), env.gpus[0])
         if needed is not None and gpu.cc_tuple is not None and gpu.cc_tuple < needed:
             return Availability(
                 False,
@@ -144,7 +148,8 @@ class TensorRtBackend(Backend):
             import torch_tensorrt
         except ImportError as exc:
             raise NotAvailableError(f"tensorrt not available: {exc} ({_INSTALL_HINT})") from exc
-        module = model.module.to("cuda").eval()
+        device = torch_device(spec)
+        module = own_module(model.module, device).eval()  # a copy on the GPU
         if spec.precision in _QUANT_CONFIGS:
             module = _quantize(module, spec.precision, calibration, model.input_names)
         inputs = [
@@ -157,7 +162,8 @@ class TensorRtBackend(Backend):
             "ir": "dynamo",
             "inputs": inputs,
             "enabled_precisions": _enabled_precisions(spec.precision),
-            "disable_tf32": True,
+            "disable_tf32": not spec.tf32,  # off: fp32 is IEEE fp32, as on every backend
+            "device": device,
         }
         if spec.precision in _QUANT_CONFIGS:
             settings["min_block_size"] = 1

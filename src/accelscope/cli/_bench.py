@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line, given
+from accelscope.cli._device import DEVICE_HELP, TF32_HELP, Tf32, parse_device, parse_tf32_list
 from accelscope.cli._types import (
     Names,
     Precisions,
@@ -24,7 +25,7 @@ from accelscope.commands.bench.view import bench_view
 from accelscope.commands.bench.workflow import BenchRequest, bench
 from accelscope.models.zoo import DEFAULT_MODEL
 from accelscope.result import Result, Status
-from accelscope.spec import Device, RunSpec, TensorSpec, parse_device, parse_options
+from accelscope.spec import DeviceRef, RunSpec, TensorSpec, parse_options
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
 
@@ -71,8 +72,15 @@ def bench_command(
     threads: Sizes | None = typer.Option(
         None, "--threads", parser=parse_sizes, metavar="LIST", help="Thread counts, e.g. 1,2."
     ),
-    device: Device | None = typer.Option(
-        None, "--device", parser=parse_device, help="cpu or cuda."
+    device: DeviceRef | None = typer.Option(
+        None, "--device", parser=parse_device, metavar="DEVICE", help=DEVICE_HELP
+    ),
+    tf32: Tf32 | None = typer.Option(
+        None,
+        "--tf32",
+        parser=parse_tf32_list,
+        metavar="on|off|off,on",
+        help=TF32_HELP + " off,on measures both as rows.",
     ),
     options: list[str] | None = typer.Option(None, "--option", help="Backend option key=value."),
     force_precision: bool | None = typer.Option(
@@ -142,7 +150,9 @@ def bench_command(
             precisions=precisions.values if precisions else None,
             batch_sizes=batch.values if batch else None,
             threads=threads.values if threads else None,
-            device=device,
+            device=device.kind if device else None,
+            device_index=device.index if device else None,
+            tf32=tf32.values if tf32 else None,
             force_precisions=force_precision,
             sla_p99_s=sla_p99,
             max_accuracy_drop=max_accuracy_drop,

@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line, given
+from accelscope.cli._device import DEVICE_HELP, TF32_HELP, Tf32, parse_device, parse_tf32
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import duration_option, parse_input, seconds_or_zero
 from accelscope.cli.config import config_option
@@ -27,11 +28,10 @@ from accelscope.load.capacity_search import PolicyCapacity
 from accelscope.load.floor import HarnessFloor
 from accelscope.load.summary import Scenario, TrialSummary
 from accelscope.spec import (
-    Device,
+    DeviceRef,
     Precision,
     RunSpec,
     TensorSpec,
-    parse_device,
     parse_options,
     parse_precision,
 )
@@ -120,8 +120,11 @@ def load_command(
     ),
     batch: int | None = typer.Option(None, "--batch", help="The dynamic batcher's max batch (8)."),
     threads: int | None = typer.Option(None, "--threads", help="Intra-op threads (all cores)."),
-    device: Device | None = typer.Option(
-        None, "--device", parser=parse_device, help="cpu or cuda."
+    device: DeviceRef | None = typer.Option(
+        None, "--device", parser=parse_device, metavar="DEVICE", help=DEVICE_HELP
+    ),
+    tf32: Tf32 | None = typer.Option(
+        None, "--tf32", parser=parse_tf32, metavar="on|off", help=TF32_HELP
     ),
     options: list[str] | None = typer.Option(None, "--option", help="Backend option key=value."),
     from_run: str | None = typer.Option(
@@ -174,7 +177,9 @@ def load_command(
             precision=precision,
             max_batch=batch,
             threads=threads,
-            device=device,
+            device=device.kind if device else None,
+            device_index=device.index if device else None,
+            tf32=tf32.values[0] if tf32 else None,
             options=parse_options(tuple(options)) if options else None,
             from_run=from_run,
             rate_per_s=rate,

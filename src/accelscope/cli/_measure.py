@@ -17,20 +17,14 @@ from accelscope.cli._app import (
     command_line,
     given,
 )
+from accelscope.cli._device import DEVICE_HELP, TF32_HELP, Tf32, parse_device, parse_tf32
 from accelscope.cli._types import Sizes, duration_option, fraction_option, parse_input, parse_sizes
 from accelscope.cli.config import config_option
 from accelscope.commands.measure.workflow import MeasureRequest, measure
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.zoo import DEFAULT_MODEL
 from accelscope.report.tables import results_view
-from accelscope.spec import (
-    Device,
-    Precision,
-    TensorSpec,
-    parse_device,
-    parse_options,
-    parse_precision,
-)
+from accelscope.spec import DeviceRef, Precision, TensorSpec, parse_options, parse_precision
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
 
@@ -49,8 +43,11 @@ def measure_command(
     threads: int | None = typer.Option(
         None, "--threads", help="Intra-op threads (default: all cores)."
     ),
-    device: Device | None = typer.Option(
-        None, "--device", parser=parse_device, help="cpu or cuda."
+    device: DeviceRef | None = typer.Option(
+        None, "--device", parser=parse_device, metavar="DEVICE", help=DEVICE_HELP
+    ),
+    tf32: Tf32 | None = typer.Option(
+        None, "--tf32", parser=parse_tf32, metavar="on|off", help=TF32_HELP
     ),
     options: list[str] | None = typer.Option(None, "--option", help="Backend option key=value."),
     inputs: list[TensorSpec] | None = typer.Option(
@@ -83,7 +80,9 @@ def measure_command(
             precision=precision,
             batch_sizes=batch.values if batch else None,
             threads=threads,
-            device=device,
+            device=device.kind if device else None,
+            device_index=device.index if device else None,
+            tf32=tf32.values[0] if tf32 else None,
             inputs=tuple(inputs) if inputs else None,
             weights=weights,
             trust_model_code=trust_model_code,

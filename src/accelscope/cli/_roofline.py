@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line
+from accelscope.cli._device import DEVICE_HELP, TF32_HELP, Tf32, parse_device, parse_tf32
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import duration_option, duration_text, parse_input, positive_int
 from accelscope.commands.roofline.view import ceilings_view, roofline_view
@@ -21,7 +22,7 @@ from accelscope.commands.roofline.workflow import (
 )
 from accelscope.roofline.analysis import RooflineAnalysis
 from accelscope.roofline.ceilings import Ceilings
-from accelscope.spec import Device, Precision, TensorSpec, parse_device, parse_precision
+from accelscope.spec import DeviceRef, Precision, TensorSpec, parse_precision
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
 
 
@@ -44,8 +45,12 @@ def _source(outcome: CeilingsOutcome) -> str:
 
 @app.command("ceilings")
 def ceilings_command(
-    device: Device = typer.Option(
-        CeilingsRequest.device, "--device", parser=parse_device, help="cpu or cuda."
+    device: DeviceRef = typer.Option(
+        str(DeviceRef(CeilingsRequest.device)),
+        "--device",
+        parser=parse_device,
+        metavar="DEVICE",
+        help=DEVICE_HELP,
     ),
     refresh: bool = typer.Option(
         CeilingsRequest.refresh, "--refresh", help="Re-measure; ignore the cache."
@@ -60,8 +65,9 @@ def ceilings_command(
     as_json: bool = JsonOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the table."),
 ) -> None:
-    """Measure this machine's ceilings: peak matrix rate per dtype and memory bandwidth."""
-    request = CeilingsRequest(device, refresh, budget)
+    """Measure this machine's ceilings: peak matrix rate per dtype and memory bandwidth (on
+    CUDA, IEEE fp32 and TF32 as separate rows)."""
+    request = CeilingsRequest(device.kind, refresh, budget, device_index=device.index)
     store_path = None if no_store else (store or DEFAULT_STORE_PATH)
     outcome = ceilings(
         request,
@@ -102,8 +108,19 @@ def roofline_command(
         parser=positive_int("threads"),
         help="Threads (default: all usable cores).",
     ),
-    device: Device = typer.Option(
-        RooflineRequest.device, "--device", parser=parse_device, help="cpu or cuda."
+    device: DeviceRef = typer.Option(
+        str(DeviceRef(RooflineRequest.device)),
+        "--device",
+        parser=parse_device,
+        metavar="DEVICE",
+        help=DEVICE_HELP,
+    ),
+    tf32: Tf32 = typer.Option(
+        "on" if RooflineRequest.tf32 else "off",
+        "--tf32",
+        parser=parse_tf32,
+        metavar="on|off",
+        help=TF32_HELP,
     ),
     measure_budget: float = duration_option(
         "--measure-budget", "Model timing budget.", duration_text(RooflineRequest.measure_budget_s)
@@ -136,7 +153,9 @@ def roofline_command(
         precision=precision,
         batch_size=batch,
         threads=threads,
-        device=device,
+        device=device.kind,
+        device_index=device.index,
+        tf32=tf32.values[0],
         report_path=report,
         measure_budget_s=measure_budget,
         ceilings_budget_s=ceilings_budget,

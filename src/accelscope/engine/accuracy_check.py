@@ -1,8 +1,10 @@
 """The accuracy set a configuration is checked on: inputs, labels, reference outputs.
 
-Reference outputs come from eager fp32 (or ONNX Runtime fp32 for ONNX models) on the same
-inputs. A set is computed once per sweep in the parent and saved with ``torch.save``; workers read
-it back with ``torch.load(weights_only=True)`` (tensors only, no code).
+Reference outputs come from eager IEEE fp32 (or ONNX Runtime fp32 for ONNX models) on the same
+inputs and device. A set is computed once per sweep and saved with ``torch.save`` (the reference
+in the sweep's parent on the CPU; on a GPU in a worker process of its own, so the parent never
+holds the device); workers read it back with ``torch.load(weights_only=True)`` (tensors only,
+no code).
 """
 
 from __future__ import annotations
@@ -118,7 +120,8 @@ def run_chunked(runner: Runner, inputs: dict[str, torch.Tensor], batch_size: int
 
 
 def reference_spec(model: LoadedModel, spec: RunSpec) -> RunSpec:
-    """The reference configuration for ``spec``: fp32 on the model's native runtime."""
+    """The reference configuration for ``spec``: IEEE fp32 (TF32 off) on the model's native
+    runtime, on the same device."""
     backend = "onnxruntime" if model.format is ModelFormat.ONNX else "eager"
     return RunSpec(
         model=spec.model,
@@ -128,6 +131,7 @@ def reference_spec(model: LoadedModel, spec: RunSpec) -> RunSpec:
         threads=spec.threads,
         device=spec.device,
         model_digest=spec.model_digest,
+        device_index=spec.device_index,
     )
 
 

@@ -67,14 +67,22 @@ def measure_config(
     After timing, the call runs back to back in an energy window of its own (GPU: the NVML
     energy counter, :mod:`accelscope.engine.energy`; ``energy_meter`` a seam); the result's
     ``energy`` is its joules per item, or "not measured: why" (CPU runs cost nothing there).
+
+    The result's environment is ``env`` with its numerics (TF32, ``cudnn.benchmark``) read
+    while the runner is prepared, so it records what fp32 meant in this measurement; the
+    runner's notes (an fp32 that is not IEEE fp32, say) join its warnings.
     """
     backend.supports(model, spec, env).require(f"{spec.label()} for {model.ref}")
-    memory_probe = MemoryProbe(cuda_device=0 if spec.device is Device.CUDA else None)
+    memory_probe = MemoryProbe(
+        cuda_device=spec.device_index if spec.device is Device.CUDA else None
+    )
     with pinned_threads(spec.threads) as threads:
         memory_probe.begin()
         prepare_began = clock()
         runner = backend.prepare(model, spec, calibration)
         prepare_s = clock() - prepare_began
+        measured_env = env.with_numerics()
+        notes = runner.notes()
         try:
             feed = runner.feed(make_batch(model.inputs, spec.batch_size, seed))
             keep: list[Any] = [None]
@@ -99,7 +107,7 @@ def measure_config(
             runner.close()
     return Result(
         spec=spec,
-        environment=env,
+        environment=measured_env,
         status=Status.OK,
         measurement=measurement,
         memory=memory,
@@ -107,7 +115,7 @@ def measure_config(
         accuracy=checked,
         prepare_s=prepare_s,
         energy=energy,
-        warnings=tuple(measurement.warnings()),
+        warnings=(*measurement.warnings(), *notes),
     )
 
 

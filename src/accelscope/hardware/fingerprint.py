@@ -12,7 +12,7 @@ import json
 import platform
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
@@ -21,6 +21,7 @@ from accelscope.hardware.cpu import CpuInfo, memory_total_bytes, read_cpu_info
 from accelscope.hardware.fastpaths import PrecisionSupport
 from accelscope.hardware.fastpaths import precision_support as _precision_support
 from accelscope.hardware.gpu import GpuInfo, discover_gpus
+from accelscope.hardware.tf32 import numerics as _numerics
 
 __all__ = ["LIBRARIES", "Environment", "collect_environment", "library_versions", "torch_build"]
 
@@ -55,6 +56,11 @@ class Environment:
         libraries: Sorted ``(name, version)`` of installed relevant libraries.
         torch_build: Sorted ``(key, value)`` facts about the torch build (cuda, mkldnn, ...).
         collected_at: When this was collected, ISO-8601 in UTC.
+        numerics: Sorted ``(key, value)`` of the settings that decide what fp32 means on CUDA
+            when it was read (:func:`accelscope.hardware.tf32.numerics`): ``cuda_matmul_fp32``
+            and ``cudnn_conv_fp32`` (``ieee`` or ``tf32``), ``cudnn_benchmark`` (``on``/``off``).
+            A measured result carries the state its measurement ran under. Empty in
+            environments stored before it was recorded (not known).
     """
 
     hostname: str
@@ -66,6 +72,7 @@ class Environment:
     libraries: tuple[tuple[str, str], ...]
     torch_build: tuple[tuple[str, str], ...]
     collected_at: str
+    numerics: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of plain lists, dicts, strings and numbers."""
@@ -79,6 +86,7 @@ class Environment:
             "libraries": [[name, version] for name, version in self.libraries],
             "torch_build": [[key, value] for key, value in self.torch_build],
             "collected_at": self.collected_at,
+            "numerics": [[key, value] for key, value in self.numerics],
         }
 
     @classmethod
@@ -94,7 +102,13 @@ class Environment:
             libraries=tuple((str(n), str(v)) for n, v in data.get("libraries", [])),
             torch_build=tuple((str(k), str(v)) for k, v in data.get("torch_build", [])),
             collected_at=str(data["collected_at"]),
+            numerics=tuple((str(k), str(v)) for k, v in data.get("numerics", [])),
         )
+
+    def with_numerics(self) -> Environment:
+        """This environment with :attr:`numerics` read now (the state a measurement runs
+        under, set by its backend)."""
+        return replace(self, numerics=_numerics())
 
     def identity(self) -> dict[str, Any]:
         """The hardware facts :meth:`fingerprint` hashes (JSON-ready).
@@ -193,7 +207,9 @@ def collect_environment() -> Environment:
     """Describe this process's environment once (cached); never raises.
 
     Reads ``/proc`` and sysfs, package metadata and ``torch`` (imported if not yet); with GPUs
-    present it initialises CUDA in this process to read device properties.
+    present it initialises torch's CUDA state in this process to read device properties (no
+    memory is allocated and nothing runs on a device). :attr:`Environment.numerics` is this
+    process's state at collection; a result replaces it with the state it was measured under.
     """
     return Environment(
         hostname=_hostname(),
@@ -205,4 +221,5 @@ def collect_environment() -> Environment:
         libraries=library_versions(),
         torch_build=torch_build(),
         collected_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        numerics=_numerics(),
     )

@@ -12,7 +12,10 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["GpuInfo", "discover_gpus", "driver_version"]
+from accelscope.errors import BadInputError, NotAvailableError
+from accelscope.spec import Device, DeviceRef
+
+__all__ = ["GpuInfo", "check_device", "discover_gpus", "driver_version"]
 
 _SMI_TIMEOUT_S = 2.0
 
@@ -168,3 +171,21 @@ def discover_gpus() -> tuple[GpuInfo, ...]:
         except Exception:  # noqa: BLE001 - one unreadable device must not hide the others
             continue
     return tuple(gpus)
+
+
+def check_device(device: DeviceRef, gpus: tuple[GpuInfo, ...]) -> None:
+    """Refuse a device this machine does not have, before any work: ``cuda`` without a visible
+    GPU is :class:`NotAvailableError`, an ordinal past the last visible GPU is
+    :class:`BadInputError` naming the ones there are (both one line, exit 2)."""
+    if device.kind is Device.CPU:
+        return
+    if not gpus:
+        raise NotAvailableError(
+            f"device '{device}' not available: no CUDA device found on this machine"
+        )
+    indices = {gpu.index for gpu in gpus}
+    if device.index not in indices:
+        visible = ", ".join(f"cuda:{gpu.index} {gpu.name}" for gpu in gpus)
+        raise BadInputError(
+            f"device {device} does not exist: {len(gpus)} CUDA device(s) visible ({visible})"
+        )

@@ -27,7 +27,9 @@ class IntervalTimer(Protocol):
 
 
 class CudaEventInterval:
-    """Times work on a CUDA device with a pair of timing events (seconds)."""
+    """Times work on one CUDA device with a pair of timing events (seconds), recorded on that
+    device's current stream (not the process's current device: ``cuda:1`` work is timed on
+    device 1's stream even while device 0 is current)."""
 
     def __init__(self, device_index: int = 0) -> None:
         import torch
@@ -38,14 +40,18 @@ class CudaEventInterval:
         with torch.cuda.device(device_index):
             self._start: Any = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             self._end: Any = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        self._torch = torch
+
+    def _stream(self) -> Any:
+        return self._torch.cuda.current_stream(self._device_index)
 
     def start(self) -> None:
-        """Record the start event on the current stream."""
-        self._start.record()
+        """Record the start event on the device's current stream."""
+        self._start.record(self._stream())
 
     def stop(self) -> float:
         """Record the end event, wait for it, return the elapsed device time in seconds."""
-        self._end.record()
+        self._end.record(self._stream())
         self._end.synchronize()
         return float(self._start.elapsed_time(self._end)) / 1000.0
 

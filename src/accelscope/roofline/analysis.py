@@ -48,7 +48,7 @@ __all__ = [
 
 OVERHEAD_EFFICIENCY = 0.10
 OVERHEAD_CALL_S = 50e-6
-_PEAK_DTYPES = ("fp32", "bf16", "fp16", "int8")
+_PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8")
 CONVENTIONS = {
     "bytes": "lower bound: distinct input + output storages per op, no cache effects",
     "overhead_bound": f"efficiency < {OVERHEAD_EFFICIENCY:.0%} and < "
@@ -60,7 +60,7 @@ CONVENTIONS = {
 
 def peak_for(ceilings: Ceilings, dtype: str, threads: int | None = None) -> tuple[float, str]:
     """The compute roof for ``dtype`` and the dtype whose peak it is (fp32 stands in for
-    dtypes without one)."""
+    dtypes without one, tf32 included when the ceilings have no tf32 row)."""
     for candidate in (dtype, "fp32"):
         if candidate in _PEAK_DTYPES:
             value = ceilings.peak(candidate, threads)
@@ -338,9 +338,11 @@ def build_operators(
     times_s: Sequence[float | None],
     ceilings: Ceilings,
     threads: int | None = None,
+    tf32: bool = False,
 ) -> list[OperatorRoofline]:
     """Aggregate calls by (name, dtype) in first-seen order; views (0 bytes, 0 FLOPs) are
-    dropped. ``times_s[i]`` is call ``i``'s measured seconds (``None``: no profiler match)."""
+    dropped. ``times_s[i]`` is call ``i``'s measured seconds (``None``: no profiler match).
+    With ``tf32`` (the model ran with TF32 allowed) fp32 operators get the tf32 roof."""
     if len(records) != len(times_s):
         raise ValueError("one time per record expected")
     bandwidth = ceilings.bandwidth_bytes_per_s
@@ -368,7 +370,8 @@ def build_operators(
         group["unmatched"] += seconds is None
     operators = []
     for (name, dtype), group in groups.items():
-        peak, peak_dtype = peak_for(ceilings, dtype, threads)
+        roof = "tf32" if tf32 and dtype == "fp32" else dtype
+        peak, peak_dtype = peak_for(ceilings, roof, threads)
         operators.append(
             OperatorRoofline(
                 name=name,
@@ -402,9 +405,11 @@ def build_profile(
     measured_time_s: float,
     measured_ci_rel: float = 0.0,
     notes: Sequence[str] = (),
+    tf32: bool = False,
 ) -> RooflineAnalysis:
-    """The :class:`RooflineAnalysis` of one batch from counted records and their times."""
-    operators = build_operators(records, times_s, ceilings, threads)
+    """The :class:`RooflineAnalysis` of one batch from counted records and their times
+    (``tf32``: the model ran with TF32 allowed, so fp32 operators have the tf32 roof)."""
+    operators = build_operators(records, times_s, ceilings, threads, tf32)
     unmatched = sum(op.unmatched_calls for op in operators)
     extra = (
         [f"{unmatched} call(s) had no profiler event; their time counts as 0"] if unmatched else []

@@ -16,10 +16,14 @@ from accelscope.roofline.ceilings import Ceilings
 __all__ = ["cache_path", "load_cached", "save_cached"]
 
 
-def cache_path(directory: Path, fingerprint: str, device: str, threads: int) -> Path:
-    """``<directory>/<fingerprint>-<device>[-t<threads>].json`` (threads only on CPU)."""
+def cache_path(
+    directory: Path, fingerprint: str, device: str, threads: int, device_index: int = 0
+) -> Path:
+    """``<directory>/<fingerprint>-<device>[N][-t<threads>].json``: threads only on CPU, the
+    CUDA ordinal only when not 0 (so a machine's GPUs of different kinds each have theirs)."""
     suffix = f"-t{threads}" if device == "cpu" else ""
-    return directory / f"{fingerprint}-{device}{suffix}.json"
+    ordinal = str(device_index) if device != "cpu" and device_index else ""
+    return directory / f"{fingerprint}-{device}{ordinal}{suffix}.json"
 
 
 def load_cached(path: Path) -> Ceilings | None:

@@ -9,6 +9,6 @@ or malformed key is a one-line :class:`~accelscope.errors.BadInputError` that na
 
 from __future__ import annotations
 
-from accelscope.documents import DTYPES, Ceilings, KernelPeak, Theoretical
+from accelscope.documents import CPU_DTYPES, DTYPES, Ceilings, KernelPeak, Theoretical
 
-__all__ = ["DTYPES", "Ceilings", "KernelPeak", "Theoretical"]
+__all__ = ["CPU_DTYPES", "DTYPES", "Ceilings", "KernelPeak", "Theoretical"]

@@ -17,7 +17,9 @@ convolutions (C in = C out, H x H pixels, 'same' padding):
   ``qlinear_onednn`` (``torch.ops.quantized.linear`` with weights prepacked for the oneDNN engine,
   uint8 activations x int8 weights: the AMX-INT8 path on CPU).
 
-FLOPs are ``2·M·N·K`` (int8: integer operations counted the same way).
+FLOPs are ``2·M·N·K`` (int8: integer operations counted the same way). ``tf32`` kernels are the
+fp32 ones run with TF32 allowed (CUDA); the search runs every other dtype with it off, so its
+``fp32`` is IEEE fp32 (cuDNN would otherwise run fp32 convolutions on TF32 tensor cores).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ MAX_OPERAND_BYTES = 1 << 30
 _GEMM = ("mm", "mm_wT", "linear", "mkldnn_linear")
 _CONV = ("conv1x1_nhwc", "conv3x3_nhwc")
 _INT8 = ("int_mm", "int_mm_wT", "qlinear_onednn")
-_ITEM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
+_ITEM_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "int8": 1}
 _GEMM_RANGE = (64, 16384)
 _CONV_RANGES = ((1, 64), (16, 2048), (7, 112))
 _PROBE_GEMM_SIDES = (256, 512, 1024, 2048)
@@ -64,11 +66,12 @@ class Kernel:
 
 
 def families(dtype: str, device: str = "cpu") -> tuple[str, ...]:
-    """Kernel families worth trying for ``dtype`` on ``device``."""
+    """Kernel families worth trying for ``dtype`` on ``device`` (``tf32``: fp32 operands on
+    TF32 tensor cores, CUDA only; the caller sets the TF32 mode while they run)."""
     if dtype == "int8":
         return _INT8 if device == "cpu" else ("int_mm", "int_mm_wT")
     if device == "cpu":
-        return (*_GEMM, *_CONV)
+        return () if dtype == "tf32" else (*_GEMM, *_CONV)
     return ("mm", "mm_wT", "linear", *_CONV)
 
 
@@ -148,6 +151,7 @@ def _torch_dtype(dtype: str) -> Any:
 
     return {
         "fp32": torch.float32,
+        "tf32": torch.float32,
         "bf16": torch.bfloat16,
         "fp16": torch.float16,
         "int8": torch.int8,

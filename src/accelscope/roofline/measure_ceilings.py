@@ -39,13 +39,15 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from accelscope.errors import BadInputError, NotAvailableError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.hardware.sync import IntervalTimer
+from accelscope.hardware.tf32 import tf32_mode
 from accelscope.measurement.threads import available_cores, pinned_threads
 from accelscope.roofline.bandwidth import measure_streams, stream_size
-from accelscope.roofline.ceilings import DTYPES, Ceilings, KernelPeak, Theoretical
+from accelscope.roofline.ceilings import CPU_DTYPES, DTYPES, Ceilings, KernelPeak, Theoretical
 from accelscope.roofline.kernel_search import (
     Candidate,
     Deadline,
@@ -74,6 +76,7 @@ __all__ = [
     "SWEEP_SHARE",
     "CeilingsPlan",
     "Probe",
+    "device_dtypes",
     "measure_ceilings",
 ]
 
@@ -108,27 +111,48 @@ SWEEP_SHARE = 0.15
 Builder = Callable[[Candidate, str, str], Kernel | None]
 Streams = Callable[[int, str], dict[str, float]]
 Events = Callable[[str], None]
+Numerics = Callable[[str], AbstractContextManager[object]]
+"""The fp32 math a dtype's kernels run under (on CUDA: TF32 on for ``tf32`` only)."""
+
+
+def device_dtypes(device: str) -> tuple[str, ...]:
+    """The dtypes a device has, in display order: a CPU has no TF32."""
+    return CPU_DTYPES if device == "cpu" else DTYPES
 
 
 @dataclass(frozen=True, kw_only=True)
 class CeilingsPlan:
-    """What to measure: device, total time budget (seconds), dtypes, thread counts (CPU; empty:
-    1 and all usable cores), and the sampling time per kernel (seconds)."""
+    """What to measure: device (``cpu``/``cuda``) and CUDA ordinal, total time budget (seconds),
+    dtypes (empty: every dtype of the device), thread counts (CPU; empty: 1 and all usable
+    cores), and the sampling time per kernel (seconds)."""
 
     device: str = "cpu"
     budget_s: float = 180.0
-    dtypes: tuple[str, ...] = DTYPES
+    dtypes: tuple[str, ...] = ()
     threads: tuple[int, ...] = ()
     min_time_s: float = 0.15
+    device_index: int = 0
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
             raise BadInputError(f"unknown device {self.device!r}; choose cpu or cuda")
         if self.budget_s <= 0:
             raise BadInputError("the ceilings budget must be positive")
-        unknown = [d for d in self.dtypes if d not in DTYPES]
+        known = device_dtypes(self.device)
+        if not self.dtypes:
+            object.__setattr__(self, "dtypes", known)
+        if self.device == "cpu" and "tf32" in self.dtypes:
+            raise BadInputError("dtype 'tf32' is a CUDA tensor-core mode; a CPU has no TF32")
+        unknown = [d for d in self.dtypes if d not in known]
         if unknown:
-            raise BadInputError(f"unknown dtype {unknown[0]!r}; choose from {', '.join(DTYPES)}")
+            raise BadInputError(f"unknown dtype {unknown[0]!r}; choose from {', '.join(known)}")
+        if self.device_index < 0 or (self.device == "cpu" and self.device_index):
+            raise BadInputError(f"device index {self.device_index} is not a CUDA ordinal here")
+
+    @property
+    def torch_device(self) -> str:
+        """The device as torch names it: ``cpu`` or ``cuda:N``."""
+        return "cpu" if self.device == "cpu" else f"cuda:{self.device_index}"
 
 
 @dataclass(frozen=True)
@@ -157,32 +181,59 @@ def _read_cpuinfo() -> str:
         return ""
 
 
-def _cuda_tools(device: str) -> tuple[IntervalTimer | None, Callable[[], None] | None]:
-    if device != "cuda":
+def _cuda_tools(plan: CeilingsPlan) -> tuple[IntervalTimer | None, Callable[[], None] | None]:
+    if plan.device != "cuda":
         return None, None
     import torch
 
     if not torch.cuda.is_available():
         raise NotAvailableError("device 'cuda' not available: torch sees no CUDA device")
-    from accelscope.hardware.sync import CudaEventInterval
+    from accelscope.hardware.sync import CudaEventInterval, device_synchronizer
+    from accelscope.spec import Device
 
-    return CudaEventInterval(0), torch.cuda.synchronize
+    index = plan.device_index
+    return CudaEventInterval(index), device_synchronizer(Device.CUDA, index)
 
 
-def _gpu_theoretical(env: Environment) -> tuple[str, Theoretical]:
+def _property(props: Any, name: str) -> int | None:
+    """An integer device property, ``None`` when this torch/CUDA does not report it (CUDA 13
+    removed ``clock_rate``, ``memory_clock_rate`` and ``memory_bus_width``)."""
+    value = getattr(props, name, None)
+    try:
+        return int(value) if value else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _gpu_theoretical(index: int) -> tuple[str, Theoretical]:
     import torch
 
-    props = torch.cuda.get_device_properties(0)
+    props = torch.cuda.get_device_properties(index)
     name = str(props.name)
     capability = f"{props.major}.{props.minor}"
     return name, theoretical_gpu(
         name,
         capability,
-        int(props.multi_processor_count),
-        getattr(props, "clock_rate", None),
-        getattr(props, "memory_clock_rate", None),
-        getattr(props, "memory_bus_width", None),
+        _property(props, "multi_processor_count"),
+        _property(props, "clock_rate"),
+        _property(props, "memory_clock_rate"),
+        _property(props, "memory_bus_width"),
     )
+
+
+def _gpu_l2_bytes(index: int) -> int | None:
+    """The GPU's L2 cache in bytes (``None`` when not reported)."""
+    import torch
+
+    return _property(torch.cuda.get_device_properties(index), "L2_cache_size")
+
+
+def _numerics(device: str) -> Numerics:
+    """On CUDA, TF32 allowed for ``tf32`` and forbidden for every other dtype (so ``fp32`` is
+    IEEE fp32, also in cuDNN convolutions); nothing to set on a CPU."""
+    if device == "cpu":
+        return lambda dtype: nullcontext()
+    return lambda dtype: tf32_mode(dtype == "tf32")
 
 
 def _rate_text(flops_per_s: float, dtype: str) -> str:
@@ -207,9 +258,11 @@ class _Runner:
         clock: Callable[[], float],
         interval: IntervalTimer | None,
         sync: Callable[[], None] | None,
+        numerics: Numerics | None = None,
     ) -> None:
         self.device, self.builder, self.clock = device, builder, clock
         self.interval, self.sync = interval, sync
+        self.numerics = numerics or _numerics(device)
         self.deadline = Deadline.never(clock)
         self.kernels = 0
         """Kernels built and timed so far."""
@@ -229,25 +282,27 @@ class _Runner:
         """Build ``candidate`` (the builder makes one call) and time ``reps`` more calls (more
         until ``min_time_s``), each only if predicted to end by the deadline. ``None`` when it
         does not run here, or when no timed call fitted (unless ``build_as_fallback``: then the
-        build, allocation included, stands in for a call: a pessimistic figure)."""
-        began = self.clock()
-        kernel = self.builder(candidate, dtype, self.device)
-        build_s = self.clock() - began
-        self.started = True
-        if kernel is None:
-            return None
-        self.kernels += 1
-        fastest = fastest_call_s(
-            kernel.fn,
-            clock=self.clock,
-            min_time_s=min_time_s,
-            min_reps=reps,
-            warmup=0,  # the builder's call was the warm-up
-            sync=self.sync,
-            interval=self.interval,
-            deadline=self.deadline,
-            predicted_call_s=build_s if predicted_call_s is None else predicted_call_s,
-        )
+        build, allocation included, stands in for a call: a pessimistic figure). The build and
+        every call run under the dtype's fp32 math (:data:`Numerics`)."""
+        with self.numerics(dtype):
+            began = self.clock()
+            kernel = self.builder(candidate, dtype, self.device)
+            build_s = self.clock() - began
+            self.started = True
+            if kernel is None:
+                return None
+            self.kernels += 1
+            fastest = fastest_call_s(
+                kernel.fn,
+                clock=self.clock,
+                min_time_s=min_time_s,
+                min_reps=reps,
+                warmup=0,  # the builder's call was the warm-up
+                sync=self.sync,
+                interval=self.interval,
+                deadline=self.deadline,
+                predicted_call_s=build_s if predicted_call_s is None else predicted_call_s,
+            )
         if fastest is None and build_as_fallback:
             fastest = build_s
         if not fastest or fastest <= 0:
@@ -392,15 +447,15 @@ def _bandwidth(
 ) -> dict[str, float]:
     """Bytes/s per stream kernel, sampled for at most 2 % of the budget (0.5 s) each."""
     if streams is not None:
-        return streams(0, plan.device)
+        return streams(0, plan.torch_device)
     size = stream_size(
-        env.cpu.l3_cache_bytes if plan.device == "cpu" else 64 << 20,
-        _available_memory(plan.device),
+        env.cpu.l3_cache_bytes if plan.device == "cpu" else _gpu_l2_bytes(plan.device_index),
+        _available_memory(plan),
     )
     notes.append(f"bandwidth buffers: {size.note}")
     return measure_streams(
         size.elements,
-        device=plan.device,
+        device=plan.torch_device,
         clock=clock,
         min_time_s=min(0.5, 0.02 * plan.budget_s),
         interval=interval,
@@ -594,7 +649,7 @@ def measure_ceilings(
     result is ``extend`` with ``plan.dtypes`` measured and added (or replaced).
     """
     say = events or (lambda message: None)
-    interval, sync = _cuda_tools(plan.device) if builder is build_kernel else (None, None)
+    interval, sync = _cuda_tools(plan) if builder is build_kernel else (None, None)
     began = clock()
     deadline = Deadline(clock, began + plan.budget_s)
     cores = available_cores()
@@ -607,8 +662,9 @@ def measure_ceilings(
             env.cpu, parse_topology(_read_cpuinfo()), full or cores
         )
     else:
-        device_name = env.gpus[0].name if env.gpus else "cuda"
-        ideal = theoretical or _gpu_theoretical(env)[1]
+        gpu = next((g for g in env.gpus if g.index == plan.device_index), None)
+        device_name = gpu.name if gpu is not None else plan.torch_device
+        ideal = theoretical or _gpu_theoretical(plan.device_index)[1]
 
     def pinned(count: int) -> AbstractContextManager[object]:
         return pinned_threads(count) if count else nullcontext()
@@ -620,7 +676,7 @@ def measure_ceilings(
     else:
         detail = dict(extend.bandwidth_detail_bytes_per_s)
 
-    runner = _Runner(plan.device, builder, clock, interval, sync)
+    runner = _Runner(plan.torch_device, builder, clock, interval, sync, _numerics(plan.device))
     sweep = len(threads) > 1
     window = Deadline(clock, began + plan.budget_s * ((1 - SWEEP_SHARE) if sweep else 1.0))
     runner.deadline = window
@@ -647,10 +703,12 @@ def measure_ceilings(
             session.sweep(count, deadline)
     if plan.device == "cpu":
         notes += _smt_notes(session.peaks, ideal, full or cores)
-        notes += _above_isa_notes(session.peaks, ideal)
+    notes += _above_isa_notes(session.peaks, ideal, plan.device)
     peaks = {d: session.peaks[d] for d in DTYPES if d in session.peaks}  # display order
     found = Ceilings(
         device=plan.device,
+        device_index=plan.device_index,
+        fp32_math="ieee",
         device_name=device_name,
         environment_fingerprint=env.fingerprint(),
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -728,11 +786,15 @@ def _smt_notes(peaks: dict[str, KernelPeak], ideal: Theoretical, cores: int) -> 
     return []
 
 
-def _above_isa_notes(peaks: dict[str, KernelPeak], ideal: Theoretical) -> list[str]:
-    """Why a measured peak can exceed the ISA peak: the ISA peak uses the nominal clock (the
-    core may run faster), and a 3x3 convolution may use Winograd, doing fewer multiplies than
-    the direct count its FLOPs are credited with."""
+def _above_isa_notes(
+    peaks: dict[str, KernelPeak], ideal: Theoretical, device: str = "cpu"
+) -> list[str]:
+    """Why a measured peak can exceed the ISA (or datasheet) peak: the peak assumes a clock the
+    chip may beat (turbo on a CPU, boost above the datasheet's clock on a GPU), and a 3x3
+    convolution may use Winograd, doing fewer multiplies than the direct count its FLOPs are
+    credited with."""
     notes = []
+    what = "ISA peak" if device == "cpu" else "datasheet peak"
     for dtype, found in sorted(peaks.items()):
         limit = ideal.flops_per_s.get(dtype)
         if not limit or found.flops_per_s <= limit:
@@ -741,6 +803,8 @@ def _above_isa_notes(peaks: dict[str, KernelPeak], ideal: Theoretical) -> list[s
         reason = (
             "the cores ran above the clock the ISA peak assumes (turbo), by at least "
             f"{implied:.2f}x"
+            if device == "cpu"
+            else f"the SMs ran above the clock the datasheet assumes, by at least {implied:.2f}x"
         )
         if found.family.startswith("conv3x3"):
             reason += (
@@ -748,17 +812,17 @@ def _above_isa_notes(peaks: dict[str, KernelPeak], ideal: Theoretical) -> list[s
             )
             reason += "direct count); model convolutions can do the same, so it stays the ceiling"
         notes.append(
-            f"{dtype} measured {found.flops_per_s / 1e9:,.0f} GFLOP/s > ISA peak "
+            f"{dtype} measured {found.flops_per_s / 1e9:,.0f} GFLOP/s > {what} "
             f"{limit / 1e9:,.0f} GFLOP/s: {reason}"
         )
     return notes
 
 
-def _available_memory(device: str) -> int | None:
-    if device == "cuda":
+def _available_memory(plan: CeilingsPlan) -> int | None:
+    if plan.device == "cuda":
         import torch
 
-        free, _ = torch.cuda.mem_get_info()
+        free, _ = torch.cuda.mem_get_info(plan.device_index)
         return int(free)
     try:
         import psutil

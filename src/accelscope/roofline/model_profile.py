@@ -53,8 +53,12 @@ def profile_model(
     iterations: int = 3,
     seed: int = 0,
     on_phase: Callable[[str], None] | None = None,
+    device_index: int = 0,
+    tf32: bool = False,
 ) -> RooflineAnalysis:
-    """The roofline of one batch of ``model`` under ``precision`` on ``device``."""
+    """The roofline of one batch of ``model`` under ``precision`` on ``device`` (``cuda``: the
+    GPU of ordinal ``device_index``; ``tf32``: fp32 may use TF32 tensor cores, and fp32
+    operators are held to the tf32 roof)."""
     say = on_phase or (lambda phase: None)
     runtime = _backend(backend)
     spec = RunSpec(
@@ -65,6 +69,8 @@ def profile_model(
         threads=threads,
         device=device,
         model_digest=model.digest,
+        device_index=device_index,
+        tf32=tf32,
     )
     runtime.supports(model, spec, env).require(f"backend {backend!r} with {precision.value}")
     runner = runtime.prepare(model, spec)
@@ -95,10 +101,12 @@ def profile_model(
     matched = match_event_times(names * iterations, events, device=device is Device.CUDA)
     times = per_call_times(names, matched, iterations)
     notes = measurement.warnings()
+    if tf32:
+        notes.append("TF32 on: fp32 operators are held to the tf32 roof")
     return build_profile(
         model=model.ref,
         backend=backend,
-        precision=precision.value,
+        precision=spec.precision_label,
         batch_size=batch_size,
         device=device.value,
         threads=threads if device is Device.CPU else 0,
@@ -108,4 +116,5 @@ def profile_model(
         measured_time_s=measurement.summary.median_s,
         measured_ci_rel=measurement.summary.median_ci_rel,
         notes=[f"model time: {measurement.stop_explanation()}", *notes],
+        tf32=tf32,
     )

@@ -19,32 +19,39 @@ from pathlib import Path
 from typing import Protocol
 
 from accelscope.engine.accuracy_check import (
+    AccuracyCheck,
     build_accuracy_check,
+    reference_spec,
     save_accuracy_check,
     with_reference,
 )
 from accelscope.engine.probe import ProbeTable
+from accelscope.errors import MeasurementError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.result import Result, Status
 from accelscope.spec import Device, RunSpec, TensorSpec
 from accelscope.sweep.confirm import Confirmation, confirmation_from_blocks, runner_up
-from accelscope.sweep.executor import NODE_LOST, Executor, WorkerOutcome
+from accelscope.sweep.executor import NODE_LOST, Executor, LocalExecutor, WorkerOutcome
 from accelscope.sweep.guard import AccuracyRule, apply_guard
 from accelscope.sweep.select import Selection, by_node_type, select, select_by_node_type
 from accelscope.sweep.space import Candidate, SweepSpace, expand
-from accelscope.sweep.worker import InterleaveTask, WorkerTask
+from accelscope.sweep.worker import InterleaveTask, ReferenceTask, WorkerTask
 
 __all__ = [
     "STRATEGIES",
     "NodeTarget",
+    "ReferenceRunner",
     "SweepEvents",
     "SweepOutcome",
     "SweepPlan",
     "latest_by_key",
     "run_sweep",
 ]
+
+ReferenceRunner = Callable[[ReferenceTask], WorkerOutcome]
+"""Runs a :class:`ReferenceTask` in a worker process and returns its outcome."""
 
 STRATEGIES = ("grid", "fast")
 BUDGET_REASON = "sweep budget ended before this configuration ran"
@@ -82,6 +89,8 @@ class SweepPlan:
     nodes: tuple[NodeTarget, ...] = ()
     """Cluster node types to measure on, each pre-screened by its own environment and probes
     (empty: this machine)."""
+    reference_timeout_s: float = 900.0
+    """Bound on the fp32 reference's worker (GPU sweeps), seconds."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,9 +329,15 @@ def run_sweep(
     workdir: Path,
     prior: Sequence[Result] = (),
     events: SweepEvents | None = None,
+    reference_runner: ReferenceRunner | None = None,
 ) -> SweepOutcome:
     """Run the sweep; ``sink`` commits each result as it exists; ``prior`` results (``--resume``)
-    are kept and their configurations are not measured again."""
+    are kept and their configurations are not measured again.
+
+    The fp32 reference every configuration is compared with runs in this process on the CPU,
+    and on a GPU in a worker process of its own on this machine (``reference_runner``; by
+    default a :class:`LocalExecutor`'s), so this process never holds the device while the
+    workers measure on it."""
     began = time.monotonic()
     candidates = _candidates(plan, model, env)
     done = {r.spec.key for r in prior if not _again(r)}
@@ -330,13 +345,20 @@ def run_sweep(
     accuracy_path = None
     if runnable:
         reference_base = replace(runnable[0].spec, node_type="")
-        if reference_base.device is not Device.CPU and not env.gpus:
-            # a cluster's GPU nodes, driven from a machine without one: the fp32 reference
+        here = any(gpu.index == reference_base.device_index for gpu in env.gpus)
+        if reference_base.device is not Device.CPU and not here:
+            # a cluster's GPU nodes, driven from a machine without that GPU: the fp32 reference
             # (what every configuration is compared with) is computed on this CPU
-            reference_base = replace(reference_base, device=Device.CPU)
+            reference_base = replace(reference_base, device=Device.CPU, device_index=0)
         check = build_accuracy_check(model, plan.accuracy_samples, plan.seed)
-        check = with_reference(check, model, reference_base, env)
-        accuracy_path = save_accuracy_check(check, workdir / "accuracy.pt")
+        if reference_base.device is Device.CPU:
+            check = with_reference(check, model, reference_base, env)
+            accuracy_path = save_accuracy_check(check, workdir / "accuracy.pt")
+        else:
+            runner = reference_runner or LocalExecutor(plan.reference_timeout_s).run
+            accuracy_path = _reference_in_worker(
+                plan, model, env, check, reference_base, workdir, runner, events
+            )
     sweep = _Sweep(
         plan=plan,
         model=model,
@@ -379,6 +401,49 @@ def run_sweep(
         wall_time_s=time.monotonic() - began,
         selections=selections,
     )
+
+
+def _reference_in_worker(
+    plan: SweepPlan,
+    model: LoadedModel,
+    env: Environment,
+    check: AccuracyCheck,
+    base: RunSpec,
+    workdir: Path,
+    runner: ReferenceRunner,
+    events: SweepEvents | None,
+) -> Path:
+    """The accuracy set with its reference outputs computed in a worker (see
+    :class:`~accelscope.sweep.worker.ReferenceTask`); raises ``MeasurementError`` when the
+    reference run fails, as it would here."""
+    inputs_path = save_accuracy_check(check, workdir / "accuracy-inputs.pt")
+    output_path = workdir / "accuracy.pt"
+    spec = reference_spec(model, base)
+    if events is not None:
+        events.note(f"fp32 reference {spec.label()} in a worker process")
+    task = ReferenceTask(
+        task=WorkerTask(
+            spec=spec,
+            model_ref=model.ref,
+            environment=env,
+            timer=plan.timer,
+            inputs=plan.inputs,
+            weights=plan.weights,
+            trust_model_code=plan.trust_model_code,
+            accuracy_path=str(inputs_path),
+            plugins=plan.plugins,
+            seed=plan.seed,
+            eval_data=plan.eval_data,
+            metric=plan.metric,
+        ),
+        output_path=str(output_path),
+    )
+    outcome = runner(task)
+    if outcome.reference_path is None:
+        failure = outcome.failure or "the worker sent no reference outputs"
+        prefix = "" if failure.startswith("reference run") else f"reference run {spec.label()}: "
+        raise MeasurementError(f"{prefix}{failure}")
+    return Path(outcome.reference_path)
 
 
 def _confirm(sweep: _Sweep, final: Sequence[Result]) -> Confirmation | None:

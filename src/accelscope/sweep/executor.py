@@ -22,10 +22,11 @@ from multiprocessing.connection import Connection, wait
 from typing import IO, Any, Protocol
 
 from accelscope.result import Result
-from accelscope.sweep.worker import InterleaveTask, WorkerTask, worker_main
+from accelscope.sweep.worker import InterleaveTask, ReferenceTask, WorkerTask, worker_main
 
 __all__ = [
     "NODE_LOST",
+    "AnyTask",
     "Executor",
     "InterpreterExecutor",
     "LocalExecutor",
@@ -35,6 +36,8 @@ __all__ = [
 ]
 
 ProgressFn = Callable[[str, int, float, float], None]
+AnyTask = WorkerTask | InterleaveTask | ReferenceTask
+"""What an executor runs in a worker process."""
 NODE_LOST = "node lost: "
 """Starts the reason of a configuration a cluster lost (its node died, was cancelled): not a
 measurement's failure, so ``--resume`` measures it again."""
@@ -53,6 +56,8 @@ class WorkerOutcome:
     """An :class:`InterleaveTask`'s block timings (``None`` for a plain task)."""
     node: str = ""
     """The cluster node that ran it (empty: this machine)."""
+    reference_path: str | None = None
+    """A :class:`ReferenceTask`'s output file (``None`` for other tasks)."""
 
 
 class Executor(Protocol):
@@ -86,16 +91,14 @@ class OneAtATime:
     on this machine: the task runs when it is collected."""
 
     def __init__(self) -> None:
-        self._queued: list[tuple[int, WorkerTask | InterleaveTask, ProgressFn | None]] = []
+        self._queued: list[tuple[int, AnyTask, ProgressFn | None]] = []
         self._tickets = 0
 
     def idle_slots(self, node_type: str = "") -> int:
         """One slot for this machine (node type ``""``), free when nothing is queued."""
         return 0 if self._queued or node_type else 1
 
-    def submit(
-        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
-    ) -> int:
+    def submit(self, task: AnyTask, on_progress: ProgressFn | None = None) -> int:
         """Queue ``task`` (it runs in :meth:`next_finished`)."""
         self._tickets += 1
         self._queued.append((self._tickets, task, on_progress))
@@ -106,9 +109,7 @@ class OneAtATime:
         ticket, task, on_progress = self._queued.pop(0)
         return ticket, self.run(task, on_progress)
 
-    def run(
-        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
-    ) -> WorkerOutcome:
+    def run(self, task: AnyTask, on_progress: ProgressFn | None = None) -> WorkerOutcome:
         """Run ``task`` to completion (each executor's own)."""
         raise NotImplementedError
 
@@ -134,9 +135,7 @@ class LocalExecutor(OneAtATime):
         self.timeout_s = timeout_s
         self._context = multiprocessing.get_context("spawn")
 
-    def run(
-        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
-    ) -> WorkerOutcome:
+    def run(self, task: AnyTask, on_progress: ProgressFn | None = None) -> WorkerOutcome:
         """Run ``task`` in a fresh process; Ctrl-C kills the worker and propagates."""
         receiver, sender = self._context.Pipe(duplex=False)
         process = self._context.Process(
@@ -206,15 +205,13 @@ class InterpreterExecutor(OneAtATime):
         self.python = python
         self.timeout_s = timeout_s
 
-    def run(
-        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
-    ) -> WorkerOutcome:
+    def run(self, task: AnyTask, on_progress: ProgressFn | None = None) -> WorkerOutcome:
         """Run ``task`` under :attr:`python`; Ctrl-C kills the worker and propagates."""
         with tempfile.TemporaryFile() as stderr:
             return self._run(task, stderr, on_progress)
 
     def _run(
-        self, task: WorkerTask | InterleaveTask, stderr: IO[bytes], on_progress: ProgressFn | None
+        self, task: AnyTask, stderr: IO[bytes], on_progress: ProgressFn | None
     ) -> WorkerOutcome:
         read_fd, write_fd = os.pipe()
         try:
@@ -287,6 +284,8 @@ def _collect(
                 return WorkerOutcome(Result.from_json(message[1]))
             elif kind == "interleaved":
                 return WorkerOutcome(None, interleaved=json.loads(message[1]))
+            elif kind == "reference":
+                return WorkerOutcome(None, reference_path=str(message[1]))
             elif kind == "error":
                 return WorkerOutcome(None, str(message[1]))
         elif process.sentinel in ready and not receiver.poll():

@@ -62,8 +62,8 @@ def skipped_by_reason(results: Sequence[Result]) -> list[tuple[str, list[str]]]:
 
 
 def baseline_for(results: Sequence[Result]) -> Result | None:
-    """The eager fp32 result (the speedup baseline): largest batch size and most threads among
-    measured eager fp32 results, or ``None``."""
+    """The eager fp32 result (the speedup baseline): IEEE fp32 (TF32 off) before TF32, then
+    the largest batch size and most threads among measured eager fp32 results, or ``None``."""
     eager = [
         r
         for r in results
@@ -74,6 +74,7 @@ def baseline_for(results: Sequence[Result]) -> Result | None:
     eager.sort(
         key=lambda r: (
             r.spec.backend != "eager",
+            r.spec.tf32,
             any(value != "false" for _, value in r.spec.options),
             -r.spec.batch_size,
             -r.spec.threads,

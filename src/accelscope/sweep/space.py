@@ -34,7 +34,12 @@ class SweepSpace:
     """What to sweep. Empty ``backends``/``precisions`` mean every registered backend and every
     precision; ``options`` (key, value) pairs apply to each backend that has that option. When
     the precisions leave fp32 out (``--precision int8,bf16``), the fp32 baseline is added: a
-    speedup needs it."""
+    speedup needs it.
+
+    ``device_index`` is the CUDA ordinal. ``tf32`` lists the TF32 settings fp32 configurations
+    run under (``(False, True)``: IEEE fp32 and TF32 as separate rows); reduced precisions run
+    with TF32 off, as does the added fp32 baseline.
+    """
 
     backends: tuple[str, ...] = ()
     precisions: tuple[Precision, ...] = ()
@@ -43,6 +48,8 @@ class SweepSpace:
     device: Device = Device.CPU
     options: tuple[tuple[str, str], ...] = ()
     force_precisions: bool = False
+    device_index: int = 0
+    tf32: tuple[bool, ...] = (False,)
 
     def __post_init__(self) -> None:
         if not self.batch_sizes or any(b <= 0 for b in self.batch_sizes):
@@ -51,6 +58,12 @@ class SweepSpace:
             raise BadInputError("thread counts must be positive integers")
         for name in self.backends:
             get_backend(name)  # unknown names are bad input, before anything runs
+        if not self.tf32:
+            raise BadInputError("tf32: give on, off or both")
+        if True in self.tf32 and self.device is not Device.CUDA:
+            raise BadInputError(
+                "--tf32 on needs --device cuda: TF32 is a mode of NVIDIA tensor cores"
+            )
 
 
 @dataclass(frozen=True)
@@ -85,7 +98,8 @@ def _specs(space: SweepSpace, model: LoadedModel, env: Environment) -> list[tupl
     ):
         if precision not in backend.precisions and not space.precisions:
             continue  # default sweep: only what the backend can do at all
-        for options in _option_variants(space.options, backend.options):
+        tf32_values = space.tf32 if precision is Precision.FP32 else (False,)
+        for options, tf32 in product(_option_variants(space.options, backend.options), tf32_values):
             spec = RunSpec(
                 model=model.ref,
                 backend=backend.name,
@@ -95,9 +109,11 @@ def _specs(space: SweepSpace, model: LoadedModel, env: Environment) -> list[tupl
                 device=space.device,
                 model_digest=model.digest,
                 options=options,
+                device_index=space.device_index,
+                tf32=tf32,
             )
             out.append((spec, _support(backend, model, spec, env)))
-    if not any(spec.precision is Precision.FP32 for spec, _ in out):
+    if not any(spec.precision is Precision.FP32 and not spec.tf32 for spec, _ in out):
         out.insert(0, _baseline(space, model, env))
     return out
 
@@ -115,6 +131,7 @@ def _baseline(space: SweepSpace, model: LoadedModel, env: Environment) -> tuple[
         threads=max(space.threads),
         device=space.device,
         model_digest=model.digest,
+        device_index=space.device_index,
     )
     return spec, _support(backend, model, spec, env)
 

@@ -22,7 +22,12 @@ from typing import Any
 
 from accelscope.backends.base import Runner
 from accelscope.backends.registry import get_backend
-from accelscope.engine.accuracy_check import calibration_batches, load_accuracy_check
+from accelscope.engine.accuracy_check import (
+    calibration_batches,
+    load_accuracy_check,
+    save_accuracy_check,
+    with_reference,
+)
 from accelscope.engine.configuration import measure_config
 from accelscope.errors import AccelscopeError
 from accelscope.hardware.fingerprint import Environment, collect_environment
@@ -33,7 +38,7 @@ from accelscope.models.inputs import make_batch
 from accelscope.models.loading import load_model
 from accelscope.spec import RunSpec, TensorSpec
 
-__all__ = ["InterleaveTask", "WorkerTask", "main", "worker_main"]
+__all__ = ["InterleaveTask", "ReferenceTask", "WorkerTask", "main", "worker_main"]
 
 _PR_SET_PDEATHSIG = 1
 _PROGRESS_INTERVAL_S = 0.25
@@ -145,6 +150,35 @@ class InterleaveTask:
             models=tuple(WorkerTask.from_json(m) for m in data.get("models", [])),
             per_call=bool(data.get("per_call", False)),
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferenceTask:
+    """Compute the accuracy set's reference outputs in a worker: ``task.spec`` is the reference
+    configuration (IEEE fp32 on the model's runtime and device), ``task.accuracy_path`` the set
+    without them; the set with them is written to ``output_path``. On a GPU this keeps the
+    sweep's parent off the device (no CUDA context, no model or allocator cache held there
+    while the workers measure)."""
+
+    task: WorkerTask
+    output_path: str
+
+    @property
+    def spec(self) -> RunSpec:
+        """The reference configuration (names the worker process)."""
+        return self.task.spec
+
+    def to_json(self) -> str:
+        """Serialise for the worker process."""
+        return json.dumps(
+            {"kind": "reference", "task": self.task.to_json(), "output_path": self.output_path}
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ReferenceTask:
+        """Inverse of :meth:`to_json`."""
+        data = json.loads(text)
+        return cls(task=WorkerTask.from_json(data["task"]), output_path=str(data["output_path"]))
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -293,15 +327,32 @@ def _run_interleaved(task: InterleaveTask, conn: Any) -> None:
     conn.send(("interleaved", json.dumps(payload)))
 
 
+def _run_reference(task: ReferenceTask, conn: Any) -> None:
+    """Load the model and the accuracy set, run the reference configuration on it, write the
+    set with its reference outputs, and send the path."""
+    if task.task.accuracy_path is None:
+        raise ValueError("a reference task needs the accuracy set's path")
+    model = _load(task.task)
+    conn.send(("progress", f"reference {task.spec.label()}", 0, 0.0, 0.0))
+    check = load_accuracy_check(Path(task.task.accuracy_path))
+    check = with_reference(check, model, task.spec, task.task.environment)
+    save_accuracy_check(check, Path(task.output_path))
+    conn.send(("reference", task.output_path))
+
+
 def worker_main(task_json: str, conn: Any, parent_pid: int) -> None:
     """Process entry point: run one task, send ``("result", json)`` (``("interleaved", json)``
-    for an :class:`InterleaveTask`) or ``("error", reason)``."""
+    for an :class:`InterleaveTask`, ``("reference", path)`` for a :class:`ReferenceTask`) or
+    ``("error", reason)``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
     warnings.simplefilter("ignore")  # runtime deprecation chatter would drown the sweep output
     try:
-        if json.loads(task_json).get("kind") == "interleave":
+        kind = json.loads(task_json).get("kind")
+        if kind == "interleave":
             _run_interleaved(InterleaveTask.from_json(task_json), conn)
+        elif kind == "reference":
+            _run_reference(ReferenceTask.from_json(task_json), conn)
         else:
             _run(WorkerTask.from_json(task_json), conn)
     except MemoryError:
@@ -323,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     fd_text, parent_text = argv if argv is not None else sys.argv[1:3]
     conn = Connection(int(fd_text), readable=False)
     task_json = sys.stdin.read()
-    if json.loads(task_json).get("kind") != "interleave":
+    if json.loads(task_json).get("kind") not in ("interleave", "reference"):
         task = WorkerTask.from_json(task_json)
         task_json = replace(task, environment=collect_environment()).to_json()
     worker_main(task_json, conn, int(parent_text))

@@ -20,15 +20,23 @@ from accelscope.commands.bench.html import render_bench_report
 from accelscope.engine.probe import ProbeTable, probe_table
 from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment, collect_environment
+from accelscope.hardware.gpu import check_device
 from accelscope.measurement.threads import available_cores
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.loading import load_model
 from accelscope.result import Result
-from accelscope.spec import Device, Precision, TensorSpec
+from accelscope.spec import Device, DeviceRef, Precision, TensorSpec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
 from accelscope.sweep.confirm import Confirmation
-from accelscope.sweep.driver import STRATEGIES, NodeTarget, SweepEvents, SweepPlan, run_sweep
+from accelscope.sweep.driver import (
+    STRATEGIES,
+    NodeTarget,
+    ReferenceRunner,
+    SweepEvents,
+    SweepPlan,
+    run_sweep,
+)
 from accelscope.sweep.executor import Executor, LocalExecutor
 from accelscope.sweep.guard import AccuracyRule
 from accelscope.sweep.ray_executor import RayExecutor, check_reachable, check_shippable
@@ -43,7 +51,10 @@ __all__ = ["EXECUTORS", "BenchOutcome", "BenchRequest", "bench", "selections_for
 @dataclass(frozen=True, kw_only=True)
 class BenchRequest:
     """What ``accelscope bench`` should sweep. Empty tuples mean the defaults: every registered
-    backend, every precision with a fast path here, batch 8, all usable cores."""
+    backend, every precision with a fast path here, batch 8, all usable cores.
+
+    ``device_index`` is the CUDA ordinal (``--device cuda:1``); ``tf32`` the TF32 settings fp32
+    runs under on CUDA (default IEEE fp32 only; ``(False, True)`` measures both as rows)."""
 
     model: str
     backends: tuple[str, ...] = ()
@@ -51,6 +62,8 @@ class BenchRequest:
     batch_sizes: tuple[int, ...] = ()
     threads: tuple[int, ...] = ()
     device: Device = Device.CPU
+    device_index: int = 0
+    tf32: tuple[bool, ...] = (False,)
     options: tuple[tuple[str, str], ...] = ()
     force_precisions: bool = False
     sla_p99_s: float | None = None
@@ -192,14 +205,20 @@ def bench(
     environment: Environment | None = None,
     probes: ProbeTable | None = None,
     command_line: str | None = None,
+    reference_runner: ReferenceRunner | None = None,
 ) -> BenchOutcome:
     """Sweep ``request`` and select the fastest accepted configuration within the SLA.
 
     ``probes`` replaces the measured precision probes (tests pass fakes); by default the
     probes the pre-screen needs are read from the per-machine cache or measured.
+    ``reference_runner`` runs the fp32 reference of a GPU sweep (by default in a worker
+    process of this machine: this process never uses the GPU).
     """
     _validate(request)
     env = environment or collect_environment()
+    device = DeviceRef(request.device, request.device_index)
+    if request.executor == "local":
+        check_device(device, env.gpus)  # a cluster's node types are checked once described
     threads = request.threads or (available_cores(),)
     space = SweepSpace(
         backends=request.backends,
@@ -209,6 +228,8 @@ def bench(
         device=request.device,
         options=request.options,
         force_precisions=request.force_precisions,
+        device_index=request.device_index,
+        tf32=request.tf32,
     )
     check_paths(store_path, request.report_path)
     model = load_model(
@@ -254,6 +275,7 @@ def bench(
             probes=probes,
             confirm_rounds=request.confirm_rounds,
             nodes=nodes,
+            reference_timeout_s=request.timeout_s,
         )
         run = CommandRun(
             "bench",
@@ -275,6 +297,7 @@ def bench(
                 workdir=Path(workdir),
                 prior=prior,
                 events=events,
+                reference_runner=reference_runner,
             )
             if probes is not None and probes.verdicts:
                 run.add_document("probes", probes.to_dict())
@@ -339,6 +362,12 @@ def _describe_nodes(
     described = cluster.describe(
         pairs, max(request.threads) if request.threads else None, request.refresh_probes
     )
+    for d in described:  # a node type without GPUs lists its configurations as skipped
+        if d.environment.gpus:
+            try:
+                check_device(DeviceRef(request.device, request.device_index), d.environment.gpus)
+            except BadInputError as exc:
+                raise BadInputError(f"node type {d.node_type}: {exc.message}") from None
     if events is not None:
         for d in described:
             events.note(

@@ -18,12 +18,13 @@ from accelscope.engine.accuracy_check import (
 from accelscope.engine.configuration import measure_config
 from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment, collect_environment
+from accelscope.hardware.gpu import check_device
 from accelscope.measurement.threads import available_cores
 from accelscope.measurement.timer import ProgressFn, TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.loading import load_model
 from accelscope.result import Result
-from accelscope.spec import BATCH_DIM, Device, Precision, RunSpec, TensorSpec
+from accelscope.spec import BATCH_DIM, Device, DeviceRef, Precision, RunSpec, TensorSpec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
 __all__ = ["DEFAULT_BATCH_SIZE", "MeasureOutcome", "MeasureRequest", "measure", "resolve_batches"]
@@ -34,7 +35,9 @@ DEFAULT_BATCH_SIZE = 8
 @dataclass(frozen=True, kw_only=True)
 class MeasureRequest:
     """What ``accelscope measure`` should do. Empty ``batch_sizes`` means the default (8, or
-    the model's fixed batch); ``threads=None`` means every core this process may use."""
+    the model's fixed batch); ``threads=None`` means every core this process may use.
+    ``device_index`` is the CUDA ordinal (``--device cuda:1``); ``tf32`` lets fp32 use TF32
+    tensor cores on CUDA (off: IEEE fp32)."""
 
     model: str
     backend: str = "eager"
@@ -42,6 +45,8 @@ class MeasureRequest:
     batch_sizes: tuple[int, ...] = ()
     threads: int | None = None
     device: Device = Device.CPU
+    device_index: int = 0
+    tf32: bool = False
     options: tuple[tuple[str, str], ...] = ()
     inputs: tuple[TensorSpec, ...] | None = None
     weights: Path | None = None
@@ -93,6 +98,7 @@ def measure(
     the store untouched. Ctrl-C keeps what was measured and raises ``InterruptedRunError``.
     """
     env = environment or collect_environment()
+    check_device(DeviceRef(request.device, request.device_index), env.gpus)
     backend = get_backend(request.backend)
     threads = request.threads if request.threads is not None else available_cores()
     if threads <= 0:
@@ -120,6 +126,8 @@ def measure(
             device=request.device,
             model_digest=model.digest,
             options=request.options,
+            device_index=request.device_index,
+            tf32=request.tf32,
         )
         for batch in resolve_batches(model, request.batch_sizes)
     ]

@@ -15,15 +15,16 @@ from accelscope.commands._lifecycle import CommandRun, check_paths
 from accelscope.commands.roofline.html import render_roofline_report
 from accelscope.errors import BadInputError, NotAvailableError
 from accelscope.hardware.fingerprint import Environment, collect_environment
+from accelscope.hardware.gpu import check_device
 from accelscope.measurement.threads import available_cores
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.loading import load_model
 from accelscope.roofline.analysis import RooflineAnalysis
 from accelscope.roofline.cache import cache_path, load_cached, save_cached
-from accelscope.roofline.ceilings import DTYPES, Ceilings
-from accelscope.roofline.measure_ceilings import CeilingsPlan, measure_ceilings
+from accelscope.roofline.ceilings import Ceilings
+from accelscope.roofline.measure_ceilings import CeilingsPlan, device_dtypes, measure_ceilings
 from accelscope.roofline.model_profile import PROFILED_BACKENDS, profile_model
-from accelscope.spec import Device, Precision, TensorSpec
+from accelscope.spec import Device, DeviceRef, Precision, TensorSpec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
 __all__ = [
@@ -43,14 +44,16 @@ _PRECISIONS = (Precision.FP32, Precision.BF16, Precision.FP16)
 
 @dataclass(frozen=True)
 class CeilingsRequest:
-    """Which device to measure, whether to ignore the cache (re-measure ``dtypes`` from
-    scratch), the time budget of a measurement (seconds), and the dtypes whose compute roofs
-    are needed."""
+    """Which device to measure (and its CUDA ordinal), whether to ignore the cache (re-measure
+    ``dtypes`` from scratch), the time budget of a measurement (seconds), and the dtypes whose
+    compute roofs are needed (empty: every dtype of the device; on CUDA fp32 is IEEE fp32 and
+    tf32 its own row)."""
 
     device: Device = Device.CPU
     refresh: bool = False
     budget_s: float = 180.0
-    dtypes: tuple[str, ...] = DTYPES
+    dtypes: tuple[str, ...] = ()
+    device_index: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +80,8 @@ class RooflineRequest:
     batch_size: int = 8
     threads: int | None = None
     device: Device = Device.CPU
+    device_index: int = 0
+    tf32: bool = False
     report_path: Path | None = None
     measure_budget_s: float = 10.0
     ceilings_budget_s: float = 180.0
@@ -98,15 +103,15 @@ class RooflineOutcome:
     report_path: Path | None
 
 
-def ceiling_dtypes(precision: Precision) -> tuple[str, ...]:
+def ceiling_dtypes(precision: Precision, tf32: bool = False) -> tuple[str, ...]:
     """The compute roofs a roofline at ``precision`` needs: fp32 (the roof of every operator
-    that autocast leaves in fp32, and of dtypes without their own) and the precision's own."""
-    return tuple(dict.fromkeys(("fp32", precision.value)))
+    that autocast leaves in fp32, and of dtypes without their own), tf32 when fp32 may use
+    TF32 tensor cores, and the precision's own."""
+    return tuple(dict.fromkeys(("fp32", *(("tf32",) if tf32 else ()), precision.value)))
 
 
-def _check_device(device: Device, env: Environment) -> None:
-    if device is Device.CUDA and not env.gpus:
-        raise NotAvailableError("device 'cuda' not available: no CUDA device found on this machine")
+def _check_device(device: Device, env: Environment, index: int = 0) -> None:
+    check_device(DeviceRef(device, index), env.gpus)
 
 
 def _cache_dir(store_path: Path | None) -> Path:
@@ -122,6 +127,7 @@ def _store_ceilings(
 ) -> str | None:
     settings = {
         "device": request.device.value,
+        "device_index": request.device_index,
         "budget_s": request.budget_s,
         "dtypes": list(request.dtypes),
     }
@@ -155,21 +161,32 @@ def ceilings(
     if request.budget_s <= 0:
         raise BadInputError("the ceilings budget must be positive")
     env = environment or collect_environment()
-    _check_device(request.device, env)
+    _check_device(request.device, env, request.device_index)
     check_paths(store_path)
+    wanted = request.dtypes or device_dtypes(request.device.value)
+    if request.device is Device.CPU and "tf32" in wanted:
+        raise BadInputError("dtype 'tf32' is a CUDA tensor-core mode; a CPU has no TF32")
     threads = available_cores() if request.device is Device.CPU else 0
     path = cache_path(
-        cache_dir or _cache_dir(store_path), env.fingerprint(), request.device.value, threads
+        cache_dir or _cache_dir(store_path),
+        env.fingerprint(),
+        request.device.value,
+        threads,
+        request.device_index,
     )
     cached = None if request.refresh else load_cached(path)
-    wanted = request.dtypes
     if cached is not None:
-        wanted = cached.missing(request.dtypes)
+        wanted = cached.missing(wanted)
         if not wanted:
             return CeilingsOutcome(
                 ceilings=cached, cached=True, cache_path=path, run_id=None, store_path=None
             )
-    plan = CeilingsPlan(device=request.device.value, budget_s=request.budget_s, dtypes=wanted)
+    plan = CeilingsPlan(
+        device=request.device.value,
+        budget_s=request.budget_s,
+        dtypes=wanted,
+        device_index=request.device_index,
+    )
     if cached is None:
         found = measure(plan, env, events=events)
     else:
@@ -209,7 +226,9 @@ def _validate(request: RooflineRequest, env: Environment) -> int:
         raise BadInputError(f"threads must be a positive integer, got {request.threads}")
     if request.measure_budget_s <= 0 or request.iterations <= 0:
         raise BadInputError("the measure budget and profiler iterations must be positive")
-    _check_device(request.device, env)
+    _check_device(request.device, env, request.device_index)
+    if request.tf32 and request.device is not Device.CUDA:
+        raise BadInputError("--tf32 on needs --device cuda: TF32 is a mode of NVIDIA tensor cores")
     return request.threads or available_cores()
 
 
@@ -239,7 +258,8 @@ def roofline(
             request.device,
             request.refresh_ceilings,
             request.ceilings_budget_s,
-            ceiling_dtypes(request.precision),
+            ceiling_dtypes(request.precision, request.tf32),
+            request.device_index,
         ),
         store_path=store_path,
         cache_dir=cache_dir,
@@ -260,6 +280,8 @@ def roofline(
         timer=TimerConfig(budget_s=request.measure_budget_s),
         iterations=request.iterations,
         on_phase=events,
+        device_index=request.device_index,
+        tf32=request.tf32,
     )
     settings = {
         "backend": request.backend,
@@ -267,6 +289,8 @@ def roofline(
         "batch_size": request.batch_size,
         "threads": threads,
         "device": request.device.value,
+        "device_index": request.device_index,
+        "tf32": request.tf32,
     }
     run = CommandRun(
         "roofline",
