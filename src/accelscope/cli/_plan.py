@@ -22,6 +22,7 @@ from accelscope.commands.plan.workflow import (
     plan_memory,
 )
 from accelscope.errors import BadInputError
+from accelscope.plan.energy import EnergyPrice
 from accelscope.plan.quantities import (
     parse_count,
     parse_money,
@@ -56,6 +57,16 @@ def _print(outcome: PlanOutcome, as_json: bool) -> None:
         _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")
 
 
+def _energy_price(price: str | None, pue: float | None) -> EnergyPrice | None:
+    """``--energy-price 0.12`` ($/kWh) with an optional ``--pue 1.4``."""
+    if price is None:
+        if pue is not None:
+            raise BadInputError("--pue needs --energy-price (the $/kWh it scales)")
+        return None
+    usd = parse_money(price.removesuffix("/kWh").removesuffix("/kwh"), "--energy-price")
+    return EnergyPrice(usd_per_kwh=usd, pue=1.0 if pue is None else pue)
+
+
 @plan_app.callback()
 def plan_command(
     ctx: typer.Context,
@@ -84,6 +95,12 @@ def plan_command(
         metavar="TYPE=NODE_TYPE",
         help="Catalog type measured by a --run's Ray node type, e.g. g6.xlarge=l4-pool.",
     ),
+    energy_price: str = typer.Option(
+        None, "--energy-price", metavar="USD", help="$ per kWh: price the measured energy."
+    ),
+    pue: float = typer.Option(
+        None, "--pue", help="With --energy-price: wall / IT energy (1.0: the GPU board only)."
+    ),
     report: Path = typer.Option(None, "--report", help="HTML report path."),
     store: Path = StoreOption,
     no_store: bool = typer.Option(False, "--no-store", help="Do not store the plan."),
@@ -110,6 +127,7 @@ def plan_command(
         only=tuple(p.strip() for p in only.split(",") if p.strip()) if only else (),
         node_types=parse_node_type_map(node_type or ()),
         report_path=report,
+        energy_price=_energy_price(energy_price, pue),
     )
     store_path = store or DEFAULT_STORE_PATH
     outcome = plan_capacity(

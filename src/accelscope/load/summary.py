@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from accelscope.hardware.energy import EnergyFigure
 from accelscope.load.batcher import BatchPolicy
 from accelscope.load.early_stopping import (
     EarlyStopping,
@@ -118,6 +119,9 @@ class TrialSummary:
     stalled_instances: int = 0
     p99_is_lower_bound: bool = False
     query_samples: dict[str, list[float]] = field(default_factory=dict)
+    energy: EnergyFigure | None = None
+    """Joules over the trial's window and per completed query, or "not measured: why"
+    (``None``: trials stored before energy was measured)."""
 
     @property
     def valid(self) -> bool:
@@ -185,6 +189,7 @@ class TrialSummary:
             "stalled_instances": self.stalled_instances,
             "p99_is_lower_bound": self.p99_is_lower_bound,
             "query_samples": self.query_samples,
+            "energy": None if self.energy is None else self.energy.to_dict(),
         }
 
     @classmethod
@@ -227,6 +232,7 @@ class TrialSummary:
             stalled_instances=int(data.get("stalled_instances", 0)),
             p99_is_lower_bound=bool(data.get("p99_is_lower_bound", False)),
             query_samples=dict(data.get("query_samples", {})),
+            energy=EnergyFigure.from_dict(data["energy"]) if data.get("energy") else None,
         )
 
 
@@ -290,8 +296,10 @@ def summarize_trial(
     *,
     offered_rate_per_s: float | None = None,
     sla_p99_s: float | None = None,
+    energy: EnergyFigure | None = None,
 ) -> TrialSummary:
-    """The figures and verdict of ``record``."""
+    """The figures and verdict of ``record``; ``energy``: the trial window's, divided over its
+    completed queries."""
     statuses = record.status
     ok = [i for i, s in enumerate(statuses) if s is QueryStatus.OK]
     timed_out = [i for i, s in enumerate(statuses) if s is QueryStatus.TIMEOUT]
@@ -348,4 +356,5 @@ def summarize_trial(
         stalled_instances=record.stalled_instances,
         p99_is_lower_bound=lower_bound,
         query_samples=_query_samples(record, ok),
+        energy=None if energy is None else energy.for_items(len(ok)),
     )

@@ -132,6 +132,7 @@ def bench_capacity(
             f"{p99_s * 1e3:.4g} ms per call; open-loop arrivals queue, so the rate "
             "that keeps p99 within the SLA is lower (run accelscope load to test it)",
         ),
+        detail={"bench_label": label},
     )
 
 

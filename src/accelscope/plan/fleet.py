@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from accelscope.plan.capacity import CapacityEstimate
+from accelscope.plan.energy import OptionEnergy
 from accelscope.plan.traffic import HOURS, Traffic
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "Recommendation",
     "cost_option",
     "plan_fleet",
+    "requests_per_month",
 ]
 
 HOURS_PER_MONTH = 730.0
@@ -81,6 +83,8 @@ class OptionCost:
     per_million_full_use: float | None = None
     utilisation_always_on: float | None = None
     utilisation_autoscaled: float | None = None
+    energy: OptionEnergy | None = None
+    """Joules per item measured with its capacity, kWh and $ a month (or not measured: why)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the option flattened in)."""
@@ -105,6 +109,7 @@ class OptionCost:
             "per_million_full_use": self.per_million_full_use,
             "utilisation_always_on": self.utilisation_always_on,
             "utilisation_autoscaled": self.utilisation_autoscaled,
+            "energy": None if self.energy is None else self.energy.to_dict(),
         }
 
 
@@ -118,6 +123,11 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return {"choice": self.choice, "why": list(self.why)}
+
+
+def requests_per_month(traffic: Traffic) -> float:
+    """The traffic's requests in a month (730 h)."""
+    return traffic.requests_per_day * _DAYS_PER_MONTH
 
 
 def _needed(rate_qps: float, capacity_qps: float, headroom: float) -> int:

@@ -10,11 +10,12 @@ model's roofline profile, and labelled ``estimate``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from accelscope.documents import LlmCapacity, LoadCapacity, RooflineProfile
 from accelscope.errors import BadInputError
+from accelscope.hardware.energy import EnergyFigure
 from accelscope.plan.capacity import (
     Calibration,
     CapacityEstimate,
@@ -26,7 +27,15 @@ from accelscope.plan.capacity import (
     project_capacity,
 )
 from accelscope.plan.catalog import Catalog, Instance
-from accelscope.plan.fleet import Option, OptionCost, PlanSettings, Recommendation, plan_fleet
+from accelscope.plan.energy import EnergyPrice, figure_key, option_energy
+from accelscope.plan.fleet import (
+    Option,
+    OptionCost,
+    PlanSettings,
+    Recommendation,
+    plan_fleet,
+    requests_per_month,
+)
 from accelscope.plan.traffic import Traffic
 
 __all__ = ["PLAN_SCHEMA", "THIS_MACHINE", "BenchFigure", "CapacityPlan", "Evidence", "build_plan"]
@@ -47,6 +56,8 @@ class BenchFigure:
     precision: str = ""
     batch_size: int = 0
     batch_time_s: float = 0.0
+    energy: EnergyFigure | None = None
+    """The configuration's energy window (joules per item), when it was measured."""
 
     def calibration(self) -> Calibration | None:
         """This figure as a projection calibration (``None`` without its configuration)."""
@@ -82,6 +93,20 @@ class Evidence:
     """Bench figures measured on cluster nodes, by the catalog instance type their node type
     stands for (``--node-type INSTANCE=NODE_TYPE``): measured capacity for that entry."""
 
+    def energy_figures(self) -> dict[str, EnergyFigure]:
+        """Every energy figure measured with a capacity, by :func:`figure_key`: each bench
+        configuration's, and each load run's capacity trial's (joules per query)."""
+        found: dict[str, EnergyFigure] = {}
+        benches = [*self.bench, *(b for group in self.by_instance.values() for b in group)]
+        for figure in benches:
+            if figure.energy is not None:
+                found[figure_key("bench", figure.label)] = figure.energy
+        for capacity in self.capacities:
+            energy = (capacity.capacity_trial or {}).get("energy")
+            if isinstance(energy, dict):
+                found[figure_key("measured", capacity.label)] = EnergyFigure.from_dict(energy)
+        return found
+
     @property
     def device(self) -> str | None:
         """The device the measurements ran on (``cpu``/``cuda``), if any says."""
@@ -106,6 +131,7 @@ class CapacityPlan:
     here: str | None
     catalog_files: tuple[str, ...]
     sources: tuple[str, ...]
+    energy_price: EnergyPrice | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The stored ``plan`` document (JSON-ready); the views render this form."""
@@ -120,6 +146,7 @@ class CapacityPlan:
             "here": self.here,
             "catalog_files": list(self.catalog_files),
             "sources": list(self.sources),
+            "energy_price": None if self.energy_price is None else self.energy_price.to_dict(),
         }
 
 
@@ -185,8 +212,10 @@ def build_plan(
     evidence: Evidence,
     here: str | None = None,
     only: Sequence[str] = (),
+    energy_price: EnergyPrice | None = None,
 ) -> CapacityPlan:
-    """Capacity, fleet and cost of every catalog option (or of ``only`` these types)."""
+    """Capacity, fleet and cost of every catalog option (or of ``only`` these types); each
+    option's energy where it was measured with its capacity (priced at ``energy_price``)."""
     here_instance = catalog.get(here) if here else None
     if here_instance is not None:
         _check_kind(here_instance, evidence.device, "--here", "here")
@@ -248,6 +277,15 @@ def build_plan(
             "result in the store for it (run accelscope roofline/load/bench, or give --capacity)"
         )
     ranked, recommendation = plan_fleet(options, traffic, settings)
+    energy = evidence.energy_figures()
+    monthly = requests_per_month(traffic)
+    ranked = tuple(
+        replace(
+            cost,
+            energy=option_energy(cost.option.capacity, energy, monthly, energy_price),
+        )
+        for cost in ranked
+    )
     return CapacityPlan(
         model=model,
         traffic=traffic,
@@ -257,4 +295,5 @@ def build_plan(
         here=here,
         catalog_files=catalog.files,
         sources=evidence.sources,
+        energy_price=energy_price,
     )

@@ -13,7 +13,7 @@ from accelscope.report.format import format_bytes, format_seconds, ms
 from accelscope.result import Result, Status
 from accelscope.store.sqlite import RunRecord
 
-__all__ = ["results_view", "runs_view"]
+__all__ = ["energy_notes", "results_view", "runs_view"]
 
 
 def _accuracy_text(result: Result) -> str:
@@ -31,6 +31,21 @@ def _accuracy_text(result: Result) -> str:
         if accuracy.fidelity.top1_agreement is not None:
             parts.append(f"top1 agree {accuracy.fidelity.top1_agreement:.0%}")
     return " ".join(parts) or "—"
+
+
+def _joules_text(result: Result) -> str:
+    """Joules per item of the result's energy window: "n/m" when not measured (the reason is
+    a note), "—" for results stored before energy was measured."""
+    if result.energy is None:
+        return "—"
+    value = result.energy.joules_per_item
+    return "n/m" if value is None else f"{value:.3g}"
+
+
+def energy_notes(results: Sequence[Result]) -> list[str]:
+    """Each distinct reason a result's energy was not measured, once."""
+    reasons = (r.energy.reason for r in results if r.energy is not None and r.energy.reason)
+    return [f"energy: not measured: {reason}" for reason in dict.fromkeys(reasons)]
 
 
 def _speedup_text(result: Result, baseline: Result | None) -> str:
@@ -65,6 +80,7 @@ def results_view(
         "min ms",
         "accuracy",
         "peak RSS",
+        "J/item",
         "first call",
         "status",
     ]
@@ -96,12 +112,13 @@ def results_view(
         peak = format_bytes(result.memory.rss_peak_bytes) if result.memory else "—"
         row = [
             backend,
-            spec.precision.value,
+            spec.precision_label,  # tf32 for fp32 with TF32 tensor cores
             str(spec.batch_size),
             str(spec.threads),
             *cells[:5],
             _accuracy_text(result),
             peak,
+            _joules_text(result),
             cells[5],
         ]
         if baseline is not None:
@@ -118,6 +135,8 @@ def results_view(
             for w in result.warnings
             if m is None or w != m.stop_explanation()
         )
+    if show_notes:
+        notes.extend(Text(note, style="dim") for note in energy_notes(results))
     return Group(table, *notes)
 
 

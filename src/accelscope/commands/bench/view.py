@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from accelscope.report.tables import results_view
+from accelscope.report.tables import energy_notes, results_view
 from accelscope.result import Result, Status
 from accelscope.sweep.select import (
     SPEEDUP_COLUMN_NOTE,
@@ -56,6 +56,7 @@ def _one_view(
         )
     if rule:
         parts.append(Text(f"accuracy rule: {rule}", style="dim"))
+    parts.extend(Text(note, style="dim") for note in energy_notes(shown))
     if selection.confirmation is not None and selection.confirmation.speedup is not None:
         parts.append(Text(SPEEDUP_COLUMN_NOTE, style="dim"))
     parts.append(Text(selection.verdict, style="bold"))

@@ -16,7 +16,7 @@ from rich.text import Text
 from accelscope.commands.load.verdict import harness_floor_text, load_verdict
 from accelscope.report.format import ms
 
-__all__ = ["load_table", "load_view"]
+__all__ = ["energy_notes", "load_table", "load_view"]
 
 
 def _batcher(batching: dict[str, Any]) -> str:
@@ -35,9 +35,24 @@ def _verdict_cell(trial: dict[str, Any]) -> Text:
     return Text("invalid: " + "; ".join(trial["invalid_reasons"]), style="red")
 
 
+def _joules(trial: dict[str, Any]) -> str:
+    """Joules per completed query; "n/m" when not measured ("—": stored before energy)."""
+    energy = trial.get("energy")
+    if not energy:
+        return "—"
+    value = energy.get("joules_per_item")
+    return "n/m" if value is None else f"{float(value):.3g}"
+
+
+def energy_notes(trials: Sequence[dict[str, Any]]) -> list[str]:
+    """Each distinct reason a trial's energy was not measured, once."""
+    reasons = [(t.get("energy") or {}).get("reason") for t in trials]
+    return [f"energy: not measured: {r}" for r in dict.fromkeys(r for r in reasons if r)]
+
+
 def load_table(trials: Sequence[dict[str, Any]], title: str = "") -> Table:
     """One row per trial: batcher, offered rate, latency percentiles, queue vs compute,
-    errors, timeouts, generator lag and verdict."""
+    errors, timeouts, generator lag, joules per query and verdict."""
     table = Table(title=title or None, title_justify="left", header_style="bold")
     for name in (
         "batcher",
@@ -53,6 +68,7 @@ def load_table(trials: Sequence[dict[str, Any]], title: str = "") -> Table:
         "t/o",
         "lag p99 ms",
         "done q/s",
+        "J/query",
     ):
         table.add_column(name, justify="left" if name == "batcher" else "right", no_wrap=True)
     table.add_column("verdict", overflow="fold")
@@ -74,6 +90,7 @@ def load_table(trials: Sequence[dict[str, Any]], title: str = "") -> Table:
             str(trial["timeouts"]),
             ms(trial["generator_lag"]["p99_s"]),
             f"{trial['throughput_per_s']:,.1f}",
+            _joules(trial),
             _verdict_cell(trial),
         )
     return table
@@ -96,6 +113,7 @@ def load_view(
     floor = harness_floor_text(harness_floor or (capacity or {}).get("harness_floor"))
     if floor is not None:
         parts.append(Text(floor, style="dim"))
+    parts.extend(Text(note, style="dim") for note in energy_notes(trials))
     errors = sorted({m for t in trials for m in t.get("error_messages", ())})
     for message in errors[:5]:
         parts.append(Text(f"error from the system under test: {message}", style="red"))

@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from accelscope.commands.plan.view import capacity_cell
+from accelscope.commands.plan.view import capacity_cell, energy_cell
 from accelscope.report.format import money_usd
 from accelscope.report.page import chart_layout, plot_label, plotly_js, script_safe_json, template
 
@@ -124,6 +124,7 @@ def _template() -> jinja2.Template:
     filters = {
         "money": money_usd,
         "capacity": capacity_cell,
+        "energy": energy_cell,
         "pct": lambda v: "—" if v is None else f"{float(v):.0%}",
     }
     return template("accelscope.commands.plan", "plan.html.j2", filters)

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from accelscope.report.format import format_bytes, money_usd, percent
 
-__all__ = ["api_view", "capacity_view", "memory_view", "plan_view"]
+__all__ = ["api_view", "capacity_view", "energy_cell", "memory_view", "plan_view"]
 
 
 def capacity_cell(capacity: Mapping[str, Any] | None) -> str:
@@ -27,6 +27,63 @@ def capacity_cell(capacity: Mapping[str, Any] | None) -> str:
     rate = f"{qps:,.0f}" if qps >= 100 else f"{qps:.3g}"
     number = f"{rate} qps" if capacity.get("meets_sla") else "misses SLA"
     return f"{number} ({label})"
+
+
+def energy_cell(energy: Mapping[str, Any] | None) -> str:
+    """``"0.41 J · $0.02/M"``: joules per item measured with the capacity (and, priced, the
+    energy's $ per million inferences); ``n/m`` when not measured, ``—`` for plans stored
+    before energy."""
+    if energy is None:
+        return "—"
+    per_item = energy.get("joules_per_item")
+    if per_item is None:
+        return "n/m"
+    priced = energy.get("usd_per_million")
+    return f"{float(per_item):.3g} J" + ("" if priced is None else f" · {money_usd(priced)}/M")
+
+
+def _energy_lines(doc: Mapping[str, Any], choice: str | None) -> list[Text]:
+    """How energy was priced, the chosen option's month, and why the rest is not measured."""
+    options = [o for o in doc["options"] if o.get("capacity") is not None]
+    if not any(o.get("energy") for o in options):
+        return []
+    price = doc.get("energy_price")
+    lines = []
+    chosen = next((o for o in options if o["name"] == choice and o.get("energy")), None)
+    measured = chosen["energy"] if chosen else None
+    if measured and measured.get("kwh_per_month") is not None:
+        cost = measured.get("usd_per_month")
+        spread = measured.get("uncertainty_rel")
+        lines.append(
+            Text(
+                f"energy of {choice}: {measured['joules_per_item']:.3g} J/item"
+                + ("" if spread is None else f" (±{spread:.0%})")
+                + f", {measured['kwh_per_month']:,.4g} kWh/month"
+                + ("" if cost is None else f" = {money_usd(cost)}/month")
+                + f" ({measured.get('source', '')})",
+            )
+        )
+    reasons: dict[str, list[str]] = {}
+    for option in options:
+        energy = option.get("energy") or {}
+        if energy.get("joules_per_item") is None and energy.get("reason"):
+            reasons.setdefault(str(energy["reason"]), []).append(option["name"])
+    for reason, names in reasons.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        lines.append(Text(f"energy not measured for {shown}: {reason}", style="dim"))
+    basis = (
+        f"at ${price['usd_per_kwh']:g}/kWh x PUE {price['pue']:g}"
+        if price
+        else "not priced (give --energy-price $/kWh)"
+    )
+    lines.append(
+        Text(
+            f"energy: J/item measured with the capacity (whole GPU board), {basis}; the served "
+            "items only, idle power of spare capacity not counted (a lower bound)",
+            style="dim",
+        )
+    )
+    return lines
 
 
 def capacity_view(doc: Mapping[str, Any]) -> RenderableType:
@@ -51,6 +108,7 @@ def capacity_view(doc: Mapping[str, Any]) -> RenderableType:
         ("$/mo to zero", "right"),
         ("$/M inferences", "right"),
         ("util.", "right"),
+        ("energy", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     choice = doc.get("recommendation", {}).get("choice")
@@ -75,11 +133,12 @@ def capacity_view(doc: Mapping[str, Any]) -> RenderableType:
                 money_usd(option["monthly_scale_to_zero"]),
                 money_usd(option["per_million_autoscaled"]),
                 percent(option["utilisation_autoscaled"]),
+                energy_cell(option.get("energy")),
                 style=style,
             )
         else:
             reason = f"{capacity_cell(option.get('capacity'))}: {option.get('reason', '')}"
-            table.add_row(str(rank), name, reason, "—", "", "", "", "", "", style=style)
+            table.add_row(str(rank), name, reason, "—", "", "", "", "", "", "", style=style)
     rec = doc.get("recommendation", {})
     lines = [
         Text("recommendation: ", style="bold")
@@ -92,6 +151,7 @@ def capacity_view(doc: Mapping[str, Any]) -> RenderableType:
     if chosen and chosen.get("capacity"):
         lines.append(Text("assumptions:", style="bold"))
         lines += [Text(f"  · {a}", style="dim") for a in chosen["capacity"].get("assumptions", [])]
+    lines += _energy_lines(doc, choice)
     for note in traffic.get("notes", []):
         lines.append(Text(f"note: {note}", style="yellow"))
     lines.append(

@@ -21,6 +21,7 @@ from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.plan.api_cost import compare_api
 from accelscope.plan.catalog import Catalog, load_catalog
+from accelscope.plan.energy import EnergyPrice
 from accelscope.plan.fleet import PlanSettings
 from accelscope.plan.llm_memory import estimate_memory, load_model_config, shape_from_config
 from accelscope.plan.service import BenchFigure, Evidence, build_plan
@@ -65,6 +66,8 @@ class PlanRequest:
     node type are that instance's measured capacity."""
     only: tuple[str, ...] = ()
     report_path: Path | None = None
+    energy_price: EnergyPrice | None = None
+    """$/kWh (and PUE) to price each option's measured energy at; ``None``: kWh only."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +164,7 @@ def bench_figures(results: Sequence[Result], node_type: str = "") -> tuple[Bench
                     precision=spec.precision.value,
                     batch_size=spec.batch_size,
                     batch_time_s=m.summary.median_s,
+                    energy=result.energy,
                 )
             )
     return tuple(figures)
@@ -326,7 +330,16 @@ def plan_capacity(
             evidence, given_qps=request.capacity_qps, sources=(*evidence.sources, "--capacity")
         )
     settings = PlanSettings(request.sla_p99_s, request.headroom, request.min_instances)
-    plan = build_plan(model, catalog, traffic, settings, evidence, request.here, request.only)
+    plan = build_plan(
+        model,
+        catalog,
+        traffic,
+        settings,
+        evidence,
+        request.here,
+        request.only,
+        energy_price=request.energy_price,
+    )
     document = plan.to_dict()
     run = _store_document(
         store_path if save else None,
