@@ -25,6 +25,7 @@ from accelscope.engine.energy import energy_meter_for
 from accelscope.errors import BadInputError, MeasurementError
 from accelscope.hardware.energy import EnergyMeter
 from accelscope.hardware.fingerprint import Environment, collect_environment
+from accelscope.hardware.gpu import check_device
 from accelscope.load.batcher import BatchPolicy
 from accelscope.load.capacity_search import (
     CapacitySearch,
@@ -64,7 +65,9 @@ _FLOOR_SHARE = 0.1
 @dataclass(frozen=True, kw_only=True)
 class LoadRequest:
     """What ``accelscope load`` should run. ``max_batch`` is the batcher's maximum;
-    ``search=None`` means: search for a server run with an SLA and no ``rate``."""
+    ``search=None`` means: search for a server run with an SLA and no ``rate``. ``device``,
+    ``device_index`` (the CUDA ordinal) and ``tf32`` left ``None`` mean: the ``--from-run``
+    configuration's, else the CPU, ordinal 0 and IEEE fp32."""
 
     model: str | None
     scenario: Scenario = Scenario.SERVER
@@ -73,7 +76,9 @@ class LoadRequest:
     precision: Precision | None = None
     max_batch: int | None = None
     threads: int | None = None
-    device: Device = Device.CPU
+    device: Device | None = None
+    device_index: int | None = None
+    tf32: bool | None = None
     options: tuple[tuple[str, str], ...] | None = None
     from_run: str | None = None
     rate_per_s: float | None = None
@@ -225,6 +230,11 @@ def _served_spec(request: LoadRequest, store_path: Path | None) -> tuple[str, Ru
             overrides["options"] = request.options
         if request.max_batch is not None:
             overrides["batch_size"] = request.max_batch
+        if request.device is not None:
+            overrides["device"] = request.device
+            overrides["device_index"] = request.device_index or 0
+        if request.tf32 is not None:
+            overrides["tf32"] = request.tf32
         return model_ref, replace(spec, **overrides)
     assert request.model is not None
     return request.model, RunSpec(
@@ -233,8 +243,10 @@ def _served_spec(request: LoadRequest, store_path: Path | None) -> tuple[str, Ru
         precision=request.precision or Precision.FP32,
         batch_size=request.max_batch or 8,
         threads=request.threads or available_cores(),
-        device=request.device,
+        device=request.device or Device.CPU,
         options=request.options or (),
+        device_index=request.device_index or 0,
+        tf32=bool(request.tf32),
     )
 
 
@@ -402,6 +414,7 @@ def load(
     model_ref, spec = _served_spec(request, store_path)
     backend = get_backend(spec.backend)
     env = environment or collect_environment()
+    check_device(spec.device_ref, env.gpus)
     model = load_model(
         model_ref,
         inputs=request.inputs,
