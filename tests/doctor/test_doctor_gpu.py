@@ -13,7 +13,7 @@ import pytest
 
 from accelscope.doctor.breakdown import breakdown
 from accelscope.doctor.findings import Finding, RuleContext
-from accelscope.doctor.gpu import gpu_pace
+from accelscope.doctor.gpu import WORK_BOUND, gpu_pace
 from accelscope.doctor.inprocess.device import MAX_PAIRS_PER_STEP, CudaTimeline
 from accelscope.doctor.inprocess.recorder import COPY, N_COPY, N_PAGEABLE, N_SYNC, SYNC, Recorder
 from accelscope.doctor.profile import LoaderFacts, OpSummary, Profile, RunFacts, Step
@@ -327,3 +327,23 @@ def test_the_timeline_brackets_only_outermost_calls_and_caps_them_per_step() -> 
         (MAX_PAIRS_PER_STEP - 1) * 1e-6
     )
     assert gpu.synchronized == 1
+
+
+def test_a_host_paced_loop_is_named_so_when_no_rule_fires() -> None:
+    # 60 us of Python per 50 us kernel: the GPU works ~70 % of the step but never sets the pace
+    loop = Loop(input_wait_s=0.1e-3, kernels_s=(50e-6,) * 180, python_per_kernel_s=60e-6)
+    ctx = _run(loop)
+    diagnosis = diagnose(ctx)
+    found = _by_rule(diagnosis)
+    pace = ctx.pace
+    assert pace is not None and not pace.bound and pace.work_share is not None
+    assert 0.3 < pace.work_share < WORK_BOUND
+    mixed = found["missing-mixed-precision"]
+    assert mixed.status == "clear" and "the host sets the pace" in mixed.summary
+    assert mixed.share is not None and mixed.share >= 0.3  # at stake only if the GPU led
+    assert [f.rule for f in diagnosis.fired] == ["thread-oversubscription"]
+    assert "host sets the pace" not in diagnosis.headline  # oversubscription leads here
+    quiet = replace(ctx, profile=replace(ctx.profile, facts=replace(_facts(), torch_threads=2)))
+    diagnosis = diagnose(quiet)
+    assert diagnosis.bottleneck == "host" and diagnosis.title == "host-paced"
+    assert "the GPU's operators take" in diagnosis.headline

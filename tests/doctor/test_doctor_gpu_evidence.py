@@ -426,5 +426,6 @@ def test_views_show_the_gpu_side() -> None:
     assert "compute-bound on the device" in text and "GPU memory" in text
     html = render_doctor_report(again, None)
     assert "GPU timeline (CUDA events)" in html and "tensor-cores-idle" in html
+    assert "GPU0 SM active %" in html and "GPU0 tensor active %" in html
     starved = _run(STARVED, facts=_facts(workers=0, pinned=False))
     assert "input 81%" in gpu_lines(_result(starved))[0]

@@ -119,17 +119,24 @@ def _telemetry_figure(result: DoctorResult) -> dict[str, Any] | None:
         }
     )
     for gpu in range(len(samples[0].gpus)):
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "name": f"GPU{gpu} util %",
-                "x": ts,
-                "y": [
-                    s.gpus[gpu].utilisation_percent if gpu < len(s.gpus) else None for s in samples
-                ],
-            }
-        )
+        for field, label, dash in (
+            ("utilisation_percent", "util", "solid"),
+            ("sm_active_percent", "SM active", "dash"),
+            ("tensor_active_percent", "tensor active", "dot"),
+        ):
+            ys = [getattr(s.gpus[gpu], field) if gpu < len(s.gpus) else None for s in samples]
+            if all(y is None for y in ys):
+                continue  # not measured: no line rather than a line at 0
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": f"GPU{gpu} {label} %",
+                    "x": ts,
+                    "y": ys,
+                    "line": {"dash": dash},
+                }
+            )
     layout = _layout(
         f"telemetry ({1 / telemetry.interval_s:.0f} Hz, sampled outside the script)",
         "seconds",

@@ -27,7 +27,8 @@ class MissingMixedPrecision:
     convolutions (CUDA events around each operator) over the measured step time: host times
     there are launch times, and a host phase share would miss a GPU-bound loop whose host
     waits in a readback. Without GPU operator times it is estimated: the fp32 FLOP share times
-    the share of step time the GPU sets (:mod:`accelscope.doctor.gpu`).
+    the share of step time the GPU sets (:mod:`accelscope.doctor.gpu`). It stays clear where
+    the host, not the GPU, sets the pace: cheaper GPU work would not shorten the step.
     """
 
     name = "missing-mixed-precision"
@@ -111,13 +112,23 @@ class MissingMixedPrecision:
             )
         units = ", ".join(f"{s.precision.value} on {s.unit}" for s in fast)
         evidence["fast_paths"] = units
-        if share < THRESHOLD or (small_ops_matter and per_op < MIN_OP_WALL_S):
-            why = (
-                f"fp32 matmul/conv work is {share:.0%} of step time"
-                if share < THRESHOLD
-                else f"operators are small ({per_op * 1e6:.0f} us each): overhead, not "
-                "arithmetic, dominates"
-            )
+        pace = ctx.pace if device is Device.CUDA else None
+        host_paced = pace is not None and not pace.bound
+        if share < THRESHOLD or (small_ops_matter and per_op < MIN_OP_WALL_S) or host_paced:
+            if share < THRESHOLD:
+                why = f"fp32 matmul/conv work is {share:.0%} of step time"
+            elif host_paced:
+                assert pace is not None
+                why = (
+                    f"fp32 matmul/conv GPU work is {share:.0%} of step time, but the host sets "
+                    f"the pace (it waits for the GPU {pace.wait_share or 0.0:.0%} of the step): "
+                    "cheaper GPU work would not shorten the step"
+                )
+            else:
+                why = (
+                    f"operators are small ({per_op * 1e6:.0f} us each): overhead, not "
+                    "arithmetic, dominates"
+                )
             return Finding(
                 rule=self.name,
                 title=title,
