@@ -22,7 +22,7 @@ from accelscope.doctor.inprocess import probe as probe_module
 from accelscope.doctor.inprocess.gpu_memory import read_gpu_memory
 from accelscope.doctor.inprocess.instrument import Instrumentation, _may_move
 from accelscope.doctor.inprocess.probe import OpCensus
-from accelscope.doctor.inprocess.recorder import Recorder
+from accelscope.doctor.inprocess.recorder import N_COPY, N_SYNC, Recorder
 from accelscope.doctor.profile import GpuMemory, OpSummary, Profile
 from accelscope.doctor.verdict import diagnose
 from accelscope.hardware.telemetry import GpuSample, NvmlSource, Telemetry, TelemetrySample
@@ -316,9 +316,14 @@ class _Timeline:
 
 class _DeviceTensor:
     is_cuda, is_cpu = True, False
+    device = SimpleNamespace(type="cuda")
 
     def item(self) -> float:
         return 1.0
+
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        target = args[0] if args else kwargs.get("device", "cuda")
+        return self if target == "cuda" else SimpleNamespace(device=SimpleNamespace(type=target))
 
 
 class _HostTensor:
@@ -337,7 +342,7 @@ class _HostTensor:
         if self.fail:
             raise RuntimeError("CUDA out of memory")
         target = args[0] if args else kwargs.get("device", "cpu")
-        return self if target == "cpu" else SimpleNamespace(device=SimpleNamespace(type="cuda"))
+        return SimpleNamespace(device=SimpleNamespace(type="cuda")) if target == "cuda" else self
 
 
 def test_readbacks_of_device_tensors_and_copies_are_bracketed() -> None:
@@ -349,7 +354,11 @@ def test_readbacks_of_device_tensors_and_copies_are_bracketed() -> None:
     inst._wrap_sync(_DeviceTensor, "item")
     inst._wrap_sync(_HostTensor, "item")
     inst._wrap_copy(_HostTensor, "to")
+    inst._wrap_copy(_DeviceTensor, "to")
     try:
+        _DeviceTensor().to("cpu")  # a readback
+        _DeviceTensor().to("cpu", non_blocking=True)  # the host does not wait: not one
+        _DeviceTensor().to("cuda")  # stays on the device: dropped
         assert _DeviceTensor().item() == 1.0
         assert _HostTensor().item() == 2.0  # a CPU tensor's readback waits for no device
         _HostTensor().to("cuda")
@@ -363,12 +372,18 @@ def test_readbacks_of_device_tensors_and_copies_are_bracketed() -> None:
         "begin",
         "end sync",
         "begin",
+        "cancel",
+        "begin",
+        "end sync",
+        "begin",
         "end copy",
         "begin",
         "cancel",
         "begin",
         "cancel",
     ]
+    # readbacks counted as syncs (device ones bracketed), copies as copies
+    assert rec._cnt[N_SYNC] == 3 and rec._cnt[N_COPY] == 1
     assert _may_move(("cuda",), {}) and _may_move((), {"device": "cuda"})
     assert not _may_move((torch.float16,), {}) and not _may_move((), {"dtype": torch.float16})
 

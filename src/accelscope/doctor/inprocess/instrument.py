@@ -13,11 +13,12 @@ mode), it feeds the :class:`~accelscope.doctor.inprocess.recorder.Recorder`:
   ``DataLoader.__init__`` (the loader's settings, and what-if edits);
 * leaf calls (``full=True``): host->device copies (``.to``/``.cuda`` of a CPU tensor to a
   device, with whether the source was pinned; CPU->CPU ``.to`` is a no-op and not counted) and
-  synchronisations (``.item``, ``.tolist``, ``.numpy``, ``.cpu`` of a device tensor,
-  ``bool()/float()/int()`` of a tensor, ``torch.cuda.synchronize``). Where a call may wait
-  for the device (a readback of a CUDA tensor, a synchronize, a copy to the device), the
-  recorder's device timeline brackets it with CUDA events, so the analysis can tell the time
-  the host waited for queued device work from the call's own cost (:mod:`.device`).
+  synchronisations (``.item``, ``.tolist``, ``.numpy``, ``.cpu`` or a blocking ``.to('cpu')``
+  of a device tensor, ``bool()/float()/int()`` of a tensor, ``torch.cuda.synchronize``).
+  Where a call may wait for the device (a readback of a CUDA tensor, a synchronize, a copy to
+  the device), the recorder's device timeline brackets it with CUDA events, so the analysis
+  can tell the time the host waited for queued device work from the call's own cost
+  (:mod:`.device`).
 
 Only the thread that installed the instrumentation is recorded (DataLoader pin-memory threads
 and user threads pass straight through), and forked children (DataLoader workers) record
@@ -380,8 +381,33 @@ class Instrumentation:
         original = getattr(owner, name)
         ours, rec, clock = self._ours, self.rec, self.rec.clock_ns
 
+        def readback(self_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            """``cuda_tensor.to('cpu')``: a blocking readback, like ``.cpu()``."""
+            rec.wait_begin()
+            start = clock()
+            try:
+                out = original(self_, *args, **kwargs)
+            except BaseException:
+                rec.wait_cancel()
+                raise
+            if getattr(getattr(out, "device", None), "type", None) == "cpu":
+                rec.wait_end(SYNC, start, clock())
+                rec.count(N_SYNC)
+            else:
+                rec.wait_cancel()
+            return out
+
         def wrapper(self_: Any, *args: Any, **kwargs: Any) -> Any:
-            if not self_.is_cpu or not ours():
+            if not ours():
+                return original(self_, *args, **kwargs)
+            if not self_.is_cpu:
+                if (
+                    name == "to"
+                    and getattr(self_, "is_cuda", False)
+                    and not kwargs.get("non_blocking", False)
+                    and _may_move(args, kwargs)
+                ):
+                    return readback(self_, args, kwargs)
                 return original(self_, *args, **kwargs)
             bracket = name != "to" or _may_move(args, kwargs)
             if bracket:
