@@ -95,6 +95,9 @@ def test_with_autocast_on_an_idle_tensor_core_points_at_fusion() -> None:
     assert idle.fired and "autocast is on" in idle.summary
     assert "torch.compile" in idle.advice and "memory bandwidth" in idle.advice
     assert idle.what_ifs == ("compile",)
+    bound = _by_rule(diagnose(ctx))["device-bound"]
+    assert bound.fired and "memory bandwidth is busy 75 %" in bound.advice
+    assert bound.what_ifs == ("compile",)  # autocast is already on
 
 
 def test_tensor_rule_clear_when_tensor_cores_work_or_the_gpu_is_not_busy() -> None:

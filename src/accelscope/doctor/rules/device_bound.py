@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from accelscope.doctor.findings import CLEAR, FIRED, NOT_APPLICABLE, Finding, RuleContext, severity
 from accelscope.doctor.gpu import WAIT_BOUND, WORK_BOUND
+from accelscope.doctor.rules.tensor_idle import DRAM_BUSY_PERCENT
 
 HIGH = 0.8
 _TITLE = "compute-bound on the device"
@@ -85,8 +86,17 @@ class DeviceBound:
         else:
             summary = f"the GPU sets the pace: {work_text}"
         what_ifs = ctx.cheaper_math_what_ifs()
+        activity = ctx.gpu_activity
+        dram = activity.dram_active_percent if activity is not None else None
+        memory_bound = dram is not None and dram >= DRAM_BUSY_PERCENT
         advice = (
             "The GPU is busy: make its work cheaper. "
+            + (
+                f"Its memory bandwidth is busy {dram:.0f} % of the time, so fewer bytes help "
+                "most: lower precision halves them, fusion saves whole passes. "
+                if memory_bound
+                else ""
+            )
             + (
                 "Run the forward under torch.autocast with bf16 (or fp16 with a GradScaler) so "
                 "matrix multiplies and convolutions use the tensor cores; "
