@@ -329,10 +329,13 @@ def _busy_not_useful(f: DeviceFigures, price: GpuPrice, per_month: float) -> Act
     observed = max(f.hours.get("observed", 0.0), 1e-9)
     busy_h = f.hours.get("busy" if f.gap_basis == "gpu_util" else "active", 0.0)
     hints = look_at(f)
+    busy_word = "busy" if f.gap_basis == "gpu_util" else "engine-active"
+    topics = ", ".join(h.split(":")[0].split(" (")[0] for h in hints)
     return Action(
         kind="busy-not-useful",
         title=f"{f.key}: busy but not useful {gap / observed:.0%} of the time "
-        f"({busy_h / observed:.0%} busy, {f.hours.get('useful', 0.0) / observed:.0%} SM-active)",
+        f"({busy_h / observed:.0%} {busy_word}, {f.hours.get('useful', 0.0) / observed:.0%} "
+        f"SM-active): look at {topics}",
         usd_per_month=_usd(f, gap, price, per_month),
         basis="at stake (upper bound)",
         evidence=(
