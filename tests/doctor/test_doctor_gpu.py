@@ -347,3 +347,38 @@ def test_a_host_paced_loop_is_named_so_when_no_rule_fires() -> None:
     diagnosis = diagnose(quiet)
     assert diagnosis.bottleneck == "host" and diagnosis.title == "host-paced"
     assert "the GPU's operators take" in diagnosis.headline
+
+
+def test_on_cuda_without_a_timeline_the_rules_say_what_was_not_split() -> None:
+    ctx = _run(HEALTHY)
+    steps = tuple(replace(s, device=None) for s in ctx.profile.steps)
+    status = "not available: reading CUDA events failed: an illegal memory access"
+    profile = replace(ctx.profile, steps=steps, device_status=status)
+    blind = replace(ctx, profile=profile, breakdown=breakdown(profile.measured))
+    assert blind.device == "cuda" and blind.pace is None
+    found = _by_rule(diagnose(blind))
+    assert (
+        found["device-bound"].status == "n/a"
+        and "illegal memory access" in found["device-bound"].summary
+    )
+    assert found["device-idle"].status == "n/a"
+    assert found["tensor-cores-idle"].status == "n/a"
+    sync = found["sync-bound"]  # host wall time, as without a GPU, and said so
+    assert sync.fired and "illegal memory access" in str(sync.evidence["sync_split"])
+    assert "copy_split" in found["pageable-copies"].evidence
+
+
+def test_gpu_rules_are_not_applicable_on_the_cpu() -> None:
+    ctx = _run(HEALTHY)
+    cpu = replace(
+        ctx,
+        profile=replace(
+            ctx.profile,
+            facts=replace(_facts(), cuda_initialized=False),
+            probe=replace(_census(HEALTHY, 0.75), devices=("cpu",)),
+        ),
+    )
+    assert cpu.device == "cpu"
+    found = _by_rule(diagnose(cpu))
+    for rule in ("device-bound", "tensor-cores-idle"):
+        assert found[rule].status == "n/a" and found[rule].summary == "the loop ran on the CPU"

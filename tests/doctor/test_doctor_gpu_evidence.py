@@ -163,6 +163,10 @@ def test_the_busiest_gpu_is_the_loops() -> None:
     ctx = _with(ctx, telemetry=_telemetry([(other, _gpu(90.0, 1.0))] * 3))
     assert ctx.gpu_activity is not None
     assert ctx.gpu_activity.gpu.startswith("GPU 0") and "busiest of 2" in ctx.gpu_activity.gpu
+    instance = replace(_gpu(70.0, 20.0), gpu_instance_id=1, mig_profile="3g.40gb")
+    mig = _with(ctx, telemetry=_telemetry([(instance,)] * 3))
+    assert mig.gpu_activity is not None
+    assert mig.gpu_activity.gpu == "GPU 0 MIG instance 1 (3g.40gb)"
 
 
 # -- GPU memory ---------------------------------------------------------------------------------
