@@ -98,3 +98,24 @@ def test_nvml_that_does_not_initialise_says_why() -> None:
     source = NvmlSource(FakeNvml(init_error="Driver Not Loaded"))
     assert source.status == "not available: NVML did not initialise (Driver Not Loaded)"
     assert source.sample() == ()
+
+
+class _OldBinding:
+    """An older nvidia-ml-py: no DRAM GPM constant and no memory v2."""
+
+    def __init__(self, inner: FakeNvml) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("NVML_GPM_METRIC_DRAM_BW_UTIL", "nvmlMemory_v2"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_an_older_binding_reads_what_it_can() -> None:
+    source = NvmlSource(_OldBinding(FakeNvml()))
+    (gpu,) = source.sample()
+    assert gpu.sm_active_percent == pytest.approx(61.5)  # the other metrics still read
+    assert gpu.dram_active_percent is None
+    assert gpu.memory_used_bytes == GIB  # v1
+    assert any("no memory v2" in n for n in source.notes)

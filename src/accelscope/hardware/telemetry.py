@@ -387,40 +387,49 @@ class NvmlSource:
         previous = self._gpm.get(key)
         if previous is None:
             return empty
+        # a metric the binding has no constant for (an old nvidia-ml-py) is not asked for
+        wanted = [(n, getattr(nvml, m), w) for n, m, w in _GPM_METRICS if hasattr(nvml, m)]
+        current = None
         try:
             current = nvml.nvmlGpmSampleAlloc()
             self._gpm_get(handle, instance, current)
             request = nvml.c_nvmlGpmMetricsGet_t()
             request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-            request.numMetrics = len(_GPM_METRICS)
+            request.numMetrics = len(wanted)
             request.sample1, request.sample2 = previous, current
-            for i, (_, metric, _) in enumerate(_GPM_METRICS):
-                request.metrics[i].metricId = getattr(nvml, metric)
+            for i, (_, metric_id, _) in enumerate(wanted):
+                request.metrics[i].metricId = metric_id
             nvml.nvmlGpmMetricsGet(request)
-            nvml.nvmlGpmSampleFree(previous)
-            self._gpm[key] = current
         except Exception:  # noqa: BLE001 - one failed read is a gap, not a crash
+            if current is not None:
+                with contextlib.suppress(Exception):
+                    nvml.nvmlGpmSampleFree(current)
             return empty
-        out: dict[str, float | None] = {}
-        for i, (name, metric, what) in enumerate(_GPM_METRICS):
+        with contextlib.suppress(Exception):
+            nvml.nvmlGpmSampleFree(previous)
+        self._gpm[key] = current
+        out = dict(empty)
+        for i, (name, _, what) in enumerate(wanted):
             result = request.metrics[i]
             code = int(getattr(result, "nvmlReturn", _NVML_SUCCESS))
-            if code != _NVML_SUCCESS:
-                out[name] = None
-                if (key[0], key[1], metric) not in self._refused_seen:
-                    self._refused_seen.add((key[0], key[1], metric))
-                    where = f"GPU {index}" + (f" MIG instance {key[1]}" if key[1] else "")
-                    self.notes.append(
-                        f"{where}: GPM {what} refused (NVML return {code}): not measured"
-                    )
-            else:
+            if code == _NVML_SUCCESS:
                 out[name] = float(result.value)
+            elif (key[0], key[1], name) not in self._refused_seen:
+                self._refused_seen.add((key[0], key[1], name))
+                where = f"GPU {index}" + (f" MIG instance {key[1]}" if key[1] else "")
+                self.notes.append(f"{where}: GPM {what} refused (NVML return {code}): not measured")
         return out
 
     def _memory(self, index: int, handle: Any, slot: int) -> tuple[int | None, int | None]:
         """``(used, total)`` bytes: memory v2 (driver reservation left out), else v1."""
         nvml = self.nvml
         version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is None and slot not in self._memory_v1:
+            self._memory_v1.add(slot)
+            self.notes.append(
+                f"GPU {index}: this nvidia-ml-py has no memory v2; v1 used, whose 'used' "
+                "includes the driver's reservation (about 0.5 GiB)"
+            )
         if version is not None and slot not in self._memory_v1:
             try:
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
