@@ -451,3 +451,24 @@ def test_views_show_the_gpu_side() -> None:
     assert "GPU0 SM active %" in html and "GPU0 tensor active %" in html
     starved = _run(STARVED, facts=_facts(workers=0, pinned=False))
     assert "input 81%" in gpu_lines(_result(starved))[0]
+
+
+def test_the_session_payload_carries_the_device_record_and_its_status() -> None:
+    from accelscope.doctor.inprocess.device import CudaTimeline
+    from accelscope.doctor.inprocess.session import Session
+    from accelscope.testing.cuda_stream import FakeCudaStream
+
+    for in_use, expected in ((True, "measured: fake"), (False, "not available: the loop did")):
+        gpu = FakeCudaStream()
+        session = Session(warmup=0, steps=0, full=False, probe=False, manual=True)
+        timeline = CudaTimeline(gpu.event, lambda used=in_use: used, gpu.synchronize)
+        session.timeline, session.recorder.device = timeline, timeline
+        session.device_status = "measured: fake"
+        for _ in range(3):
+            gpu.launch(1e-3)
+            session.recorder.manual_step()
+        profile = Profile.from_dict(session.payload("ended", 0))
+        assert profile.device_status.startswith(expected)
+        assert (profile.steps[0].device is not None) is in_use
+        assert profile.first_step_monotonic_s is not None
+        assert profile.gpu_memory is None and profile.gpu_memory_status.startswith("not measured")

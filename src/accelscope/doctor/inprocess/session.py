@@ -89,6 +89,9 @@ class Session:
                 device_steps = self.timeline.collect(len(steps))
             except Exception as exc:  # noqa: BLE001 - a broken CUDA context must not lose the run
                 self.device_status = f"not available: reading CUDA events failed: {exc}"
+            else:
+                if steps and all(d is None for d in device_steps):
+                    self.device_status = "not available: the loop did not use CUDA"
         for step, device in zip(steps, device_steps, strict=True):
             step["device"] = device
         first_step_monotonic_s = None
