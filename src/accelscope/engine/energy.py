@@ -94,12 +94,15 @@ def energy_of_config(
     meter: EnergyMeter | None = None,
 ) -> EnergyFigure:
     """:func:`measure_energy` of one configuration's call on its device (``meter``: a seam;
-    by default :func:`energy_meter_for`, closed afterwards)."""
+    by default :func:`energy_meter_for`, its counter's update period probed first (up to
+    0.5 s), closed afterwards)."""
     own = meter is None
     used = energy_meter_for(spec, env) if meter is None else meter
     try:
         if not used.available:
             return used.not_measured()
+        if own:  # measured, not assumed: a 20 ms counter needs a 1 s window, not 2 s
+            used.probe_update_period()
         sync = device_synchronizer(spec.device, spec.device_index)
         return measure_energy(call, spec.batch_size, used, sync)
     finally:
