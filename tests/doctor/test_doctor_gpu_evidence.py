@@ -446,9 +446,11 @@ def test_views_show_the_gpu_side() -> None:
     console.print(doctor_view(again, title="train.py"))
     text = console.export_text()
     assert "compute-bound on the device" in text and "GPU memory" in text
+    assert "of which (CUDA events)" in text and "waiting for GPU work 94." in text
     html = render_doctor_report(again, None)
     assert "GPU timeline (CUDA events)" in html and "tensor-cores-idle" in html
     assert "GPU0 SM active %" in html and "GPU0 tensor active %" in html
+    assert "waiting for GPU work 94." in html
     starved = _run(STARVED, facts=_facts(workers=0, pinned=False))
     assert "input 81%" in gpu_lines(_result(starved))[0]
 

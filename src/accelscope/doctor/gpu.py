@@ -118,7 +118,7 @@ class GpuPace:
             "gpu_idle_behind_input_share": self.input_idle_share,
             "gpu_idle_in_readbacks_share": value(self.sync_idle_share),
             "gpu_idle_in_copies_share": value(self.copy_idle_share),
-            "gpu_idle_between_kernels_share (inferred)": value(self.unseen_share, self.work_status),
+            "gpu_idle_between_kernels_share_inferred": value(self.unseen_share, self.work_status),
             "step_mean_s": self.step_s,
         }
 

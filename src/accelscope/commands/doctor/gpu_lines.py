@@ -8,7 +8,7 @@ from accelscope.doctor.diagnose import DoctorResult
 from accelscope.doctor.gpu import gpu_activity, gpu_pace, steps_window
 from accelscope.report.format import format_bytes, format_seconds
 
-__all__ = ["gpu_lines"]
+__all__ = ["gpu_lines", "phase_notes"]
 
 
 def _pct(value: float | None, why: str = "not measured") -> str:
@@ -78,3 +78,18 @@ def gpu_lines(result: DoctorResult) -> list[str]:
             f"{format_bytes(memory.total_bytes)}; allocator retries {memory.alloc_retries}"
         )
     return lines
+
+
+def phase_notes(result: DoctorResult) -> dict[str, str]:
+    """Per host phase, what the GPU did meanwhile (CUDA events), where measured: the input
+    wait's idle part, and the parts of copies and readbacks spent waiting for queued GPU
+    work. Empty without a device timeline."""
+    pace = gpu_pace(result.diagnosis.breakdown, result.profile.probe)
+    if pace is None:
+        return {}
+    notes = {"input": f"GPU idle {pace.input_idle_share:.1%}"}
+    if pace.copy_wait_share is not None:
+        notes["copy"] = f"waiting for GPU work {pace.copy_wait_share:.1%}"
+    if pace.sync_wait_share is not None:
+        notes["sync"] = f"waiting for GPU work {pace.sync_wait_share:.1%}"
+    return notes
