@@ -359,3 +359,41 @@ def test_with_tf32_on_fp32_operators_get_the_tf32_roof() -> None:
     without = ceilings.model_copy(update={"matmul_flops_per_s": {"fp32": 5e13}})
     no_row = build_operators(records[:1], [1e-3], without, tf32=True)
     assert no_row[0].peak_dtype == "fp32"  # no tf32 row: fp32 stands in
+
+
+def _render(found: Ceilings) -> str:
+    from rich.console import Console
+
+    from accelscope.commands.roofline.view import ceilings_view
+
+    console = Console(width=200, record=True)
+    console.print(ceilings_view(found))
+    return console.export_text()
+
+
+def test_the_view_shows_both_rows_against_the_datasheet() -> None:
+    found = _cuda_ceilings(
+        fp32_math="ieee",
+        device_index=1,
+        matmul_flops_per_s={"fp32": 5.0e13, "tf32": 4.0e14, "bf16": 7.0e14},
+        theoretical=theoretical_gpu("NVIDIA H100 80GB HBM3", "9.0", 132, None, None, None),
+    )
+    text = _render(found)
+    assert "(cuda:1)" in text and "datasheet peak" in text and "ISA" not in text
+    assert _rows(text) == ["fp32", "tf32", "bf16", "fp16", "int8"]
+    assert "75%" in text and "81%" in text  # 50/67 and 400/494.5
+    assert "may be a TF32 rate" not in text
+    old = _render(_cuda_ceilings())
+    assert "may be a TF32 rate" in old
+
+
+def test_a_cpu_view_has_no_tf32_row() -> None:
+    from roofline_helpers import make_ceilings
+
+    text = _render(make_ceilings())
+    assert "ISA peak" in text and _rows(text) == ["fp32", "bf16", "fp16", "int8"]
+
+
+def _rows(text: str) -> list[str]:
+    """The dtype column of a rendered table."""
+    return [line.split()[1] for line in text.splitlines() if line.startswith("│")]

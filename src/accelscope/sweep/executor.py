@@ -91,14 +91,16 @@ class OneAtATime:
     on this machine: the task runs when it is collected."""
 
     def __init__(self) -> None:
-        self._queued: list[tuple[int, AnyTask, ProgressFn | None]] = []
+        self._queued: list[tuple[int, WorkerTask | InterleaveTask, ProgressFn | None]] = []
         self._tickets = 0
 
     def idle_slots(self, node_type: str = "") -> int:
         """One slot for this machine (node type ``""``), free when nothing is queued."""
         return 0 if self._queued or node_type else 1
 
-    def submit(self, task: AnyTask, on_progress: ProgressFn | None = None) -> int:
+    def submit(
+        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
+    ) -> int:
         """Queue ``task`` (it runs in :meth:`next_finished`)."""
         self._tickets += 1
         self._queued.append((self._tickets, task, on_progress))
@@ -109,7 +111,9 @@ class OneAtATime:
         ticket, task, on_progress = self._queued.pop(0)
         return ticket, self.run(task, on_progress)
 
-    def run(self, task: AnyTask, on_progress: ProgressFn | None = None) -> WorkerOutcome:
+    def run(
+        self, task: WorkerTask | InterleaveTask, on_progress: ProgressFn | None = None
+    ) -> WorkerOutcome:
         """Run ``task`` to completion (each executor's own)."""
         raise NotImplementedError
 

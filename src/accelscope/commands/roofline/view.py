@@ -8,20 +8,21 @@ from rich.text import Text
 
 from accelscope.report.format import format_bytes, ms, si_rate
 from accelscope.roofline.analysis import RooflineAnalysis
-from accelscope.roofline.ceilings import DTYPES, Ceilings
+from accelscope.roofline.ceilings import CPU_DTYPES, DTYPES, Ceilings
 
 __all__ = ["ceilings_view", "roofline_view"]
 
 
 def ceilings_view(found: Ceilings) -> Group:
-    """Peaks per dtype (searched, naive square matmul, ISA peak, fraction), bandwidth, notes."""
-    table = Table(
-        title=f"ceilings: {found.device_name} ({found.device}, {found.threads} threads)",
-        title_justify="left",
-    )
-    for column in ("dtype", "measured peak", "kernel", "naive 4096² mm", "ISA peak", "of ISA"):
+    """Peaks per dtype (searched, naive square matmul, ISA or datasheet peak, fraction),
+    bandwidth, notes. On a GPU, fp32 (IEEE) and tf32 are separate rows."""
+    cpu = found.device in ("cpu", "")
+    where = f"{found.device}, {found.threads} threads" if cpu else f"cuda:{found.device_index}"
+    table = Table(title=f"ceilings: {found.device_name} ({where})", title_justify="left")
+    ideal, of_ideal = ("ISA peak", "of ISA") if cpu else ("datasheet peak", "of datasheet")
+    for column in ("dtype", "measured peak", "kernel", "naive 4096² mm", ideal, of_ideal):
         table.add_column(column, justify="left" if column in ("dtype", "kernel") else "right")
-    for dtype in DTYPES:
+    for dtype in CPU_DTYPES if cpu else DTYPES:
         peak = found.peaks.get(dtype)
         fraction = found.fraction_of_theoretical(dtype)
         unit = "OP/s" if dtype == "int8" else "FLOP/s"
@@ -47,8 +48,16 @@ def ceilings_view(found: Ceilings) -> Group:
             f"memory roof {format_bytes(found.bandwidth_bytes_per_s)}/s ({detail}; copy counts "
             "2 x N x 4 B, triad 3 x N x 4 B, write-allocate not counted)"
         ),
-        Text(f"ISA peak: {found.theoretical.derivation}", style="dim"),
+        Text(f"{ideal}: {found.theoretical.derivation}", style="dim"),
     ]
+    if not cpu and found.fp32_math != "ieee" and "fp32" in found.matmul_flops_per_s:
+        lines.append(
+            Text(
+                "fp32 here was measured before IEEE fp32 and TF32 were separate rows: it may be "
+                "a TF32 rate (`accelscope ceilings --device cuda --refresh` measures both)",
+                style="yellow",
+            )
+        )
     if found.by_threads:
         per = "; ".join(
             f"{t} thread(s): " + ", ".join(f"{d} {si_rate(r)}" for d, r in rates.items())
