@@ -157,10 +157,18 @@ def test_a_runner_on_cuda_1_works_there_and_sets_the_current_device_back() -> No
         assert interval is not None
         interval.start()
         interval.stop()
+        torch.cuda.set_device(0)  # another configuration's runner in this process
+        runner.activate()
+        assert torch.cuda.current_device() == 1
         runner.close()
         assert torch.cuda.current_device() == 0
     assert "synchronize:1" in gpus.calls and "event.record:1" in gpus.calls
-    assert [c for c in gpus.calls if c.startswith("set_device")] == ["set_device:1", "set_device:0"]
+    assert [c for c in gpus.calls if c.startswith("set_device")] == [
+        "set_device:1",
+        "set_device:0",
+        "set_device:1",
+        "set_device:0",
+    ]
     assert "_lazy_init" not in gpus.calls
 
 

@@ -3,12 +3,16 @@ a parent process that never touches the GPU: its fp32 reference runs in a worker
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 import torch
 
+from accelscope.backends.base import Availability, Backend, Batch, Runner
+from accelscope.backends.eager import TorchRunner
 from accelscope.engine.accuracy_check import (
     build_accuracy_check,
     load_accuracy_check,
@@ -17,15 +21,16 @@ from accelscope.engine.accuracy_check import (
 )
 from accelscope.errors import BadInputError, MeasurementError
 from accelscope.hardware.fingerprint import Environment, collect_environment
+from accelscope.hardware.tf32 import read_fp32_math
 from accelscope.measurement.timer import TimerConfig
-from accelscope.models.base import LoadedModel
+from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.loading import load_model
 from accelscope.spec import Device, Precision, RunSpec, TensorSpec
 from accelscope.sweep.driver import SweepPlan, run_sweep
 from accelscope.sweep.executor import LocalExecutor
 from accelscope.sweep.select import baseline_for
 from accelscope.sweep.space import SweepSpace, expand
-from accelscope.sweep.worker import ReferenceTask, WorkerTask
+from accelscope.sweep.worker import InterleaveTask, ReferenceTask, WorkerTask
 from accelscope.testing.fake_gpus import H100_SXM, T4, FakeGpus
 from accelscope.testing.fake_workers import FakeReferenceWorker, RateTableExecutor
 
@@ -206,3 +211,72 @@ def test_a_reference_worker_computes_what_this_process_would(
     here = with_reference(check, tiny, spec, cpu)
     assert from_worker.reference_outputs is not None and here.reference_outputs is not None
     torch.testing.assert_close(from_worker.reference_outputs[0], here.reference_outputs[0])
+
+
+class _MathProbeRunner(TorchRunner):
+    """Records the fp32 math in force at each call."""
+
+    seen: ClassVar[list[tuple[bool, bool | None]]] = []
+
+    def feed(self, batch: Batch) -> Any:
+        return batch
+
+    def run(self, feed: Any) -> Any:
+        _MathProbeRunner.seen.append((self.spec.tf32, read_fp32_math().tf32))
+        return feed
+
+
+class _MathProbeBackend(Backend):
+    name = "math-probe"
+    formats = frozenset({ModelFormat.TORCH})
+    precisions = frozenset({Precision.FP32})
+    tf32_control = True
+
+    def available(self, env: Environment) -> Availability:
+        return Availability(True)
+
+    def prepare(
+        self, model: LoadedModel, spec: RunSpec, calibration: Sequence[Batch] = ()
+    ) -> Runner:
+        return _MathProbeRunner(spec)
+
+
+def test_interleaved_configurations_each_run_under_their_own_fp32_math(
+    tiny: LoadedModel, environment: Environment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """IEEE fp32 and TF32 re-measured alternately in one worker: each block runs under its
+    configuration's TF32 setting, not under whichever runner was prepared last."""
+    from accelscope.backends import registry
+    from accelscope.hardware.tf32 import Fp32Math, restore_fp32_math
+    from accelscope.sweep.worker import _run_interleaved
+
+    monkeypatch.setitem(registry._REGISTRY, "math-probe", _MathProbeBackend())
+    _MathProbeRunner.seen = []
+    ieee = RunSpec(
+        model=tiny.ref, backend="math-probe", precision=Precision.FP32, batch_size=2, threads=1
+    )
+    task = WorkerTask(
+        spec=ieee,
+        model_ref=tiny.ref,
+        environment=environment,
+        timer=TimerConfig(),
+        inputs=tiny.inputs,
+    )
+    sent: list[tuple[Any, ...]] = []
+
+    class Pipe:
+        def send(self, message: tuple[Any, ...]) -> None:
+            sent.append(message)
+
+    try:
+        _run_interleaved(
+            InterleaveTask(
+                task=task, specs=(ieee, replace(ieee, tf32=True)), rounds=2, block_s=0.001
+            ),
+            Pipe(),
+        )
+    finally:
+        restore_fp32_math(Fp32Math(matmul="ieee", conv="tf32"))
+    assert sent[-1][0] == "interleaved"
+    assert {wanted for wanted, _ in _MathProbeRunner.seen} == {False, True}
+    assert all(wanted == found for wanted, found in _MathProbeRunner.seen)

@@ -67,6 +67,11 @@ class Runner(ABC):
         """A device-side interval timer, or ``None`` to time with the host clock after sync."""
         return None
 
+    def activate(self) -> None:  # noqa: B027 - most runners have no process-wide settings
+        """Make this runner's process-wide settings current again (fp32 math, current device):
+        called before its calls when runners of several configurations share a process (the
+        interleaved re-measure); not timed."""
+
     def notes(self) -> tuple[str, ...]:
         """What the result should say about how this runner computes (for example, an fp32
         that is not IEEE fp32 because the runtime cannot turn TF32 off); empty by default."""

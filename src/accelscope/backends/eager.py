@@ -143,6 +143,15 @@ class TorchRunner(Runner):
             return CudaEventInterval(self.spec.device_index)
         return None
 
+    def activate(self) -> None:
+        """Set this configuration's fp32 math (and, on CUDA, its device) again: another
+        runner in this process may have set its own since."""
+        import torch
+
+        apply_tf32(self.spec.tf32, torch)
+        if self.spec.device is Device.CUDA:
+            torch.cuda.set_device(self.spec.device_index)
+
     def close(self) -> None:
         """Set the fp32 math and the current device back to what they were before."""
         import torch

@@ -290,6 +290,7 @@ def _run_interleaved(task: InterleaveTask, conn: Any) -> None:
                 runners[-1] = (spec, runner, feed)
         calls: list[int] = []
         for spec, runner, feed in runners:
+            runner.activate()  # its fp32 math and device: the last prepared set theirs
             with pinned_threads(spec.threads):
                 began = time.perf_counter()
                 for _ in range(_WARM_CALLS):
@@ -303,6 +304,7 @@ def _run_interleaved(task: InterleaveTask, conn: Any) -> None:
         for round_index in range(task.rounds):
             for index in order + order[::-1]:
                 spec, runner, feed = runners[index]
+                runner.activate()
                 _settle()
                 with pinned_threads(spec.threads):
                     began = time.perf_counter()
