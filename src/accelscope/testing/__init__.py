@@ -14,6 +14,10 @@ The systems under test and service-time models of :mod:`accelscope.load.fakes` (
 fakes. :mod:`accelscope.testing.faults` holds backends that fail on purpose inside the worker
 (segfault, hang, ``MemoryError``); it registers them when imported, so it is not imported
 here: select it by name, ``--plugin accelscope.testing.faults``.
+:mod:`accelscope.testing.fake_gpus` stands in for ``torch.cuda`` with fake GPUs (H100, H200,
+A100, L4, T4; with or without CUDA 13's missing clock fields) and records every CUDA call, so a
+test can say that a process only read device facts; :mod:`accelscope.testing.fake_workers` has
+sweep workers that answer from a rate table and a fake reference worker, for sweeps on those GPUs.
 
 ``tiny_onnx_bytes`` builds a small valid ONNX graph (needs the ``onnx`` extra),
 ``restore_default_sigint`` is a ``preexec_fn`` for children a test interrupts, and
