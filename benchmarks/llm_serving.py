@@ -30,6 +30,7 @@ from typing import Any
 
 from accelscope.commands.llm.workflow import LlmRequestSettings, llm
 from accelscope.hardware.fingerprint import collect_environment
+from accelscope.llm.documents import LlmRun, LlmTrial
 from accelscope.llm.summary import Slo
 from accelscope.llm.workload import Lengths, Workload
 from accelscope.measurement.stats import bootstrap_ratio
@@ -37,14 +38,15 @@ from accelscope.testing.llm_model import build_tiny_llama
 from accelscope.testing.llm_server import FakeLLMServer, TransformersServe
 
 
-def _run(settings: LlmRequestSettings) -> dict[str, Any]:
+def _run(settings: LlmRequestSettings) -> LlmRun:
     return llm(settings, store_path=None).document
 
 
-def _medians(trial: dict[str, Any]) -> dict[str, float]:
-    metrics = trial["summary"]["metrics"]
+def _medians(trial: LlmTrial) -> dict[str, float | None]:
+    metrics = trial.summary.metrics
     return {
-        k: metrics[k].get("p50") for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "stream_tail_s")
+        k: metrics.get(k).value("p50")
+        for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "stream_tail_s")
     }
 
 
@@ -63,7 +65,7 @@ def exactness() -> list[dict[str, Any]]:
                     scrape_metrics=False,
                 )
             )
-        got = _medians(document["trials"][0])
+        got = _medians(document.trials[0])
         script = {
             "ttft_s": 0.1 + 0.02 * (per_chunk - 1),
             "tpot_s": (0.02 * 31 - 0.02 * (per_chunk - 1)) / 31,
@@ -108,18 +110,21 @@ def client_overhead(rates: list[float], requests: int) -> list[dict[str, Any]]:
                     scrape_metrics=False,
                 )
             )
-            summary = document["trials"][0]["summary"]
+            summary = document.trials[0].summary
+            lag = summary.client_lag_s
             rows.append(
                 {
                     "rate_per_s": rate,
-                    "completed": summary["completed"],
-                    "errors": summary["errors"],
-                    "lag_p50_s": summary["client_lag_s"]["p50"],
-                    "lag_p99_s": summary["client_lag_s"]["p99"],
-                    "client_bound": summary["client_bound"],
-                    "client_cpu_cores": summary["client_cpu_cores"],
-                    "client_cpu_s_per_request": summary["client_cpu_s_per_request"],
-                    "achieved_requests_per_s": summary["throughput"]["requests_per_s"],
+                    "completed": summary.completed,
+                    "errors": summary.errors,
+                    "lag_p50_s": lag.p50 if lag else None,
+                    "lag_p99_s": lag.p99 if lag else None,
+                    "client_bound": summary.client_bound,
+                    "client_cpu_cores": summary.client_cpu_cores,
+                    "client_cpu_s_per_request": summary.client_cpu_s_per_request,
+                    "achieved_requests_per_s": summary.throughput.requests_per_s
+                    if summary.throughput
+                    else None,
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
@@ -168,11 +173,12 @@ def serve_side_by_side(
                     requests=requests,
                 )
             )
-            capacity = document["capacity"]
+            capacity = document.capacity
+            assert capacity is not None  # a --capacity run always has one
             found["capacity"][name] = {
-                "capacity_req_per_s": capacity["capacity"],
-                "good_output_tokens_per_s": capacity["good_output_tokens_per_s"],
-                "points": capacity["points"],
+                "capacity_req_per_s": capacity.capacity,
+                "good_output_tokens_per_s": capacity.good_output_tokens_per_s,
+                "points": [point.model_dump(mode="json") for point in capacity.points],
             }
             print(name, json.dumps(found["capacity"][name]), flush=True)
         samples: dict[str, dict[str, list[float]]] = {
@@ -181,9 +187,12 @@ def serve_side_by_side(
         for round_ in range(rounds):
             for name, server in servers.items():
                 document = _run(_serve_settings(server, rates=(rate,), requests=requests // 2))
-                trial = document["trials"][0]
-                samples[name]["tpot_s"].append(trial["summary"]["metrics"]["tpot_s"]["p50"])
-                samples[name]["ttft_s"].append(trial["summary"]["metrics"]["ttft_s"]["p50"])
+                trial = document.trials[0]
+                for metric in ("tpot_s", "ttft_s"):
+                    median = trial.summary.metrics.get(metric).value("p50")
+                    if median is None:
+                        raise RuntimeError(f"{name}, round {round_}: no {metric} measured")
+                    samples[name][metric].append(median)
                 print(round_, name, json.dumps(_medians(trial)), flush=True)
         for metric in ("ttft_s", "tpot_s") if rounds else ():
             estimate = bootstrap_ratio(samples["static"][metric], samples["continuous"][metric])
@@ -232,11 +241,11 @@ def peer(
                         scrape_metrics=False,
                     )
                 )
-                trial = ours["trials"][0]
+                trial = ours.trials[0]
                 rows["accelscope"].append(
                     {
                         **_medians(trial),
-                        "ttft_sent_s": trial["summary"]["metrics"]["ttft_sent_s"]["p50"],
+                        "ttft_sent_s": trial.summary.metrics.ttft_sent_s.value("p50"),
                     }
                 )
                 theirs = run_guidellm(

@@ -15,6 +15,7 @@ LAYERS: dict[str, int] = {
     "units": 1,
     "validation": 1,
     "files": 1,
+    "processes": 1,
     "hardware": 2,
     "models": 3,
     "backends": 4,
@@ -32,7 +33,8 @@ LAYERS: dict[str, int] = {
     "audit": 9,  # above plan: prices GPU-hours from plan's catalog
     "llm": 9,  # above load (schedules, early stopping), plan (KV bytes, catalog), roofline
     "report": 10,
-    "compare": 8,
+    "tune": 10,  # above llm: measures each server configuration with llm's harness
+    "compare": 10,  # above llm: reads its typed trial documents
     "commands": 11,
     "testing": 11,
     "cli": 12,

@@ -16,12 +16,20 @@ __all__ = [
     "NotAvailableError",
     "StoreError",
     "UnsafeModelError",
+    "one_line",
 ]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text`` on one line (whitespace runs collapsed), cut to ``limit`` characters with an
+    ellipsis: how a third party's message (a server's error, a log line) enters ours."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 class AccelscopeError(Exception):

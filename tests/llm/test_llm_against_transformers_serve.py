@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from accelscope.commands.llm.workflow import LlmRequestSettings, llm
+from accelscope.llm.documents import LlmTrial
 from accelscope.llm.summary import Slo
 from accelscope.llm.workload import Lengths, Workload
 from accelscope.store.sqlite import ResultStore
@@ -60,24 +61,25 @@ def test_every_request_streams_with_usage_counts(
         store_path=tmp_path / "store.db",
         environment=environment,  # type: ignore[arg-type]
     )
-    rate_trial, closed_trial = outcome.document["trials"]
+    rate_trial, closed_trial = outcome.document.trials
     for trial in (rate_trial, closed_trial):
-        summary = trial["summary"]
-        assert summary["completed"] == 12 and summary["errors"] == 0
-        assert summary["token_sources"] == {"usage": summary["window"]["requests"]}
-        assert summary["tokens"]["output_mean"] == OUTPUT_TOKENS
-        metrics = summary["metrics"]
-        assert 0 < metrics["ttft_s"]["p50"] <= metrics["e2e_s"]["p50"]
-        assert metrics["tpot_s"]["p50"] > 0 and metrics["itl_s"]["n"] > 0
-        floor = trial["floor"]
-        assert floor["tpot_floor_s"] > 0 and floor["bandwidth_source"] == "--bandwidth (given)"
-        assert 0 < floor["decode_efficiency"] < 1  # a Python server is far above the floor
+        summary = trial.summary
+        assert summary.completed == 12 and summary.errors == 0
+        assert summary.token_sources == {"usage": summary.window.requests}
+        assert summary.tokens.output_mean == OUTPUT_TOKENS
+        metrics = summary.metrics
+        assert 0 < metrics.ttft_s.p50 <= metrics.e2e_s.p50
+        assert metrics.tpot_s.p50 > 0 and metrics.itl_s.n > 0
+        floor = trial.floor
+        assert floor is not None
+        assert floor.tpot_floor_s > 0 and floor.bandwidth_source == "--bandwidth (given)"
+        assert 0 < floor.decode_efficiency < 1  # a Python server is far above the floor
     with ResultStore(tmp_path / "store.db") as store:
         run = store.get_run(outcome.run_id or "")
-        stored = run.documents_of("llm-trial")
-    assert [len(t["records"]) for t in stored] == [12, 12]
-    assert all(r["output_tokens"] == OUTPUT_TOKENS for r in stored[0]["records"])
-    json.dumps(outcome.document)  # JSON-ready
+        stored = [LlmTrial.from_payload(t) for t in run.documents_of("llm-trial")]
+    assert [len(t.records) for t in stored] == [12, 12]
+    assert all(r.output_tokens == OUTPUT_TOKENS for r in stored[0].records)
+    json.dumps(outcome.document.model_dump(mode="json"))  # JSON-ready
 
 
 def test_chat_api_streams(server: TransformersServe, tmp_path: Path, environment: object) -> None:
@@ -86,8 +88,8 @@ def test_chat_api_streams(server: TransformersServe, tmp_path: Path, environment
         store_path=None,
         environment=environment,  # type: ignore[arg-type]
     )
-    summary = outcome.document["trials"][0]["summary"]
-    assert summary["completed"] == 4 and summary["tokens"]["output_mean"] == OUTPUT_TOKENS
+    summary = outcome.document.trials[0].summary
+    assert summary.completed == 4 and summary.tokens.output_mean == OUTPUT_TOKENS
 
 
 def test_a_server_killed_mid_run_is_recorded(
@@ -101,14 +103,14 @@ def test_a_server_killed_mid_run_is_recorded(
             outcome = llm(settings, store_path=tmp_path / "s.db", environment=environment)  # type: ignore[arg-type]
         finally:
             killer.cancel()
-    summary = outcome.document["trials"][0]["summary"]
-    assert summary["completed"] >= 1
-    assert summary["errors"] >= 1
-    assert summary["completed"] + summary["errors"] + summary["cancelled"] == 30
+    summary = outcome.document.trials[0].summary
+    assert summary.completed >= 1
+    assert summary.errors >= 1
+    assert summary.completed + summary.errors + summary.cancelled == 30
     assert any(
-        "refused" in kind["error"].lower()
-        or "closed" in kind["error"].lower()
-        or "ended" in kind["error"].lower()
-        or "reset" in kind["error"].lower()
-        for kind in summary["error_kinds"]
+        "refused" in kind.error.lower()
+        or "closed" in kind.error.lower()
+        or "ended" in kind.error.lower()
+        or "reset" in kind.error.lower()
+        for kind in summary.error_kinds
     )

@@ -203,13 +203,13 @@ def test_static_single_request_and_describe(static: InProcessModel, model_dir: P
     assert_well_timed(record, 5)
     assert record.sent_s >= 0
     info = static.describe()
-    assert info["kind"] == "in-process"
-    assert info["model_dir"] == str(model_dir)
-    assert info["batching"] == "static"
-    assert info["max_batch"] == 4
-    assert info["dtype"] == "auto"
-    assert info["model_type"] == "llama"
-    assert isinstance(info["parameters"], int) and info["parameters"] > 0
+    assert info.kind == "in-process"
+    assert info.model_dir == str(model_dir)
+    assert info.batching == "static"
+    assert info.max_batch == 4
+    assert info.dtype == "auto"
+    assert info.model_type == "llama"
+    assert isinstance(info.parameters, int) and info.parameters > 0
 
 
 def test_static_greedy_output_is_the_same_alone_or_batched(static: InProcessModel) -> None:
@@ -306,7 +306,7 @@ def test_continuous_generates_exact_tokens_with_per_token_times(
         assert_well_timed(record, limit)
         assert record.prompt_tokens == len(tokenizer(prompt)["input_ids"])
     assert continuous.batch_sizes == []
-    assert continuous.describe()["batching"] == "continuous"
+    assert continuous.describe().batching == "continuous"
 
 
 def test_continuous_matches_static_greedy_output(
@@ -402,7 +402,7 @@ def test_close_stops_the_worker(model_dir: Path) -> None:
     [after] = run(target, [("closed", 2)])
     assert after.error == "the in-process target is closed"
     target.close()  # twice is fine
-    assert target.describe()["model_type"] == "llama"
+    assert target.describe().model_type == "llama"
 
 
 @pytest.mark.parametrize("batching", ["static", "continuous"])

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from accelscope.llm.client import OpenAIEndpoint
+from accelscope.llm.documents import Distribution, TrialSummary
 from accelscope.llm.records import LlmRequest, RequestRecord
 from accelscope.llm.summary import LAG_LIMIT_S, Slo, request_values, summarise_trial
 from accelscope.llm.trial import TrialRecords, run_trial
@@ -72,7 +73,7 @@ def _run(
     concurrency: int | None = 1,
     max_in_flight: int = 256,
     slo: Slo | None = None,
-) -> tuple[TrialRecords, dict[str, Any]]:
+) -> tuple[TrialRecords, TrialSummary]:
     endpoint = OpenAIEndpoint(server.url, server.model, api=api, tokenizer=tokenizer)  # type: ignore[arg-type]
     try:
         outcome = run_trial(
@@ -104,7 +105,7 @@ def _prompt_of(body: dict[str, Any]) -> str:
 def _check_against(
     server: FakeLLMServer,
     records: list[RequestRecord],
-    summary: dict[str, Any],
+    summary: TrialSummary,
     script: dict[str, float],
 ) -> None:
     """Each request of the steady window is matched with what the fake did for it (its own
@@ -114,9 +115,9 @@ def _check_against(
     medians are those of the requests; and the fake kept its script."""
     served = {_prompt_of(r.body): r for r in server.requests if r.method == "POST"}
     prompts = {i: f"say something number {i}" for i in range(len(records))}
-    start = summary["window"]["start_s"]
+    start = summary.window.start_s
     kept = [r for r in records if r.scheduled_s >= start]
-    assert len(kept) == summary["window"]["requests"]
+    assert len(kept) == summary.window.requests
     gaps: dict[str, list[float]] = {"ttft_s": [], "e2e_s": [], "tpot_s": [], "itl_s": []}
     fake: dict[str, list[float]] = {"ttft_s": [], "e2e_s": [], "tpot_s": [], "itl_s": []}
     for record in kept:
@@ -147,12 +148,12 @@ def _check_against(
     assert -EARLY_S <= float(np.median(gaps["e2e_s"])) <= 2 * WIDE_S, gaps["e2e_s"]
     for name in ("tpot_s", "itl_s"):
         assert abs(float(np.median(gaps[name]))) <= NARROW_S, (name, gaps[name])
-    metrics = summary["metrics"]
+    metrics = summary.metrics
     for name in ("ttft_s", "e2e_s", "tpot_s"):  # closed loop: scheduled = sent
         values = [request_values(r)[name] for r in kept]
-        assert metrics[name]["p50"] == pytest.approx(float(np.median(values)))  # type: ignore[arg-type]
+        assert metrics.get(name).p50 == pytest.approx(float(np.median(values)))  # type: ignore[arg-type]
     pooled = [g for r in kept for g in np.diff(r.chunk_times_s)]
-    assert metrics["itl_s"]["p50"] == pytest.approx(float(np.median(pooled)))
+    assert metrics.itl_s.p50 == pytest.approx(float(np.median(pooled)))
     for name, value in script.items():  # the fake's own timing: late only on a loaded machine
         tolerance = NARROW_S if name in ("tpot_s", "itl_s") else WIDE_S
         median = float(np.median(fake[name]))
@@ -163,7 +164,7 @@ def _check_against(
 def test_one_token_per_chunk_every_metric_is_the_script(api: str) -> None:
     with FakeLLMServer(ttft_s=TTFT_S, itl_s=ITL_S) as server:
         outcome, summary = _run(server, _requests(8), api=api, concurrency=2)
-        assert summary["completed"] == 8 and summary["errors"] == 0
+        assert summary.completed == 8 and summary.errors == 0
         e2e = TTFT_S + (TOKENS - 1) * ITL_S
         for record in outcome.records:
             assert record.ok, record.error
@@ -175,19 +176,19 @@ def test_one_token_per_chunk_every_metric_is_the_script(api: str) -> None:
             assert record.end_s - record.sent_s >= e2e - EARLY_S
         script = {"ttft_s": TTFT_S, "e2e_s": e2e, "tpot_s": ITL_S, "itl_s": ITL_S}
         _check_against(server, outcome.records, summary, script)
-    metrics = summary["metrics"]
-    assert _near(metrics["ttft_s"]["p50"], TTFT_S, 2 * WIDE_S)
-    assert _near(metrics["itl_s"]["p50"], ITL_S, 2 * NARROW_S)
+    metrics = summary.metrics
+    assert _near(metrics.ttft_s.p50, TTFT_S, 2 * WIDE_S)
+    assert _near(metrics.itl_s.p50, ITL_S, 2 * NARROW_S)
     # percentiles use the steady window: the first arrivals are its warm-up
-    in_window = summary["window"]["requests"]
+    in_window = summary.window.requests
     assert 4 <= in_window <= 8
-    assert metrics["ttft_s"]["n"] == metrics["tpot_s"]["n"] == in_window
-    assert metrics["itl_s"]["n"] == in_window * (TOKENS - 1)
-    assert summary["token_sources"] == {"usage": in_window}
-    assert summary["tokens"]["output_total"] == in_window * TOKENS
-    assert summary["tokens"]["output_mean"] == TOKENS
+    assert metrics.ttft_s.n == metrics.tpot_s.n == in_window
+    assert metrics.itl_s.n == in_window * (TOKENS - 1)
+    assert summary.token_sources == {"usage": in_window}
+    assert summary.tokens.output_total == in_window * TOKENS
+    assert summary.tokens.output_mean == TOKENS
     # the fake's usage.prompt_tokens: one token per prompt word
-    assert summary["tokens"]["prompt_mean"] == 4
+    assert summary.tokens.prompt_mean == 4
 
 
 def test_three_tokens_per_chunk() -> None:
@@ -205,7 +206,7 @@ def test_three_tokens_per_chunk() -> None:
         assert record.ok, record.error
         assert len(record.chunk_times_s) == TOKENS // per_chunk
         assert record.output_tokens == TOKENS
-    metrics = summary["metrics"]
+    metrics = summary.metrics
     script = {
         "ttft_s": first,
         "e2e_s": e2e,
@@ -213,7 +214,7 @@ def test_three_tokens_per_chunk() -> None:
         "tpot_s": (e2e - first) / (TOKENS - 1),
     }
     _check_against(server, outcome.records, summary, script)
-    assert metrics["itl_s"]["n"] == summary["window"]["requests"] * (TOKENS // per_chunk - 1)
+    assert metrics.itl_s.n == summary.window.requests * (TOKENS // per_chunk - 1)
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
@@ -228,14 +229,14 @@ def test_without_usage_the_tokenizer_counts_labelled(api: str, tokenizer: Any) -
         assert record.tokens_source == "tokenizer"
         assert record.output_tokens == expected
         assert record.output_chars == len(text)
-    assert summary["token_sources"] == {"tokenizer": summary["window"]["requests"]}
-    start = summary["window"]["start_s"]
+    assert summary.token_sources == {"tokenizer": summary.window.requests}
+    start = summary.window.start_s
     tpots = [
         (r.end_s - r.first_token_s) / (expected - 1)  # type: ignore[operator]
         for r in outcome.records
         if r.scheduled_s >= start
     ]
-    assert summary["metrics"]["tpot_s"]["p50"] == pytest.approx(float(np.median(tpots)))
+    assert summary.metrics.tpot_s.p50 == pytest.approx(float(np.median(tpots)))
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
@@ -246,13 +247,13 @@ def test_without_usage_or_tokenizer_tokens_are_unknown(api: str) -> None:
         assert record.ok, record.error
         assert record.tokens_source == "unknown"
         assert record.output_tokens is None  # never a whitespace count (6 words streamed)
-    in_window = summary["window"]["requests"]
-    assert summary["token_sources"] == {"unknown": in_window}
-    assert summary["metrics"]["tpot_s"] == {"n": 0}  # TPOT not measured
-    assert summary["metrics"]["ttft_s"]["n"] == in_window
-    assert summary["metrics"]["itl_s"]["n"] == in_window * 5
-    assert summary["tokens"]["output_mean"] is None
-    assert summary["tokens"]["output_total"] == 0
+    in_window = summary.window.requests
+    assert summary.token_sources == {"unknown": in_window}
+    assert summary.metrics.tpot_s == Distribution()  # TPOT not measured (n 0, nothing else)
+    assert summary.metrics.ttft_s.n == in_window
+    assert summary.metrics.itl_s.n == in_window * 5
+    assert summary.tokens.output_mean is None
+    assert summary.tokens.output_total == 0
 
 
 # -- goodput --------------------------------------------------------------------------------
@@ -264,27 +265,27 @@ def test_goodput_when_the_slo_is_met_is_the_token_rate() -> None:
         _, summary = _run(
             server, _requests(40, max_tokens=8, gap_s=0.025), concurrency=None, slo=slo
         )
-    assert summary["completed"] == 40
-    goodput = summary["goodput"]
-    assert goodput["attainment"] == 1.0
-    assert summary["slo"]["met"] is True
-    assert {t["state"] for t in summary["slo"]["terms"].values()} == {"met"}
-    rate = summary["throughput"]["output_tokens_per_s"]
-    assert goodput["output_tokens_per_s"] == pytest.approx(rate, rel=0.10)
-    assert goodput["output_tokens_per_s"] == pytest.approx(8 / 0.025, rel=0.10)
-    assert goodput["requests_per_s"] == pytest.approx(1 / 0.025, rel=0.10)
+    assert summary.completed == 40
+    goodput = summary.goodput
+    assert goodput.attainment == 1.0
+    assert summary.slo.met is True
+    assert {t.state for t in summary.slo.terms.values()} == {"met"}
+    rate = summary.throughput.output_tokens_per_s
+    assert goodput.output_tokens_per_s == pytest.approx(rate, rel=0.10)
+    assert goodput.output_tokens_per_s == pytest.approx(8 / 0.025, rel=0.10)
+    assert goodput.requests_per_s == pytest.approx(1 / 0.025, rel=0.10)
 
 
 def test_goodput_when_the_slo_is_missed_is_zero() -> None:
     slo = Slo(ttft_s=0.010, percentile=50.0)
     with FakeLLMServer(ttft_s=0.02, itl_s=0.005) as server:
         _, summary = _run(server, _requests(6, max_tokens=4), slo=slo)
-    assert summary["goodput"]["attainment"] == 0.0
-    assert summary["goodput"]["output_tokens_per_s"] == 0.0
-    assert summary["goodput"]["requests_per_s"] == 0.0
-    term = summary["slo"]["terms"]["ttft_s"]
-    assert term["state"] == "missed" and term["over"] == term["n"]
-    assert summary["slo"]["met"] is False
+    assert summary.goodput.attainment == 0.0
+    assert summary.goodput.output_tokens_per_s == 0.0
+    assert summary.goodput.requests_per_s == 0.0
+    term = summary.slo.terms["ttft_s"]
+    assert term.state == "missed" and term.over == term.n
+    assert summary.slo.met is False
 
 
 def _record(
@@ -313,21 +314,19 @@ def test_errors_count_as_misses_and_cancelled_requests_are_excluded() -> None:
     records[9] = _record(9, cancelled=True)  # the run cut it short
     slo = Slo(ttft_s=0.1, e2e_s=0.5, percentile=50.0)
     summary = summarise_trial(records, slo=slo, duration_s=1.5)
-    assert summary["errors"] == 2 and summary["cancelled"] == 1 and summary["completed"] == 9
-    window = summary["window"]
+    assert summary.errors == 2 and summary.cancelled == 1 and summary.completed == 9
+    window = summary.window
     # the window leaves out the ramp-up's first arrivals; both errors (0.3 s, 0.6 s) are in it
-    considered = [r for r in records if not r.cancelled and window["start_s"] <= r.scheduled_s]
+    considered = [r for r in records if not r.cancelled and window.start_s <= r.scheduled_s]
     n = len(considered)
-    assert window["requests"] == n and 8 <= n <= 11
-    assert window["end_s"] == pytest.approx(1.1)
-    for term in summary["slo"]["terms"].values():
-        assert term["n"] == n and term["over"] == 2
+    assert window.requests == n and 8 <= n <= 11
+    assert window.end_s == pytest.approx(1.1)
+    for term in summary.slo.terms.values():
+        assert term.n == n and term.over == 2
     good = n - 2
-    assert summary["goodput"]["attainment"] == pytest.approx(good / n)
-    assert summary["goodput"]["requests_per_s"] == pytest.approx(good / window["length_s"])
-    assert summary["goodput"]["output_tokens_per_s"] == pytest.approx(
-        10 * good / window["length_s"]
-    )
+    assert summary.goodput.attainment == pytest.approx(good / n)
+    assert summary.goodput.requests_per_s == pytest.approx(good / window.length_s)
+    assert summary.goodput.output_tokens_per_s == pytest.approx(10 * good / window.length_s)
 
 
 # -- scheduled arrival vs send -------------------------------------------------------------
@@ -355,20 +354,20 @@ def test_queued_in_the_client_ttft_grows_from_the_schedule_not_from_the_send() -
     # send-based: the script's TTFT, whatever the queue (a loaded machine adds a little)
     assert max(sent) < ttft + 0.015, sent
     assert max(sent) < min(scheduled[-3:]) - 0.1
-    metrics = summary["metrics"]
-    assert metrics["ttft_s"]["max"] > metrics["ttft_sent_s"]["max"] + 0.1
-    assert _near(metrics["ttft_sent_s"]["p50"], ttft, WIDE_S)
+    metrics = summary.metrics
+    assert metrics.ttft_s.max > metrics.ttft_sent_s.max + 0.1
+    assert _near(metrics.ttft_sent_s.p50, ttft, WIDE_S)
     lags = [r.sent_s - r.scheduled_s for r in records]
-    assert summary["client_lag_s"]["max"] == pytest.approx(max(lags))
-    assert summary["client_lag_s"]["p99"] > LAG_LIMIT_S
-    assert summary["client_bound"] is True
+    assert summary.client_lag_s.max == pytest.approx(max(lags))
+    assert summary.client_lag_s.p99 > LAG_LIMIT_S
+    assert summary.client_bound is True
 
 
 def test_a_client_that_keeps_up_is_not_client_bound() -> None:
     with FakeLLMServer(ttft_s=0.01, itl_s=0.002) as server:
         _, summary = _run(server, _requests(10, max_tokens=4, gap_s=0.02), concurrency=None)
-    assert summary["client_bound"] is False
-    assert summary["client_lag_s"]["p99"] < LAG_LIMIT_S
+    assert summary.client_bound is False
+    assert summary.client_lag_s.p99 < LAG_LIMIT_S
 
 
 # -- tails ---------------------------------------------------------------------------------
@@ -377,17 +376,17 @@ def test_a_client_that_keeps_up_is_not_client_bound() -> None:
 def test_fifty_requests_cannot_claim_p99_nor_p90() -> None:
     with FakeLLMServer(ttft_s=0.005, itl_s=0.001) as server:
         _, summary = _run(server, _requests(50, max_tokens=2), concurrency=10)
-    assert summary["completed"] == 50
-    ttft = summary["metrics"]["ttft_s"]
-    n = summary["window"]["requests"]  # the steady window's share of the 50
-    assert ttft["n"] == n and 30 <= n < 50
+    assert summary.completed == 50
+    ttft = summary.metrics.ttft_s
+    n = summary.window.requests  # the steady window's share of the 50
+    assert ttft.n == n and 30 <= n < 50
     needs99 = min_passing_queries(1, 0.99) + 1
-    claim = ttft["p99_claim"]
-    assert claim["claimable"] is False and claim["needs"] == needs99 == 662
-    assert claim["why"] == f"not enough requests to claim p99 TTFT ({n} < {needs99})"
-    assert ttft["p90_claim"]["claimable"] is False
-    assert ttft["p90_claim"]["needs"] == 64
-    assert "p50_claim" not in ttft
+    claim = ttft.p99_claim
+    assert claim.claimable is False and claim.needs == needs99 == 662
+    assert claim.why == f"not enough requests to claim p99 TTFT ({n} < {needs99})"
+    assert ttft.p90_claim.claimable is False
+    assert ttft.p90_claim.needs == 64
+    assert "p50_claim" not in ttft.model_dump()  # no claim for a median
 
 
 @pytest.mark.parametrize(("n", "claimable"), [(63, False), (64, True), (200, True)])
@@ -402,15 +401,15 @@ def test_p90_claims_need_64_requests(n: int, claimable: bool) -> None:
         record.end_s -= shift
         record.chunk_times_s = [t - shift for t in record.chunk_times_s]
     summary = summarise_trial(records)
-    ttft = summary["metrics"]["ttft_s"]
-    assert ttft["n"] == n
-    claim = ttft["p90_claim"]
-    assert claim["claimable"] is claimable
+    ttft = summary.metrics.ttft_s
+    assert ttft.n == n
+    claim = ttft.p90_claim
+    assert claim.claimable is claimable
     if claimable:
-        assert ttft["p90"] <= claim["bound"] <= ttft["max"]
+        assert ttft.p90 <= claim.bound <= ttft.max
     else:
-        assert claim["why"] == f"not enough requests to claim p90 TTFT ({n} < 64)"
-    assert ttft["p99_claim"]["claimable"] is (n >= min_passing_queries(1, 0.99) + 1)
+        assert claim.why == f"not enough requests to claim p90 TTFT ({n} < 64)"
+    assert ttft.p99_claim.claimable is (n >= min_passing_queries(1, 0.99) + 1)
 
 
 # -- quantile_ci against an exact binomial ------------------------------------------------
@@ -473,7 +472,7 @@ def test_closed_loop_at_concurrency_3_keeps_3_in_flight() -> None:
         # the fake counts a request out before its last bytes leave
         assert server.concurrent_max == 3
         assert len([r for r in server.requests if r.method == "POST"]) == 9
-    assert summary["completed"] == 9
+    assert summary.completed == 9
     # exactly 3 in flight at the client: the most [sent, end] intervals that overlap
     events = sorted(
         [(r.sent_s, 1) for r in outcome.records] + [(r.end_s, -1) for r in outcome.records]
@@ -508,4 +507,4 @@ def test_cancel_marks_requests_cancelled_not_errors() -> None:
         worker.join(timeout=5)
     assert found and found[0].cancelled and not found[0].error
     summary = summarise_trial(found)
-    assert summary["cancelled"] == 1 and summary["errors"] == 0 and summary["window"] is None
+    assert summary.cancelled == 1 and summary.errors == 0 and summary.window is None

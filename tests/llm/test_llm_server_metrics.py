@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from accelscope.llm.documents import ServerMetrics
 from accelscope.llm.server_metrics import (
     VOCABULARY,
     Sample,
@@ -303,18 +304,18 @@ def test_vllm_counters_sum_engines_and_fractions_average_them() -> None:
             vllm_text(queries=(1600, 400), hits=(200, 100), usage=(0.5, 0.5), waiting=5),
         )
     )
-    assert summary["available"] and summary["server"] == "vllm" and summary["scrapes"] == 2
-    assert summary["prefix_cache"] == {
+    assert summary.available and summary.server == "vllm" and summary.scrapes == 2
+    assert summary.prefix_cache.model_dump() == {
         "queries": 1000,
         "hits": 300,
         "hit_rate": 0.3,
         "source": "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total",
     }
     # The V1 names win over the deprecated ones exported alongside (0.9 at 0.9 usage).
-    assert summary["kv_cache_usage"] == {"mean": 0.5, "max": 0.5}
-    assert summary["waiting"] == {"mean": 3.0, "max": 5.0}
-    assert summary["running"] == {"mean": 3.0, "max": 3.0}
-    assert summary["preemptions"] == 0
+    assert summary.kv_cache_usage.model_dump() == {"mean": 0.5, "max": 0.5}
+    assert summary.waiting.model_dump() == {"mean": 3.0, "max": 5.0}
+    assert summary.running.model_dump() == {"mean": 3.0, "max": 3.0}
+    assert summary.preemptions == 0
 
 
 def test_vllm_older_names_use_the_hit_rate_gauge() -> None:
@@ -325,13 +326,13 @@ def test_vllm_older_names_use_the_hit_rate_gauge() -> None:
             vllm_v0_text(rate=0.4, usage=0.2, preemptions=7),
         )
     )
-    assert summary["server"] == "vllm (older names)"
-    assert summary["prefix_cache"]["hit_rate"] == pytest.approx(0.3)
-    assert "queries" not in summary["prefix_cache"]
-    assert summary["prefix_cache"]["source"].startswith("vllm:gpu_prefix_cache_hit_rate")
-    assert summary["kv_cache_usage"] == {"mean": pytest.approx(0.2), "max": 0.3}
-    assert summary["preemptions"] == 5
-    assert summary["running"] == {"mean": 2.0, "max": 2.0}
+    assert summary.server == "vllm (older names)"
+    assert summary.prefix_cache.hit_rate == pytest.approx(0.3)
+    assert summary.prefix_cache.queries is None
+    assert summary.prefix_cache.source.startswith("vllm:gpu_prefix_cache_hit_rate")
+    assert summary.kv_cache_usage.model_dump() == {"mean": pytest.approx(0.2), "max": 0.3}
+    assert summary.preemptions == 5
+    assert summary.running.model_dump() == {"mean": 2.0, "max": 2.0}
 
 
 def test_vllm_v1_before_the_rename_reads_the_gpu_counters() -> None:
@@ -344,10 +345,10 @@ def test_vllm_v1_before_the_rename_reads_the_gpu_counters() -> None:
         'model_name="m"}} 0.5\n'
     )
     summary = summarise(scrapes(text.format(q=10, h=0), text.format(q=110, h=25)))
-    assert summary["server"] == "vllm (older names)"
-    assert summary["prefix_cache"]["queries"] == 100 and summary["prefix_cache"]["hits"] == 25
-    assert summary["prefix_cache"]["hit_rate"] == 0.25
-    assert "preemptions" not in summary and "waiting" not in summary
+    assert summary.server == "vllm (older names)"
+    assert summary.prefix_cache.queries == 100 and summary.prefix_cache.hits == 25
+    assert summary.prefix_cache.hit_rate == 0.25
+    assert summary.preemptions is None and summary.waiting is None
 
 
 def test_sglang_prefers_token_counters_over_the_gauge() -> None:
@@ -357,17 +358,17 @@ def test_sglang_prefers_token_counters_over_the_gauge() -> None:
             sglang_text(prompt=3000, cached=1100, retracted=2, rate=0.9),
         )
     )
-    assert summary["server"] == "sglang"
-    assert summary["prefix_cache"] == {
+    assert summary.server == "sglang"
+    assert summary.prefix_cache.model_dump() == {
         "queries": 2000,
         "hits": 1000,
         "hit_rate": 0.5,
         "source": "sglang:cached_tokens_total / sglang:prompt_tokens_total",
     }
-    assert summary["kv_cache_usage"] == {"mean": 0.12, "max": 0.12}
-    assert summary["preemptions"] == 2
-    assert summary["waiting"] == {"mean": 2.0, "max": 2.0}
-    assert summary["running"] == {"mean": 4.0, "max": 4.0}
+    assert summary.kv_cache_usage.model_dump() == {"mean": 0.12, "max": 0.12}
+    assert summary.preemptions == 2
+    assert summary.waiting.model_dump() == {"mean": 2.0, "max": 2.0}
+    assert summary.running.model_dump() == {"mean": 4.0, "max": 4.0}
 
 
 def test_sglang_without_token_counters_falls_back_to_the_gauge() -> None:
@@ -379,33 +380,35 @@ def test_sglang_without_token_counters_falls_back_to_the_gauge() -> None:
         )
 
     summary = summarise(scrapes(text(0.2), text(0.4)))
-    assert summary["prefix_cache"]["hit_rate"] == pytest.approx(0.3)
-    assert summary["prefix_cache"]["source"].startswith("sglang:cache_hit_rate")
+    assert summary.prefix_cache.hit_rate == pytest.approx(0.3)
+    assert summary.prefix_cache.source.startswith("sglang:cache_hit_rate")
 
 
 def test_tgi_exports_queue_and_batch_only() -> None:
     summary = summarise(scrapes(tgi_text(0, 1), tgi_text(4, 8), tgi_text(2, 6)))
-    assert summary["server"] == "tgi"
-    assert summary["waiting"] == {"mean": 2.0, "max": 4.0}
-    assert summary["running"] == {"mean": 5.0, "max": 8.0}
+    assert summary.server == "tgi"
+    assert summary.waiting.model_dump() == {"mean": 2.0, "max": 4.0}
+    assert summary.running.model_dump() == {"mean": 5.0, "max": 8.0}
     for absent in ("prefix_cache", "kv_cache_usage", "preemptions"):
-        assert absent not in summary
+        assert getattr(summary, absent) is None
 
 
 def test_llamacpp_current_and_older_builds() -> None:
     current = summarise(scrapes(llamacpp_text(1, 0), llamacpp_text(4, 3)))
-    assert current["server"] == "llama.cpp"
-    assert current["running"] == {"mean": 2.5, "max": 4.0}
-    assert current["waiting"] == {"mean": 1.5, "max": 3.0}
-    assert "kv_cache_usage" not in current and "prefix_cache" not in current
+    assert current.server == "llama.cpp"
+    assert current.running.model_dump() == {"mean": 2.5, "max": 4.0}
+    assert current.waiting.model_dump() == {"mean": 1.5, "max": 3.0}
+    assert current.kv_cache_usage is None and current.prefix_cache is None
     older = summarise(scrapes(llamacpp_text(1, 0, kv=0.25), llamacpp_text(1, 0, kv=0.75)))
-    assert older["kv_cache_usage"] == {"mean": 0.5, "max": 0.75}
+    assert older.kv_cache_usage.model_dump() == {"mean": 0.5, "max": 0.75}
 
 
 def test_a_server_with_none_of_the_names_is_unknown() -> None:
     text = "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.5\n"
-    assert summarise(scrapes(text, text)) == {"available": True, "server": "unknown", "scrapes": 2}
-    assert summarise([])["available"] is False
+    assert summarise(scrapes(text, text)) == ServerMetrics(
+        available=True, server="unknown", scrapes=2
+    )
+    assert summarise([]).available is False
 
 
 # -- the arithmetic -------------------------------------------------------------------------
@@ -418,7 +421,7 @@ def counter(value: float, **labels: str) -> Sample:
 def test_counter_reset_counts_from_the_reset() -> None:
     values = [10, 15, 3, 7]  # restart between the 2nd and 3rd scrape
     summary = summarise([(float(i), [counter(v, engine="0")]) for i, v in enumerate(values)])
-    assert summary["preemptions"] == (15 - 10) + 3 + (7 - 3)
+    assert summary.preemptions == (15 - 10) + 3 + (7 - 3)
 
 
 def test_resets_are_per_label_set_and_new_series_start_at_zero() -> None:
@@ -428,29 +431,29 @@ def test_resets_are_per_label_set_and_new_series_start_at_zero() -> None:
         (2.0, [counter(2, engine="0"), counter(6, engine="1")]),
         (3.0, [counter(2, engine="0"), counter(math.nan, engine="1")]),
     ]
-    assert summarise(data)["preemptions"] == 10 + 2 + 6
+    assert summarise(data).preemptions == 10 + 2 + 6
 
 
 def test_scrapes_are_taken_in_time_order() -> None:
     data = [(2.0, [counter(30)]), (0.0, [counter(10)]), (1.0, [counter(20)])]
-    assert summarise(data)["preemptions"] == 20
+    assert summarise(data).preemptions == 20
 
 
 def test_one_scrape_gives_gauges_but_no_deltas() -> None:
     summary = summarise(scrapes(vllm_text()))
-    assert "prefix_cache" not in summary and "preemptions" not in summary
-    assert summary["running"] == {"mean": 3.0, "max": 3.0}
+    assert summary.prefix_cache is None and summary.preemptions is None
+    assert summary.running.model_dump() == {"mean": 3.0, "max": 3.0}
 
 
 def test_no_queries_means_no_hit_rate() -> None:
     summary = summarise(scrapes(vllm_text(), vllm_text()))
-    assert summary["prefix_cache"]["queries"] == 0 and summary["prefix_cache"]["hit_rate"] is None
+    assert summary.prefix_cache.queries == 0 and summary.prefix_cache.hit_rate is None
 
 
 def test_bare_counter_family_names_are_read() -> None:
     data = [(0.0, [Sample("sglang:num_retracted_requests", {}, 1.0)])]
     data.append((1.0, [Sample("sglang:num_retracted_requests", {}, 4.0)]))
-    assert summarise(data)["preemptions"] == 3
+    assert summarise(data).preemptions == 3
 
 
 @pytest.mark.parametrize(
@@ -536,15 +539,15 @@ def test_scraper_reads_changing_metrics_during_the_trial() -> None:
         summary = scraper.stop()
         assert not scraper._thread or not scraper._thread.is_alive()
         done = len(hits)
-    assert summary["available"] and summary["server"] == "vllm"
-    assert summary["scrapes"] == done and summary["failed_scrapes"] == 0
+    assert summary.available and summary.server == "vllm"
+    assert summary.scrapes == done and summary.failed_scrapes == 0
     last = done - 1
-    assert summary["prefix_cache"]["queries"] == 100 * last
-    assert summary["prefix_cache"]["hits"] == 10 * last
-    assert summary["prefix_cache"]["hit_rate"] == 0.1
-    assert summary["preemptions"] == last
-    assert summary["waiting"] == {"mean": pytest.approx(last / 2), "max": last}
-    assert summary["kv_cache_usage"] == {"mean": 0.1, "max": 0.1}
+    assert summary.prefix_cache.queries == 100 * last
+    assert summary.prefix_cache.hits == 10 * last
+    assert summary.prefix_cache.hit_rate == 0.1
+    assert summary.preemptions == last
+    assert summary.waiting.model_dump() == {"mean": pytest.approx(last / 2), "max": last}
+    assert summary.kv_cache_usage.model_dump() == {"mean": 0.1, "max": 0.1}
     assert scraper.stop() is summary  # idempotent
 
 
@@ -557,9 +560,9 @@ def test_scraper_as_context_manager_survives_a_server_restart() -> None:
 
     with serve(answer) as (url, hits), ServerMetricsScraper(url, interval_s=0.02) as scraper:
         wait_for(lambda: len(hits) >= 4)
-    assert scraper.summary is not None and scraper.summary["server"] == "sglang"
-    assert scraper.summary["preemptions"] == 3 + 1 + 3
-    assert scraper.summary["prefix_cache"]["hit_rate"] is None
+    assert scraper.summary is not None and scraper.summary.server == "sglang"
+    assert scraper.summary.preemptions == 3 + 1 + 3
+    assert scraper.summary.prefix_cache.hit_rate is None
 
 
 def test_failed_scrapes_mid_trial_are_counted_not_fatal() -> None:
@@ -573,8 +576,8 @@ def test_failed_scrapes_mid_trial_are_counted_not_fatal() -> None:
         scraper.start()
         wait_for(lambda: len(hits) >= 4)
         summary = scraper.stop()
-    assert summary["available"] and summary["server"] == "tgi"
-    assert summary["failed_scrapes"] == 2 and summary["scrapes"] == len(hits) - 2
+    assert summary.available and summary.server == "tgi"
+    assert summary.failed_scrapes == 2 and summary.scrapes == len(hits) - 2
 
 
 def free_port() -> int:
@@ -605,18 +608,18 @@ def test_no_metrics_makes_it_unavailable_with_one_line(
         summary = scraper.stop()
     assert len(hits) == 1  # one try, then nothing more
     assert scraper._thread is None
-    assert summary["available"] is False and why in summary["why"]
-    assert "\n" not in summary["why"] and len(summary["why"]) <= 200
+    assert summary.available is False and why in summary.why
+    assert "\n" not in summary.why and len(summary.why) <= 200
 
 
 def test_a_server_without_the_path_is_a_404() -> None:
     with serve(lambda n: (200, PROM, "x 1\n")) as (url, _):
         summary = ServerMetricsScraper(url + "/elsewhere/metrics").stop()
-        assert summary == {"available": False, "why": "the scraper was never started"}
+        assert summary == ServerMetrics(available=False, why="the scraper was never started")
         scraper = ServerMetricsScraper(url + "/elsewhere/metrics")
         scraper.start()
         summary = scraper.stop()
-    assert summary["available"] is False and "HTTP 404" in summary["why"]
+    assert summary.available is False and "HTTP 404" in summary.why
 
 
 @pytest.mark.parametrize(
@@ -626,7 +629,7 @@ def test_never_raises_on_unreachable_or_bad_urls(base: str) -> None:
     scraper = ServerMetricsScraper(base.format(port=free_port()), timeout_s=0.5)
     scraper.start()
     summary = scraper.stop()
-    assert summary["available"] is False and summary["why"]
+    assert summary.available is False and summary.why
 
 
 def test_a_silent_server_times_out() -> None:
@@ -639,4 +642,4 @@ def test_a_silent_server_times_out() -> None:
         scraper.start()
         summary = scraper.stop()
         assert time.monotonic() - started < 2
-    assert summary["available"] is False and "0.2" in summary["why"]
+    assert summary.available is False and "0.2" in summary.why

@@ -14,6 +14,17 @@ import pytest
 
 from accelscope.errors import BadInputError
 from accelscope.llm.capacity import search_capacity, trial_passes
+from accelscope.llm.documents import (
+    ClientLag,
+    Distribution,
+    Metrics,
+    SloState,
+    SloTerm,
+    SloVerdict,
+    TokenStats,
+    TrialSummary,
+    Window,
+)
 from accelscope.llm.floor import EFFICIENT, decode_floor, decoding_batch, read_bytes_per_step
 from accelscope.llm.records import RequestRecord
 from accelscope.llm.workload import (
@@ -102,14 +113,19 @@ def test_arrivals_labels() -> None:
     assert Arrivals(rate_per_s=4.0).label == "4 req/s"
     assert Arrivals(rate_per_s=2.5, cv=3.0).label == "2.5 req/s, gamma CV 3"
     assert Arrivals(concurrency=8).label == "concurrency 8"
-    assert Arrivals(concurrency=2).to_dict() == {"rate_per_s": None, "concurrency": 2, "cv": 1.0}
+    assert Arrivals(concurrency=2).to_dict() == {
+        "rate_per_s": None,
+        "concurrency": 2,
+        "cv": 1.0,
+        "speed": None,
+    }
 
 
 @pytest.mark.parametrize(
     ("kwargs", "mention"),
     [
-        ({}, "rate or a concurrency"),
-        ({"rate_per_s": 1.0, "concurrency": 2}, "rate or a concurrency"),
+        ({}, "a rate, a concurrency or a trace speed"),
+        ({"rate_per_s": 1.0, "concurrency": 2}, "a rate, a concurrency or a trace speed"),
         ({"rate_per_s": 0.0}, "--rate"),
         ({"rate_per_s": -1.0}, "--rate"),
         ({"rate_per_s": math.inf}, "--rate"),
@@ -284,8 +300,8 @@ def test_read_prompts_good_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "mentions"),
     [
-        ("", ["has no prompt"]),
-        ("\n  \n", ["has no prompt"]),
+        ("", ["prompts file is empty"]),
+        ("\n  \n", ["prompts file is empty"]),
         ('{"prompt": "a"}\n{"prompt": "b"}\n{"prompt": oops}\n', [":3:", "not JSON"]),
         ('{"prompt": "a"}\n{"text": "b"}\n', [":2:", '"prompt"']),
         ('{"prompt": ""}\n', [":1:", '"prompt"']),
@@ -315,15 +331,29 @@ def test_read_prompts_missing_file(tmp_path: Path) -> None:
 # -- capacity search -------------------------------------------------------------------------
 
 
-def _summary(passed: bool, *, completed: int = 50, client_bound: bool = False) -> dict[str, Any]:
-    state = "met" if passed else "missed"
-    why = "" if passed else "9 of 50 over 500 ms (more than 1%)"
-    return {
-        "completed": completed,
-        "client_bound": client_bound,
-        "client_lag_s": {"p99": 0.2 if client_bound else 0.001},
-        "slo": {"terms": {"ttft_s": {"state": state, "why": why}}, "met": passed},
-    }
+def _summary(
+    passed: bool,
+    *,
+    completed: int = 50,
+    client_bound: bool = False,
+    state: SloState | None = None,
+    why: str | None = None,
+) -> TrialSummary:
+    """A trial of 50 requests whose TTFT term is met (``passed``) or missed, unless ``state``
+    and ``why`` say otherwise."""
+    state = state or ("met" if passed else "missed")
+    if why is None:
+        why = "" if passed else "9 of 50 over 500 ms (more than 1%)"
+    lag = 0.2 if client_bound else 0.001
+    term = SloTerm(bound_s=0.5, over=0 if passed else 9, n=50, state=state, why=why)
+    return TrialSummary(
+        requests=50,
+        completed=completed,
+        errors=50 - completed,
+        client_bound=client_bound,
+        client_lag_s=ClientLag(p50=lag, p99=lag, max=lag, limit=0.05),
+        slo=SloVerdict(ttft_s=0.5, terms={"ttft_s": term}, met=passed),
+    )
 
 
 class ScriptedServer:
@@ -334,7 +364,7 @@ class ScriptedServer:
         self.noisy = noisy
         self.loads: list[float] = []
 
-    def __call__(self, load: float) -> dict[str, Any]:
+    def __call__(self, load: float) -> TrialSummary:
         self.loads.append(load)
         return _summary(load <= self.limit and load not in self.noisy)
 
@@ -423,9 +453,9 @@ def test_trial_passes() -> None:
     passed, why = trial_passes(_summary(True, client_bound=True))
     assert not passed and "client-bound" in why and "200 ms" in why
     assert trial_passes(_summary(True, completed=0)) == (False, "no request completed")
-    assert trial_passes({"completed": 3, "client_bound": False}) == (False, "no SLO")
-    unclaimed = _summary(True)
-    unclaimed["slo"]["terms"]["ttft_s"] = {"state": "unclaimed", "why": "not enough (3 < 44)"}
+    no_slo = TrialSummary(requests=3, completed=3, errors=0, client_bound=False)
+    assert trial_passes(no_slo) == (False, "no SLO")
+    unclaimed = _summary(True, state="unclaimed", why="not enough (3 < 44)")
     assert trial_passes(unclaimed) == (False, "TTFT: not enough (3 < 44)")
 
 
@@ -470,14 +500,19 @@ RECORDS = [
 ]
 
 
-def _floor_summary(tpot: float | None, ttft: float | None = None) -> dict[str, Any]:
-    metrics: dict[str, Any] = {"tpot_s": {"p50": tpot} if tpot else {"n": 0}}
-    metrics["ttft_s"] = {"p50": ttft} if ttft else {"n": 0}
-    return {
-        "window": {"start_s": 0.0, "end_s": 1.0},
-        "tokens": {"prompt_mean": 100.0, "output_mean": 50.0},
-        "metrics": metrics,
-    }
+def _floor_summary(tpot: float | None, ttft: float | None = None) -> TrialSummary:
+    metrics = Metrics(
+        tpot_s=Distribution(n=1, p50=tpot) if tpot else Distribution(),
+        ttft_s=Distribution(n=1, p50=ttft) if ttft else Distribution(),
+    )
+    return TrialSummary(
+        requests=len(RECORDS),
+        completed=3,
+        errors=1,
+        window=Window(start_s=0.0, end_s=1.0, length_s=1.0, requests=len(RECORDS)),
+        tokens=TokenStats(prompt_mean=100.0, output_mean=50.0),
+        metrics=metrics,
+    )
 
 
 @pytest.mark.parametrize("tied", [False, True])
@@ -510,22 +545,22 @@ def test_decode_floor_bandwidth_bound_by_hand() -> None:
         peak_flops_per_s=1e12,
         peak_source="--peak-flops (given)",
     )
-    assert found["weights_read_bytes"] == 2.0 * ACTIVE
-    assert found["active_parameters"] == ACTIVE
-    assert found["kv_bytes_per_token"] == KV_VALUES * 2.0
-    assert found["decode_batch_mean"] == pytest.approx(2.0)
-    assert found["context_mean_tokens"] == context
-    assert found["tpot_floor_s"] == pytest.approx(floor_s)
-    assert found["tpot_measured_p50_s"] == measured
-    assert found["decode_efficiency"] == pytest.approx(0.8)
+    assert found.weights_read_bytes == 2.0 * ACTIVE
+    assert found.active_parameters == ACTIVE
+    assert found.kv_bytes_per_token == KV_VALUES * 2.0
+    assert found.decode_batch_mean == pytest.approx(2.0)
+    assert found.context_mean_tokens == context
+    assert found.tpot_floor_s == pytest.approx(floor_s)
+    assert found.tpot_measured_p50_s == measured
+    assert found.decode_efficiency == pytest.approx(0.8)
     assert EFFICIENT <= 0.8
-    assert found["bound"].startswith("memory-bandwidth bound")
-    assert found["bandwidth_source"] == "--bandwidth (given)" and found["estimated"] is True
-    assert found["ttft_floor_s"] == pytest.approx(2.0 * ACTIVE * 100.0 / 1e12)
-    assert found["prefill_efficiency"] == pytest.approx(found["ttft_floor_s"] / 0.001)
-    assert found["peak_source"] == "--peak-flops (given)"
-    assert "2.00" in found["notes"][1]
-    json.dumps(found)  # JSON-ready
+    assert found.bound.startswith("memory-bandwidth bound")
+    assert found.bandwidth_source == "--bandwidth (given)" and found.estimated is True
+    assert found.ttft_floor_s == pytest.approx(2.0 * ACTIVE * 100.0 / 1e12)
+    assert found.prefill_efficiency == pytest.approx(found.ttft_floor_s / 0.001)
+    assert found.peak_source == "--peak-flops (given)"
+    assert "2.00" in found.notes[1]
+    json.dumps(found.model_dump(mode="json"))  # JSON-ready
 
 
 def test_decode_floor_overhead_bound_and_batch_at_least_one() -> None:
@@ -542,11 +577,11 @@ def test_decode_floor_overhead_bound_and_batch_at_least_one() -> None:
         records=lone,
         summary=_floor_summary(floor_s * 20),
     )
-    assert found["decode_batch_mean"] == pytest.approx(0.25)
-    assert found["tpot_floor_s"] == pytest.approx(floor_s)
-    assert found["decode_efficiency"] == pytest.approx(0.05)
-    assert found["bound"].startswith("20.0x above the decode floor")
-    assert "ttft_floor_s" not in found
+    assert found.decode_batch_mean == pytest.approx(0.25)
+    assert found.tpot_floor_s == pytest.approx(floor_s)
+    assert found.decode_efficiency == pytest.approx(0.05)
+    assert found.bound.startswith("20.0x above the decode floor")
+    assert found.ttft_floor_s is None  # no peak given: no TTFT floor
 
 
 def test_decode_floor_without_tpot_is_not_measured() -> None:
@@ -559,6 +594,6 @@ def test_decode_floor_without_tpot_is_not_measured() -> None:
         records=RECORDS,
         summary=_floor_summary(None),
     )
-    assert found["decode_efficiency"] is None
-    assert found["bound"].startswith("not measured")
-    assert found["tpot_floor_s"] > 0
+    assert found.decode_efficiency is None
+    assert found.bound.startswith("not measured")
+    assert found.tpot_floor_s > 0

@@ -3,6 +3,7 @@ config file value (``default_map``) goes through exactly the same conversion as 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,12 +53,72 @@ class Precisions:
     values: tuple[Precision, ...]
 
 
-COMMA_TYPES = (Sizes, Names, Precisions)
+@dataclass(frozen=True)
+class Numbers:
+    """Comma-separated positive numbers (``--rate 0.5,1,2``)."""
+
+    values: tuple[float, ...]
+
+
+COMMA_TYPES = (Sizes, Names, Precisions, Numbers)
 """Flag types whose config file value may be a TOML list."""
 
 
 def parse_sizes(value: Any) -> Sizes:
     return value if isinstance(value, Sizes) else Sizes(parse_batch_sizes(_text(value)))
+
+
+def parse_numbers(value: Any) -> Numbers:
+    """Positive finite numbers, comma-separated; one line naming the bad one otherwise."""
+    if isinstance(value, Numbers):
+        return value
+    values = []
+    for part in _split(value):
+        try:
+            number = float(part)
+        except ValueError:
+            raise BadInputError(f"{part!r} is not a number (give e.g. 0.5,1,2)") from None
+        if not math.isfinite(number) or number <= 0:
+            raise BadInputError(f"{part!r}: give positive numbers")
+        values.append(number)
+    if not values:
+        raise BadInputError(f"{value!r}: give at least one number")
+    return Numbers(tuple(values))
+
+
+def parse_rate_unit(value: Any) -> float:
+    """``2e9``, ``800GB/s``, ``3.35TB/s`` -> bytes/s; ``150TFLOPS`` -> FLOP/s."""
+    text = str(value)
+    scales = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+    cleaned = text.strip().lower().removesuffix("/s").removesuffix("flops").removesuffix("b")
+    try:
+        number = (
+            float(cleaned[:-1]) * scales[cleaned[-1]]
+            if cleaned and cleaned[-1] in scales
+            else float(cleaned)
+        )
+    except ValueError:
+        raise BadInputError(
+            f"{text!r}: give a number with a unit, e.g. 800GB/s or 150TFLOPS"
+        ) from None
+    if not math.isfinite(number) or number <= 0:
+        raise BadInputError(f"{text!r}: give a positive rate")
+    return number
+
+
+def choice(flag: str, *choices: str) -> Callable[[Any], str]:
+    """One of ``choices`` (lower-cased), refused as ``--flag 'x': give a, b or c``."""
+
+    def parse(value: Any) -> str:
+        text = str(value).strip().lower()
+        if text not in choices:
+            listed = (
+                ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else choices[0]
+            )
+            raise BadInputError(f"{flag} {value!r}: give {listed}")
+        return text
+
+    return parse
 
 
 def parse_names(value: Any) -> Names:

@@ -57,7 +57,7 @@ from accelscope.spec import TensorSpec
 
 __all__ = ["SECTIONS", "config_option"]
 
-SECTIONS = ("model", "run", "bench", "load")
+SECTIONS = ("model", "run", "bench", "load", "llm", "tune")
 """The known sections; a command reads ``[model]`` and its own, and leaves the others."""
 
 MODEL_KEYS = {

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from accelscope.documents import LlmCapacity
+from accelscope.llm.documents import LlmRun, LlmTrial
 from accelscope.result import Result, Status
 
 __all__ = [
@@ -178,45 +180,40 @@ def _from_llm(_: Sequence[Result], documents: Sequence[Any]) -> list[ConfigObser
     found: dict[str, ConfigObservations] = {}
     settings: dict[str, Any] = {}
     for document in documents:
-        payload: dict[str, Any] = document.payload
-        if document.kind == "llm":
-            workload = {k: v for k, v in (payload.get("workload") or {}).items() if k != "seed"}
-            settings = {"workload": workload, "slo": payload.get("slo")}  # the seed differs
+        if document.kind == LlmRun.kind:
+            run = LlmRun.from_payload(document.payload, "an llm document")
+            workload = run.workload.model_dump(mode="json", exclude={"seed"})  # the seed differs
+            slo = run.slo.to_dict() if run.slo else None
+            settings = {"workload": workload, "slo": slo}
     for document in documents:
-        payload = document.payload
-        if document.kind == "llm-trial" and not payload.get("interrupted"):
-            samples = payload.get("samples") or {}
-            summary = payload.get("summary") or {}
+        if document.kind == LlmTrial.kind:
+            trial = LlmTrial.from_payload(document.payload, "an llm-trial document")
+            if trial.interrupted:
+                continue
             metrics: dict[str, Observation] = {}
             for name, key in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
-                values = tuple(float(v) for v in samples.get(key, ()))
+                values = tuple(float(v) for v in trial.samples.get(key, ()))
                 if values:
                     for metric in (f"{name}_p50", f"{name}_p99"):
                         if metric in METRICS:
                             metrics[metric] = Observation(samples=values)
-            throughput = summary.get("throughput") or {}
-            if throughput.get("output_tokens_per_s") is not None:
+            if trial.summary.throughput is not None:
                 metrics["output_tokens_per_s"] = Observation(
-                    value=float(throughput["output_tokens_per_s"])
+                    value=trial.summary.throughput.output_tokens_per_s
                 )
-            goodput = summary.get("goodput") or {}
-            if goodput.get("output_tokens_per_s") is not None:
+            if trial.summary.goodput is not None:
                 metrics["goodput_tokens_per_s"] = Observation(
-                    value=float(goodput["output_tokens_per_s"])
+                    value=trial.summary.goodput.output_tokens_per_s
                 )
-            key = repr(
-                sorted(
-                    (k, repr(v))
-                    for k, v in {
-                        "arrivals": payload.get("arrivals"),
-                        "role": payload.get("role"),
-                        **settings,
-                    }.items()
-                )
-            )
+            parts = {
+                "arrivals": trial.arrivals.model_dump(mode="json", exclude_none=True),
+                "role": trial.role,
+                **settings,
+            }
+            key = repr(sorted((k, repr(v)) for k, v in parts.items()))
             found[key] = ConfigObservations(
                 key=key,
-                label=str(payload.get("label", "?")),
+                label=trial.label or "?",
                 model="",
                 model_digest="",
                 fingerprint="",
@@ -224,17 +221,20 @@ def _from_llm(_: Sequence[Result], documents: Sequence[Any]) -> list[ConfigObser
                 libraries=(),
                 metrics=metrics,
             )
-        elif document.kind == "llm-capacity" and payload.get("valid"):
-            key = repr(sorted((k, repr(v)) for k, v in {"capacity": payload.get("slo")}.items()))
+        elif document.kind == LlmCapacity.kind:
+            capacity = LlmCapacity.from_payload(document.payload, "an llm-capacity document")
+            if not capacity.valid or capacity.capacity is None:
+                continue
+            key = repr(sorted((k, repr(v)) for k, v in {"capacity": capacity.slo}.items()))
             found[key] = ConfigObservations(
                 key=key,
-                label=f"capacity ({payload.get('unit', '')})",
-                model=str(payload.get("model", "")),
+                label=f"capacity ({capacity.unit})",
+                model=capacity.model,
                 model_digest="",
-                fingerprint=str(payload.get("environment_fingerprint", "")),
+                fingerprint=capacity.environment_fingerprint,
                 machine="",
                 libraries=(),
-                metrics={"llm_capacity": Observation(value=float(payload["capacity"]))},
+                metrics={"llm_capacity": Observation(value=float(capacity.capacity))},
             )
     return list(found.values())
 

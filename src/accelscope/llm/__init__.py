@@ -1,32 +1,43 @@
 """``accelscope llm``: a token-level benchmark of LLM serving.
 
-One harness, three kinds of system under test (:class:`~accelscope.llm.records.Target`): any
-OpenAI-compatible streaming endpoint (:class:`OpenAIEndpoint`: vLLM, SGLang, TGI, llama.cpp,
-``transformers serve``), a Hugging Face model in this process (:class:`InProcessModel`, static
-or continuous batching) and, for tests, the scripted fake server of
-:mod:`accelscope.testing.llm_server`.
+One harness (:class:`Harness`), three kinds of system under test
+(:class:`~accelscope.llm.records.Target`): any OpenAI-compatible streaming endpoint
+(:class:`OpenAIEndpoint`: vLLM, SGLang, TGI, llama.cpp, ``transformers serve``), a Hugging Face
+model in this process (:class:`InProcessModel`, static or continuous batching) and, for tests,
+the scripted fake server of :mod:`accelscope.testing.llm_server`.
 
-A workload (:mod:`~accelscope.llm.workload`: Poisson/gamma arrivals or a fixed concurrency,
-input/output lengths, synthetic or JSONL prompts, prefix-cache scenarios) is sent by
-:func:`run_trial`; :func:`summarise_trial` turns the per-request records into TTFT, TPOT, ITL
-and E2E from the scheduled arrival, throughput, goodput under an :class:`Slo` and LoadGen tail
-claims, each with its definition; :func:`search_capacity` finds the highest load that meets
-the SLO; :func:`decode_floor` sets the measured TPOT against the memory-bandwidth floor; and
-:class:`ServerMetricsScraper` reads the server's ``/metrics`` around each trial.
+A workload (:data:`WORKLOADS`: synthetic single-turn requests with prefix scenarios, synthetic
+multi-turn sessions, ShareGPT conversations, a Mooncake trace) becomes sessions of one or more
+turns that :func:`run_trial` sends open loop (a rate, a trace's timestamps) or closed loop (a
+concurrency); :func:`summarise_trial` turns the records into TTFT, TPOT, ITL and E2E from the
+scheduled arrival, throughput, goodput under an :class:`Slo`, LoadGen tail claims and per-turn
+TTFT, each with its definition; :class:`ServerMetricsScraper` reads the server's ``/metrics``
+(a timeline, and the configuration it publishes) around each trial; :func:`slo_breaks` sets
+the moment an SLO term broke against the server's state; :func:`search_capacity` finds the
+highest load that meets the SLO; :func:`decode_floor` sets the measured TPOT against the
+memory-bandwidth floor. The documents (:mod:`accelscope.llm.documents`) are typed.
 """
 
 from accelscope.llm.capacity import CapacityResult, TrialPoint, search_capacity, trial_passes
 from accelscope.llm.client import OpenAIEndpoint
+from accelscope.llm.conversations import ConversationWorkload, read_conversations
+from accelscope.llm.documents import Arrivals, LlmRun, LlmTrial, RequestRecord, Slo
 from accelscope.llm.floor import decode_floor, decoding_batch, read_bytes_per_step
+from accelscope.llm.harness import Harness
 from accelscope.llm.inprocess import InProcessModel
-from accelscope.llm.records import LlmRequest, RequestRecord, Target
+from accelscope.llm.records import LlmRequest, Target
 from accelscope.llm.server_metrics import ServerMetricsScraper, parse_exposition
-from accelscope.llm.summary import DEFINITIONS, Slo, steady_samples, summarise_trial
+from accelscope.llm.summary import DEFINITIONS, steady_samples, summarise_trial
+from accelscope.llm.timeline import slo_breaks
+from accelscope.llm.trace import TraceWorkload, read_trace
 from accelscope.llm.trial import TrialInterrupted, TrialRecords, run_trial
 from accelscope.llm.workload import (
-    Arrivals,
+    WORKLOADS,
     Lengths,
     PrefixScenario,
+    Session,
+    SessionWorkload,
+    ThinkTime,
     Workload,
     build_requests,
     read_prompts,
@@ -34,17 +45,26 @@ from accelscope.llm.workload import (
 
 __all__ = [
     "DEFINITIONS",
+    "WORKLOADS",
     "Arrivals",
     "CapacityResult",
+    "ConversationWorkload",
+    "Harness",
     "InProcessModel",
     "Lengths",
     "LlmRequest",
+    "LlmRun",
+    "LlmTrial",
     "OpenAIEndpoint",
     "PrefixScenario",
     "RequestRecord",
     "ServerMetricsScraper",
+    "Session",
+    "SessionWorkload",
     "Slo",
     "Target",
+    "ThinkTime",
+    "TraceWorkload",
     "TrialInterrupted",
     "TrialPoint",
     "TrialRecords",
@@ -54,9 +74,12 @@ __all__ = [
     "decoding_batch",
     "parse_exposition",
     "read_bytes_per_step",
+    "read_conversations",
     "read_prompts",
+    "read_trace",
     "run_trial",
     "search_capacity",
+    "slo_breaks",
     "steady_samples",
     "summarise_trial",
     "trial_passes",

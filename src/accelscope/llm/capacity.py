@@ -14,13 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from accelscope.errors import BadInputError
+from accelscope.llm.documents import TrialSummary
 
 __all__ = ["CapacityResult", "TrialPoint", "search_capacity", "trial_passes"]
 
-TrialFn = Callable[[float], dict[str, Any]]
+TrialFn = Callable[[float], TrialSummary]
 """Run one trial at a load; return its summary (``llm.summary.summarise_trial``)."""
 
 
@@ -31,7 +31,7 @@ class TrialPoint:
     load: float
     passed: bool
     why: str
-    summary: dict[str, Any]
+    summary: TrialSummary
 
 
 @dataclass(kw_only=True)
@@ -44,19 +44,18 @@ class CapacityResult:
     stopped: str = ""
 
 
-def trial_passes(summary: dict[str, Any]) -> tuple[bool, str]:
+def trial_passes(summary: TrialSummary) -> tuple[bool, str]:
     """Did the trial meet the SLO validly? (passed, why not)."""
-    if summary.get("completed", 0) == 0:
+    if summary.completed == 0:
         return False, "no request completed"
-    if summary.get("client_bound"):
-        lag = summary["client_lag_s"]["p99"]
+    if summary.client_bound and summary.client_lag_s is not None:
+        lag = summary.client_lag_s.p99
         return False, f"client-bound: p99 send lag {lag * 1000:.0f} ms (the rate was not generated)"
-    slo = summary.get("slo")
-    if not slo:
+    if summary.slo is None:
         return False, "no SLO"
-    for metric, term in slo["terms"].items():
-        if term["state"] != "met":
-            return False, f"{metric.removesuffix('_s').upper()}: {term['why']}"
+    for metric, term in summary.slo.terms.items():
+        if term.state != "met":
+            return False, f"{metric.removesuffix('_s').upper()}: {term.why}"
     return True, ""
 
 

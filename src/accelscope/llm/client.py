@@ -29,7 +29,8 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from accelscope.errors import BadInputError
+from accelscope.errors import BadInputError, one_line
+from accelscope.llm.documents import TargetDescription
 from accelscope.llm.records import LlmRequest, RequestRecord
 from accelscope.llm.workload import TokenCounter
 
@@ -40,23 +41,18 @@ _PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/co
 MAX_ERROR_BODY = 2000
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def _error_message(status: int, body: bytes) -> str:
     """``HTTP 404: The model `x` does not exist.`` from an OpenAI error body, else the text."""
     text = body[:MAX_ERROR_BODY].decode("utf-8", "replace")
     try:
         payload = json.loads(text)
     except json.JSONDecodeError:
-        return f"HTTP {status}: {_one_line(text) or http.client.responses.get(status, '')}"
+        return f"HTTP {status}: {one_line(text) or http.client.responses.get(status, '')}"
     message: Any = payload
     if isinstance(payload, dict):
         error = payload.get("error", payload.get("detail", payload.get("message", payload)))
         message = error.get("message", error) if isinstance(error, dict) else error
-    return f"HTTP {status}: {_one_line(str(message))}"
+    return f"HTTP {status}: {one_line(str(message))}"
 
 
 class OpenAIEndpoint:
@@ -104,18 +100,16 @@ class OpenAIEndpoint:
 
     # -- the Target protocol -------------------------------------------------------------
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "kind": "openai-http",
-            "url": self.base_url,
-            "path": self.path,
-            "api": self.api,
-            "model": self.model,
-            "ignore_eos": self.ignore_eos,
-            "token_counts": "server usage; tokenizer fallback"
-            if self.tokenizer
-            else "server usage",
-        }
+    def describe(self) -> TargetDescription:
+        return TargetDescription(
+            kind="openai-http",
+            url=self.base_url,
+            path=self.path,
+            api=self.api,
+            model=self.model,
+            ignore_eos=self.ignore_eos,
+            token_counts="server usage; tokenizer fallback" if self.tokenizer else "server usage",
+        )
 
     def check(self) -> None:
         """One small streaming request; any failure is bad input, in one line."""
@@ -155,7 +149,7 @@ class OpenAIEndpoint:
             "temperature": 0.0,
         }
         if self.api == "chat":
-            body["messages"] = [{"role": "user", "content": request.prompt}]
+            body["messages"] = [{"role": m.role, "content": m.content} for m in request.chat()]
         else:
             body["prompt"] = request.prompt
         if self.ignore_eos:
@@ -177,13 +171,7 @@ class OpenAIEndpoint:
         timeout_s: float,
         cancel: threading.Event,
     ) -> RequestRecord:
-        record = RequestRecord(
-            index=request.index,
-            scheduled_s=scheduled_s,
-            sent_s=time.perf_counter() - origin_s,
-            end_s=0.0,
-            prompt_tokens=request.prompt_tokens,
-        )
+        record = request.record(scheduled_s=scheduled_s, sent_s=time.perf_counter() - origin_s)
         deadline = time.perf_counter() + timeout_s
         conn = self._connection(timeout_s)
         with self._lock:
@@ -209,16 +197,17 @@ class OpenAIEndpoint:
             if cancel.is_set():
                 record.cancelled = True
             else:
-                record.error = _one_line(f"{type(exc).__name__}: {exc}") or type(exc).__name__
+                record.error = one_line(f"{type(exc).__name__}: {exc}") or type(exc).__name__
         finally:
             with self._lock:
                 self._live.discard(conn)
             conn.close()
             record.end_s = time.perf_counter() - origin_s
-        record.output_chars = sum(len(part) for part in text)
+        record.output_text = "".join(text)
+        record.output_chars = len(record.output_text)
         if record.output_tokens is None and not record.error and self.tokenizer is not None:
             record.output_tokens = len(
-                self.tokenizer.encode("".join(text), add_special_tokens=False)
+                self.tokenizer.encode(record.output_text, add_special_tokens=False)
             )
             record.tokens_source = "tokenizer"
         return record
@@ -253,13 +242,13 @@ class OpenAIEndpoint:
             try:
                 event = json.loads(data)
             except (json.JSONDecodeError, UnicodeDecodeError):
-                record.error = f"malformed SSE data: {_one_line(data.decode('utf-8', 'replace'))}"
+                record.error = f"malformed SSE data: {one_line(data.decode('utf-8', 'replace'))}"
                 return
             if not isinstance(event, dict):
                 record.error = "malformed SSE data: not a JSON object"
                 return
             if "error" in event:
-                record.error = _one_line(f"server error in stream: {event['error']}")
+                record.error = one_line(f"server error in stream: {event['error']}")
                 return
             choices = event.get("choices")
             if isinstance(choices, list) and choices and isinstance(choices[0], dict):

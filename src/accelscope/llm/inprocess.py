@@ -46,19 +46,22 @@ import itertools
 import json
 import math
 import queue
+import re
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from accelscope.errors import BadInputError
+from accelscope.errors import BadInputError, one_line
+from accelscope.llm.documents import TargetDescription
 from accelscope.llm.records import LlmRequest, RequestRecord
 
 __all__ = ["Batching", "InProcessModel"]
 
 Batching = Literal["static", "continuous"]
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 _CB_MAX_REQUEST_TOKENS = 4096
 """Longest request (prompt plus ``max_tokens``) the continuous-batching cache is sized for."""
 _CB_MAX_BATCH_TOKENS = 1024
@@ -75,13 +78,8 @@ _TOKENIZER_FILES = (
 _PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth")
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def _exception_line(error: BaseException) -> str:
-    return _one_line(f"{type(error).__name__}: {error}")
+    return one_line(f"{type(error).__name__}: {error}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,12 +249,28 @@ def _check_model_dir(model_dir: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _check_device(device: str, torch: Any) -> None:
+    """One line of bad input for a CUDA device this machine does not have."""
+    if device == "cpu":
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.partition(":")[2] or 0)
+    if count == 0:
+        raise BadInputError(f"--device {device}: no CUDA device here (torch sees none)")
+    if index >= count:
+        raise BadInputError(
+            f"--device {device}: no such GPU (this machine has {count}: cuda:0..cuda:{count - 1})"
+        )
+
+
 class InProcessModel:
     """A local Hugging Face causal LM served in this process (see the module docstring).
 
     ``max_batch`` caps the requests generated together; ``batching`` is ``"static"`` or
     ``"continuous"``; ``dtype`` is ``"auto"`` (the checkpoint's), ``"float32"``, ``"bfloat16"``
-    or ``"float16"``; ``threads`` sets ``torch.set_num_threads`` once, at load.
+    or ``"float16"`` (``fp32``, ``bf16``, ``fp16`` too; ``None`` is ``auto``); ``device`` is
+    ``cpu`` or ``cuda[:N]`` (the model is moved there at load; an index that does not exist is
+    one line of bad input); ``threads`` sets ``torch.set_num_threads`` once, at load.
     """
 
     def __init__(
@@ -265,9 +279,13 @@ class InProcessModel:
         *,
         max_batch: int = 8,
         batching: Batching = "static",
-        dtype: str = "auto",
+        dtype: str | None = "auto",
+        device: str = "cpu",
         threads: int | None = None,
     ) -> None:
+        dtype = _DTYPE_ALIASES.get(str(dtype or "auto").strip().lower(), str(dtype or "auto"))
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", device.strip()):
+            raise BadInputError(f"--device {device!r}: give cpu, cuda or cuda:N")
         if max_batch < 1:
             raise BadInputError(f"max batch {max_batch}: give at least 1")
         if batching not in ("static", "continuous"):
@@ -280,6 +298,7 @@ class InProcessModel:
         self.max_batch = max_batch
         self.batching: Batching = batching
         self.dtype = dtype
+        self.device = device.strip()
         self.threads = threads
         self._load_lock = threading.Lock()
         self._tokenizer_lock = threading.Lock()
@@ -306,7 +325,7 @@ class InProcessModel:
 
     # -- Target ---------------------------------------------------------------------------
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> TargetDescription:
         """Kind, directory, batching, ``max_batch``, dtype, model type and parameter count
         (``None`` until loaded; the model type is read from ``config.json`` before)."""
         model_type = self._model_type
@@ -316,15 +335,16 @@ class InProcessModel:
                 model_type = str(config.get("model_type")) if isinstance(config, dict) else None
             except (OSError, ValueError):
                 model_type = None
-        return {
-            "kind": "in-process",
-            "model_dir": str(self.model_dir),
-            "batching": self.batching,
-            "max_batch": self.max_batch,
-            "dtype": self.dtype,
-            "model_type": model_type,
-            "parameters": self._parameters,
-        }
+        return TargetDescription(
+            kind="in-process",
+            model_dir=str(self.model_dir),
+            batching=self.batching,
+            max_batch=self.max_batch,
+            dtype=self.dtype,
+            device=self.device,
+            model_type=model_type,
+            parameters=self._parameters,
+        )
 
     def check(self) -> None:
         """Load the model, tokenizer and worker (once); one-line ``BadInputError`` if it
@@ -345,15 +365,11 @@ class InProcessModel:
         sent_pc = time.perf_counter()
 
         def failed(error: str, cancelled: bool = False) -> RequestRecord:
-            return RequestRecord(
-                index=request.index,
-                scheduled_s=scheduled_s,
-                sent_s=sent_pc - origin_s,
-                end_s=time.perf_counter() - origin_s,
-                error=error,
-                cancelled=cancelled,
-                tokens_source="generated",
-            )
+            record = request.record(scheduled_s=scheduled_s, sent_s=sent_pc - origin_s)
+            record.end_s = time.perf_counter() - origin_s
+            record.error, record.cancelled = error, cancelled
+            record.tokens_source = "generated"
+            return record
 
         if cancel.is_set():
             return failed("", cancelled=True)
@@ -450,6 +466,7 @@ class InProcessModel:
             ) from None
         if self.threads is not None:
             torch.set_num_threads(self.threads)
+        _check_device(self.device, torch)
         dtype: Any = "auto" if self.dtype == "auto" else getattr(torch, self.dtype)
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(
@@ -472,6 +489,9 @@ class InProcessModel:
                 f"{self.model_dir}: cannot load a causal language model: {_exception_line(error)}"
             ) from None
         model.train(False)
+        if self.device != "cpu":
+            mover: Any = model  # transformers types .to() for its own call forms only
+            mover.to(self.device)
         self._model, self._tokenizer = model, tokenizer
         self._parameters = int(sum(p.numel() for p in model.parameters()))
         self._model_type = str(model.config.model_type)
@@ -572,20 +592,18 @@ class InProcessModel:
             end_pc = slot.end_pc if slot.end_pc is not None else time.perf_counter()
             error = error or slot.error
         chunk_times = [t - origin_s for t in times]
-        return RequestRecord(
-            index=slot.request.index,
-            scheduled_s=scheduled_s,
-            sent_s=slot.sent_pc - origin_s,
-            end_s=end_pc - origin_s,
-            first_token_s=chunk_times[0] if chunk_times else None,
-            chunk_times_s=chunk_times,
-            output_tokens=len(tokens),
-            prompt_tokens=len(slot.input_ids),
-            tokens_source="generated",
-            output_chars=len(self._decode(tokens)) if tokens else 0,
-            error=error,
-            cancelled=cancelled,
-        )
+        text = self._decode(tokens) if tokens else ""
+        record = slot.request.record(scheduled_s=scheduled_s, sent_s=slot.sent_pc - origin_s)
+        record.end_s = end_pc - origin_s
+        record.first_token_s = chunk_times[0] if chunk_times else None
+        record.chunk_times_s = chunk_times
+        record.output_tokens = len(tokens)
+        record.prompt_tokens = len(slot.input_ids)
+        record.tokens_source = "generated"
+        record.output_chars = len(text)
+        record.output_text = text
+        record.error, record.cancelled = error, cancelled
+        return record
 
     def _withdraw(self, slot: _Slot) -> None:
         """Tell the continuous-batching scheduler a request was given up (no-op for static:
@@ -713,7 +731,7 @@ class InProcessModel:
             why = ""
         if output is None or output.error or not output.generated_tokens:
             fatal = manager.background_thread_status.fatal_error
-            why = why or (_one_line(str(output.error)) if output is not None else "")
+            why = why or (one_line(str(output.error)) if output is not None else "")
             why = why or (_exception_line(fatal) if fatal is not None else "no token came back")
             try:
                 manager.stop(block=True, timeout=30, hard_stop=True)
@@ -781,7 +799,7 @@ class InProcessModel:
             if tokens and tokens[-1] in self._eos:  # the end-of-sequence token carries no text
                 tokens.pop()
                 times = times[: len(tokens)]
-            error = f"generation failed: {_one_line(output.error)}" if output.error else ""
+            error = f"generation failed: {one_line(output.error)}" if output.error else ""
             slot.complete(tokens, times[: len(tokens)], error, time.perf_counter())
 
     def _restart(self, dead: Any) -> None:

@@ -29,9 +29,19 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import Literal
+
+from accelscope.errors import one_line
+from accelscope.llm.documents import (
+    MeanMax,
+    PrefixCacheStats,
+    ServerConfig,
+    ServerMetrics,
+    ServerSample,
+)
 
 __all__ = [
+    "CONFIG_INFO_METRIC",
     "VOCABULARY",
     "Quantity",
     "Sample",
@@ -40,6 +50,7 @@ __all__ = [
     "VocabularyEntry",
     "metrics_url",
     "parse_exposition",
+    "published_config",
     "summarise",
 ]
 
@@ -417,8 +428,8 @@ def _counter(
     return None
 
 
-def _stats(values: Sequence[float]) -> dict[str, float]:
-    return {"mean": round(sum(values) / len(values), 6), "max": round(max(values), 6)}
+def _stats(values: Sequence[float]) -> MeanMax:
+    return MeanMax(mean=round(sum(values) / len(values), 6), max=round(max(values), 6))
 
 
 def _number(value: float) -> float | int:
@@ -426,54 +437,148 @@ def _number(value: float) -> float | int:
     return int(value) if value.is_integer() else round(value, 6)
 
 
-def summarise(scrapes: Sequence[tuple[float, list[Sample]]]) -> dict[str, Any]:
-    """The JSON-ready summary of successful scrapes, each ``(time, samples)``: which server
-    (from the metric names), how many scrapes, and every quantity it exports: counters as
-    their growth from the first scrape to the last (surviving resets), gauges as mean and max
-    over the scrapes. A quantity the server does not export is absent."""
-    ordered = [samples for _, samples in sorted(scrapes, key=lambda scrape: scrape[0])]
-    if not ordered:
-        return {"available": False, "why": "no scrape of /metrics succeeded"}
-    server = _detect(ordered)
-    summary: dict[str, Any] = {"available": True, "server": server, "scrapes": len(ordered)}
-    if server == "unknown":
-        return summary
+def _first_gauge(samples: Sequence[Sample], server: ServerName, quantity: Quantity) -> float | None:
+    found = _gauge([samples], server, quantity)
+    return round(found[0][0], 6) if found else None
 
+
+def _step(
+    before: Sequence[Sample], after: Sequence[Sample], server: ServerName, quantity: Quantity
+) -> float | None:
+    found = _counter([before, after], server, quantity)
+    return _number(found[0]) if found else None
+
+
+def _timeline(
+    scrapes: Sequence[tuple[float, list[Sample]]], server: ServerName, origin_s: float
+) -> list[ServerSample]:
+    """Each scrape on the trial's clock: gauges as read, counters as growth since the scrape
+    before (``None`` for the first, and for what the server does not export)."""
+    found = []
+    previous: list[Sample] | None = None
+    for at, samples in scrapes:
+        found.append(
+            ServerSample(
+                t_s=round(at - origin_s, 6),
+                running=_first_gauge(samples, server, "running"),
+                waiting=_first_gauge(samples, server, "waiting"),
+                kv_cache_usage=_first_gauge(samples, server, "kv_cache_usage"),
+                prefix_cache_queries=None
+                if previous is None
+                else _step(previous, samples, server, "prefix_cache_queries"),
+                prefix_cache_hits=None
+                if previous is None
+                else _step(previous, samples, server, "prefix_cache_hits"),
+                preemptions=None
+                if previous is None
+                else _step(previous, samples, server, "preemptions"),
+            )
+        )
+        previous = samples
+    return found
+
+
+def _bool(text: str | None) -> bool | None:
+    if text is None:
+        return None
+    lowered = text.strip().lower()
+    return True if lowered == "true" else False if lowered == "false" else None
+
+
+def _float(text: str | None) -> float | None:
+    if text is None or text.strip() in ("", "None"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _int(text: str | None) -> int | None:
+    value = _float(text)
+    return None if value is None else int(value)
+
+
+CONFIG_INFO_METRIC = "vllm:cache_config_info"
+"""vLLM's info metric whose labels are its cache configuration (value 1)."""
+
+
+def published_config(samples: Sequence[Sample]) -> ServerConfig | None:
+    """What the server publishes of its own configuration, from one scrape: vLLM's
+    ``vllm:cache_config_info`` labels (block size, prefix caching, KV capacity in tokens and
+    bytes, cache dtype, max concurrency). ``None`` when nothing is published."""
+    for sample in samples:
+        if sample.name != CONFIG_INFO_METRIC:
+            continue
+        labels = dict(sample.labels)
+        return ServerConfig(
+            server="vllm",
+            source=CONFIG_INFO_METRIC,
+            block_size_tokens=_int(labels.get("block_size")),
+            prefix_caching=_bool(labels.get("enable_prefix_caching")),
+            kv_capacity_tokens=_int(labels.get("kv_cache_size_tokens")),
+            kv_memory_bytes=_float(labels.get("kv_cache_memory_bytes")),
+            cache_dtype=labels.get("cache_dtype"),
+            max_concurrency=_float(labels.get("kv_cache_max_concurrency")),
+            labels=labels,
+        )
+    return None
+
+
+def summarise(
+    scrapes: Sequence[tuple[float, list[Sample]]], *, origin_s: float | None = None
+) -> ServerMetrics:
+    """The summary of successful scrapes, each ``(time, samples)``: which server (from the
+    metric names), how many scrapes, every quantity it exports (counters as their growth from
+    the first scrape to the last, surviving resets; gauges as mean and max over the scrapes),
+    the scrapes as a timeline on the trial's clock (``origin_s``: the trial's start on the
+    same clock; default the first scrape) and the configuration the server publishes. A
+    quantity the server does not export is ``None``."""
+    timed = sorted(scrapes, key=lambda scrape: scrape[0])
+    ordered = [samples for _, samples in timed]
+    if not ordered:
+        return ServerMetrics(available=False, why="no scrape of /metrics succeeded")
+    server = _detect(ordered)
+    config = next((c for c in map(published_config, reversed(ordered)) if c is not None), None)
+    if server == "unknown":
+        return ServerMetrics(available=True, server=server, scrapes=len(ordered), config=config)
+    prefix: PrefixCacheStats | None = None
     queries = _counter(ordered, server, "prefix_cache_queries")
     hits = _counter(ordered, server, "prefix_cache_hits")
     if queries is not None and hits is not None:
-        summary["prefix_cache"] = {
-            "queries": _number(queries[0]),
-            "hits": _number(hits[0]),
-            "hit_rate": round(hits[0] / queries[0], 6) if queries[0] > 0 else None,
-            "source": f"{hits[1]} / {queries[1]}",
-        }
+        prefix = PrefixCacheStats(
+            queries=_number(queries[0]),
+            hits=_number(hits[0]),
+            hit_rate=round(hits[0] / queries[0], 6) if queries[0] > 0 else None,
+            source=f"{hits[1]} / {queries[1]}",
+        )
     else:
         rate = _gauge(ordered, server, "prefix_cache_hit_rate")
         if rate is not None:
-            summary["prefix_cache"] = {
-                "hit_rate": _stats(rate[0])["mean"],
-                "source": f"{rate[1]} (gauge, mean over scrapes)",
-            }
+            prefix = PrefixCacheStats(
+                hit_rate=_stats(rate[0]).mean, source=f"{rate[1]} (gauge, mean over scrapes)"
+            )
     usage = _gauge(ordered, server, "kv_cache_usage")
-    if usage is not None:
-        summary["kv_cache_usage"] = _stats(usage[0])
     preemptions = _counter(ordered, server, "preemptions")
-    if preemptions is not None:
-        summary["preemptions"] = _number(preemptions[0])
-    for quantity in ("waiting", "running"):
-        gauge = _gauge(ordered, server, quantity)
-        if gauge is not None:
-            summary[quantity] = _stats(gauge[0])
-    return summary
+    waiting = _gauge(ordered, server, "waiting")
+    running = _gauge(ordered, server, "running")
+    origin = timed[0][0] if origin_s is None else origin_s
+    return ServerMetrics(
+        available=True,
+        server=server,
+        scrapes=len(ordered),
+        prefix_cache=prefix,
+        kv_cache_usage=_stats(usage[0]) if usage else None,
+        preemptions=_number(preemptions[0]) if preemptions else None,
+        waiting=_stats(waiting[0]) if waiting else None,
+        running=_stats(running[0]) if running else None,
+        config=config,
+        timeline=_timeline(timed, server, origin),
+    )
 
 
 # -- the scraper -----------------------------------------------------------------------------
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def metrics_url(base_url: str) -> str:
@@ -523,13 +628,13 @@ class ServerMetricsScraper:
         self._thread: threading.Thread | None = None
         self._started = False
         self._why = ""
-        self.summary: dict[str, Any] | None = None
+        self.summary: ServerMetrics | None = None
 
     def scrape_once(self) -> list[Sample]:
         """One GET of ``/metrics``, parsed. Raises :class:`ValueError` with a one-line
         reason for any failure."""
         if self._bad_url:
-            raise ValueError(_one_line(self._bad_url))
+            raise ValueError(one_line(self._bad_url))
         request = urllib.request.Request(self.url, headers=self.headers)
         try:
             with self._opener.open(request, timeout=self.timeout_s) as answer:
@@ -539,21 +644,21 @@ class ServerMetricsScraper:
             exc.close()
             if exc.code == 404:
                 raise ValueError(f"{self.url}: no /metrics endpoint (HTTP 404)") from None
-            raise ValueError(f"{self.url}: HTTP {exc.code} {_one_line(str(exc.reason))}") from None
+            raise ValueError(f"{self.url}: HTTP {exc.code} {one_line(str(exc.reason))}") from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, TimeoutError):
                 raise ValueError(f"{self.url}: no answer within {self.timeout_s:g} s") from None
-            raise ValueError(f"{self.url}: unreachable ({_one_line(str(exc.reason))})") from None
+            raise ValueError(f"{self.url}: unreachable ({one_line(str(exc.reason))})") from None
         except http.client.HTTPException as exc:
             raise ValueError(f"{self.url}: broken answer ({type(exc).__name__})") from None
         except TimeoutError:
             raise ValueError(f"{self.url}: no answer within {self.timeout_s:g} s") from None
         except OSError as exc:
-            raise ValueError(f"{self.url}: {_one_line(str(exc)) or type(exc).__name__}") from None
+            raise ValueError(f"{self.url}: {one_line(str(exc)) or type(exc).__name__}") from None
         if len(body) > MAX_BODY_BYTES:
             raise ValueError(f"{self.url}: answer larger than {MAX_BODY_BYTES} bytes")
         if "html" in content_type.lower():
-            raise ValueError(f"{self.url}: not Prometheus text ({_one_line(content_type)})")
+            raise ValueError(f"{self.url}: not Prometheus text ({one_line(content_type)})")
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
@@ -561,7 +666,7 @@ class ServerMetricsScraper:
         try:
             return parse_exposition(text)
         except ValueError as exc:
-            raise ValueError(f"{self.url}: not Prometheus text ({_one_line(str(exc))})") from None
+            raise ValueError(f"{self.url}: not Prometheus text ({one_line(str(exc))})") from None
 
     def _record(self) -> bool:
         """Scrape and keep the result; ``False`` (counted, reason kept) on failure."""
@@ -571,7 +676,7 @@ class ServerMetricsScraper:
         except Exception as exc:  # noqa: BLE001 - a scrape failure must never reach the trial
             with self._lock:
                 self._failed += 1
-                self._why = _one_line(str(exc)) or type(exc).__name__
+                self._why = one_line(str(exc)) or type(exc).__name__
             return False
         with self._lock:
             self._scrapes.append((at, samples))
@@ -601,24 +706,27 @@ class ServerMetricsScraper:
             self._thread.start()
         except Exception as exc:  # noqa: BLE001 - e.g. no thread to be had: scraping is optional
             with self._lock:
-                self._why = _one_line(str(exc)) or type(exc).__name__
+                self._why = one_line(str(exc)) or type(exc).__name__
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self, *, origin_s: float | None = None) -> ServerMetrics:
         """Stop the thread, scrape a last time and return the summary (also kept as
-        :attr:`summary`). Never raises; a second call returns the same summary."""
+        :attr:`summary`), its timeline on the clock that starts at ``origin_s`` (a
+        ``time.perf_counter`` reading: the trial's start). Never raises; a second call
+        returns the same summary."""
         if self.summary is not None:
             return self.summary
         try:
-            self.summary = self._finish()
+            self.summary = self._finish(origin_s)
         except Exception as exc:  # noqa: BLE001 - the summary is optional, the trial is not
-            self.summary = {"available": False, "why": _one_line(str(exc)) or type(exc).__name__}
+            why = one_line(str(exc)) or type(exc).__name__
+            self.summary = ServerMetrics(available=False, why=why)
         return self.summary
 
-    def _finish(self) -> dict[str, Any]:
+    def _finish(self, origin_s: float | None) -> ServerMetrics:
         if not self._started:
-            return {"available": False, "why": "the scraper was never started"}
+            return ServerMetrics(available=False, why="the scraper was never started")
         if not self.available:
-            return {"available": False, "why": self._why or "the first scrape failed"}
+            return ServerMetrics(available=False, why=self._why or "the first scrape failed")
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout=self.timeout_s + self.interval_s + 1.0)
@@ -626,9 +734,8 @@ class ServerMetricsScraper:
         with self._lock:
             scrapes = list(self._scrapes)
             failed = self._failed
-        summary = summarise(scrapes)
-        summary["failed_scrapes"] = failed
-        return summary
+        summary = summarise(scrapes, origin_s=origin_s)
+        return summary.model_copy(update={"failed_scrapes": failed})
 
     def __enter__(self) -> ServerMetricsScraper:
         self.start()

@@ -20,15 +20,29 @@ different things across tools, so every document carries ``DEFINITIONS``).
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from accelscope.errors import BadInputError
-from accelscope.llm.records import RequestRecord
+from accelscope.llm.documents import (
+    ClientLag,
+    Distribution,
+    ErrorKind,
+    Goodput,
+    Metrics,
+    RequestRecord,
+    Slo,
+    SloState,
+    SloTerm,
+    SloVerdict,
+    TailClaim,
+    Throughput,
+    TokenStats,
+    TrialSummary,
+    TurnSummary,
+    Window,
+)
 from accelscope.load.early_stopping import (
     DEFAULT_CONFIDENCE,
     min_passing_queries,
@@ -36,7 +50,6 @@ from accelscope.load.early_stopping import (
     server_early_stopping,
 )
 from accelscope.measurement.stats import quantile_ci
-from accelscope.units import parse_duration_s
 
 __all__ = [
     "DEFINITIONS",
@@ -45,6 +58,7 @@ __all__ = [
     "PERCENTILES",
     "WARMUP_FRACTION",
     "Slo",
+    "is_good",
     "request_values",
     "steady_samples",
     "summarise_trial",
@@ -78,63 +92,6 @@ DEFINITIONS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)
-class Slo:
-    """Service-level objective: bounds on TTFT, TPOT and E2E (any subset), at a percentile."""
-
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
-    percentile: float = 99.0
-
-    @classmethod
-    def parse(cls, text: str, percentile: float = 99.0) -> Slo:
-        """``ttft=500ms,tpot=50ms,e2e=10s`` (any subset)."""
-        if not 0.0 < percentile < 100.0:
-            raise BadInputError(f"--slo-percentile {percentile:g}: give a value in (0, 100)")
-        bounds: dict[str, float] = {}
-        for part in text.split(","):
-            name, sep, value = part.partition("=")
-            name = name.strip().lower()
-            if not sep or name not in ("ttft", "tpot", "e2e"):
-                raise BadInputError(
-                    f"--slo {text!r}: give ttft=, tpot= and/or e2e= durations, "
-                    "e.g. ttft=500ms,tpot=50ms"
-                )
-            if name in bounds:
-                raise BadInputError(f"--slo {text!r}: {name} given twice")
-            try:
-                seconds = parse_duration_s(value.strip())
-            except BadInputError:
-                raise BadInputError(
-                    f"--slo {name}={value.strip()}: give a positive duration, e.g. 500ms"
-                ) from None
-            bounds[name] = seconds
-        return cls(
-            ttft_s=bounds.get("ttft"),
-            tpot_s=bounds.get("tpot"),
-            e2e_s=bounds.get("e2e"),
-            percentile=percentile,
-        )
-
-    def terms(self) -> dict[str, float]:
-        """The bounded metrics: ``{"ttft_s": 0.5, ...}``."""
-        found = {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s}
-        return {k: v for k, v in found.items() if v is not None}
-
-    @property
-    def label(self) -> str:
-        """``p99 TTFT <= 500 ms, TPOT <= 50 ms``."""
-        parts = [
-            f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms" for k, v in self.terms().items()
-        ]
-        return f"p{self.percentile:g} " + ", ".join(parts) if parts else "none"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return {**self.terms(), "percentile": self.percentile}
-
-
 def request_values(record: RequestRecord) -> dict[str, float | None]:
     ttft = None if record.first_token_s is None else record.first_token_s - record.scheduled_s
     tpot = None
@@ -151,13 +108,13 @@ def request_values(record: RequestRecord) -> dict[str, float | None]:
     }
 
 
-def _distribution(values: Sequence[float], name: str) -> dict[str, Any]:
-    """Percentiles with their CIs and LoadGen claims; ``{"n": 0}`` when there is nothing."""
+def _distribution(values: Sequence[float], name: str) -> Distribution:
+    """Percentiles with their CIs and LoadGen claims; ``n == 0`` when there is nothing."""
     if not values:
-        return {"n": 0}
+        return Distribution()
     ordered = np.sort(np.asarray(values, dtype=float))
     as_list = ordered.tolist()
-    found: dict[str, Any] = {
+    found: dict[str, object] = {
         "n": len(as_list),
         "mean": float(ordered.mean()),
         "min": as_list[0],
@@ -166,21 +123,20 @@ def _distribution(values: Sequence[float], name: str) -> dict[str, Any]:
     for p in PERCENTILES:
         key = f"p{p:g}"
         found[key] = float(np.percentile(ordered, p, method="linear"))
-        low, high = quantile_ci(as_list, p / 100.0)
-        found[f"{key}_ci"] = [low, high]
+        found[f"{key}_ci"] = quantile_ci(as_list, p / 100.0)
         if p >= 90.0:
             bound = percentile_estimate(as_list, p / 100.0)
             needs = min_passing_queries(1, p / 100.0) + 1
             found[f"{key}_claim"] = (
-                {"claimable": True, "bound": bound}
+                TailClaim(claimable=True, bound=bound)
                 if bound is not None
-                else {
-                    "claimable": False,
-                    "needs": needs,
-                    "why": f"not enough requests to claim {key} {name} ({len(as_list)} < {needs})",
-                }
+                else TailClaim(
+                    claimable=False,
+                    needs=needs,
+                    why=f"not enough requests to claim {key} {name} ({len(as_list)} < {needs})",
+                )
             )
-    return found
+    return Distribution.model_validate(found)
 
 
 def _window(records: Sequence[RequestRecord]) -> tuple[float, float]:
@@ -198,24 +154,30 @@ def _tokens_in(record: RequestRecord, start: float, end: float) -> float:
     return inside * record.output_tokens / len(times)
 
 
+def _over(record: RequestRecord, value: float | None, bound: float) -> bool:
+    """Whether a request counts as over an SLO bound (errors and missing values do)."""
+    return bool(record.error) or value is None or value > bound
+
+
 def _slo_verdict(
     slo: Slo, considered: Sequence[RequestRecord], values: Sequence[dict[str, float | None]]
-) -> dict[str, Any]:
+) -> SloVerdict:
     """Per SLO term: over-bound count (errors and missing values count as over), LoadGen's
     claim at the SLO percentile, and whether the term is met."""
-    verdict: dict[str, Any] = {}
+    terms: dict[str, SloTerm] = {}
     p = slo.percentile / 100.0
     for metric, bound in slo.terms().items():
         over = unmeasured = 0
         for record, value in zip(considered, values, strict=True):
             got = value.get(metric)
-            if record.error or got is None or got > bound:
+            if _over(record, got, bound):
                 over += 1
             if not record.error and got is None:
                 unmeasured += 1  # e.g. a stream that carried no text: no first token
         n = len(considered)
         stopping = server_early_stopping(n, over, p) if n else None
         observed_ok = n > 0 and over <= (1.0 - p) * n
+        state: SloState
         if stopping is not None and stopping.passes:
             state, why = "met", ""
         elif not observed_ok:
@@ -229,8 +191,50 @@ def _slo_verdict(
             state = "unclaimed"
             needs = stopping.required_queries if stopping else 0
             why = f"not enough requests to claim p{slo.percentile:g} ({n} < {needs})"
-        verdict[metric] = {"bound_s": bound, "over": over, "n": n, "state": state, "why": why}
-    return verdict
+        terms[metric] = SloTerm(bound_s=bound, over=over, n=n, state=state, why=why)
+    return SloVerdict(
+        ttft_s=slo.ttft_s,
+        tpot_s=slo.tpot_s,
+        e2e_s=slo.e2e_s,
+        percentile=slo.percentile,
+        terms=terms,
+        met=all(t.state == "met" for t in terms.values()),
+    )
+
+
+def is_good(record: RequestRecord, slo: Slo) -> bool:
+    """Completed and met every SLO term."""
+    values = request_values(record)
+    return not record.error and all(
+        not _over(record, values.get(metric), bound) for metric, bound in slo.terms().items()
+    )
+
+
+def _turns(records: Sequence[RequestRecord]) -> list[TurnSummary]:
+    """Per turn of a multi-turn workload (every request of the trial, not only the window:
+    the later turns come late by construction): TTFT, prompt and reusable tokens."""
+    by_turn: dict[int, list[RequestRecord]] = defaultdict(list)
+    for record in records:
+        if record.turn is not None and not record.cancelled:
+            by_turn[record.turn].append(record)
+    found = []
+    for turn in sorted(by_turn):
+        group = by_turn[turn]
+        ok = [r for r in group if not r.error]
+        ttfts = [v for r in ok if (v := request_values(r)["ttft_s"]) is not None]
+        prompts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+        reusable = [r.reusable_prefix_tokens for r in ok if r.reusable_prefix_tokens is not None]
+        found.append(
+            TurnSummary(
+                turn=turn,
+                requests=len(group),
+                completed=len(ok),
+                ttft_s=_distribution(ttfts, f"TTFT of turn {turn}"),
+                prompt_tokens_mean=float(np.mean(prompts)) if prompts else None,
+                reusable_prefix_tokens_mean=float(np.mean(reusable)) if reusable else None,
+            )
+        )
+    return found
 
 
 def summarise_trial(
@@ -238,22 +242,20 @@ def summarise_trial(
     *,
     slo: Slo | None = None,
     duration_s: float = 0.0,
-) -> dict[str, Any]:
-    """The JSON-ready figures of one trial."""
+) -> TrialSummary:
+    """The figures of one trial."""
     considered_all = [r for r in records if not r.cancelled]
     errors = Counter(r.error for r in considered_all if r.error)
-    summary: dict[str, Any] = {
+    head = {
         "requests": len(records),
         "completed": sum(1 for r in considered_all if not r.error),
         "errors": sum(errors.values()),
-        "error_kinds": [{"error": e, "count": c} for e, c in errors.most_common(5)],
+        "error_kinds": [ErrorKind(error=e, count=c) for e, c in errors.most_common(5)],
         "cancelled": sum(1 for r in records if r.cancelled),
         "duration_s": duration_s,
     }
     if not considered_all:
-        summary["window"] = None
-        summary["metrics"] = {m: {"n": 0} for m in METRICS}
-        return summary
+        return TrialSummary.model_validate(head)
     start, end = _window(considered_all)
     considered = [r for r in considered_all if start <= r.scheduled_s <= end]
     length = end - start
@@ -262,40 +264,19 @@ def summarise_trial(
         end = max(r.end_s for r in considered_all)
         length = max(end - start, 1e-9)
         considered = considered_all
-    summary["window"] = {
-        "start_s": start,
-        "end_s": end,
-        "length_s": length,
-        "requests": len(considered),
-    }
     values = [request_values(r) for r in considered]
     ok = [(r, v) for r, v in zip(considered, values, strict=True) if not r.error]
-    metrics: dict[str, Any] = {}
+    metrics: dict[str, Distribution] = {}
     for name in ("ttft_s", "ttft_sent_s", "tpot_s", "e2e_s", "stream_tail_s"):
-        found = [v[name] for _, v in ok if v[name] is not None]
-        metrics[name] = _distribution([float(x) for x in found if x is not None], name[:-2].upper())
+        found = [float(x) for _, v in ok if (x := v[name]) is not None]
+        metrics[name] = _distribution(found, name[:-2].upper())
     gaps = [float(g) for r, _ in ok for g in np.diff(r.chunk_times_s)]
     metrics["itl_s"] = _distribution(gaps, "ITL")
-    summary["metrics"] = metrics
     lags = np.asarray([r.sent_s - r.scheduled_s for r in considered_all])
     lag_p99 = float(np.percentile(lags, 99))
-    summary["client_lag_s"] = {
-        "p50": float(np.percentile(lags, 50)),
-        "p99": lag_p99,
-        "max": float(lags.max()),
-        "limit": LAG_LIMIT_S,
-    }
-    summary["client_bound"] = lag_p99 > LAG_LIMIT_S
-    sources = Counter(r.tokens_source for r, _ in ok)
-    summary["token_sources"] = dict(sources)
     output_in = sum(_tokens_in(r, start, end) for r in considered_all if not r.error)
     prompt_tokens = [r.prompt_tokens for r, _ in ok if r.prompt_tokens is not None]
     output_tokens = [r.output_tokens for r, _ in ok if r.output_tokens is not None]
-    summary["tokens"] = {
-        "prompt_mean": float(np.mean(prompt_tokens)) if prompt_tokens else None,
-        "output_mean": float(np.mean(output_tokens)) if output_tokens else None,
-        "output_total": int(sum(output_tokens)),
-    }
     prompt_rate = (
         sum(
             r.prompt_tokens or 0
@@ -304,44 +285,53 @@ def summarise_trial(
         )
         / length
     )
-    summary["throughput"] = {
-        "output_tokens_per_s": output_in / length,
-        "total_tokens_per_s": output_in / length + prompt_rate,
-        "requests_per_s": sum(1 for r in considered_all if not r.error and start <= r.end_s <= end)
-        / length,
-    }
+    verdict = goodput = None
     if slo is not None and slo.terms():
         verdict = _slo_verdict(slo, considered, values)
-        summary["slo"] = {
-            **slo.to_dict(),
-            "terms": verdict,
-            "met": all(t["state"] == "met" for t in verdict.values()),
-        }
-        good = [
-            r
-            for r, v in zip(considered, values, strict=True)
-            if not r.error
-            and all(
-                v.get(m) is not None and float(v[m] or 0.0) <= b for m, b in slo.terms().items()
-            )
-        ]
-        summary["goodput"] = {
-            "requests_per_s": len(good) / length,
-            "output_tokens_per_s": sum(r.output_tokens or 0 for r in good) / length,
-            "attainment": len(good) / len(considered) if considered else 0.0,
-        }
-    if any(math.isnan(x) for x in lags):
-        summary["notes"] = ["client lag has NaN values"]
-    return summary
+        good = [r for r in considered if is_good(r, slo)]
+        goodput = Goodput(
+            requests_per_s=len(good) / length,
+            output_tokens_per_s=sum(r.output_tokens or 0 for r in good) / length,
+            attainment=len(good) / len(considered) if considered else 0.0,
+        )
+    return TrialSummary(
+        **head,  # type: ignore[arg-type]
+        window=Window(start_s=start, end_s=end, length_s=length, requests=len(considered)),
+        metrics=Metrics(**metrics),
+        client_lag_s=ClientLag(
+            p50=float(np.percentile(lags, 50)),
+            p99=lag_p99,
+            max=float(lags.max()),
+            limit=LAG_LIMIT_S,
+        ),
+        client_bound=lag_p99 > LAG_LIMIT_S,
+        token_sources=dict(Counter(r.tokens_source for r, _ in ok)),
+        tokens=TokenStats(
+            prompt_mean=float(np.mean(prompt_tokens)) if prompt_tokens else None,
+            output_mean=float(np.mean(output_tokens)) if output_tokens else None,
+            output_total=int(sum(output_tokens)),
+        ),
+        throughput=Throughput(
+            output_tokens_per_s=output_in / length,
+            total_tokens_per_s=output_in / length + prompt_rate,
+            requests_per_s=sum(1 for r in considered_all if not r.error and start <= r.end_s <= end)
+            / length,
+        ),
+        slo=verdict,
+        goodput=goodput,
+        notes=["client lag has NaN values"] if any(math.isnan(x) for x in lags) else [],
+        turns=_turns(records),
+    )
 
 
 def steady_samples(
-    records: Sequence[RequestRecord], summary: dict[str, Any]
+    records: Sequence[RequestRecord], summary: TrialSummary
 ) -> dict[str, list[float]]:
     """Per-request TTFT, TPOT and E2E of the completed requests that arrived in the summary's
     steady window: the samples ``compare`` bootstraps."""
-    window = summary.get("window") or {}
-    start, end = window.get("start_s", -math.inf), window.get("end_s", math.inf)
+    window = summary.window
+    start = window.start_s if window else -math.inf
+    end = window.end_s if window else math.inf
     found: dict[str, list[float]] = {"ttft_s": [], "tpot_s": [], "e2e_s": []}
     for record in records:
         if not record.ok or not start <= record.scheduled_s <= end:

@@ -1,14 +1,21 @@
-"""One trial: send a workload's requests to a target on schedule and collect their records.
+"""One trial: send a workload's sessions to a target on schedule and collect the records.
 
-Open loop: a dispatcher sleeps until each request's scheduled arrival and hands it to a pool
-of client threads (``max_in_flight`` of them); a request that finds every thread busy waits,
-and that wait shows as client lag (``sent_s - scheduled_s``), never as a shorter latency.
-Closed loop: ``concurrency`` threads each send their next request as soon as the previous one
-ends (its scheduled time is then).
+A session is one conversation: its turns are sent one after the other by one client thread,
+each when the reply before it has ended plus the think time (that moment is the turn's
+scheduled arrival: a slow reply delays the next message, as it would a user's), each prompt
+holding the conversation so far. A single-turn request is a session of one turn.
 
-Ctrl-C sets the cancel event, closes the
-connections in flight through the target's ``interrupt`` and re-raises once every thread has
-returned: the records of what finished are kept in ``partial`` for the caller to store.
+Open loop: a dispatcher sleeps until each session's scheduled arrival and hands it to a pool of
+client threads (``max_in_flight`` of them); a session that finds every thread busy waits, and
+that wait shows as client lag (``sent_s - scheduled_s``), never as a shorter latency. Closed
+loop: ``concurrency`` threads (users) each start their next session as soon as the last one
+ended.
+
+A turn that fails (an HTTP error, a server that died) ends its session: the turns it would
+have sent are recorded as errors ("not sent: ..."), so a dead server costs the whole
+conversation, as it would its user. Ctrl-C sets the cancel event, closes the connections in
+flight through the target's ``interrupt`` and re-raises once every thread has returned: the
+records of what finished are kept in ``partial`` for the caller to store.
 """
 
 from __future__ import annotations
@@ -20,19 +27,22 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from accelscope.llm.records import LlmRequest, RequestRecord, Target
+from accelscope.llm.workload import Session, turn_request
 
 __all__ = ["TrialInterrupted", "TrialRecords", "run_trial"]
 
 Progress = Callable[[int, int], None]
-"""Called with (finished, total) as requests finish."""
+"""Called with (finished, total) requests as requests finish."""
 
 
 @dataclass
 class TrialRecords:
-    """The records of one trial (sorted by index) and its wall-clock span."""
+    """The records of one trial (sorted by index), its wall-clock span, and its start on
+    ``time.perf_counter``'s clock (``origin_s``: what server scrapes are aligned to)."""
 
     records: list[RequestRecord]
     duration_s: float
+    origin_s: float = 0.0
     interrupted: bool = False
     unsent: int = 0
     notes: list[str] = field(default_factory=list)
@@ -52,21 +62,39 @@ def _interrupt(target: Target) -> None:
         hook()
 
 
+def _not_sent(session: Session, turn: int, failed: RequestRecord, at_s: float) -> RequestRecord:
+    """The record of a turn its session never sent because turn ``failed`` failed."""
+    return RequestRecord(
+        index=session.first_request + turn,
+        scheduled_s=at_s,
+        sent_s=at_s,
+        end_s=at_s,
+        session=failed.session,
+        turn=turn + 1,
+        error=f"not sent: turn {failed.turn} of the session failed ({failed.error})"[:300],
+    )
+
+
 def run_trial(
     target: Target,
-    requests: Sequence[LlmRequest],
+    work: Sequence[Session | LlmRequest],
     *,
     concurrency: int | None = None,
     max_in_flight: int = 256,
     timeout_s: float = 300.0,
+    multi_turn: bool | None = None,
     progress: Progress | None = None,
 ) -> TrialRecords:
-    """Run ``requests`` (open loop when they carry ``scheduled_s``; closed loop at
-    ``concurrency`` otherwise) and return every record."""
+    """Run ``sessions`` (open loop when they carry ``scheduled_s``; closed loop at
+    ``concurrency`` otherwise) and return every record; a plain request is a session of one
+    turn. ``multi_turn`` (default: any session has more than one turn) numbers the records by
+    session and turn."""
+    sessions = [item if isinstance(item, Session) else Session.of(item) for item in work]
     cancel = threading.Event()
     records: list[RequestRecord] = []
     lock = threading.Lock()
-    total = len(requests)
+    total = sum(len(s.turns) for s in sessions)
+    numbered = any(len(s.turns) > 1 for s in sessions) if multi_turn is None else multi_turn
     origin = time.perf_counter()
 
     def finished(record: RequestRecord) -> None:
@@ -76,44 +104,57 @@ def run_trial(
         if progress is not None:
             progress(done, total)
 
-    def send(request: LlmRequest, scheduled_s: float) -> None:
-        finished(
-            target.stream(
+    def converse(session: Session, scheduled_s: float) -> None:
+        history: list[tuple[str, str]] = []
+        previous: RequestRecord | None = None
+        for turn in range(len(session.turns)):
+            if previous is not None:
+                scheduled_s = previous.end_s + session.think_before(turn)
+                delay = origin + scheduled_s - time.perf_counter()
+                if delay > 0 and cancel.wait(delay):
+                    return
+            request = turn_request(session, turn, history, previous, multi_turn=numbered)
+            record = target.stream(
                 request,
                 origin_s=origin,
                 scheduled_s=scheduled_s,
                 timeout_s=timeout_s,
                 cancel=cancel,
             )
-        )
+            finished(record)
+            if record.cancelled or cancel.is_set():
+                return
+            if record.error:
+                for later in range(turn + 1, len(session.turns)):
+                    finished(_not_sent(session, later, record, record.end_s))
+                return
+            history.append((session.turns[turn].text, record.output_text))
+            previous = record
 
-    workers = concurrency if concurrency is not None else min(max_in_flight, total)
+    workers = concurrency if concurrency is not None else min(max_in_flight, len(sessions))
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="llm-client")
     futures: list[Future[None]] = []
-    sent = 0
     try:
         if concurrency is None:
-            for request in requests:
-                at = origin + (request.scheduled_s or 0.0)
+            for session in sessions:
+                at = origin + (session.scheduled_s or 0.0)
                 delay = at - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-                futures.append(pool.submit(send, request, request.scheduled_s or 0.0))
-                sent += 1
+                futures.append(pool.submit(converse, session, session.scheduled_s or 0.0))
         else:
-            queue = list(reversed(requests))
+            queue = list(reversed(sessions))
             queue_lock = threading.Lock()
 
-            def slot() -> None:
+            def user() -> None:
                 while not cancel.is_set():
                     with queue_lock:
                         if not queue:
                             return
-                        request = queue.pop()
-                    send(request, time.perf_counter() - origin)
+                        session = queue.pop()
+                    converse(session, time.perf_counter() - origin)
 
-            futures = [pool.submit(slot) for _ in range(concurrency)]
-            sent = total
+            futures = [pool.submit(user) for _ in range(concurrency)]
         pending = set(futures)
         while pending:
             _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
@@ -123,9 +164,12 @@ def run_trial(
         pool.shutdown(wait=True, cancel_futures=True)
         with lock:
             kept = sorted(records, key=lambda r: r.index)
-        unsent = total - len(kept) if concurrency is not None else total - sent
         partial = TrialRecords(
-            kept, time.perf_counter() - origin, interrupted=True, unsent=max(0, unsent)
+            kept,
+            time.perf_counter() - origin,
+            origin_s=origin,
+            interrupted=True,
+            unsent=max(0, total - len(kept)),
         )
         raise TrialInterrupted(partial) from None
     except BaseException:
@@ -136,4 +180,6 @@ def run_trial(
     pool.shutdown(wait=True)
     for future in futures:
         future.result()  # a bug in a target surfaces here, not as a missing record
-    return TrialRecords(sorted(records, key=lambda r: r.index), time.perf_counter() - origin)
+    return TrialRecords(
+        sorted(records, key=lambda r: r.index), time.perf_counter() - origin, origin_s=origin
+    )

@@ -43,16 +43,11 @@ directory. With continuous batching the batching manager (and its KV cache, see
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
-import os
-import shutil
 import signal
 import socket
 import socketserver
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -64,6 +59,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from accelscope.llm.server_process import ServerProcess, ServerStartError
 from accelscope.testing._service import Service
 
 __all__ = [
@@ -72,6 +68,7 @@ __all__ = [
     "FakeLLMServer",
     "ReceivedRequest",
     "TransformersServe",
+    "VllmServe",
 ]
 
 GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
@@ -106,13 +103,6 @@ _ERROR_TYPES = {
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _words(value: Any) -> list[str]:
@@ -182,7 +172,7 @@ class _Server(ThreadingHTTPServer):
         self.owner = owner
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", owner.port_wanted), _Handler)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind asks for the host's fully qualified name: a DNS look-up
@@ -362,11 +352,23 @@ class _Handler(BaseHTTPRequestHandler):
         prompt_words = _prompt_words(path, body)
         prompt_tokens = len(prompt_words) * owner.prompt_tokens_per_word
         owner._prefix_cache(prompt_words)
+        slots = owner._slots
+        if slots is not None:  # max_running: wait for a slot, as a server's scheduler queue
+            with owner._lock:
+                owner._waiting += 1
+            while not slots.acquire(timeout=0.05):
+                if owner._stopping.is_set():
+                    raise _Dying
+            with owner._lock:
+                owner._waiting -= 1
+            received = max(received, time.perf_counter())
         owner._reserve(prompt_tokens + n_out)
         try:
             self._answer(body, chat, n_out, prompt_tokens, received, last=last)
         finally:
             owner._reserve(-(prompt_tokens + n_out))
+            if slots is not None:
+                slots.release()
 
     def _answer(
         self,
@@ -394,8 +396,13 @@ class _Handler(BaseHTTPRequestHandler):
         def deadline(token: int) -> float:
             return received + ttft + token * owner.itl_s
 
+        every = owner.corrupt_every
+
         def text(start: int, stop: int) -> str:
-            return "".join(f" tok{k}" for k in range(start, stop))
+            return "".join(
+                f" bad{k}" if every and k % every == every - 1 else f" tok{k}"
+                for k in range(start, stop)
+            )
 
         if not body.get("stream", False):
             self._sleep_until(deadline(max(n_out - 1, 0)))
@@ -499,9 +506,15 @@ class FakeLLMServer(Service):
       not wait for it; the connection is then closed);
     - ``"slow-first:S"``: a TTFT of ``S`` seconds for every request.
 
+    ``max_running`` lets that many requests generate at once (vLLM's ``max-num-seqs``): the
+    others wait for a slot, and their TTFT counts from when they got one plus the wait;
+    ``corrupt_every`` replaces every k-th token's text with ``" bad{k}"`` (a configuration that
+    changes the answers, for a quality guard).
+
     ``requests`` lists every request received (:class:`ReceivedRequest`), ``concurrent_max``
     the most generation requests ever in flight at once. ``/metrics`` exports vLLM's
-    ``vllm:num_requests_running``, ``vllm:num_requests_waiting`` (always 0),
+    ``vllm:num_requests_running``, ``vllm:num_requests_waiting`` (requests waiting for a
+    ``max_running`` slot),
     ``vllm:kv_cache_usage_perc`` (tokens in flight over :data:`KV_CACHE_TOKENS`),
     ``vllm:prefix_cache_queries_total`` (prompt tokens), ``vllm:prefix_cache_hits_total``
     (the longest common word prefix with any of the last 1000 prompts, in tokens) and
@@ -519,6 +532,9 @@ class FakeLLMServer(Service):
         prompt_tokens_per_word: int = 1,
         include_usage_supported: bool = True,
         fault: str = "",
+        max_running: int | None = None,
+        corrupt_every: int = 0,
+        port: int = 0,
     ) -> None:
         if ttft_s < 0 or itl_s < 0:
             raise ValueError("ttft_s and itl_s must not be negative")
@@ -532,6 +548,16 @@ class FakeLLMServer(Service):
         self.tokens_per_chunk = tokens_per_chunk
         self.output_tokens = output_tokens
         self.prompt_tokens_per_word = prompt_tokens_per_word
+        if max_running is not None and max_running < 1:
+            raise ValueError("max_running must be at least 1")
+        if corrupt_every < 0:
+            raise ValueError("corrupt_every must not be negative")
+        self.max_running = max_running
+        self.corrupt_every = corrupt_every
+        self.port_wanted = port
+        """The port to listen on (0: a free one)."""
+        self._slots = threading.Semaphore(max_running) if max_running else None
+        self._waiting = 0
         self.include_usage_supported = include_usage_supported
         self.fault = fault
         self._fault_kind, self._fault_value_int, self._fault_value_float = self._parse_fault(fault)
@@ -691,13 +717,14 @@ class FakeLLMServer(Service):
 
     def _metrics_text(self) -> str:
         with self._lock:
-            running = self._running
+            waiting = self._waiting
+            running = self._running - waiting
             usage = min(1.0, self._tokens_in_flight / KV_CACHE_TOKENS)
             queries, hits = self._queries, self._hits
         label = '{model_name="' + self.model.replace("\\", "\\\\").replace('"', '\\"') + '"}'
         families: list[tuple[str, str, str, float]] = [
             ("vllm:num_requests_running", "gauge", _HELP_RUNNING, running),
-            ("vllm:num_requests_waiting", "gauge", _HELP_WAITING, 0),
+            ("vllm:num_requests_waiting", "gauge", _HELP_WAITING, waiting),
             ("vllm:kv_cache_usage_perc", "gauge", _HELP_KV, usage),
             ("vllm:prefix_cache_queries_total", "counter", _HELP_QUERIES, queries),
             ("vllm:prefix_cache_hits_total", "counter", _HELP_HITS, hits),
@@ -711,19 +738,18 @@ class FakeLLMServer(Service):
         return "\n".join(lines) + "\n"
 
 
-class TransformersServe(Service):
+class TransformersServe(ServerProcess):
     """The real ``transformers serve`` on ``model_dir``, on CPU, on a free loopback port.
 
-    Started in its own process group (``start_new_session``) with ``HF_HUB_OFFLINE=1``,
-    ``TRANSFORMERS_OFFLINE=1`` and ``TOKENIZERS_PARALLELISM=false``, stdout and stderr to
-    ``log_path`` (default: a file in a new temporary directory, removed on stop unless the
-    start failed); ready when ``GET /health``
+    A :class:`~accelscope.llm.server_process.ServerProcess` (own process group, parent-death
+    signal, log file, always stopped) started with ``HF_HUB_OFFLINE=1``,
+    ``TRANSFORMERS_OFFLINE=1`` and ``TOKENIZERS_PARALLELISM=false``; ready when ``GET /health``
     answers 200 (the model is loaded before the server listens). A process that exits first,
     or a server not ready within ``startup_timeout_s``, is a :class:`RuntimeError` holding the
-    log's last lines. ``model`` is what to send as ``"model"``: the server is pinned to the
-    path it was started with and refuses any other name (a request without one is served);
-    it answers ``"<path>@main"`` in its chunks. ``stop()`` sends SIGTERM to the group, waits
-    10 s, then SIGKILL; ``kill()`` is SIGKILL at once (the server dying mid-run).
+    log's last lines (the log is kept then). ``model`` is what to send as ``"model"``: the
+    server is pinned to the path it was started with and refuses any other name; it answers
+    ``"<path>@main"`` in its chunks. ``stop()`` sends SIGTERM to the group, waits 10 s, then
+    SIGKILL; ``kill()`` is SIGKILL at once (the server dying mid-run).
 
     ``continuous_batching`` adds ``--continuous-batching`` and, unless ``cb_num_blocks`` is
     ``None``, ``--cb-num-blocks`` (:data:`CB_NUM_BLOCKS`: transformers would otherwise size the
@@ -746,151 +772,153 @@ class TransformersServe(Service):
         self.continuous_batching = continuous_batching
         self.cb_num_blocks = cb_num_blocks
         self.extra_args = tuple(extra_args)
-        self.startup_timeout_s = startup_timeout_s
-        self.log_path = log_path
         self.device = device
         self.model = str(model_dir)
-        self.port = 0
-        self.url = ""
-        self.startup_s: float | None = None
-        """Seconds from the start of the process to the first healthy answer."""
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log_dir: Path | None = None
-        """The temporary directory of the default log, removed by a stop after a good start."""
-
-    @property
-    def pid(self) -> int:
-        """The server's process id (also its process group's)."""
-        if self._process is None:
-            raise RuntimeError("transformers serve is not started")
-        return self._process.pid
+        command = [str(self.executable()), "serve", self.model]
+        command += ["--port", "{port}", "--host", "127.0.0.1", "--device", device]
+        if continuous_batching:
+            command.append("--continuous-batching")
+            if cb_num_blocks is not None:
+                command += ["--cb-num-blocks", str(cb_num_blocks)]
+        super().__init__(
+            [*command, *self.extra_args],  # an option given twice: the last one counts
+            name="transformers serve",
+            env={
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+            },
+            startup_timeout_s=startup_timeout_s,
+            log_path=log_path,
+            stop_timeout_s=10.0,
+        )
 
     @staticmethod
     def executable() -> Path:
         """The ``transformers`` command of this Python environment."""
         return Path(sys.executable).with_name("transformers")
 
-    def command(self) -> list[str]:
-        """The command line (``port`` chosen)."""
-        command = [str(self.executable()), "serve", self.model]
-        command += ["--port", str(self.port), "--host", "127.0.0.1", "--device", self.device]
-        if self.continuous_batching:
-            command.append("--continuous-batching")
-            if self.cb_num_blocks is not None:
-                command += ["--cb-num-blocks", str(self.cb_num_blocks)]
-        return command + list(self.extra_args)  # an option given twice: the last one counts
-
     def start(self) -> None:
-        """Start the server and wait until it is healthy."""
-        if self._process is not None:
-            raise RuntimeError("transformers serve is already started")
+        """Start the server and wait until it is healthy (RuntimeError with the log if not)."""
         executable = self.executable()
         if not executable.is_file():
             raise RuntimeError(
                 f"{executable} not found: install transformers with its serving extra "
                 "(pip install 'transformers[serving]')"
             )
-        if self.log_path is None:
-            self._log_dir = Path(tempfile.mkdtemp(prefix="astfserve-"))
-            self.log_path = self._log_dir / "serve.log"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ)
-        env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        env["TOKENIZERS_PARALLELISM"] = "false"
-        began = time.perf_counter()
-        with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-        deadline = began + self.startup_timeout_s
-        while True:
-            code = self._process.poll()
-            if code is not None:
-                raise RuntimeError(
-                    f"transformers serve exited with code {code} before it was ready; "
-                    f"last lines of {self.log_path}:\n{self.log_tail()}"
-                )
-            if self._healthy():
-                self.startup_s = time.perf_counter() - began
-                return
-            if time.perf_counter() > deadline:
-                raise RuntimeError(
-                    f"transformers serve not healthy after {self.startup_timeout_s:g} s; "
-                    f"last lines of {self.log_path}:\n{self.log_tail()}"
-                )
-            time.sleep(0.2)
+        try:
+            super().start()
+        except ServerStartError as error:
+            raise RuntimeError(
+                f"transformers serve {error.message.removeprefix(self.name + ' ')}; last lines "
+                f"of {self.log_path}:\n{error.log_tail}"
+            ) from None
 
     def _healthy(self) -> bool:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-        try:
-            connection.request("GET", "/health")
-            response = connection.getresponse()
-            response.read()
-            return response.status == 200
-        except (OSError, http.client.HTTPException):
-            return False
-        finally:
-            connection.close()
+        return self.healthy()
 
-    def log_tail(self, lines: int = 30) -> str:
-        """The last ``lines`` lines of the server's log."""
-        if self.log_path is None or not self.log_path.is_file():
-            return "(no log)"
-        text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
 
-    def _signal_group(self, signum: signal.Signals) -> None:
-        if self._process is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._process.pid, signum)
+VLLM_STARTUP_TIMEOUT_S = 420.0
+"""A vLLM CPU server started to healthy in 81-140 s here (45 s with --enforce-eager); a loaded
+2-core machine doubles that."""
 
-    def group_alive(self) -> bool:
-        """Whether any process of the server's group is still there."""
-        if self._process is None:
-            return False
-        self._process.poll()  # reap the leader if it exited
-        try:
-            os.killpg(self._process.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
-    def _wait_group(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while self.group_alive():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
+class VllmServe(ServerProcess):
+    """The real vLLM OpenAI server on ``model_dir`` (a CPU build on these machines), on a
+    free loopback port: a :class:`~accelscope.llm.server_process.ServerProcess` (own process
+    group, parent-death signal, health wait on ``/health``, always stopped; the log is kept
+    when the start fails, in the :class:`~accelscope.llm.server_process.ServerStartError`).
 
-    def stop(self) -> None:
-        """SIGTERM to the process group, then SIGKILL after 10 s (idempotent)."""
-        if self._process is None:
-            return
-        if self.group_alive():
-            self._signal_group(signal.SIGTERM)
-            if not self._wait_group(10):
-                self._signal_group(signal.SIGKILL)
-                self._wait_group(10)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._process.wait(timeout=5)
-        if self._log_dir is not None and self.startup_s is not None:
-            shutil.rmtree(self._log_dir, ignore_errors=True)  # kept when the start failed
-            self._log_dir = None
+    The environment is found by :func:`accelscope.llm.engines.find_vllm` (``python``, else
+    ``vllm`` on ``PATH``, else the project's ``.venv-vllm`` that ``make vllm`` builds): a
+    missing one is a one-line :class:`~accelscope.errors.BadInputError` saying how to make it.
+    ``enforce_eager`` skips torch.compile (half the start time; what a test wants), ``kv_cache_gib``
+    is the CPU build's KV-cache space; ``prefix_caching``, ``max_num_seqs``, ``dtype``,
+    ``kv_cache_dtype`` and ``max_model_len`` are vLLM's flags (None: its default). ``model`` is
+    the name to send: the directory, as vLLM names a model it was started with."""
 
-    def kill(self) -> None:
-        """SIGKILL the process group now (the server dies mid-run); ``stop()`` still reaps."""
-        self._signal_group(signal.SIGKILL)
-        if self._process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(timeout=5)
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        python: Path | None = None,
+        enforce_eager: bool = True,
+        kv_cache_gib: float = 1.0,
+        prefix_caching: bool | None = None,
+        max_num_seqs: int | None = None,
+        max_model_len: int | None = 2048,
+        dtype: str | None = None,
+        kv_cache_dtype: str | None = None,
+        extra_args: Sequence[str] = (),
+        startup_timeout_s: float = VLLM_STARTUP_TIMEOUT_S,
+        log_path: Path | None = None,
+        registry: Path | None = None,
+    ) -> None:
+        from accelscope.llm.engines import find_vllm, vllm_command, vllm_environment
+
+        self.model_dir = Path(model_dir)
+        self.model = str(model_dir)
+        self.install = find_vllm(python)
+        flags: list[str] = []
+        if enforce_eager:
+            flags.append("--enforce-eager")
+        if max_model_len is not None:
+            flags += ["--max-model-len", str(max_model_len)]
+        if prefix_caching is not None:
+            flags.append(
+                "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching"
+            )
+        if max_num_seqs is not None:
+            flags += ["--max-num-seqs", str(max_num_seqs)]
+        if dtype is not None:
+            flags += ["--dtype", dtype]
+        if kv_cache_dtype is not None:
+            flags += ["--kv-cache-dtype", kv_cache_dtype]
+        super().__init__(
+            vllm_command(self.install, self.model_dir, flags=[*flags, *extra_args]),
+            name="vllm",
+            env=vllm_environment(self.install, kv_cache_gib=kv_cache_gib),
+            startup_timeout_s=startup_timeout_s,
+            log_path=log_path,
+            registry=registry,
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m accelscope.testing.llm_server --port P [...]``: serve a scripted fake on
+    ``127.0.0.1:P`` until SIGTERM or SIGINT (a server a command line can start: ``tune``'s
+    ``--server-command`` tests)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m accelscope.testing.llm_server")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model", default="fake-model")
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--itl-ms", type=float, default=10.0)
+    parser.add_argument("--max-running", type=int, default=None)
+    parser.add_argument("--corrupt-every", type=int, default=0)
+    parser.add_argument("--fault", default="")
+    parser.add_argument("--startup-s", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    if args.max_running is not None and args.max_running < 1:
+        parser.error("--max-running must be at least 1")
+    time.sleep(args.startup_s)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    server = FakeLLMServer(
+        model=args.model,
+        ttft_s=args.ttft_ms / 1000.0,
+        itl_s=args.itl_ms / 1000.0,
+        max_running=args.max_running,
+        corrupt_every=args.corrupt_every,
+        fault=args.fault,
+        port=args.port,
+    )
+    with server:
+        print(f"fake LLM server on {server.url}", flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from accelscope.commands.llm.workflow import LlmRequestSettings, _trial_requests
+from accelscope.llm.client import OpenAIEndpoint
+from accelscope.llm.harness import Harness
 from accelscope.llm.records import RequestRecord
 from accelscope.llm.summary import Slo, summarise_trial
 from accelscope.llm.workload import Arrivals, Lengths, Workload, build_requests
@@ -93,7 +94,7 @@ def test_rate_and_concurrency_trials_are_stored(
         assert trial["server_metrics"]["available"] is True
     [document] = run.documents_of("llm")
     assert [t["label"] for t in document["trials"]] == ["40 req/s", "concurrency 3"]
-    assert all("records" not in t for t in document["trials"])
+    assert all(not t.get("records") for t in document["trials"])  # the summary holds none
     assert document["target"]["url"] == server.url and document["model"] == "fake-model"
     assert server.concurrent_max >= 3
     # one check request, then 8 + 8
@@ -199,8 +200,10 @@ def test_every_capacity_trial_has_enough_steady_requests_to_claim(percentile: fl
     share of a Poisson schedule varies from seed to seed: the sizing must hold for every seed,
     not for the average one."""
     slo = Slo(ttft_s=1.0, percentile=percentile)
-    settings = LlmRequestSettings(url="http://127.0.0.1:1", model="m", slo=slo, requests=10)
-    count = _trial_requests(settings)
+    endpoint = OpenAIEndpoint("http://127.0.0.1:1", "m")  # never sent to
+    harness = Harness(target=endpoint, workload=Workload(), slo=slo, count=10)
+    count = harness.trial_count("capacity")
+    endpoint.close()
     unclaimed = []
     for seed in range(20):
         workload = Workload(input_tokens=Lengths(2, 2), seed=seed)
@@ -218,10 +221,12 @@ def test_every_capacity_trial_has_enough_steady_requests_to_claim(percentile: fl
             )
             for r in requests
         ]
-        term = summarise_trial(records, slo=slo)["slo"]["terms"]["ttft_s"]
-        assert term["over"] == 0
-        if term["state"] != "met":
-            unclaimed.append((seed, term["n"], term["why"]))
+        verdict = summarise_trial(records, slo=slo).slo
+        assert verdict is not None
+        term = verdict.terms["ttft_s"]
+        assert term.over == 0
+        if term.state != "met":
+            unclaimed.append((seed, term.n, term.why))
     assert not unclaimed, f"{count} requests per trial; unclaimed: {unclaimed}"
 
 
@@ -316,7 +321,7 @@ def test_an_empty_prompts_file(server: FakeLLMServer, tmp_path: Path, cli: CliRu
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n")
     code, _out, err = _llm(cli, server.url, tmp_path / "r.db", "--rate", "1", "--prompts", prompts)
-    assert_one_line_error(code, err, "prompts.jsonl", "no prompt")
+    assert_one_line_error(code, err, "prompts.jsonl", "prompts file is empty")
 
 
 def test_neither_url_nor_hf_model(tmp_path: Path, cli: CliRunner) -> None:

@@ -4,7 +4,6 @@ name, URL, server errors, warnings: all untrusted) shown as text, never run."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import pytest
 
 from accelscope.commands.llm.html import render_llm_report
 from accelscope.commands.llm.workflow import LlmRequestSettings, llm
+from accelscope.llm.documents import LlmRun, LlmTrial, RequestRecord
 from accelscope.llm.summary import Slo
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing import fixed_environment
@@ -39,7 +39,7 @@ LLAMA_CONFIG = {
     "torch_dtype": "bfloat16",
 }
 
-Run = tuple[dict[str, Any], dict[int, list[dict[str, Any]]], Path]
+Run = tuple[LlmRun, dict[int, list[RequestRecord]], Path]
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +68,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     assert outcome.run_id is not None
     with ResultStore(tmp / "store.db") as store:
         stored = store.get_run(outcome.run_id).documents_of("llm-trial")
-    records = {int(trial["index"]): list(trial["records"]) for trial in stored}
+    trials = [LlmTrial.from_payload(trial) for trial in stored]
+    records = {trial.index: list(trial.records) for trial in trials}
     return outcome.document, records, report
 
 
-def _hostile(document: dict[str, Any], records: dict[int, list[dict[str, Any]]]) -> Run:
+def _hostile(document: LlmRun, records: dict[int, list[RequestRecord]]) -> Run:
     """The run with hostile text wherever the report shows untrusted text."""
-    doc = copy.deepcopy(document)
-    recs = copy.deepcopy(records)
+    doc = document.model_dump(mode="json")
+    recs = {index: [r.to_dict() for r in trial] for index, trial in records.items()}
     doc["target"]["url"] = "http://example.invalid/" + HOSTILE
     doc["slo_label"] = "p99 " + HOSTILE
     doc["warnings"].append("warning " + HOSTILE)
@@ -87,7 +88,8 @@ def _hostile(document: dict[str, Any], records: dict[int, list[dict[str, Any]]])
     last["floor"]["bandwidth_source"] = "source " + HOSTILE
     failed = recs[last["index"]][0]
     failed.update(error="error " + HOSTILE, first_token_s=None, chunk_times_s=[])
-    return doc, recs, Path()
+    hostile = {index: [RequestRecord.from_dict(r) for r in trial] for index, trial in recs.items()}
+    return LlmRun.from_payload(doc), hostile, Path()
 
 
 def _figures(html: str) -> dict[str, Any]:
@@ -161,7 +163,7 @@ def test_charts_and_figures_from_a_run(run: Run) -> None:
         assert text in html
     assert "--bandwidth (given)" in html and "memory-bandwidth bound" in html
     assert "vllm:prefix_cache_hits_total" in html
-    for name in document["definitions"]:
+    for name in document.definitions:
         assert f"<b>{name}</b>" in html
     # the workflow wrote its own report, with the per-request timeline
     written = report.read_text(encoding="utf-8")
@@ -201,7 +203,7 @@ def test_missing_figures_read_not_measured() -> None:
         "warnings": [],
         "floor_why": "not measured: give --model-config (the model's config.json) for the floor",
     }
-    html = render_llm_report(document, title="empty", records=None)
+    html = render_llm_report(LlmRun.from_payload(document), title="empty", records=None)
     row = html[html.index('<table id="trials">') : html.index("</table>")]
     assert row.count("not measured") >= 8 and "0.00" not in row
     assert "no SLO" in row and "interrupted" in row and "3x HTTP 500" in row
@@ -214,7 +216,7 @@ def test_missing_figures_read_not_measured() -> None:
 
 
 def test_capacity_headline_and_concurrency_axis(run: Run) -> None:
-    document = copy.deepcopy(run[0])
+    document = run[0].model_dump(mode="json")
     for trial, load in zip(document["trials"], (2, 8), strict=True):
         trial["arrivals"] = {"rate_per_s": None, "concurrency": load, "cv": 1.0}
     document["capacity"] = {
@@ -228,7 +230,7 @@ def test_capacity_headline_and_concurrency_axis(run: Run) -> None:
             {"load": 16.0, "passed": False, "why": "TTFT: 40 of 400 over 200 ms"},
         ],
     }
-    html = render_llm_report(document, title="capacity")
+    html = render_llm_report(LlmRun.from_payload(document), title="capacity")
     assert "Capacity at the SLO" in html and "concurrency 8, 1,234.5 good output tokens/s" in html
     assert "concurrency 16: failed: TTFT: 40 of 400 over 200 ms" in html
     figures = _figures(html)

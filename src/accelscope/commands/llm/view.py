@@ -2,51 +2,43 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from accelscope.llm.documents import Distribution, LlmRun, LlmTrial, TrialSummary
+from accelscope.report.format import ms as _ms
+
 __all__ = ["llm_view", "ms"]
 
+NOT_MEASURED = "n/m"
 
-def ms(value: Any) -> str:
+
+def ms(value: float | None) -> str:
     """Seconds as milliseconds, or "n/m" (not measured)."""
-    return "n/m" if value is None else f"{float(value) * 1000:,.1f}"
+    return NOT_MEASURED if value is None else f"{float(value) * 1000:,.1f}"
 
 
-def _pct(metric: dict[str, Any], key: str) -> str:
+def _pct(metric: Distribution, key: str) -> str:
     """A percentile in ms, with "?" when its tail cannot be claimed yet."""
-    value = metric.get(key)
+    value = metric.value(key)
     if value is None:
-        return "n/m"
-    claim = metric.get(f"{key}_claim")
-    mark = "?" if claim is not None and not claim.get("claimable") else ""
-    return ms(value) + mark
+        return NOT_MEASURED
+    return ms(value) + ("?" if metric.unclaimed_why(key) else "")
 
 
-def _slo_cell(summary: dict[str, Any]) -> str:
-    slo = summary.get("slo")
-    if not slo:
-        return "-"
-    states = {term["state"] for term in slo["terms"].values()}
-    if slo["met"]:
-        return "[green]met[/]"
-    if "missed" in states:
-        return "[red]missed[/]"
-    return "[yellow]unclaimed[/]"
+def _slo_cell(summary: TrialSummary) -> str:
+    return {
+        "met": "[green]met[/]",
+        "missed": "[red]missed[/]",
+        "unclaimed": "[yellow]unclaimed[/]",
+    }.get(summary.slo_state, "-")
 
 
-def llm_view(document: dict[str, Any], *, title: str = "llm") -> RenderableType:
-    """Every trial's percentiles, throughput and goodput; the capacity; the decode floor;
-    warnings and the definitions the figures use."""
-    target = document["target"]
-    where = target.get("url") or target.get("model_dir") or ""
-    table = Table(
-        title=escape(f"{title}: {document['model']} at {where}, SLO {document['slo_label']}")
-    )
+def _trial_table(document: LlmRun, title: str) -> Table:
+    where = document.target.where
+    table = Table(title=escape(f"{title}: {document.model} at {where}, SLO {document.slo_label}"))
     for column in (
         "load",
         "ok/err",
@@ -63,91 +55,142 @@ def llm_view(document: dict[str, Any], *, title: str = "llm") -> RenderableType:
         "lag p99",
     ):
         table.add_column(column, justify="left" if column == "load" else "right")
-    for trial in document["trials"]:
-        summary = trial["summary"]
-        metrics = summary.get("metrics", {})
-        ttft = metrics.get("ttft_s", {})
-        tpot = metrics.get("tpot_s", {})
-        goodput = summary.get("goodput") or {}
-        throughput = summary.get("throughput") or {}
-        lag = summary.get("client_lag_s") or {}
-        label = escape(trial["label"]) + (" (interrupted)" if trial.get("interrupted") else "")
+    for trial in document.trials:
+        summary = trial.summary
+        metrics = summary.metrics
+        goodput = summary.goodput
+        throughput = summary.throughput
+        lag = summary.client_lag_s
+        label = escape(trial.label) + (" (interrupted)" if trial.interrupted else "")
         table.add_row(
             label,
-            f"{summary['completed']}/{summary['errors']}",
-            _pct(ttft, "p50"),
-            _pct(ttft, "p99"),
-            _pct(tpot, "p50"),
-            _pct(tpot, "p99"),
-            _pct(metrics.get("itl_s", {}), "p50"),
-            _pct(metrics.get("e2e_s", {}), "p99"),
-            f"{throughput['output_tokens_per_s']:,.1f}" if throughput else "n/m",
-            f"{goodput['requests_per_s']:,.2f}" if goodput else "-",
-            f"{goodput['output_tokens_per_s']:,.1f}" if goodput else "-",
+            f"{summary.completed}/{summary.errors}",
+            _pct(metrics.ttft_s, "p50"),
+            _pct(metrics.ttft_s, "p99"),
+            _pct(metrics.tpot_s, "p50"),
+            _pct(metrics.tpot_s, "p99"),
+            _pct(metrics.itl_s, "p50"),
+            _pct(metrics.e2e_s, "p99"),
+            f"{throughput.output_tokens_per_s:,.1f}" if throughput else NOT_MEASURED,
+            f"{goodput.requests_per_s:,.2f}" if goodput else "-",
+            f"{goodput.output_tokens_per_s:,.1f}" if goodput else "-",
             _slo_cell(summary),
-            ms(lag.get("p99")) + (" [red]client-bound[/]" if summary.get("client_bound") else ""),
+            ms(lag.p99 if lag else None)
+            + (" [red]client-bound[/]" if summary.client_bound else ""),
         )
+    return table
+
+
+def _turn_table(trial: LlmTrial) -> Table | None:
+    turns = trial.summary.turns
+    if len(turns) < 2:
+        return None
+    table = Table(title=escape(f"per turn at {trial.label}"), title_justify="left")
+    for column in ("turn", "requests", "TTFT p50", "TTFT p90", "prompt tok", "reusable tok"):
+        table.add_column(column, justify="right")
+    for turn in turns:
+        prompt, reusable = turn.prompt_tokens_mean, turn.reusable_prefix_tokens_mean
+        table.add_row(
+            str(turn.turn),
+            f"{turn.completed}/{turn.requests}",
+            _pct(turn.ttft_s, "p50"),
+            _pct(turn.ttft_s, "p90"),
+            NOT_MEASURED if prompt is None else f"{prompt:,.0f}",
+            NOT_MEASURED if reusable is None else f"{reusable:,.0f}",
+        )
+    return table
+
+
+def _trial_lines(document: LlmRun, trial: LlmTrial) -> list[RenderableType]:
+    parts: list[RenderableType] = []
+    floor = trial.floor
+    if floor is not None and floor.tpot_floor_s is not None:
+        efficiency = floor.decode_efficiency
+        parts.append(
+            Text(
+                f"decode floor at {trial.label}: TPOT >= {_ms(floor.tpot_floor_s)} ms "
+                f"(batch {floor.decode_batch_mean:.2f}, bandwidth "
+                f"{floor.bandwidth_bytes_per_s / 1e9:,.1f} GB/s, {floor.bandwidth_source})"
+                + (f"; efficiency {efficiency:.0%}: {floor.bound}" if efficiency else "")
+            )
+        )
+    if trial is document.trials[-1]:
+        for key in ("p90", "p99"):
+            for name in ("ttft_s", "tpot_s"):
+                why = trial.summary.metrics.get(name).unclaimed_why(key)
+                if why:
+                    parts.append(Text(why, style="yellow"))
+    for kind in trial.summary.error_kinds:
+        parts.append(Text(f"errors at {trial.label}: {kind.count} x {kind.error}", style="red"))
+    server = trial.server_metrics
+    reuse = trial.summary.prefix_reuse
+    if server.prefix_cache is not None and server.prefix_cache.hit_rate is not None:
+        expected = (
+            f" (the workload allows {reuse.expected_share:.0%})"
+            if reuse is not None and reuse.expected_share is not None
+            else ""
+        )
+        parts.append(
+            Text(
+                f"server prefix cache at {trial.label}: hit rate "
+                f"{server.prefix_cache.hit_rate:.0%}{expected}"
+            )
+        )
+    for found in trial.summary.slo_breaks:
+        parts.append(Text(f"{trial.label}: {found.text}", style="red"))
+    table = _turn_table(trial)
+    if table is not None:
+        parts.append(table)
+    return parts
+
+
+def llm_view(document: LlmRun, *, title: str = "llm") -> RenderableType:
+    """Every trial's percentiles, throughput and goodput; per-turn TTFT of a multi-turn
+    workload; the capacity; the decode floor; what the server said; warnings, notes and the
+    definitions the figures use."""
     parts: list[RenderableType] = [
-        table,
+        _trial_table(document, title),
         Text("times in ms; ? = tail not claimable yet", style="dim"),
     ]
-    capacity = document.get("capacity")
+    capacity = document.capacity
     if capacity is not None:
-        if capacity["capacity"] is None:
+        if capacity.capacity is None:
             parts.append(
                 Text.from_markup(
-                    f"[bold red]capacity: no load met the SLO[/] ({escape(capacity['stopped'])})"
+                    f"[bold red]capacity: no load met the SLO[/] ({escape(capacity.stopped)})"
                 )
             )
         else:
-            unit = capacity["unit"]
-            load = (
-                f"concurrency {capacity['capacity']:g}"
-                if unit == "concurrency"
-                else f"{capacity['capacity']:g} req/s"
-            )
+            good = capacity.good_output_tokens_per_s
             parts.append(
                 Text.from_markup(
-                    f"[bold]capacity at {escape(document['slo_label'])}: {load}[/], "
-                    f"{capacity['good_output_tokens_per_s']:,.1f} good output tokens/s "
-                    f"({len(capacity['points'])} trials)"
+                    f"[bold]capacity at {escape(document.slo_label)}: {capacity.label}[/], "
+                    + (f"{good:,.1f} good output tokens/s " if good is not None else "")
+                    + f"({len(capacity.points)} trials)"
                 )
             )
-    for trial in document["trials"]:
-        floor = trial.get("floor")
-        if floor:
-            efficiency = floor.get("decode_efficiency")
-            parts.append(
-                Text(
-                    f"decode floor at {trial['label']}: "
-                    f"TPOT >= {floor['tpot_floor_s'] * 1000:.3g} ms "
-                    f"(batch {floor['decode_batch_mean']:.2f}, bandwidth "
-                    f"{floor['bandwidth_bytes_per_s'] / 1e9:,.1f} GB/s, "
-                    f"{floor['bandwidth_source']})"
-                    + (f"; efficiency {efficiency:.0%}: {floor['bound']}" if efficiency else "")
-                )
+    for trial in document.trials:
+        parts.extend(_trial_lines(document, trial))
+    config = document.server_config
+    if config is not None:
+        caching = {True: "on", False: "off", None: "not published"}[config.prefix_caching]
+        capacity_tokens = config.kv_capacity_tokens
+        parts.append(
+            Text(
+                f"server configuration ({config.source}): KV block "
+                f"{config.block_size_tokens or 'n/m'} tokens, prefix caching {caching}, KV "
+                f"capacity {f'{capacity_tokens:,} tokens' if capacity_tokens else 'n/m'}",
+                style="dim",
             )
-        for key in ("p90", "p99"):
-            for name in ("ttft_s", "tpot_s"):
-                claim = trial["summary"].get("metrics", {}).get(name, {}).get(f"{key}_claim")
-                if claim and not claim["claimable"] and trial is document["trials"][-1]:
-                    parts.append(Text(claim["why"], style="yellow"))
-        for kind in trial["summary"].get("error_kinds", []):
-            parts.append(
-                Text(f"errors at {trial['label']}: {kind['count']} x {kind['error']}", style="red")
-            )
-        server = trial.get("server_metrics") or {}
-        prefix = server.get("prefix_cache") or {}
-        if prefix.get("hit_rate") is not None:
-            parts.append(
-                Text(f"server prefix cache at {trial['label']}: hit rate {prefix['hit_rate']:.0%}")
-            )
-    if document.get("floor_why"):
-        parts.append(Text(f"decode floor: {document['floor_why']}", style="dim"))
-    for warning in document.get("warnings", []):
+        )
+    if document.floor_why:
+        parts.append(Text(f"decode floor: {document.floor_why}", style="dim"))
+    for note in document.notes:
+        parts.append(Text(f"note: {note}", style="cyan"))
+    for warning in document.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
-    definitions = document.get("definitions", {})
     for key in ("ttft_s", "tpot_s", "itl_s", "goodput", "steady_window"):
-        if key in definitions:
-            parts.append(Text(f"{key.removesuffix('_s').upper()}: {definitions[key]}", style="dim"))
+        if key in document.definitions:
+            name = key.removesuffix("_s").upper()
+            parts.append(Text(f"{name}: {document.definitions[key]}", style="dim"))
     return Group(*parts)

@@ -1,0 +1,209 @@
+"""``accelscope llm`` against a real vLLM (the CPU build, from ``.venv-vllm``: ``make vllm``) on
+a random-weights Llama whose tokenizer was trained here. One server for the module (a start
+costs 45-100 s on these machines), prefix caching on, block size 128 (the CPU default):
+completions and chat stream with usage; the server's ``/metrics`` are read for real (prefix-cache
+queries and hits, KV usage, running and waiting requests, preemptions) with the configuration it
+publishes; a shared prefix shorter than one KV block is explained, one longer is hit;
+conversations reuse the cache turn after turn; and, last, the server is killed in the middle of
+a multi-turn run, whose run is kept with the lost turns counted as errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from accelscope.commands.llm.workflow import LlmRequestSettings, llm
+from accelscope.llm.documents import LlmTrial, Slo
+from accelscope.llm.workload import Lengths, PrefixScenario, SessionWorkload, Workload
+from accelscope.store.sqlite import ResultStore
+from accelscope.testing.llm_model import build_tiny_llama
+from accelscope.testing.llm_server import VllmServe
+
+BLOCK = 128
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # vLLM's CPU attention needs a head size of 32 or more: 64 hidden / 2 heads
+    return build_tiny_llama(tmp_path_factory.mktemp("vllm-model") / "tiny", heads=2, kv_heads=1)
+
+
+@pytest.fixture(scope="module")
+def vllm(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServe]:
+    log = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
+    with VllmServe(tiny_model, prefix_caching=True, log_path=log) as server:
+        yield server
+    assert not server.group_alive()
+
+
+def _settings(server: VllmServe, **changes: object) -> LlmRequestSettings:
+    base: dict[str, object] = {
+        "url": server.url,
+        "model": server.model,
+        "concurrencies": (2,),
+        "requests": 12,
+        "workload": Workload(input_tokens=Lengths(24, 24), output_tokens=Lengths(8, 8)),
+        "tokenizer": server.model_dir,
+        "ignore_eos": True,
+        "timeout_s": 120.0,
+    }
+    base.update(changes)
+    return LlmRequestSettings(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_streams_with_usage_and_the_server_metrics_are_read(
+    vllm: VllmServe, tmp_path: Path, environment: object, api: str
+) -> None:
+    outcome = llm(
+        _settings(
+            vllm,
+            api=api,
+            slo=Slo.parse("ttft=10s,tpot=5s", 90.0),
+            requests=16,  # long enough (seconds) for scrapes while requests run
+            workload=Workload(input_tokens=Lengths(24, 24), output_tokens=Lengths(96, 96)),
+        ),
+        store_path=tmp_path / "store.db",
+        environment=environment,  # type: ignore[arg-type]
+    )
+    [trial] = outcome.document.trials
+    summary = trial.summary
+    assert summary.completed == 16 and summary.errors == 0
+    assert summary.token_sources == {"usage": summary.window.requests if summary.window else 0}
+    assert summary.tokens is not None and summary.tokens.output_mean == 96
+    metrics = summary.metrics
+    assert 0 < (metrics.ttft_s.p50 or 0) <= (metrics.e2e_s.p50 or 0)
+    assert (metrics.tpot_s.p50 or 0) > 0
+    server = trial.server_metrics
+    assert server.available and server.server == "vllm" and server.scrapes >= 2
+    assert server.prefix_cache is not None and (server.prefix_cache.queries or 0) > 0
+    assert server.kv_cache_usage is not None and 0 <= server.kv_cache_usage.max <= 1
+    assert server.running is not None and server.running.max >= 1
+    assert server.waiting is not None and server.preemptions == 0
+    config = server.config
+    assert config is not None and config.block_size_tokens == BLOCK
+    assert config.prefix_caching is True and (config.kv_capacity_tokens or 0) > 10_000
+    assert outcome.document.server_config == config
+    assert server.timeline and server.timeline[0].t_s <= 0.5  # scraped from the start
+    assert server.timeline[-1].t_s >= summary.duration_s - 0.5
+    with ResultStore(tmp_path / "store.db") as store:
+        stored = store.get_run(outcome.run_id or "").documents_of("llm-trial")
+    back = LlmTrial.from_payload(stored[0])
+    assert back.server_metrics.config == config and len(back.records) == 16
+
+
+def test_a_prefix_shorter_than_a_block_is_explained_one_longer_hits(
+    vllm: VllmServe, tmp_path: Path, environment: object
+) -> None:
+    short = llm(
+        _settings(
+            vllm,
+            workload=Workload(
+                input_tokens=Lengths(96, 96),
+                output_tokens=Lengths(4, 4),
+                prefix=PrefixScenario(32, 1.0),
+                seed=101,
+            ),
+        ),
+        store_path=None,
+        environment=environment,  # type: ignore[arg-type]
+    ).document
+    [trial] = short.trials
+    assert trial.server_metrics.prefix_cache is not None
+    assert trial.server_metrics.prefix_cache.hits == 0  # a 32-token prefix cannot hit
+    assert trial.summary.prefix_reuse is not None
+    assert trial.summary.prefix_reuse.expected_share == 0  # counted in whole blocks
+    assert any("shorter than one KV block" in n and "128" in n for n in short.notes)
+    long = llm(
+        _settings(
+            vllm,
+            workload=Workload(
+                input_tokens=Lengths(320, 320),
+                output_tokens=Lengths(4, 4),
+                prefix=PrefixScenario(2 * BLOCK + 20, 1.0),
+                seed=202,
+            ),
+        ),
+        store_path=None,
+        environment=environment,  # type: ignore[arg-type]
+    ).document
+    [hit] = long.trials
+    reuse = hit.summary.prefix_reuse
+    assert reuse is not None and reuse.expected_share == pytest.approx(
+        11 * 2 * BLOCK / (12 * 320), rel=0.02
+    )  # the first of 12 prompts fills the cache, the other 11 reuse two blocks
+    measured = hit.server_metrics.prefix_cache
+    assert measured is not None
+    assert measured.hit_rate == pytest.approx(reuse.expected_share, rel=0.05)
+    assert not any("shorter than one KV block" in n for n in long.notes)
+
+
+def test_conversations_reuse_the_prefix_cache_turn_by_turn(
+    vllm: VllmServe, tmp_path: Path, environment: object
+) -> None:
+    workload = SessionWorkload(
+        sessions_per_trial=4,
+        turns=Lengths(3, 3),
+        input_tokens=Lengths(150, 150),
+        output_tokens=Lengths(16, 16),
+        seed=303,
+    )
+    outcome = llm(
+        _settings(vllm, workload=workload, requests=None, concurrencies=(2,)),
+        store_path=tmp_path / "store.db",
+        environment=environment,  # type: ignore[arg-type]
+    )
+    [trial] = outcome.document.trials
+    assert trial.summary.completed == 12 and trial.summary.errors == 0
+    turns = trial.summary.turns
+    assert [t.turn for t in turns] == [1, 2, 3]
+    assert turns[0].reusable_prefix_tokens_mean == 0
+    assert (turns[1].reusable_prefix_tokens_mean or 0) >= 150
+    assert (turns[2].prompt_tokens_mean or 0) > (turns[1].prompt_tokens_mean or 0) > 150
+    server = trial.server_metrics.prefix_cache
+    assert server is not None and (server.hits or 0) >= 4 * 2 * BLOCK  # later turns hit
+    reuse = trial.summary.prefix_reuse
+    assert reuse is not None and (reuse.expected_share or 0) > 0.3
+
+
+def test_a_server_killed_mid_conversation(
+    vllm: VllmServe, tmp_path: Path, environment: object
+) -> None:
+    """Last in the module: it kills the shared server."""
+    workload = SessionWorkload(
+        sessions_per_trial=6,
+        turns=Lengths(4, 4),
+        input_tokens=Lengths(32, 32),
+        output_tokens=Lengths(48, 48),
+        seed=404,
+    )
+    store = tmp_path / "store.db"
+
+    def kill_soon() -> None:
+        time.sleep(2.0)
+        vllm.kill()
+
+    killer = threading.Thread(target=kill_soon)
+    killer.start()
+    began = time.perf_counter()
+    outcome = llm(
+        _settings(vllm, workload=workload, requests=None, timeout_s=30.0),
+        store_path=store,
+        environment=environment,  # type: ignore[arg-type]
+    )
+    killer.join()
+    assert time.perf_counter() - began < 60  # never a hang
+    [trial] = outcome.document.trials
+    summary = trial.summary
+    assert summary.requests == 24  # every turn of every session is counted
+    assert summary.completed >= 1 and summary.errors >= 1
+    assert summary.completed + summary.errors == 24
+    assert any("not sent" in kind.error for kind in summary.error_kinds)
+    with ResultStore(store) as opened:
+        run = opened.get_run(outcome.run_id or "")
+    assert run.status == "complete" and run.documents_of("llm")
+    assert not vllm.group_alive()
