@@ -34,10 +34,10 @@ LAYERS: dict[str, int] = {
     "llm": 9,  # above load (schedules, early stopping), plan (KV bytes, catalog), roofline
     "report": 10,
     "tune": 10,  # above llm: measures each server configuration with llm's harness
-    "compare": 10,  # above llm: reads its typed trial documents
-    "commands": 11,
-    "testing": 11,
-    "cli": 12,
+    "compare": 11,  # above llm and tune: reads their typed documents
+    "commands": 12,
+    "testing": 12,
+    "cli": 13,
 }
 
 

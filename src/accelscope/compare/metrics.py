@@ -17,6 +17,7 @@ import numpy as np
 from accelscope.documents import LlmCapacity
 from accelscope.llm.documents import LlmRun, LlmTrial
 from accelscope.result import Result, Status
+from accelscope.tune.documents import TuneRun
 
 __all__ = [
     "EXTRACTORS",
@@ -239,6 +240,46 @@ def _from_llm(_: Sequence[Result], documents: Sequence[Any]) -> list[ConfigObser
     return list(found.values())
 
 
+def _from_tune(_: Sequence[Result], documents: Sequence[Any]) -> list[ConfigObservations]:
+    """Each configuration a ``tune`` measured in full: its goodput at the SLO (the objective)
+    and its capacity, matched by configuration key and the run's SLO."""
+    found: list[ConfigObservations] = []
+    runs = [
+        TuneRun.from_payload(d.payload, "a tune document")
+        for d in documents
+        if d.kind == TuneRun.kind
+    ]
+    if not runs:
+        return found
+    run = runs[-1]
+    slo = run.slo.to_dict() if run.slo else None
+    for config in run.configs:
+        if not config.usable or config.phase != "full":
+            continue
+        metrics = {"goodput_tokens_per_s": Observation(value=config.goodput_tokens_per_s)}
+        if config.capacity is not None and config.capacity.capacity is not None:
+            metrics["llm_capacity"] = Observation(value=float(config.capacity.capacity))
+        key = repr(
+            sorted(
+                (k, repr(v))
+                for k, v in {"config": config.key, "slo": slo, "engine": run.engine}.items()
+            )
+        )
+        found.append(
+            ConfigObservations(
+                key=key,
+                label=config.key,
+                model=run.model,
+                model_digest="",
+                fingerprint="",
+                machine="",
+                libraries=(),
+                metrics=metrics,
+            )
+        )
+    return found
+
+
 Extractor = Callable[[Sequence[Result], Sequence[Any]], list[ConfigObservations]]
 
 EXTRACTORS: dict[str, Extractor] = {
@@ -246,6 +287,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "measure": _from_results,
     "load": _from_capacity,
     "llm": _from_llm,
+    "tune": _from_tune,
 }
 """Run kind -> extractor. ``documents`` are the store's ``Document`` rows (kind, payload)."""
 

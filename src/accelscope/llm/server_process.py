@@ -111,6 +111,8 @@ class ServerProcess:
         self.startup_s: float | None = None
         """Seconds from the start of the process to its first healthy answer."""
         self.exit_code: int | None = None
+        self.final_log_tail = ""
+        """The log's last lines when the server was stopped (the default log is then gone)."""
         self._process: subprocess.Popen[bytes] | None = None
         self._log_dir: Path | None = None
         self._record: Path | None = None
@@ -245,6 +247,7 @@ class ServerProcess:
         if self.exit_code is None:
             self.exit_code = self._process.returncode
         self._unregister()
+        self.final_log_tail = self.log_tail()
         if self._log_dir is not None and self.startup_s is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
             self._log_dir = None

@@ -148,7 +148,9 @@ def given_capacity(qps: float) -> CapacityEstimate:
 
 
 def llm_capacity(measured: LlmCapacity) -> CapacityEstimate:
-    """The requests/s an ``llm`` run measured its server to sustain at the run's SLO."""
+    """The requests/s an ``llm`` (or ``tune``) run measured its server to sustain at the run's
+    SLO: the capacity of a rate search, or the good requests/s measured at the capacity of a
+    concurrency search."""
     slo = ", ".join(
         f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms"
         for k, v in measured.slo.items()
@@ -156,10 +158,16 @@ def llm_capacity(measured: LlmCapacity) -> CapacityEstimate:
     )
     percentile = measured.slo.get("percentile", 99)
     good = measured.good_output_tokens_per_s or 0.0
+    qps = measured.capacity if measured.unit == "req/s" else measured.good_requests_per_s
+    at = (
+        ""
+        if measured.unit == "req/s"
+        else f" (good requests/s at concurrency {measured.capacity or 0:g})"
+    )
     return CapacityEstimate(
-        qps_per_instance=float(measured.capacity or 0.0),
+        qps_per_instance=float(qps or 0.0),
         basis="measured",
-        label=f"measured by llm at p{percentile:g} {slo}",
+        label=f"measured by llm at p{percentile:g} {slo}{at}",
         meets_sla=True,
         assumptions=(
             f"capacity at the LLM SLO (p{percentile:g} {slo}) measured by `accelscope llm`, "

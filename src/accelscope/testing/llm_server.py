@@ -676,6 +676,12 @@ class FakeLLMServer(Service):
             return list(self._requests)
 
     @property
+    def closed(self) -> bool:
+        """Whether the server stopped serving (stopped, or died by its fault)."""
+        with self._lock:
+            return self._closed
+
+    @property
     def running(self) -> int:
         """Generation requests in flight now."""
         with self._lock:
@@ -897,27 +903,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--max-running", type=int, default=None)
     parser.add_argument("--corrupt-every", type=int, default=0)
-    parser.add_argument("--fault", default="")
+    parser.add_argument("--fault", default="", help="a fault of FakeLLMServer, or none")
     parser.add_argument("--startup-s", type=float, default=0.0)
+    parser.add_argument("--ignore-term", action="store_true", help="survive SIGTERM")
     args = parser.parse_args(argv)
     if args.max_running is not None and args.max_running < 1:
         parser.error("--max-running must be at least 1")
-    time.sleep(args.startup_s)
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop.wait(args.startup_s)  # a slow start (a stop still ends it)
     server = FakeLLMServer(
         model=args.model,
         ttft_s=args.ttft_ms / 1000.0,
         itl_s=args.itl_ms / 1000.0,
         max_running=args.max_running,
         corrupt_every=args.corrupt_every,
-        fault=args.fault,
+        fault="" if args.fault == "none" else args.fault,
         port=args.port,
     )
     with server:
         print(f"fake LLM server on {server.url}", flush=True)
-        stop.wait()
+        while not stop.wait(0.1):
+            if server.closed:  # die-after: the process ends, as a crashed server's would
+                print("the fake server died (scripted)", flush=True)
+                sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -188,10 +188,13 @@ def _evidence_of_run(run: RunRecord) -> Evidence:
         if llm_payloads
         else None
     )
-    if run.kind == "llm" and (llm is None or not llm.valid or llm.unit != "req/s"):
+    usable = llm is not None and llm.valid and (
+        llm.unit == "req/s" or (llm.unit == "concurrency" and llm.good_requests_per_s)
+    )
+    if run.kind in ("llm", "tune") and not usable:
         raise BadInputError(
             f"run {run.id} has no LLM capacity in requests/s: run `accelscope llm ... "
-            "--capacity rate --slo ...` first"
+            "--capacity rate --slo ...` (or `accelscope tune ...`) first"
         )
     return Evidence(
         profile=profile,
