@@ -1,0 +1,384 @@
+"""benchmarks/gpu/validate.py without a GPU: the step scheduler, the digest, the parsers of each
+command's JSON (fake documents shaped like the real ones), and the subprocess handling."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "validate.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_validate", PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_validate"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+v = _load()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _step(name: str, min_s: float, max_s: float, cost_s: float, clock: FakeClock) -> Any:
+    def body(_runner: Any, _allowed: float) -> Any:
+        clock.now += cost_s
+        return v.Outcome(name, v.OK, summary=f"{name} done")
+
+    return v.Step(name, name, cost_s, min_s, max_s, body)
+
+
+def _run(steps: list[Any], clock: FakeClock, budget: float, **kw: Any) -> tuple[list[Any], dict]:
+    allowed: dict[str, float] = {}
+
+    def execute(step: Any, limit: float) -> Any:
+        allowed[step.name] = limit
+        return step.body(None, limit)
+
+    outcomes = v.run_steps(steps, budget_s=budget, execute=execute, clock=clock, **kw)
+    return outcomes, allowed
+
+
+def test_steps_run_in_order_each_within_its_own_budget_and_skip_once_they_no_longer_fit() -> None:
+    clock = FakeClock()
+    steps = [
+        _step("a", 10, 60, 30, clock),
+        _step("b", 50, 200, 80, clock),  # gets min(200, 170 left)
+        _step("c", 100, 100, 10, clock),  # 90 left < 100: skipped
+        _step("d", 20, 30, 5, clock),  # still fits after c was skipped
+    ]
+    outcomes, allowed = _run(steps, clock, budget=200)
+    assert [(o.step, o.status) for o in outcomes] == [
+        ("a", "ok"),
+        ("b", "ok"),
+        ("c", "skipped"),
+        ("d", "ok"),
+    ]
+    assert allowed == {"a": 60, "b": 170, "d": 30}
+    assert outcomes[1].seconds == 80
+    assert outcomes[2].note == "needs 100 s, 90 s of the 200 s budget left"
+
+
+def test_a_step_that_raises_is_recorded_and_the_run_goes_on() -> None:
+    clock = FakeClock()
+
+    def broken(_runner: Any, _allowed: float) -> Any:
+        clock.now += 3
+        raise RuntimeError("CUDA error: out of memory")
+
+    steps = [v.Step("x", "x", 1, 1, 10, broken), _step("y", 1, 10, 1, clock)]
+    outcomes, _ = _run(steps, clock, budget=100)
+    assert [(o.step, o.status) for o in outcomes] == [("x", "failed"), ("y", "ok")]
+    assert outcomes[0].note == "RuntimeError: CUDA error: out of memory"
+    assert outcomes[0].seconds == 3
+
+
+def test_only_the_selected_steps_run_and_the_budget_counts_from_the_start() -> None:
+    clock = FakeClock()
+    began = clock.now - 95  # the wheels' install and startup already took 95 s
+    steps = [_step(n, 10, 50, 5, clock) for n in ("a", "b", "c")]
+    seen: list[str] = []
+    outcomes, _ = _run(
+        steps,
+        clock,
+        budget=100,
+        selected=["c", "a"],
+        began=began,
+        on_done=lambda o: seen.append(o.step),
+    )
+    assert [o.step for o in outcomes] == ["a", "c"] == seen  # step order, not --only's
+    assert [o.status for o in outcomes] == ["skipped", "skipped"]  # 5 s left < 10
+
+
+def _fake_outcomes() -> list[Any]:
+    return [
+        v.Outcome(
+            "facts",
+            v.OK,
+            seconds=12.3,
+            summary="NVIDIA H100 80GB HBM3, driver 580.159.04",
+            checks=[v.Check("premise TF32", "conv TF32 by default", "conv 4.1e-04", v.CONFIRMED)],
+        ),
+        v.Outcome(
+            "ceilings",
+            v.OK,
+            seconds=64,
+            summary="bf16 781 TFLOP/s",
+            tables=[v.Table("ceilings", ["row", "measured"], [["bf16", "781 TFLOP/s"]])],
+            checks=[v.Check("H2", "fp32 | a TF32 rate", "fp32 51 TFLOP/s", v.REFUTED)],
+            earlier="09:12 UTC",
+        ),
+        v.Outcome("compile", v.SKIPPED, note="needs 90 s, 12 s of the 450 s budget left"),
+    ]
+
+
+def test_the_digest_counts_verdicts_and_statuses_and_renders_paste_ready_markdown() -> None:
+    meta = {
+        "device": "NVIDIA H100 80GB HBM3",
+        "driver": "driver 580.159.04",
+        "torch": "torch 2.11.0+cu130",
+        "date": "2026-11-27",
+        "command": "bash benchmarks/gpu/run.sh",
+        "commit": "abc1234",
+        "budget_s": 450,
+        "wall_s": 441,
+    }
+    digest = v.build_digest(_fake_outcomes(), meta)
+    assert digest["verdicts"] == {"confirmed": 1, "refuted": 1}
+    assert digest["statuses"] == {"ok": 2, "skipped": 1}
+    assert [c["step"] for c in digest["checks"]] == ["facts", "ceilings"]
+    json.dumps(digest)  # JSON-ready
+    text = v.render_markdown(digest)
+    assert text.startswith("## GPU validation: NVIDIA H100 80GB HBM3 (2026-11-27)\n")
+    assert (
+        "Command: `bash benchmarks/gpu/run.sh` (accelscope abc1234; budget 450 s, wall 441 s)"
+        in text
+    )
+    assert "| ceilings | ok (earlier call, 09:12 UTC) | 64 s | bf16 781 TFLOP/s |" in text
+    assert "| compile | skipped | 0 s | needs 90 s, 12 s of the 450 s budget left |" in text
+    assert "| bf16 | 781 TFLOP/s |" in text
+    assert r"| H2 | ceilings | fp32 \| a TF32 rate | fp32 51 TFLOP/s | **refuted** |" in text
+    short = v.render_markdown(digest, tables=False)
+    assert "| bf16 | 781 TFLOP/s |" not in short and "**refuted**" in short
+
+
+def test_an_outcome_round_trips_through_json_for_the_next_calls_merge(tmp_path: Path) -> None:
+    for outcome in _fake_outcomes():
+        (tmp_path / f"{outcome.step}.json").write_text(json.dumps(outcome.to_dict()))
+    (tmp_path / "broken.json").write_text("{not json")
+    earlier = v.load_earlier(tmp_path)
+    assert sorted(earlier) == ["ceilings", "compile", "facts"]  # skipped ones say so again
+    assert earlier["ceilings"].tables[0].rows == [["bf16", "781 TFLOP/s"]]
+    assert earlier["facts"].checks[0].verdict == v.CONFIRMED
+
+
+def _finding(rule: str, status: str, share: float | None = None) -> dict[str, Any]:
+    return {"rule": rule, "status": status, "summary": f"{rule} {status}", "share": share}
+
+
+def test_doctor_on_a_healthy_loop_refutes_h1_when_the_gpu_sets_the_pace() -> None:
+    doc = {
+        "bottleneck": "device-bound",
+        "recommendation": "bf16",
+        "diagnosis": {
+            "diagnosis": {
+                "headline": "compute-bound on the device",
+                "findings": [
+                    _finding("device-bound", "fired", 0.93),
+                    _finding("sync-bound", "clear", 0.01),
+                    _finding("device-idle", "clear", 0.04),
+                    _finding("missing-mixed-precision", "clear"),
+                ],
+                "breakdown": {"shares": {"sync": 0.85, "forward": 0.1}, "items_per_s": 80000},
+            },
+            "profile": {"device_status": "measured: CUDA events"},
+        },
+        "whatif": [
+            {"name": "baseline", "status": "ok", "speedup": 1.0},
+            {
+                "name": "bf16",
+                "status": "ok",
+                "speedup": 3.1,
+                "speedup_low": 2.9,
+                "speedup_high": 3.3,
+            },
+        ],
+    }
+    out = v.summarize_doctor(v.Outcome("doctor_healthy", v.OK), doc, gpu=True)
+    verdicts = {c.id: c.verdict for c in out.checks}
+    assert verdicts == {
+        "H1": "refuted",
+        "H1 (mixed precision)": "refuted",
+        "doc device-bound": "confirmed",
+        "§3 bf16": "confirmed",
+    }
+    assert out.figures["whatif"]["bf16"]["speedup"] == 3.1
+    assert "device-bound; fired: device-bound; GPU idle 4%; what-if bf16 3.10x" in out.summary
+
+
+def test_doctor_on_the_starved_loop_checks_input_bound_idle_and_the_workers_ratio() -> None:
+    doc = {
+        "bottleneck": "input-bound",
+        "diagnosis": {
+            "diagnosis": {
+                "findings": [
+                    _finding("input-bound", "fired", 0.91),
+                    _finding("device-idle", "fired", 0.9),
+                ],
+                "breakdown": {"shares": {"input": 0.91}},
+            }
+        },
+        "whatif": [{"name": "workers", "status": "ok", "speedup": 4.2}],
+    }
+    out = v.summarize_doctor(v.Outcome("doctor_starved", v.OK), doc, gpu=True)
+    assert [(c.id, c.verdict) for c in out.checks] == [
+        ("§3 doctor starved", "confirmed"),
+        ("§3 workers", "refuted"),  # 4.2x is outside the predicted 6-14x
+    ]
+    assert out.figures["gpu_idle_share"] == 0.9
+
+
+def test_ceilings_rows_are_shares_of_the_datasheet_and_h2_m5_l4_are_judged() -> None:
+    doc = {
+        "device": "cuda",
+        "device_name": "NVIDIA H100 80GB HBM3",
+        "matmul_flops_per_s": {"bf16": 7.6e14, "fp16": 7.4e14, "tf32": 3.6e14, "fp32": 5.1e13},
+        "bandwidth_bytes_per_s": 2.9e12,
+        "bandwidth_detail_bytes_per_s": {"copy": 2.9e12, "triad": 2.8e12},
+        "theoretical": {
+            "flops_per_s": {"bf16": 989e12, "fp16": 989e12, "tf32": 494e12, "fp32": 67e12},
+            "bandwidth_bytes_per_s": 3.35e12,
+        },
+        "peaks": {"fp32": {"family": "mm"}},
+    }
+    out = v.summarize_ceilings(v.Outcome("ceilings", v.OK), doc)
+    verdicts = {c.id: c.verdict for c in out.checks}
+    assert verdicts == {
+        "H2": "refuted",
+        "L4 / §3": "confirmed",
+        "M5 (peak)": "refuted",
+        "§3 bandwidth": "confirmed",
+    }
+    rows = {r[0]: r for r in out.tables[0].rows}
+    assert rows["bf16"][1:4] == ["760 TFLOP/s", "989 TFLOP/s", "77%"]
+    assert rows["fp32"][3] == "76%" and rows["fp32"][4] == "mm"
+    assert rows["memory"][3] == "87%"
+
+
+def test_facts_judge_the_premises_tf32_gpm_and_the_cuda13_clock_fields() -> None:
+    facts = {
+        "python": "3.12.3",
+        "torch": "2.11.0+cu130",
+        "torch_cuda": "13.0",
+        "cuda_available": True,
+        "device": {"name": "NVIDIA H200", "clock_rate_present": False, "sms": 132},
+        "tf32": {"rel_err_default": {"conv": 4.2e-4, "matmul": 1.1e-6}},
+        "ceilings": {"copy_bytes_per_s": 4.3e12, "bf16_matmul_flops_per_s": 7.9e14},
+        "nvml": {
+            "driver": "580.159.03",
+            "cuda_driver": "13.0",
+            "gpm": {
+                "supported": True,
+                "metrics_under_bf16_load": {
+                    "SM_UTIL": {"return_code": 0, "value": 99.0},
+                    "ANY_TENSOR_UTIL": {"return_code": 3, "value": 0.0},
+                },
+            },
+            "energy": {"update_period_s": 0.1},
+        },
+        "discovery": {"child_holds_a_context": False, "gpus_seen": "1"},
+    }
+    out = v.summarize_facts(v.Outcome("facts", v.OK), facts)
+    verdicts = {c.id: c.verdict for c in out.checks}
+    assert verdicts == {
+        "premise TF32": "confirmed",
+        "premise GPM / M2": "confirmed",  # a core metric was refused
+        "M5 (fields)": "confirmed",
+        "doc discovery": "confirmed",
+    }
+    assert "refused {'ANY_TENSOR_UTIL': 3}" in out.summary
+    assert "copy 4.3 TB/s, bf16 8192^3 790 TFLOP/s" in out.summary
+
+
+def test_bench_rows_give_items_per_second_energy_and_the_recorded_fp32_math() -> None:
+    def result(precision: str, batch: int, median_s: float, joules: float | None) -> dict:
+        return {
+            "status": "ok",
+            "spec": {
+                "model": "resnet50",
+                "device": "cuda",
+                "precision": precision,
+                "batch_size": batch,
+            },
+            "measurement": {"samples_s": [median_s] * 3, "items_per_call": batch},
+            "accuracy": {"fidelity": {"top1_agreement": 1.0}},
+            "energy": {"joules_per_item": joules, "mean_power_w": 600.0 if joules else None},
+            "environment": {
+                "numerics": [["cudnn_conv_fp32", "ieee"], ["cuda_matmul_fp32", "ieee"]]
+            },
+        }
+
+    doc = {
+        "results": [
+            result("fp32", 64, 0.016, 0.1),
+            result("bf16", 64, 0.004, 0.04),
+            result("bf16", 8, 0.0032, None),
+        ]
+    }
+    out = v.summarize_bench(v.Outcome("bench", v.OK), doc)
+    assert out.figures["configs"]["bf16/b64"]["items_per_s"] == pytest.approx(16000)
+    assert "bf16 b64 0.0400 J/image" in out.summary
+    verdicts = {c.id: c.verdict for c in out.checks}
+    assert verdicts["M1"] == "refuted"  # IEEE recorded: the fix holds
+    assert verdicts["§3 bench b64"] == "confirmed"
+    assert verdicts["§3 bench b8"] == "confirmed"  # 2,500 img/s
+    assert verdicts["doc energy"] == "confirmed"
+
+
+def test_helpers() -> None:
+    assert v.opts(measure_budget="3s", json=True, store=None, no_store=False, batch=8) == [
+        "--measure-budget",
+        "3s",
+        "--json",
+        "--batch",
+        "8",
+    ]
+    assert v.dig({"a": [{"b": 1}]}, "a", 0, "b") == 1
+    assert v.dig({"a": [{"b": 1}]}, "a", 3, "b", default="x") == "x"
+    assert v.parse_json('Loading weights\n{"a": 1}') == {"a": 1}
+    assert v.parse_json("") is None
+    assert v.si(7.9e14, "FLOP/s") == "790 TFLOP/s"
+    assert v.si(None, "B/s") == "n/a"
+    assert v.verdict(None) == "not checked"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper is dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_command_past_its_limit_is_killed_with_its_children(tmp_path: Path) -> None:
+    runner = v.Runner(v.CPU, tmp_path, io.StringIO())
+    runner.deadline = time.monotonic() + 30
+    code = (
+        "import subprocess, sys, time; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print(child.pid, flush=True); time.sleep(60)"
+    )
+    began = time.monotonic()
+    result = runner.python("-c", code, timeout_s=1.5, label="sleeper")
+    assert time.monotonic() - began < 10
+    assert result.timed_out and result.rc is None and not result.ok
+    assert result.why().startswith("killed at its")
+    grandchild = int(result.stdout.split()[0])
+    time.sleep(0.2)
+    assert not _alive(grandchild)
+    assert "# killed at its limit" in runner.log.getvalue()
+
+
+def test_a_command_is_not_started_once_the_steps_time_is_spent(tmp_path: Path) -> None:
+    runner = v.Runner(v.CPU, tmp_path, io.StringIO())
+    runner.deadline = time.monotonic()  # spent
+    result = runner.cli("env", timeout_s=60)
+    assert result.timed_out and result.stderr == "not run: the step's time was spent"
