@@ -40,7 +40,7 @@ def environment_view(env: Environment, probes: ProbeTable | None = None) -> Rend
     for gpu in env.gpus:
         facts.add_row(
             f"GPU {gpu.index}",
-            f"{gpu.name}, {format_bytes(gpu.memory_bytes)}, sm_{gpu.compute_capability}, "
+            f"{gpu.name}, {format_bytes(gpu.memory_bytes)}, {gpu.sm}, "
             f"driver {gpu.driver_version or '?'}, CUDA {gpu.cuda_runtime or '?'}",
         )
     if not env.gpus:

@@ -226,17 +226,23 @@ def _is_local(url: str | None) -> bool:
         return False
 
 
-def _local_ceilings(env: Environment, store_path: Path | None) -> tuple[Ceilings | None, str]:
-    """This machine's cached ``ceilings`` (beside the store) and the file's name."""
+def _local_ceilings(
+    env: Environment, store_path: Path | None, device: str
+) -> tuple[Ceilings | None, str]:
+    """This machine's cached ``ceilings`` of ``device`` (``cpu`` or ``cuda[:N]``: the
+    in-process model's device; a server on this machine is taken as on the CPU) beside the
+    store, and the file's name."""
     directory = (store_path or DEFAULT_STORE_PATH).parent / "ceilings"
-    path = cache_path(directory, env.fingerprint(), "cpu", available_cores())
+    kind, _, index = device.partition(":")
+    path = cache_path(directory, env.fingerprint(), kind, available_cores(), int(index or 0))
     return load_cached(path), path.name
 
 
 def _floor_inputs(
     request: LlmRequestSettings, env: Environment, store_path: Path | None, local: bool
 ) -> FloorInputs:
-    ceilings, source = _local_ceilings(env, store_path) if local else (None, "")
+    device = request.device if request.hf_model is not None else "cpu"
+    ceilings, source = _local_ceilings(env, store_path, device) if local else (None, "")
     return resolve_floor_inputs(
         model_config=request.model_config or request.hf_model,
         weights_dtype=request.weights_dtype or request.dtype,

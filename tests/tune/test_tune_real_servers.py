@@ -1,0 +1,174 @@
+"""``tune`` against the real servers: vLLM's CPU build on a random-weights Llama (a space whose
+answer is known: one sequence at a time against eight under eight clients; a setting that does
+not start; a dtype through the quality guard, teacher-forced on vLLM's log-probabilities;
+accelscope killed mid-tune, then ``--resume``), and ``transformers serve`` with its batching on
+and off (a server killed while it is measured; a confirmation round). No server is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from accelscope.commands.tune.workflow import TuneRequest, tune
+from accelscope.llm.documents import Arrivals, Slo
+from accelscope.llm.workload import Lengths, Workload
+from accelscope.testing import CliRunner
+from accelscope.testing.llm_model import build_tiny_llama
+from accelscope.tune.documents import TuneConfig
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # vLLM's CPU attention needs a head size of 32 or more: 64 hidden / 2 heads
+    return build_tiny_llama(tmp_path_factory.mktemp("tune-model") / "tiny", heads=2, kv_heads=1)
+
+
+def _servers(marker: str) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    return [int(p) for p in found.stdout.split()]
+
+
+def _configs(store: Path) -> list[TuneConfig]:
+    if not store.exists():
+        return []
+    with sqlite3.connect(store) as db:
+        rows = db.execute("SELECT payload_json FROM documents WHERE kind = 'tune-config'")
+        return [TuneConfig.from_payload(json.loads(r[0])) for r in rows.fetchall()]
+
+
+VLLM_ARGS = [
+    "--engine", "vllm", "--engine-args", "--enforce-eager --max-model-len 2048",
+    "--kv-cache-gib", "1", "--space", "max-num-seqs=1,8",
+    "--candidate", "max-num-seqs=0", "--candidate", "max-num-seqs=8,dtype=float32",
+    "--reference", "max-num-seqs=8", "--concurrency", "8", "--requests", "32",
+    "--input-tokens", "64", "--output-tokens", "32", "--slo", "ttft=60s",
+    "--slo-percentile", "90", "--confirm-rounds", "0", "--quality-threshold", "0.5",
+]  # fmt: skip
+
+
+def test_vllm_known_answer_failures_quality_and_resume(
+    tiny_model: Path, tmp_path: Path, cli: CliRunner
+) -> None:
+    store = tmp_path / "store.db"
+    args = ["--model", str(tiny_model), *VLLM_ARGS, "--tokenizer", str(tiny_model)]
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "accelscope.cli", "tune", *args, "--store", str(store)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 900
+    while not _configs(store):  # the reference measured and stored
+        assert killed.poll() is None and time.monotonic() < deadline
+        time.sleep(1)
+    time.sleep(3)  # the next server is starting
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    deadline = time.monotonic() + 60
+    while _servers(f"--model {tiny_model}") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _servers(f"--model {tiny_model}")  # kill -9 of accelscope stopped its server
+    code, out, err = cli("tune", *args, "--store", store, "--resume")
+    assert code == 0, err
+    assert "1 configurations already measured" in err
+    assert "max-num-seqs=8: starting" not in err  # the stored reference is not measured again
+    by_key = {c.key: c for c in _configs(store)}
+    assert set(by_key) == {
+        "max-num-seqs=8",
+        "max-num-seqs=1",
+        "max-num-seqs=0",
+        "max-num-seqs=8,dtype=float32",
+    }
+    eight, one = by_key["max-num-seqs=8"], by_key["max-num-seqs=1"]
+    assert eight.status == one.status == "measured"
+    assert eight.startup_s and one.startup_s
+    # eight concurrent clients: eight sequences at once give clearly more good tokens/s
+    assert (eight.goodput_tokens_per_s or 0) > 1.3 * (one.goodput_tokens_per_s or 0)
+    assert eight.server_config is not None and eight.server_config.block_size_tokens == 128
+    refused = by_key["max-num-seqs=0"]
+    assert refused.status == "failed" and refused.failure == "configuration refused by the engine"
+    assert refused.log_tail
+    fp32 = by_key["max-num-seqs=8,dtype=float32"]
+    assert fp32.quality is not None and fp32.quality.method == "teacher-forced"
+    assert fp32.quality.positions > 50
+    assert fp32.status == ("measured" if fp32.quality.agreement >= 0.5 else "rejected")
+    assert eight.reference_answers is not None and len(eight.reference_answers.answers) == 8
+    # the winner has eight sequences; whether bf16 or fp32 is faster depends on the CPU
+    # (bf16 is slow without AVX-512 BF16 or AMX), so either may win
+    measured = [c for c in by_key.values() if c.usable]
+    winner = max(measured, key=lambda c: c.goodput_tokens_per_s or 0.0)
+    assert winner.key in ("max-num-seqs=8", "max-num-seqs=8,dtype=float32")
+    assert "★" in out  # the winner is marked in the table
+    assert "vllm.entrypoints.openai.api_server" in out and "--max-num-seqs 8" in out
+    assert not _servers(f"--model {tiny_model}")
+
+
+def test_transformers_batching_on_off_and_a_server_killed_mid_measurement(
+    tiny_model: Path, tmp_path: Path, environment: object
+) -> None:
+    registry = tmp_path / "servers"
+    stop = threading.Event()
+
+    def kill_the_third_server() -> None:
+        """The third server (continuous-batching=off) is killed while it is measured."""
+        seen: set[str] = set()
+        while not stop.is_set():
+            for record in registry.glob("server-*.json"):
+                seen.add(record.name)
+                if len(seen) == 3:
+                    data = json.loads(record.read_text())
+                    while not stop.is_set():  # up, and its trial started
+                        try:
+                            with urllib.request.urlopen(
+                                f"http://127.0.0.1:{data['port']}/health", timeout=1
+                            ):
+                                break
+                        except OSError:
+                            time.sleep(0.2)
+                    time.sleep(1.0)
+                    os.killpg(data["pid"], signal.SIGKILL)
+                    return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_the_third_server, daemon=True)
+    killer.start()
+    try:
+        outcome = tune(
+            TuneRequest(
+                engine="transformers",
+                model=tiny_model,
+                spaces=("continuous-batching=on,off",),
+                engine_args=("--device", "cpu", "--cb-num-blocks", "64"),
+                workload=Workload(input_tokens=Lengths(16, 16), output_tokens=Lengths(16, 16)),
+                fixed=Arrivals(concurrency=4),
+                requests=24,
+                slo=Slo.parse("ttft=30s", 90.0),
+                confirm_rounds=1,
+                startup_timeout_s=300.0,
+            ),
+            store_path=tmp_path / "store.db",
+            environment=environment,  # type: ignore[arg-type]
+        )
+    finally:
+        stop.set()
+    run = outcome.document
+    keys = [c.key for c in run.configs]
+    assert keys == ["engine defaults", "continuous-batching=on", "continuous-batching=off"]
+    defaults, batched, killed = run.configs
+    assert defaults.status == batched.status == "measured"
+    assert defaults.goodput_tokens_per_s and batched.goodput_tokens_per_s
+    assert killed.status == "failed" and killed.failure == "died while it was measured"
+    assert killed.trials and killed.trials[0].summary.errors > 0  # what it measured is kept
+    # the best two measured again in one alternated round, each in a fresh server
+    verdict = run.verdict
+    assert verdict is not None and verdict.rounds == 1 and verdict.ratio is not None
+    assert not _servers(f"serve {tiny_model}")
