@@ -271,3 +271,72 @@ def test_a_server_a_killed_tune_left_is_named_and_stopped(
     assert f"pid {pid}" in warning
     gone = Path(f"/proc/{pid}/cmdline")
     assert not gone.exists() or not gone.read_bytes()
+
+
+def test_a_large_space_is_screened_within_the_budget(tmp_path: Path, environment: object) -> None:
+    outcome = tune(
+        _request(
+            spaces=("max-running=1,2,3,4",),
+            search="screen",
+            finalists=1,
+            confirm_rounds=0,
+            instance="c7i.large",
+            requests=24,
+        ),
+        store_path=tmp_path / "store.db",
+        environment=environment,  # type: ignore[arg-type]
+    )
+    run = outcome.document
+    assert run.strategy == "screen" and "the best 1" in run.strategy_why
+    phases = {c.key: c.phase for c in run.configs}
+    assert phases["max-running=1"] == "full"  # the reference
+    assert phases["max-running=4"] == "full"  # the best screened one, measured in full
+    assert phases["max-running=2"] == phases["max-running=3"] == "screen"
+    assert any("screened only" in s for s in run.skipped)
+    assert run.winner == "max-running=4"
+    assert all(
+        c.cost_per_million_good_tokens_usd and c.cost_per_million_good_tokens_usd > 0
+        for c in run.configs
+        if c.usable
+    )  # $ per million good tokens at the catalog's price
+    tight = tune(
+        _request(spaces=("max-running=1,2,3,4",), confirm_rounds=0, budget_s=1.0, requests=24),
+        store_path=None,
+        environment=environment,  # type: ignore[arg-type]
+    ).document
+    assert [c.key for c in tight.configs] == ["max-running=1"]  # the first one spends it all
+    assert sorted(s.split(" ")[0] for s in tight.skipped) == [
+        "max-running=2",
+        "max-running=3",
+        "max-running=4",
+    ]
+    assert all("--budget" in s for s in tight.skipped)
+
+
+def test_ctrl_c_mid_tune_stops_its_server_and_keeps_the_run(tmp_path: Path) -> None:
+    store = tmp_path / "store.db"
+    tuner = _start_tune(store, [])
+    _wait_for(lambda: len(_documents(store, "tune-config")) == 1)
+    _wait_for(lambda: len(list((tmp_path / "servers").glob("server-*.json"))) == 1)
+    [record] = list((tmp_path / "servers").glob("server-*.json"))
+    cmdline = Path(f"/proc/{json.loads(record.read_text())['pid']}/cmdline")
+    tuner.send_signal(signal.SIGINT)
+    assert tuner.wait(timeout=60) == 130
+    assert not cmdline.exists() or not cmdline.read_bytes()  # stopped before accelscope exited
+    assert not list((tmp_path / "servers").glob("server-*.json"))
+    with ResultStore(store) as opened:
+        [run] = opened.list_runs()
+    assert run.status == "interrupted"
+
+
+def test_compare_two_tunes(tmp_path: Path, environment: object, cli: CliRunner) -> None:
+    store = tmp_path / "store.db"
+    for _ in range(2):
+        tune(
+            _request(confirm_rounds=0, requests=24),
+            store_path=store,
+            environment=environment,  # type: ignore[arg-type]
+        )
+    code, out, err = cli("compare", "latest~1", "latest", "--store", store)
+    assert code in (0, 1), err
+    assert "max-running=4" in out and "token goodput at the SLO" in out
