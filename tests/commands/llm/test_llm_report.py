@@ -121,7 +121,7 @@ def test_report_in_a_real_browser(run: Run, tmp_path: Path) -> None:
     done = browse(page, tmp_path / "browser")
     dom = Dom(done.dom)
     classes = {a.get("id"): a.get("class", "") for _, a in dom.tags}
-    for chart in ("chart-ttft", "chart-tpot", "chart-goodput", "chart-timeline"):
+    for chart in ("chart-ttft", "chart-tpot", "chart-goodput", "chart-server", "chart-timeline"):
         assert "js-plotly-plot" in classes.get(chart, ""), f"plotly did not draw {chart}"
     assert dom.title == title  # shown as text; a script would have set 'PWNED'
     assert not [a for t, a in dom.tags if t == "img" or any(k.startswith("on") for k in a)]

@@ -1,0 +1,208 @@
+"""``accelscope tune`` on a real vLLM (the CPU build in ``.venv-vllm``), what it finds and what
+it costs.
+
+1. **tuned**: a random-weights Llama of ~100 M parameters (large enough that compute
+   matters), space ``max-num-seqs`` x ``dtype`` at a fixed load (8 concurrent clients), the
+   reference vLLM's own defaults; the best, the runner-up and the defaults measured again in
+   alternated rounds (fresh servers): the tuned configuration's goodput at the SLO over the
+   defaults', with its 95 % interval.
+2. **peers' grid**: the one-trial-per-point grid the peers use (vLLM's auto_tune, ``vllm bench
+   sweep``): the same space without confirmation, repeated: how often its winner changes
+   (A/A), its wall time against the confirmed tune's.
+3. **cost**: the tuner's own wall/CPU time and peak memory per configuration (from the stored
+   documents), and how a tune's wall time grows with the space (template engine on the fake
+   server, 1 to 8 configurations, so the servers cost nearly nothing).
+
+    python benchmarks/tune_vllm.py --out benchmarks/results/tune_vllm.json [--parts ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from accelscope.commands.tune.workflow import TuneRequest, tune
+from accelscope.hardware.fingerprint import collect_environment
+from accelscope.llm.documents import Arrivals, Slo
+from accelscope.llm.workload import Lengths, Workload
+from accelscope.testing.llm_model import build_tiny_llama
+from accelscope.tune.documents import TuneRun
+
+ENGINE_ARGS = ("--enforce-eager", "--max-model-len", "1024")
+
+
+def _model(directory: Path) -> Path:
+    """~100 M parameters: hidden 768, 14 layers, 12 heads of 64, MLP 2048."""
+    return build_tiny_llama(
+        directory,
+        hidden=768,
+        layers=14,
+        heads=12,
+        kv_heads=12,
+        intermediate=2048,
+        vocab=400,
+        max_positions=1024,
+    )
+
+
+def _request(model: Path, **changes: Any) -> TuneRequest:
+    base: dict[str, Any] = {
+        "engine": "vllm",
+        "model": model,
+        "engine_args": ENGINE_ARGS,
+        "kv_cache_gib": 2.0,
+        "workload": Workload(input_tokens=Lengths(64, 64), output_tokens=Lengths(32, 32), seed=3),
+        "tokenizer": model,
+        "fixed": Arrivals(concurrency=8),
+        "requests": 48,
+        "slo": Slo.parse("ttft=20s,tpot=2s", 90.0),
+        "startup_timeout_s": 900.0,
+        "timeout_s": 600.0,
+        "quality_threshold": 0.8,
+    }
+    base.update(changes)
+    return TuneRequest(**base)
+
+
+def _configs(run: TuneRun) -> list[dict[str, Any]]:
+    return [
+        {
+            "key": c.key,
+            "status": c.status,
+            "why": c.why,
+            "startup_s": c.startup_s,
+            "goodput_tokens_per_s": c.goodput_tokens_per_s,
+            "quality": c.quality.agreement if c.quality else None,
+            "wall_s": c.wall_s,
+            "tuner_cpu_s": c.tuner_cpu_s,
+            "tuner_peak_rss_mib": c.tuner_peak_rss_bytes / 2**20,
+        }
+        for c in run.configs
+    ]
+
+
+def tuned(model: Path, store: Path, rounds: int) -> dict[str, Any]:
+    began = time.monotonic()
+    run = tune(
+        _request(
+            model,
+            spaces=("max-num-seqs=1,8,32", "dtype=bfloat16,float32"),
+            confirm_rounds=rounds,
+        ),
+        store_path=store,
+        events=lambda line: print(line, flush=True),
+    ).document
+    verdict = run.verdict
+    return {
+        "wall_s": time.monotonic() - began,
+        "winner": run.winner,
+        "launch": run.winner_launch,
+        "verdict": verdict.text if verdict else None,
+        "gain": verdict.gain.model_dump() if verdict and verdict.gain else None,
+        "gain_text": verdict.gain_text if verdict else None,
+        "ratio": verdict.ratio.model_dump() if verdict and verdict.ratio else None,
+        "configs": _configs(run),
+    }
+
+
+def peers_grid(model: Path, store: Path, repeats: int) -> dict[str, Any]:
+    found = []
+    for number in range(repeats):
+        began = time.monotonic()
+        run = tune(
+            _request(
+                model,
+                spaces=("max-num-seqs=4,8,16",),
+                reference="max-num-seqs=4",
+                engine_args=(*ENGINE_ARGS, "--dtype", "float32"),
+                confirm_rounds=0,
+            ),
+            store_path=store,
+            events=lambda line: print(line, flush=True),
+        ).document
+        found.append(
+            {
+                "repeat": number + 1,
+                "wall_s": time.monotonic() - began,
+                "winner": run.winner,
+                "configs": _configs(run),
+            }
+        )
+        print(json.dumps(found[-1]), flush=True)
+    winners = [r["winner"] for r in found]
+    changes = sum(1 for a, b in itertools.pairwise(winners) if a != b)
+    return {"repeats": found, "winners": winners, "winner_changes": changes}
+
+
+def growth(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Wall time of a tune against the size of its space, on the fake server."""
+    rows = []
+    fake = f"{sys.executable} -m accelscope.testing.llm_server --port {{port}} --itl-ms 2"
+    for size in sizes:
+        values = ",".join(str(v) for v in range(1, size + 1))
+        began = time.monotonic()
+        run = tune(
+            TuneRequest(
+                engine="template",
+                model=Path("fake-model"),
+                server_command=fake + " --max-running {max_running}",
+                spaces=(f"max-running={values}",),
+                workload=Workload(input_tokens=Lengths(16, 16), output_tokens=Lengths(16, 16)),
+                fixed=Arrivals(concurrency=4),
+                requests=40,
+                slo=Slo.parse("ttft=1s", 90.0),
+                confirm_rounds=0,
+                grid_max=64,
+            ),
+            store_path=None,
+        ).document
+        wall = time.monotonic() - began
+        rows.append(
+            {
+                "configurations": len(run.configs),
+                "wall_s": wall,
+                "wall_s_per_configuration": wall / len(run.configs),
+                "tuner_cpu_s_per_configuration": sum(c.tuner_cpu_s for c in run.configs)
+                / len(run.configs),
+                "startup_s_mean": sum(c.startup_s or 0 for c in run.configs) / len(run.configs),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--parts", default="growth,tuned,peers")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    found: dict[str, Any] = {
+        "machine": collect_environment().fingerprint(),
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(sys.argv),
+    }
+    parts = args.parts.split(",")
+    with tempfile.TemporaryDirectory() as scratch:
+        model = _model(Path(scratch) / "model")
+        store = Path(scratch) / "store.db"
+        if "growth" in parts:
+            found["growth"] = growth((1, 2, 4, 8))
+        if "tuned" in parts:
+            found["tuned"] = tuned(model, store, args.rounds)
+        if "peers" in parts:
+            found["peers"] = peers_grid(model, store, args.repeats)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(found, indent=2), encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
