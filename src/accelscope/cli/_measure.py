@@ -33,7 +33,9 @@ def measure_command(
     model: str | None = typer.Argument(
         None, help="Zoo name, file.py:fn, module:fn, .onnx or .pt2."
     ),
-    backend: str | None = typer.Option(None, "--backend", help="Runtime: eager, compile, onnxruntime, openvino, ..."),
+    backend: str | None = typer.Option(
+        None, "--backend", help="Runtime: eager, compile, onnxruntime, openvino, ..."
+    ),
     precision: Precision | None = typer.Option(
         None, "--precision", parser=parse_precision, help="fp32, bf16, fp16."
     ),

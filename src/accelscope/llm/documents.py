@@ -51,6 +51,7 @@ __all__ = [
     "Throughput",
     "TokenSource",
     "TokenStats",
+    "TrialEnergy",
     "TrialSummary",
     "TurnSummary",
     "Window",
@@ -425,6 +426,21 @@ class SloBreak(Document):
     text: str = ""
 
 
+class TrialEnergy(Document):
+    """Energy of a trial, from NVML's total-energy counter of the GPU(s) serving it, over the
+    whole trial (the first request sent to the last stream ended; the board draws it for every
+    process on it), and per output token of the requests that completed. ``energy_j`` is
+    ``None`` when not measured, and ``reason`` says why."""
+
+    energy_j: float | None = None
+    window_s: float | None = None
+    output_tokens: int = 0
+    joules_per_output_token: float | None = None
+    uncertainty_j: float | None = None
+    source: str = ""
+    reason: str = ""
+
+
 class TrialSummary(Document):
     """The figures of one trial (see ``llm.summary`` for each definition)."""
 
@@ -449,6 +465,7 @@ class TrialSummary(Document):
     turns: list[TurnSummary] = Field(default_factory=list)
     prefix_reuse: PrefixReuse | None = None
     slo_breaks: list[SloBreak] = Field(default_factory=list)
+    energy: TrialEnergy | None = None
 
     @property
     def slo_state(self) -> str:

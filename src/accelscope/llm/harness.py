@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from accelscope.hardware.energy import EnergyFigure, EnergyMeter
 from accelscope.llm.capacity import CapacityResult, search_capacity
 from accelscope.llm.documents import (
     Arrivals,
     CapacityPoint,
     CapacitySummary,
     LlmTrial,
+    RequestRecord,
     ServerMetrics,
     Slo,
+    TrialEnergy,
     TrialSummary,
 )
 from accelscope.llm.explain import prefix_reuse
@@ -77,6 +80,10 @@ class Harness:
     burstiness: float = 1.0
     on_trial: Callable[[LlmTrial], None] | None = None
     events: Events | None = None
+    energy: Sequence[EnergyMeter] = ()
+    """The energy counters of the GPUs serving the target (one per GPU); none: not measured,
+    ``no_energy_why`` says why."""
+    no_energy_why: str = "no energy counter for this target"
     trials: list[LlmTrial] = field(default_factory=list)
 
     def _say(self, line: str) -> None:
@@ -111,6 +118,8 @@ class Harness:
         if scraper is not None:
             scraper.start()
         cpu_before = time.process_time()
+        for meter in self.energy:
+            meter.begin()
         interrupted = False
         try:
             outcome = run_trial(
@@ -124,12 +133,13 @@ class Harness:
         except TrialInterrupted as stop:
             outcome, interrupted = stop.partial, True
         cpu_s = time.process_time() - cpu_before
+        energy = [meter.end() for meter in self.energy]
         server = (
             scraper.stop(origin_s=outcome.origin_s)
             if scraper is not None
             else ServerMetrics(available=False, why=self.no_metrics_why)
         )
-        found = self._trial(index, role, arrivals, requests, outcome, server, cpu_s)
+        found = self._trial(index, role, arrivals, requests, outcome, server, cpu_s, energy)
         found = found.model_copy(update={"interrupted": interrupted})
         self.trials.append(found.without_records())
         if self.on_trial is not None:
@@ -147,6 +157,7 @@ class Harness:
         outcome: TrialRecords,
         server: ServerMetrics,
         cpu_s: float,
+        energy: Sequence[EnergyFigure],
     ) -> LlmTrial:
         records = outcome.records
         summary = summarise_trial(records, slo=self.slo, duration_s=outcome.duration_s)
@@ -155,6 +166,7 @@ class Harness:
             "client_cpu_cores": cpu_s / outcome.duration_s if outcome.duration_s else None,
             "client_cpu_s_per_request": cpu_s / max(1, len(records)),
             "prefix_reuse": prefix_reuse(records, config=server.config, measured_share=measured),
+            "energy": _energy(energy, records, self.no_energy_why),
         }
         if self.slo is not None:
             updates["slo_breaks"] = slo_breaks(
@@ -218,6 +230,29 @@ class Harness:
             if e2e:
                 return max(0.05, round(1.0 / (e2e * max(1.0, self.workload.mean_turns())), 3))
         return 1.0
+
+
+def _energy(
+    figures: Sequence[EnergyFigure], records: Sequence[RequestRecord], why: str
+) -> TrialEnergy:
+    """The trial's joules over its GPUs' counters, per output token of the completed requests;
+    not measured when any counter was not read (its reason named)."""
+    tokens = sum(r.output_tokens or 0 for r in records if r.ok)
+    if not figures:
+        return TrialEnergy(output_tokens=tokens, reason=why)
+    missing = next((f for f in figures if not f.measured), None)
+    if missing is not None:
+        return TrialEnergy(output_tokens=tokens, source=missing.source, reason=missing.reason)
+    joules = sum(f.energy_j or 0.0 for f in figures)
+    spread = [f.uncertainty_j for f in figures]
+    return TrialEnergy(
+        energy_j=joules,
+        window_s=max(f.window_s or 0.0 for f in figures),
+        output_tokens=tokens,
+        joules_per_output_token=joules / tokens if tokens else None,
+        uncertainty_j=None if None in spread else sum(s or 0.0 for s in spread),
+        source="; ".join(f.source for f in figures),
+    )
 
 
 def capacity_summary(result: CapacityResult) -> CapacitySummary:

@@ -138,6 +138,16 @@ def _trial_lines(document: LlmRun, trial: LlmTrial) -> list[RenderableType]:
         )
     for found in trial.summary.slo_breaks:
         parts.append(Text(f"{trial.label}: {found.text}", style="red"))
+    energy = trial.summary.energy
+    if energy is not None and energy.joules_per_output_token is not None:
+        spread = f" ± {energy.uncertainty_j:.3g} J" if energy.uncertainty_j is not None else ""
+        parts.append(
+            Text(
+                f"energy at {trial.label}: {energy.joules_per_output_token:.4g} J per output "
+                f"token ({energy.energy_j:.4g} J{spread} over {energy.window_s or 0:.3g} s, "
+                f"{energy.source})"
+            )
+        )
     table = _turn_table(trial)
     if table is not None:
         parts.append(table)
@@ -185,6 +195,13 @@ def llm_view(document: LlmRun, *, title: str = "llm") -> RenderableType:
         )
     if document.floor_why:
         parts.append(Text(f"decode floor: {document.floor_why}", style="dim"))
+    unmeasured = {
+        t.summary.energy.reason
+        for t in document.trials
+        if t.summary.energy is not None and t.summary.energy.energy_j is None
+    }
+    for reason in sorted(unmeasured):
+        parts.append(Text(f"energy per output token: not measured: {reason}", style="dim"))
     for note in document.notes:
         parts.append(Text(f"note: {note}", style="cyan"))
     for warning in document.warnings:

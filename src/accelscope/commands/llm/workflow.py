@@ -22,6 +22,7 @@ from accelscope.commands._lifecycle import CommandRun, check_paths
 from accelscope.commands.llm.html import render_llm_report
 from accelscope.documents import Ceilings, LlmCapacity
 from accelscope.errors import BadInputError
+from accelscope.hardware.energy import CPU_REASON, EnergyMeter, nvml_energy_meter
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.llm.client import Api, OpenAIEndpoint
 from accelscope.llm.documents import (
@@ -257,6 +258,27 @@ def _floor_inputs(
     )
 
 
+def _energy_meters(
+    request: LlmRequestSettings, env: Environment, local: bool
+) -> tuple[list[EnergyMeter], str]:
+    """The energy counters of the GPUs serving the target: the in-process model's GPU, or
+    every GPU of this machine for a server on it; none, and why, otherwise."""
+    if not local:
+        return [], "the server is not on this machine: its GPU's energy counter is not read"
+    if request.hf_model is not None:
+        if request.device == "cpu":
+            return [], CPU_REASON
+        index = int(request.device.partition(":")[2] or 0)
+        gpu = next((g for g in env.gpus if g.index == index), None)
+        if gpu is None or not gpu.uuid:
+            return [], f"{request.device} has no known UUID to find its NVML energy counter"
+        return [nvml_energy_meter(uuid=gpu.uuid)], ""
+    gpus = [g for g in env.gpus if g.uuid]
+    if not gpus:
+        return [], "no NVIDIA GPU on this machine (a server on the CPU: RAPL is not read)"
+    return [nvml_energy_meter(uuid=g.uuid) for g in gpus], ""
+
+
 def llm(
     request: LlmRequestSettings,
     *,
@@ -292,6 +314,7 @@ def llm(
         kept="the finished trials",
     )
     records: dict[int, list[RequestRecord]] = {}
+    meters, no_energy = _energy_meters(request, env, local)
 
     def keep(trial: LlmTrial) -> None:
         records[trial.index] = trial.records
@@ -311,6 +334,8 @@ def llm(
         burstiness=request.burstiness,
         on_trial=keep,
         events=say,
+        energy=meters,
+        no_energy_why=no_energy,
     )
     capacity: CapacitySummary | None = None
     try:
@@ -335,6 +360,8 @@ def llm(
                 run.add_document(CAPACITY_DOCUMENT, _capacity_document(document, capacity))
     finally:
         target.close()
+        for meter in meters:
+            meter.close()
     html = render_llm_report(document, title=f"accelscope llm: {model_name}", records=records)
     report = run.write_report(html, request.report_path)
     return LlmOutcome(
