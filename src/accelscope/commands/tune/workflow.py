@@ -687,5 +687,5 @@ def _capacity(document: TuneRun, winner: TuneConfig, env: Environment) -> dict[s
         prompt_tokens_mean=tokens.prompt_mean if tokens else None,
         environment_fingerprint=env.fingerprint(),
         local_server=True,
-        valid=goodput is not None,
+        valid=goodput is not None and point is not None and point.summary.slo_state == "met",
     ).model_dump(mode="json")
