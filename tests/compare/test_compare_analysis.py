@@ -21,7 +21,14 @@ from accelscope.compare.metrics import (
 )
 from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment
-from accelscope.measurement.stats import RatioEstimate, holm_adjust
+from accelscope.measurement.stats import (
+    BETWEEN_PROCESSES_RULE,
+    ProcessRatio,
+    RatioBasis,
+    RatioEstimate,
+    bootstrap_ratio,
+    holm_adjust,
+)
 from accelscope.result import Accuracy, Result, Status
 from accelscope.store.sqlite import Document
 from accelscope.testing import fake_environment, fake_result, fixed_environment
@@ -109,6 +116,16 @@ def _row(comparison: Comparison, metric: str, label: str | None = None) -> Row:
 BASE = _samples(0.8, 0.01, 200, seed=1)
 
 
+def _runs(
+    prefix: str, medians: Sequence[float], *, sigma: float = 0.01, seed: int = 0
+) -> list[RunData]:
+    """One run per median: each run its own process, whose level drifts (``medians``)."""
+    return [
+        _run(f"{prefix}{i}", _result(_samples(median, sigma, 200, seed=seed + i)))
+        for i, median in enumerate(medians)
+    ]
+
+
 # --- metrics: observations and identity ---------------------------------------------------------
 
 
@@ -185,7 +202,9 @@ def test_observation_statistic() -> None:
 
 
 def test_metric_registry() -> None:
-    assert comparable_kinds() == ("bench", "llm", "load", "measure")
+    kinds = comparable_kinds()
+    assert kinds == tuple(sorted(kinds))
+    assert {"bench", "llm", "load", "measure"} <= set(kinds)
     assert METRICS["time_per_item_p50"].percentile == 50.0
     assert METRICS["time_per_item_p99"].percentile == 99.0
     assert METRICS["accuracy"].higher_is_better and METRICS["capacity"].higher_is_better
@@ -224,9 +243,24 @@ def test_capacity_documents() -> None:
 # --- verdict_for --------------------------------------------------------------------------------
 
 
-def _estimate(ratio: float, low: float, high: float, p: float = 0.001) -> RatioEstimate:
-    return RatioEstimate(
+def _estimate(ratio: float, low: float, high: float, p: float = 0.001) -> ProcessRatio:
+    """Evidence from 3 runs per side (claimable) with the given interval."""
+    estimate = RatioEstimate(
         ratio=ratio, low=low, high=high, p_value=p, confidence=0.95, method="m", units="u"
+    )
+    return ProcessRatio(
+        ratio=ratio, basis=RatioBasis.RUNS, baseline_count=3, candidate_count=3, estimate=estimate
+    )
+
+
+def _one_run_each(ratio: float) -> ProcessRatio:
+    return ProcessRatio(
+        ratio=ratio,
+        basis=RatioBasis.RUNS,
+        baseline_count=1,
+        candidate_count=1,
+        estimate=None,
+        why="one run per side",
     )
 
 
@@ -248,7 +282,7 @@ def _estimate(ratio: float, low: float, high: float, p: float = 0.001) -> RatioE
         ("capacity", _estimate(1.0, 0.0, 1.2), 0.9, Verdict.INCONCLUSIVE),
     ],
 )
-def test_verdict_for(metric: str, estimate: RatioEstimate, p_adjusted: float, verdict: str) -> None:
+def test_verdict_for(metric: str, estimate: ProcessRatio, p_adjusted: float, verdict: str) -> None:
     assert verdict_for(METRICS[metric], estimate, p_adjusted, 0.05, 0.95) == verdict
 
 
@@ -256,6 +290,14 @@ def test_verdict_for_untested_rows() -> None:
     metric = METRICS["peak_memory"]
     assert verdict_for(metric, None, None, 0.05, 0.95) == Verdict.NOT_TESTED
     assert verdict_for(metric, _estimate(2.0, 1.9, 2.1), None, 0.05, 0.95) == Verdict.NOT_TESTED
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.73, 1.0, 2.0])
+def test_verdict_for_one_run_per_side_cannot_tell_whatever_the_ratio(ratio: float) -> None:
+    # no interval holds the drift between processes: not even a tiny p-value makes a claim
+    for metric in ("time_per_item_p50", "peak_memory", "accuracy", "capacity"):
+        verdict = verdict_for(METRICS[metric], _one_run_each(ratio), 1e-12, 0.05, 0.95)
+        assert verdict == Verdict.CANNOT_TELL
 
 
 def test_verdict_for_band_follows_the_threshold() -> None:
@@ -284,73 +326,143 @@ def test_same_digest_gives_no_model_note() -> None:
     assert not any("model file" in note for note in comparison.notes)
 
 
-def test_clear_slowdown_is_slower() -> None:
+def test_one_run_per_side_cannot_tell_even_when_the_samples_are_tight() -> None:
+    # The A/A check that found this: two runs of identical code, one process each, came out
+    # "faster, 0.73 (95 % CI 0.72-0.75), p = 0": the samples within each run pin their own
+    # medians, not the drift between the two processes. One run per side: cannot tell.
     baseline = _run("A", _result(BASE))
-    candidate = _run("B", _result([s * 1.2 for s in BASE]))
+    candidate = _run("B", _result([s * 0.73 for s in BASE]))
     comparison = compare_runs([baseline], [candidate])
     row = _row(comparison, "time_per_item_p50")
-    assert row.verdict == Verdict.SLOWER
-    assert row.estimate is not None
-    assert row.ratio == pytest.approx(1.2)
-    assert row.estimate.low > 1.05
-    assert row.p_adjusted is not None and row.p_adjusted < 0.05
-    assert row.unit == "s"
-    assert row.baseline == pytest.approx(np.median(BASE) / 8)
-    assert row.candidate == pytest.approx(np.median(BASE) * 1.2 / 8)
-    assert _row(comparison, "time_per_item_p99").verdict == Verdict.SLOWER
+    assert row.verdict == Verdict.CANNOT_TELL
+    assert row.ratio == pytest.approx(0.73)  # the point figure is still shown
+    assert row.estimate is None and row.p_adjusted is None
+    assert row.evidence is not None and not row.evidence.claimable
+    assert row.evidence.counts_text == "1 vs 1 runs"
+    assert "not measured" in row.evidence.why
+    assert {r.verdict for r in comparison.rows} == {Verdict.CANNOT_TELL}
+    assert comparison.cannot_tell == len(comparison.rows) == 4  # p50, p99, memory, accuracy
+    [note] = [n for n in comparison.notes if n.startswith("cannot tell")]
+    assert "cannot tell (4 of 4 rows): one run per side" in note
+    assert "A1,A2,A3 B1,B2,B3" in note and "accelscope gate" in note
+    assert comparison.unit.startswith("runs (one per side")
+    assert comparison.rule == BETWEEN_PROCESSES_RULE
 
 
-def test_identical_samples_are_no_change() -> None:
+def test_one_run_per_side_cannot_tell_a_slowdown_either() -> None:
     comparison = compare_runs([_run("A", _result(BASE))], [_run("B", _result(BASE))])
+    assert _row(comparison, "time_per_item_p50").verdict == Verdict.CANNOT_TELL
+    slower = compare_runs([_run("A", _result(BASE))], [_run("B", _result([s * 2 for s in BASE]))])
+    row = _row(slower, "time_per_item_p50")
+    assert row.verdict == Verdict.CANNOT_TELL and row.ratio == pytest.approx(2.0)
+    memory = _row(slower, "peak_memory")
+    assert memory.baseline == memory.candidate == 123456789.0
+    assert memory.ratio == 1.0 and memory.verdict == Verdict.CANNOT_TELL
+
+
+def test_three_runs_per_side_with_real_drift_widen_the_interval() -> None:
+    # Identical code, each run's level drifting by up to ~20 % between processes (as measured
+    # on the shared 2-vCPU VMs): the runs' interval holds that drift and claims nothing, where
+    # the samples pooled within the runs would have claimed a change.
+    baseline = _runs("A", [0.80, 0.92, 0.71], seed=1)
+    candidate = _runs("B", [0.66, 0.78, 0.72], seed=11)
+    comparison = compare_runs(baseline, candidate)
+    row = _row(comparison, "time_per_item_p50")
+    assert row.verdict in (Verdict.INCONCLUSIVE, Verdict.NO_CHANGE)
+    assert row.estimate is not None and row.estimate.units == "processes (3 vs 3)"
+    assert row.estimate.low < 1.0 < row.estimate.high
+    pooled = bootstrap_ratio(
+        [s for run in baseline for s in run.configs[0].metrics["time_per_item_p50"].samples],
+        [s for run in candidate for s in run.configs[0].metrics["time_per_item_p50"].samples],
+    )
+    assert pooled.separated  # what the old rule (samples as the unit) would have claimed
+    # on the log scale the runs' interval is more than ten times as wide as the samples' one
+    assert np.log(row.estimate.high / row.estimate.low) > 10 * np.log(pooled.high / pooled.low)
+
+
+def test_a_true_twofold_slowdown_with_three_runs_per_side_is_still_claimed() -> None:
+    drift = [1.00, 1.15, 0.90]  # the same drift between processes on both sides
+    baseline = _runs("A", [0.4 * d for d in drift], seed=1)
+    candidate = _runs("B", [0.8 * d for d in reversed(drift)], seed=11)
+    comparison = compare_runs(baseline, candidate)
+    row = _row(comparison, "time_per_item_p50")
+    assert row.verdict == Verdict.SLOWER
+    assert row.ratio == pytest.approx(2.0, rel=0.02)
+    assert row.estimate is not None and 1.05 < row.estimate.low < 2.0 < row.estimate.high
+    assert row.p_adjusted is not None and row.p_adjusted < 0.05
+    assert comparison.cannot_tell == 0
+    assert comparison.unit == "runs (3 vs 3, Welch t on log figures)"
+    faster = compare_runs(candidate, baseline)
+    assert _row(faster, "time_per_item_p50").verdict == Verdict.FASTER
+
+
+def test_identical_levels_with_three_runs_per_side_are_no_change() -> None:
+    comparison = compare_runs(
+        _runs("A", [0.80, 0.81, 0.79], seed=1), _runs("B", [0.80, 0.79, 0.81], seed=11)
+    )
     row = _row(comparison, "time_per_item_p50")
     assert row.verdict == Verdict.NO_CHANGE
-    assert row.ratio == 1.0
     assert row.estimate is not None
-    assert row.estimate.low <= 1.0 <= row.estimate.high
-    assert row.p_adjusted is not None and row.p_adjusted > 0.5
+    assert 1 / 1.05 <= row.estimate.low <= 1.0 <= row.estimate.high <= 1.05
 
 
-def test_wide_noisy_samples_are_inconclusive() -> None:
-    noisy = tuple(float(x) for x in np.linspace(0.4, 1.6, 10))
-    comparison = compare_runs([_run("A", _result(noisy))], [_run("B", _result(noisy))])
+def test_wide_drift_between_runs_is_inconclusive() -> None:
+    comparison = compare_runs(
+        _runs("A", [0.5, 1.0, 0.7], seed=1), _runs("B", [0.9, 0.6, 0.8], seed=11)
+    )
     row = _row(comparison, "time_per_item_p50")
     assert row.verdict == Verdict.INCONCLUSIVE
     assert row.estimate is not None
     assert row.estimate.low < 1 / 1.05 and row.estimate.high > 1.05
 
 
+def test_a_configuration_in_one_run_of_a_side_cannot_tell() -> None:
+    baseline = [
+        _run("A0", _result(BASE, batch=8), _result(BASE, batch=16)),
+        _run("A1", _result(BASE, batch=8)),
+        _run("A2", _result(BASE, batch=8)),
+    ]
+    candidate = [
+        _run("B0", _result(BASE, batch=8), _result(BASE, batch=16)),
+        _run("B1", _result(BASE, batch=8)),
+        _run("B2", _result(BASE, batch=8)),
+    ]
+    comparison = compare_runs(baseline, candidate)
+    b16 = "eager/bf16/b16/t2/channels_last=true"
+    assert _row(comparison, "time_per_item_p50", b16).verdict == Verdict.CANNOT_TELL
+    b8 = _row(comparison, "time_per_item_p50", "eager/bf16/b8/t2/channels_last=true")
+    assert b8.estimate is not None and b8.verdict == Verdict.NO_CHANGE
+    assert "the others cannot tell" in comparison.unit
+    assert any("fewer than two runs of a side" in note for note in comparison.notes)
+
+
 def test_holm_adjusts_across_all_tested_rows() -> None:
-    baseline = _run("A", _result(BASE, batch=8), _result(BASE, batch=16))
-    candidate = _run(
-        "B", _result([s * 1.03 for s in BASE], batch=8), _result([s * 1.2 for s in BASE], batch=16)
-    )
-    comparison = compare_runs([baseline], [candidate])
+    baseline = [
+        _run(f"A{i}", _result(_samples(0.8, 0.01, 50, i), batch=8), _result(BASE, batch=16))
+        for i in range(3)
+    ]
+    candidate = [
+        _run(
+            f"B{i}",
+            _result(_samples(0.8 * 1.03, 0.01, 50, 10 + i), batch=8),
+            _result([s * (1.2 + 0.01 * i) for s in BASE], batch=16),
+        )
+        for i in range(3)
+    ]
+    comparison = compare_runs(baseline, candidate)
     tested = [row for row in comparison.rows if row.estimate is not None]
-    assert len(tested) == 4  # p50 and p99 of two configurations
+    assert len(tested) == len(comparison.rows) == 8  # p50, p99, memory, accuracy of two
     raw = [row.estimate.p_value for row in tested if row.estimate is not None]
     adjusted = [row.p_adjusted for row in tested]
     assert adjusted == pytest.approx(holm_adjust(raw))
     for row in tested:
         assert row.estimate is not None and row.p_adjusted is not None
         assert row.p_adjusted >= row.estimate.p_value
-    untested = [row for row in comparison.rows if row.estimate is None]
-    assert untested and all(row.p_adjusted is None for row in untested)
 
 
-def test_one_run_per_side_uses_the_bootstrap_and_says_so() -> None:
+def test_cannot_tell_rows_are_left_out_of_holm() -> None:
     comparison = compare_runs([_run("A", _result(BASE))], [_run("B", _result(BASE))])
-    assert comparison.unit == "samples within each run (bootstrap)"
-    assert any("not the drift between processes" in note for note in comparison.notes)
-    for metric in ("time_per_item_p50", "time_per_item_p99"):
-        estimate = _row(comparison, metric).estimate
-        assert estimate is not None and estimate.method.startswith("bootstrap")
-    for metric in ("peak_memory", "accuracy"):
-        row = _row(comparison, metric)
-        assert row.verdict == Verdict.NOT_TESTED
-        assert row.estimate is None and row.p_adjusted is None
-    memory = _row(comparison, "peak_memory")
-    assert memory.baseline == memory.candidate == 123456789.0
-    assert memory.ratio == 1.0
+    assert all(row.p_adjusted is None for row in comparison.rows)
 
 
 def test_three_runs_per_side_use_welch_and_test_scalars() -> None:
@@ -396,11 +508,20 @@ def test_lower_capacity_is_worse() -> None:
     assert row.estimate is not None and row.p_adjusted == row.estimate.p_value
 
 
-def test_one_capacity_run_per_side_is_not_tested() -> None:
+def test_one_capacity_run_per_side_cannot_tell() -> None:
+    # was "not tested": one value per side has no spread between processes either, and the
+    # one rule for such ratios calls that "cannot tell" (with what would tell)
     comparison = compare_runs([_capacity_run("A", 100.0)], [_capacity_run("B", 50.0)])
     [row] = comparison.rows
-    assert row.verdict == Verdict.NOT_TESTED
+    assert row.verdict == Verdict.CANNOT_TELL
     assert row.ratio == 0.5
+
+
+def test_a_zero_capacity_is_not_tested() -> None:
+    baseline = [_capacity_run(f"A{i}", qps) for i, qps in enumerate([100.0, 101.0, 99.0])]
+    candidate = [_capacity_run(f"B{i}", qps) for i, qps in enumerate([0.0, 81.0, 79.0])]
+    [row] = compare_runs(baseline, candidate).rows
+    assert row.verdict == Verdict.NOT_TESTED and row.evidence is None
 
 
 def test_unmatched_configurations_are_listed() -> None:
@@ -433,7 +554,23 @@ def test_comparison_to_dict_is_json_ready() -> None:
     assert data["correction"] == "Holm across all tested rows"
     assert data["threshold"] == 0.05 and data["confidence"] == 0.95
     assert len(data["rows"]) == len(comparison.rows)
-    assert data["rows"][0]["estimate"]["method"].startswith("bootstrap")
+    assert data["rule"] == BETWEEN_PROCESSES_RULE
+    assert "A1,A2,A3 B1,B2,B3" in data["what_would_tell"]
+    row = data["rows"][0]
+    assert row["verdict"] == "cannot tell" and row["estimate"] is None
+    assert row["between_processes"] == {
+        "basis": "runs",
+        "baseline_runs": 1,
+        "candidate_runs": 1,
+        "claimable": False,
+        "why": comparison.rows[0].evidence.why if comparison.rows[0].evidence else None,
+    }
+    three = compare_runs(_runs("A", [0.8, 0.81, 0.79]), _runs("B", [0.8, 0.79, 0.81], seed=9))
+    data = three.to_dict()
+    json.dumps(data)
+    assert data["what_would_tell"] is None
+    assert data["rows"][0]["estimate"]["method"].startswith("Welch")
+    assert data["rows"][0]["between_processes"]["claimable"] is True
 
 
 # --- compare_runs: bad input --------------------------------------------------------------------
@@ -462,7 +599,7 @@ def test_unsupported_kind_is_refused() -> None:
     with pytest.raises(BadInputError) as error:
         compare_runs([_run("A", _result(BASE))], [doctor])
     assert _one_line(error) == (
-        "run D is a doctor run; compare works on bench, llm, load, measure runs"
+        f"run D is a doctor run; compare works on {', '.join(comparable_kinds())} runs"
     )
 
 

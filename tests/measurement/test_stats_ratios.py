@@ -1,7 +1,9 @@
-"""Ratio estimates between two sets of timings: bootstrap, Welch, paired t, Holm, settle count."""
+"""Ratio estimates between two sets of timings: bootstrap, Welch, paired t, Holm, settle count,
+and the one rule for ratios between processes (process_ratio)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -9,11 +11,14 @@ import pytest
 from scipy import stats as scipy_stats
 
 from accelscope.measurement.stats import (
+    BETWEEN_PROCESSES_RULE,
+    RatioBasis,
     RatioEstimate,
     bootstrap_ratio,
     holm_adjust,
     paired_ratio,
     paired_ratio_ci,
+    process_ratio,
     ratio_from_intervals,
     rounds_to_settle,
     welch_ratio,
@@ -386,3 +391,85 @@ def test_bootstrap_subsamples_large_sides_and_says_so() -> None:
     estimate = bootstrap_ratio(a, b, resamples=200)
     assert "subsampled to 10000" in estimate.units
     assert estimate.ratio == pytest.approx(1.1, rel=0.01)
+
+
+# --- process_ratio: the one rule for ratios between processes ----------------------------------
+
+
+def test_one_run_per_side_is_never_a_claim() -> None:
+    # the A/A case: two single runs 27 % apart, each pinned to +-1 % by its own samples
+    judged = process_ratio([1.0], [0.73])
+    assert not judged.claimable and judged.estimate is None
+    assert judged.ratio == 0.73
+    assert judged.basis is RatioBasis.RUNS
+    assert (judged.baseline_count, judged.candidate_count) == (1, 1)
+    assert judged.counts_text == "1 vs 1 runs"
+    assert judged.why.startswith("one run per side: the drift between processes is not measured")
+    assert judged.rule == BETWEEN_PROCESSES_RULE
+    assert "never assumed zero" in judged.rule and "cannot tell" in judged.rule
+
+
+def test_one_run_on_either_side_is_not_a_claim() -> None:
+    judged = process_ratio([1.0], [2.0, 2.1, 1.9])
+    assert not judged.claimable
+    assert judged.why.startswith("1 vs 3 runs:")
+    assert judged.ratio == pytest.approx((2.0 * 2.1 * 1.9) ** (1 / 3))
+    assert not process_ratio([1.0, 1.1, 0.9], [2.0]).claimable
+
+
+def test_several_runs_per_side_are_welch_on_the_runs() -> None:
+    baseline, candidate = [1.0, 1.12, 0.93], [0.81, 0.95, 0.88]
+    judged = process_ratio(baseline, candidate)
+    assert judged.claimable and judged.why == ""
+    assert judged.estimate == welch_ratio(baseline, candidate)
+    assert judged.ratio == judged.estimate.ratio
+    assert judged.counts_text == "3 vs 3 runs"
+
+
+def test_interleaved_rounds_are_paired() -> None:
+    baseline, candidate = [1.0, 1.2, 0.9, 1.1], [2.0, 2.5, 1.8, 2.1]
+    judged = process_ratio(baseline, candidate, paired=True)
+    assert judged.basis is RatioBasis.ROUNDS and judged.claimable
+    assert judged.estimate == paired_ratio(baseline, candidate)
+    assert judged.counts_text == "4 interleaved rounds"
+    one = process_ratio([1.0], [2.0], paired=True)
+    assert not one.claimable and one.ratio == 2.0
+    assert one.counts_text == "1 interleaved round"
+    assert one.why == "one interleaved round: the spread between rounds is not measured"
+
+
+def test_more_drift_between_runs_widens_the_interval() -> None:
+    # the same pattern of run-to-run deviations, scaled: the log interval scales with it
+    z_a, z_b = np.array([0.3, -1.1, 0.8]), np.array([-0.4, 1.2, 0.1])
+    widths = []
+    for drift in (0.01, 0.05, 0.15):
+        a = [float(x) for x in np.exp(drift * z_a)]
+        b = [float(x) for x in np.exp(drift * z_b)]
+        estimate = process_ratio(a, b).estimate
+        assert estimate is not None
+        widths.append(math.log(estimate.high / estimate.low))
+    assert widths[1] == pytest.approx(5 * widths[0]) and widths[2] == pytest.approx(15 * widths[0])
+
+
+@pytest.mark.parametrize(
+    ("baseline", "candidate", "paired", "message"),
+    [
+        ([], [1.0], False, "at least one value"),
+        ([1.0, 0.0], [1.0, 1.0], False, "positive"),
+        ([1.0, 2.0], [1.0], True, "same number"),
+    ],
+)
+def test_process_ratio_bad_input(
+    baseline: list[float], candidate: list[float], paired: bool, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        process_ratio(baseline, candidate, paired=paired)
+
+
+def test_process_ratio_to_dict_carries_the_rule() -> None:
+    data = process_ratio([1.0], [0.73]).to_dict()
+    json.dumps(data)
+    assert data["claimable"] is False and data["estimate"] is None
+    assert data["basis"] == "runs" and data["rule"] == BETWEEN_PROCESSES_RULE
+    data = process_ratio([1.0, 1.1], [2.0, 2.1]).to_dict()
+    assert data["claimable"] is True and data["estimate"]["method"].startswith("Welch")

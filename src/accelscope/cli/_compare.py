@@ -60,7 +60,8 @@ def compare_command(
     store: Path | None = StoreOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Compare stored runs configuration by configuration: ratios with CIs, Holm-corrected."""
+    """Compare stored runs configuration by configuration: ratios with CIs, Holm-corrected; the
+    run is the unit (3+ per side: A1,A2,A3 B1,B2,B3), and one run per side cannot tell."""
     request = CompareRequest(
         baseline=baseline,
         candidate=candidate,

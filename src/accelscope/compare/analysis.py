@@ -1,14 +1,16 @@
 """Two runs (or two sets of runs) compared configuration by configuration.
 
 Configurations match by their spec without the model's name and digest (a changed model file
-is the usual reason to compare). Per matched configuration and metric the ratio candidate /
-baseline gets a confidence interval and a p-value (:mod:`accelscope.measurement.stats`):
+is the usual reason to compare). Every figure here crosses processes (each run is one), so
+each row goes through the one rule for that (:func:`accelscope.measurement.stats.process_ratio`,
+:data:`~accelscope.measurement.stats.BETWEEN_PROCESSES_RULE`):
 
-* one run per side: the raw samples are the unit, resampled by bootstrap: this covers the noise
-  within the two runs, **not** the drift between processes (15 % on a shared 2-vCPU VM, see
-  docs/BENCHMARKS.md), and the output says so;
-* two or more runs per side: each run (process) is the unit, Welch's t on the log of the runs'
-  figures: the drift between processes is then inside the interval.
+* two or more runs per side: each run is the unit, Welch's t on the log of the runs' figures:
+  the drift between processes is inside the interval, and a difference may be claimed;
+* one run per side (or a configuration found in one run of a side): the drift between
+  processes (15-27 % on a shared 2-vCPU VM, see docs/BENCHMARKS.md) is not measured, so the
+  row's verdict is *cannot tell*, with what would tell. The samples within one run are not an
+  interval for a difference between two runs.
 
 Holm's correction runs across every tested row, so ten configurations do not give ten chances
 of a false alarm. A row is *slower* (or *worse*) only when its adjusted p-value is below
@@ -20,16 +22,36 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from accelscope.compare.metrics import METRICS, ConfigObservations, Metric, comparable_kinds
 from accelscope.errors import BadInputError
-from accelscope.measurement.stats import RatioEstimate, bootstrap_ratio, holm_adjust, welch_ratio
+from accelscope.measurement.stats import (
+    BETWEEN_PROCESSES_RULE,
+    ProcessRatio,
+    RatioEstimate,
+    holm_adjust,
+    process_ratio,
+)
 
-__all__ = ["Comparison", "Row", "RunData", "Verdict", "compare_runs", "verdict_for"]
+__all__ = [
+    "WHAT_WOULD_TELL",
+    "Comparison",
+    "Row",
+    "RunData",
+    "Verdict",
+    "compare_runs",
+    "verdict_for",
+]
+
+WHAT_WOULD_TELL = (
+    "measure each side 3+ times and compare the runs (accelscope compare A1,A2,A3 B1,B2,B3), "
+    "or use `accelscope gate`, which alternates both sides in fresh workers"
+)
+"""What turns a *cannot tell* into an answer."""
 
 
 class Verdict:
@@ -41,7 +63,10 @@ class Verdict:
     BETTER = "better"
     NO_CHANGE = "no change"
     INCONCLUSIVE = "inconclusive"
+    CANNOT_TELL = "cannot tell"
+    """Fewer than two runs on a side: the drift between processes is not measured."""
     NOT_TESTED = "not tested"
+    """Nothing to take a ratio of (a zero capacity)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,15 +82,15 @@ class RunData:
 @dataclass(frozen=True, kw_only=True)
 class Row:
     """One metric of one matched configuration. ``baseline`` and ``candidate`` are each side's
-    figure (the median over its runs of each run's figure); ``estimate`` is ``None`` where there
-    is nothing to test (one value per side)."""
+    figure (the median over its runs of each run's figure); ``evidence`` is the ratio judged by
+    the rule between processes, ``None`` where there is no ratio to take (a zero figure)."""
 
     label: str
     metric: str
     unit: str
     baseline: float
     candidate: float
-    estimate: RatioEstimate | None
+    evidence: ProcessRatio | None
     p_adjusted: float | None
     verdict: str
     threshold: float = 0.05
@@ -76,18 +101,43 @@ class Row:
         return f"{self.threshold:.1%}"
 
     @property
+    def estimate(self) -> RatioEstimate | None:
+        """The interval a verdict may rest on (with the drift between processes in it), or
+        ``None`` (cannot tell, or not tested)."""
+        return None if self.evidence is None else self.evidence.estimate
+
+    @property
     def ratio(self) -> float:
-        """candidate / baseline (the estimate's, or of the two figures)."""
-        if self.estimate is not None:
-            return self.estimate.ratio
+        """candidate / baseline (the evidence's, or of the two figures)."""
+        if self.evidence is not None:
+            return self.evidence.ratio
         return self.candidate / self.baseline if self.baseline else math.inf
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        data = asdict(self)
-        data["estimate"] = None if self.estimate is None else self.estimate.to_dict()
-        data["ratio"] = None if math.isinf(self.ratio) else self.ratio
-        return data
+        """JSON-ready dict: the figures, the interval (``None``: no claim), the verdict and,
+        under ``between_processes``, what the ratio rests on and why it cannot tell."""
+        evidence = self.evidence
+        return {
+            "label": self.label,
+            "metric": self.metric,
+            "unit": self.unit,
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "ratio": None if math.isinf(self.ratio) else self.ratio,
+            "estimate": None if self.estimate is None else self.estimate.to_dict(),
+            "p_adjusted": self.p_adjusted,
+            "verdict": self.verdict,
+            "threshold": self.threshold,
+            "between_processes": None
+            if evidence is None
+            else {
+                "basis": evidence.basis.value,
+                "baseline_runs": evidence.baseline_count,
+                "candidate_runs": evidence.candidate_count,
+                "claimable": evidence.claimable,
+                "why": evidence.why,
+            },
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +154,13 @@ class Comparison:
     unit: str
     unmatched: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    rule: str = BETWEEN_PROCESSES_RULE
+    """The rule every verdict here follows (stored beside the numbers)."""
+
+    @property
+    def cannot_tell(self) -> int:
+        """How many rows cannot tell (fewer than two runs on a side)."""
+        return sum(1 for row in self.rows if row.verdict == Verdict.CANNOT_TELL)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -115,6 +172,8 @@ class Comparison:
             "threshold": self.threshold,
             "confidence": self.confidence,
             "statistical_unit": self.unit,
+            "rule": self.rule,
+            "what_would_tell": WHAT_WOULD_TELL if self.cannot_tell else None,
             "correction": "Holm across all tested rows",
             "rows": [row.to_dict() for row in self.rows],
             "unmatched": list(self.unmatched),
@@ -124,13 +183,20 @@ class Comparison:
 
 def verdict_for(
     metric: Metric,
-    estimate: RatioEstimate | None,
+    evidence: ProcessRatio | None,
     p_adjusted: float | None,
     threshold: float,
     confidence: float,
 ) -> str:
-    """The row's verdict from its interval, its adjusted p-value and the ±threshold band."""
-    if estimate is None or p_adjusted is None:
+    """The row's verdict from its evidence between processes, its adjusted p-value and the
+    ±threshold band: *cannot tell* when the evidence has no interval with the drift between
+    processes in it (whatever the samples within the runs say)."""
+    if evidence is None:
+        return Verdict.NOT_TESTED
+    estimate = evidence.estimate
+    if estimate is None:
+        return Verdict.CANNOT_TELL
+    if p_adjusted is None:
         return Verdict.NOT_TESTED
     band = 1.0 + threshold
     # ratio > 1 means worse for a lower-is-better metric; flip the others
@@ -211,24 +277,29 @@ def _side_figure(metric: Metric, observations: list[Any]) -> float:
     return float(np.median([o.statistic(metric) for o in observations]))
 
 
-def _estimate(
-    metric: Metric, before: list[Any], after: list[Any], confidence: float, seed: int
-) -> RatioEstimate | None:
-    if len(before) >= 2 and len(after) >= 2:
-        figures_before = [o.statistic(metric) for o in before]
-        figures_after = [o.statistic(metric) for o in after]
-        if min(figures_before + figures_after) <= 0.0:
-            return None  # a zero capacity has no ratio to test: shown, not tested
-        return welch_ratio(figures_before, figures_after, confidence)
-    if metric.percentile is None:
-        return None
-    pooled_before = [s for o in before for s in o.samples]
-    pooled_after = [s for o in after for s in o.samples]
-    if len(pooled_before) < 2 or len(pooled_after) < 2:
-        return None
-    return bootstrap_ratio(
-        pooled_before, pooled_after, q=metric.percentile, confidence=confidence, seed=seed
-    )
+def _evidence(
+    metric: Metric, before: list[Any], after: list[Any], confidence: float
+) -> ProcessRatio | None:
+    """Each run's figure is one value (the run is the unit): the rule between processes."""
+    figures_before = [o.statistic(metric) for o in before]
+    figures_after = [o.statistic(metric) for o in after]
+    if min(figures_before + figures_after) <= 0.0:
+        return None  # a zero capacity has no ratio to test: shown, not tested
+    return process_ratio(figures_before, figures_after, confidence=confidence)
+
+
+def _unit(rows: Sequence[Row], runs_before: int, runs_after: int) -> str:
+    claimable = [row for row in rows if row.estimate is not None]
+    if claimable and len(claimable) == len([r for r in rows if r.evidence is not None]):
+        return f"runs ({runs_before} vs {runs_after}, Welch t on log figures)"
+    if claimable:
+        return (
+            "runs (Welch t on log figures) where a configuration has 2+ runs per side; "
+            "the others cannot tell"
+        )
+    if runs_before < 2 or runs_after < 2:
+        return "runs (one per side: no interval holds the drift between processes)"
+    return "runs (no configuration with 2+ runs per side)"
 
 
 def compare_runs(
@@ -238,7 +309,6 @@ def compare_runs(
     threshold: float = 0.05,
     confidence: float = 0.95,
     allow_env_change: bool = False,
-    seed: int = 0,
 ) -> Comparison:
     """Compare configuration by configuration; one-line ``BadInputError`` for runs that
     cannot be compared (kinds, models, nothing in common, machines without
@@ -284,7 +354,7 @@ def compare_runs(
             | {c[0].label for k, c in by_key_after.items() if k not in by_key_before}
         )
     )
-    pending: list[tuple[str, str, Metric, float, float, RatioEstimate | None]] = []
+    pending: list[tuple[str, str, Metric, float, float, ProcessRatio | None]] = []
     for key in common:
         before, after = by_key_before[key], by_key_after[key]
         for metric_id, metric in METRICS.items():
@@ -299,13 +369,16 @@ def compare_runs(
                     metric,
                     _side_figure(metric, obs_before),
                     _side_figure(metric, obs_after),
-                    _estimate(metric, obs_before, obs_after, confidence, seed),
+                    _evidence(metric, obs_before, obs_after, confidence),
                 )
             )
-    tested = [i for i, item in enumerate(pending) if item[5] is not None]
-    adjusted = dict(
-        zip(tested, holm_adjust([pending[i][5].p_value for i in tested]), strict=True)  # type: ignore[union-attr]
-    )
+    claimable = {  # Holm runs over the rows that may claim: cannot-tell rows are not tests
+        index: estimate
+        for index, (*_, evidence) in enumerate(pending)
+        if evidence is not None and (estimate := evidence.estimate) is not None
+    }
+    p_values = holm_adjust([estimate.p_value for estimate in claimable.values()])
+    adjusted = dict(zip(claimable, p_values, strict=True))
     rows = tuple(
         Row(
             label=label,
@@ -313,31 +386,25 @@ def compare_runs(
             unit=metric.unit,
             baseline=figure_before,
             candidate=figure_after,
-            estimate=estimate,
+            evidence=evidence,
             p_adjusted=adjusted.get(index),
-            verdict=verdict_for(metric, estimate, adjusted.get(index), threshold, confidence),
+            verdict=verdict_for(metric, evidence, adjusted.get(index), threshold, confidence),
             threshold=threshold,
         )
-        for index, (label, _, metric, figure_before, figure_after, estimate) in enumerate(pending)
+        for index, (label, _, metric, figure_before, figure_after, evidence) in enumerate(pending)
     )
-    methods = {row.estimate.method for row in rows if row.estimate is not None}
-    bootstrapped = any("bootstrap" in method for method in methods)
-    if not methods:
-        unit = "none (one value per side: nothing to test)"
-    elif len(methods) == 1 or all("bootstrap" in method for method in methods):
-        unit = (
-            "samples within each run (bootstrap)"
-            if bootstrapped
-            else f"runs ({len(baseline)} vs {len(candidate)}, Welch t on log figures)"
+    cannot = sum(1 for row in rows if row.verdict == Verdict.CANNOT_TELL)
+    if cannot:
+        why = (
+            "one run per side"
+            if len(baseline) < 2 or len(candidate) < 2
+            else "a configuration found in fewer than two runs of a side"
         )
-    else:
-        unit = "mixed: each row names its own (a configuration missing from some runs)"
-    if bootstrapped:
-        notes.append(
-            ("one run per side" if len(baseline) < 2 or len(candidate) < 2 else "some rows")
-            + ": the intervals cover the noise within the two runs, not the drift "
-            "between processes; give several runs per side (A1,A2,A3 B1,B2,B3) or measure "
-            "both alternately with `accelscope gate`"
+        notes.insert(
+            0,
+            f"cannot tell ({cannot} of {len(rows)} rows): {why}, so the drift between processes "
+            "(15-27 % on a shared 2-vCPU VM) is not measured and no difference is claimed; "
+            f"to tell, {WHAT_WOULD_TELL}",
         )
     return Comparison(
         kind=kind_before,
@@ -347,7 +414,7 @@ def compare_runs(
         threshold=threshold,
         confidence=confidence,
         rows=rows,
-        unit=unit,
+        unit=_unit(rows, len(baseline), len(candidate)),
         unmatched=unmatched,
         notes=tuple(notes),
     )

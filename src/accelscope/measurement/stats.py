@@ -4,6 +4,10 @@ Everything is computed from the samples alone (deterministic: numpy percentiles,
 binomial law from SciPy), so a stored result can always be re-derived and checked.
 :func:`binomial_cdf` is the one binomial helper of accelscope: the CI of the median here and
 LoadGen's early-stopping rule (:mod:`accelscope.load.early_stopping`) both use it.
+
+:func:`process_ratio` is the one rule for a ratio between figures measured in different
+processes (:data:`BETWEEN_PROCESSES_RULE`): ``compare``, bench's speedup column and ``tune``'s
+verdict all go through it.
 """
 
 from __future__ import annotations
@@ -14,13 +18,17 @@ import statistics
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "BETWEEN_PROCESSES_RULE",
     "NOISE_IQR_RATIO",
     "STRONG_NOISE_IQR_RATIO",
+    "ProcessRatio",
+    "RatioBasis",
     "RatioEstimate",
     "Summary",
     "binomial_cdf",
@@ -31,6 +39,7 @@ __all__ = [
     "paired_ratio_ci",
     "percentile",
     "prepare",
+    "process_ratio",
     "quantile_ci",
     "ratio_from_intervals",
     "rounds_to_settle",
@@ -362,6 +371,137 @@ def paired_ratio(
         confidence=confidence,
         method=method,
         units=units,
+    )
+
+
+BETWEEN_PROCESSES_RULE = (
+    "a difference between figures measured in different processes is claimed only when its "
+    "interval includes the variance between processes, estimated from repeated runs (2+ per "
+    "side, the run as the unit: Welch t on log figures) or from interleaved rounds (2+, the "
+    "round as the unit: paired t on log ratios); with one run per side that variance is not "
+    "measured, never assumed zero, and the answer is 'cannot tell'"
+)
+"""The one rule for ratios that cross processes (stored beside the numbers it judges)."""
+
+
+class RatioBasis(StrEnum):
+    """What a ratio between processes rests on (the statistical unit)."""
+
+    RUNS = "runs"
+    """Several runs (processes) per side, unpaired: each run's figure is one value."""
+    ROUNDS = "interleaved rounds"
+    """Both sides measured alternately, round by round: one paired value per round."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessRatio:
+    """``candidate / baseline`` of figures from different processes, judged by
+    :data:`BETWEEN_PROCESSES_RULE`. ``estimate`` is the interval with the variance between
+    processes in it, or ``None`` when the data cannot give one (``why`` says what is missing);
+    only then, never from samples within one run, may a caller claim a difference.
+    ``ratio`` is the point figure either way (geometric means; one run each: the plain ratio)."""
+
+    ratio: float
+    basis: RatioBasis
+    baseline_count: int
+    """Runs (or rounds) behind the baseline's figure."""
+    candidate_count: int
+    """Runs (or rounds) behind the candidate's figure."""
+    estimate: RatioEstimate | None
+    why: str = ""
+    """Why there is no interval to claim from ('' when there is one)."""
+    rule: str = BETWEEN_PROCESSES_RULE
+
+    @property
+    def claimable(self) -> bool:
+        """True when an interval with the variance between processes in it exists: a
+        difference may then be claimed if that interval (and the caller's test) say so."""
+        return self.estimate is not None
+
+    @property
+    def counts_text(self) -> str:
+        """``3 vs 3 runs`` or ``6 interleaved rounds``."""
+        if self.basis is RatioBasis.ROUNDS:
+            return f"{self.baseline_count} interleaved round{'s' * (self.baseline_count != 1)}"
+        return f"{self.baseline_count} vs {self.candidate_count} runs"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: the figures, the interval (``None``: cannot tell) and the rule."""
+        return {
+            "ratio": None if math.isinf(self.ratio) else self.ratio,
+            "basis": self.basis.value,
+            "baseline_count": self.baseline_count,
+            "candidate_count": self.candidate_count,
+            "claimable": self.claimable,
+            "estimate": None if self.estimate is None else self.estimate.to_dict(),
+            "why": self.why,
+            "rule": self.rule,
+        }
+
+
+def _geometric_mean(values: Sequence[float]) -> float:
+    """The geometric mean (one value: itself, exactly)."""
+    if len(values) == 1:
+        return float(values[0])
+    return float(math.exp(np.mean(np.log(np.asarray(values, dtype=float)))))
+
+
+def process_ratio(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    paired: bool = False,
+    confidence: float = 0.95,
+) -> ProcessRatio:
+    """``candidate / baseline`` where each value comes from its own process: one figure per run
+    of each side (``paired=False``: :func:`welch_ratio`, 2+ runs per side), or one figure per
+    interleaved round of both sides (``paired=True``: :func:`paired_ratio`, 2+ rounds, same
+    order on both sides). With fewer there is no estimate of the variance between processes,
+    so no interval is given and the result is not claimable (:data:`BETWEEN_PROCESSES_RULE`).
+    Values must be positive (the tests run on logs)."""
+    if not baseline or not candidate:
+        raise ValueError("a ratio between processes needs at least one value on each side")
+    if min(*baseline, *candidate) <= 0.0:
+        raise ValueError("a ratio between processes needs positive values")
+    if paired:
+        if len(baseline) != len(candidate):
+            raise ValueError("paired rounds need the same number of values on each side")
+        rounds = len(baseline)
+        if rounds < 2:
+            return ProcessRatio(
+                ratio=candidate[0] / baseline[0],
+                basis=RatioBasis.ROUNDS,
+                baseline_count=1,
+                candidate_count=1,
+                estimate=None,
+                why="one interleaved round: the spread between rounds is not measured",
+            )
+        estimate = paired_ratio(baseline, candidate, confidence)
+        return ProcessRatio(
+            ratio=estimate.ratio,
+            basis=RatioBasis.ROUNDS,
+            baseline_count=rounds,
+            candidate_count=rounds,
+            estimate=estimate,
+        )
+    counts = (len(baseline), len(candidate))
+    if min(counts) < 2:
+        single = "one run per side" if counts == (1, 1) else f"{counts[0]} vs {counts[1]} runs"
+        return ProcessRatio(
+            ratio=_geometric_mean(candidate) / _geometric_mean(baseline),
+            basis=RatioBasis.RUNS,
+            baseline_count=counts[0],
+            candidate_count=counts[1],
+            estimate=None,
+            why=f"{single}: the drift between processes is not measured, and is not assumed zero",
+        )
+    estimate = welch_ratio(baseline, candidate, confidence)
+    return ProcessRatio(
+        ratio=estimate.ratio,
+        basis=RatioBasis.RUNS,
+        baseline_count=counts[0],
+        candidate_count=counts[1],
+        estimate=estimate,
     )
 
 

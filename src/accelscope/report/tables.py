@@ -3,7 +3,7 @@ results table of ``measure``, ``bench`` and ``runs show``, and the runs list."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -12,6 +12,7 @@ from rich.text import Text
 from accelscope.report.format import format_bytes, format_seconds, ms
 from accelscope.result import Result, Status
 from accelscope.store.sqlite import RunRecord
+from accelscope.sweep.select import speedup_cells
 
 __all__ = ["energy_notes", "results_view", "runs_view"]
 
@@ -48,13 +49,6 @@ def energy_notes(results: Sequence[Result]) -> list[str]:
     return [f"energy: not measured: {reason}" for reason in dict.fromkeys(reasons)]
 
 
-def _speedup_text(result: Result, baseline: Result | None) -> str:
-    if baseline is None or result.measurement is None or baseline.measurement is None:
-        return "—"
-    ratio = result.measurement.throughput_items_per_s / baseline.measurement.throughput_items_per_s
-    return f"{ratio:.2f}x"
-
-
 def results_view(
     results: Sequence[Result],
     title: str = "",
@@ -62,11 +56,18 @@ def results_view(
     baseline: Result | None = None,
     best_key: str | None = None,
     show_notes: bool = True,
+    speedups: Mapping[str, str] | None = None,
 ) -> RenderableType:
     """The results table (one row per configuration), then notes: stop rule and warnings.
 
-    With a ``baseline`` a speedup column is added; the ``best_key`` row is marked with a star.
+    With a ``baseline`` a speedup column is added: the caller's text by ``RunSpec.key`` in
+    ``speedups`` (bench: interleaved figures where it has them), else the ratio of the two
+    figures, one process each, marked as not a claim
+    (:func:`accelscope.sweep.select.speedup_cells`); the ``best_key`` row is marked with a star.
     """
+    texts: Mapping[str, str] = speedups or {}
+    if baseline is not None and speedups is None:
+        texts = {k: c.text() for k, c in speedup_cells(results, baseline, None).items()}
     table = Table(title=title or None, title_justify="left", show_lines=False)
     headers = [
         "backend",
@@ -122,7 +123,7 @@ def results_view(
             cells[5],
         ]
         if baseline is not None:
-            row.append(_speedup_text(result, baseline))
+            row.append(texts.get(result.spec.key, "—"))
         table.add_row(*row, Text(status, style=style))
         if not show_notes:
             continue

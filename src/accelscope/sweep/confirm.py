@@ -86,6 +86,13 @@ class Confirmation:
         """False when the runner-up cannot be told apart from the winner."""
         return self.lead is None or self.lead.separated
 
+    def round_times_s_per_item(self, key: str) -> list[float] | None:
+        """``key``'s time per item in each interleaved round (its two blocks summed), or
+        ``None`` when it was not re-measured."""
+        if self.error or not self.block_s_per_item or key not in self.block_s_per_item:
+            return None
+        return _round_totals(self.block_s_per_item[key])
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (stored as the run's ``confirmation`` document)."""
         return {

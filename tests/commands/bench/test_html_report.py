@@ -31,6 +31,7 @@ from accelscope.hardware.fingerprint import Environment
 from accelscope.report.page import script_safe_json
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Precision, RunSpec
+from accelscope.sweep.confirm import confirmation_from_blocks
 from accelscope.sweep.select import pareto_front
 from accelscope.testing import fake_result
 from browser import BrowserRun, Dom, browse, console_messages, page_requests
@@ -183,8 +184,12 @@ def test_table_marks_rows_and_renders_rejected_and_failed(results: list[Result])
     assert rows == [("ok", ""), ("ok", " best"), ("ok", ""), ("rejected", ""), ("failed", "")]
     assert ">rejected</span>" in doc and ">failed</span>" in doc
     assert str(escape("NotAvailableError: " + HOSTILE)) in doc
-    for speedup in ("1.00", "2.67", "2.00", "4.00"):  # throughput over the baseline's 100/s
-        assert f">{speedup}\u00d7</td>" in doc
+    # throughput over the baseline's 100/s; without an interleaved re-measure every ratio
+    # crosses processes (one run each), so none reads as a claim
+    assert ">1.00\u00d7</td>" in doc
+    for speedup in ("2.7", "2.0", "4.0"):
+        assert f">~{speedup}\u00d7 (not a claim)</td>" in doc
+    assert "separate processes, one run each" in doc
     assert ">lowest latency<" in doc and ">baseline<" in doc and ">best<" in doc
     assert "top1_accuracy 95.00%" in doc and "(\u0394 \u22122.50 pp)" in doc
 
@@ -200,8 +205,36 @@ def test_charts_hold_measured_points_only(results: list[Result]) -> None:
     assert figures["chart-throughput"]["layout"]["shapes"][0]["x0"] == pytest.approx(35.0)
     bars = figures["chart-speedup"]["data"][0]
     assert [round(x, 2) for x in bars["x"]] == [1.0, 2.0, 2.67, 4.0]
+    assert bars["marker"]["opacity"] == [1.0, 0.35, 0.35, 0.35]  # only the baseline is exact
+    assert bars["error_x"]["array"] == [0.0] * 4
     accuracy = figures["chart-accuracy"]
     assert [round(y, 2) for y in accuracy["data"][1]["y"]] == [2.5]  # rejected: drop in pp
+
+
+def test_interleaved_speedups_replace_the_ratios_across_processes(results: list[Result]) -> None:
+    # The winner and the runner-up were measured again alternately with the baseline in one
+    # worker: their cells show that paired ratio and its interval; the rest stays "not a claim".
+    base, best, second = (r.spec.key for r in results[:3])
+    blocks = {  # seconds per item, two blocks per round (A B C C B A), 3 rounds
+        base: [0.010, 0.011, 0.0105, 0.0095, 0.010, 0.0102],
+        best: [0.0027, 0.0029, 0.0028, 0.0026, 0.0027, 0.0028],
+        second: [0.0050, 0.0052, 0.0051, 0.0049, 0.0050, 0.0051],
+    }
+    confirmation = confirmation_from_blocks(
+        blocks, best_key=best, baseline_key=base, runner_up_key=second
+    )
+    assert confirmation.speedup is not None
+    doc = _render(results, confirmation=confirmation)
+    expected = f"{confirmation.speedup.ratio:.2f}\u00d7 (95 % CI {confirmation.speedup.low:.2f}"
+    assert f">{expected}" in doc  # the winner: the verdict's own figure, not the sweep's 2.67
+    assert ">~2.7\u00d7 (not a claim)</td>" not in doc
+    assert ">~4.0\u00d7 (not a claim)</td>" in doc  # the rejected one was not re-measured
+    assert "measured alternately with the baseline in one worker (3 interleaved rounds" in doc
+    bars = _figures(doc)["chart-speedup"]["data"][0]
+    claims = [o == 1.0 for o in bars["marker"]["opacity"]]
+    assert claims.count(True) == 3  # baseline, winner, runner-up
+    errors = sorted(e for e, c in zip(bars["error_x"]["array"], claims, strict=True) if c)
+    assert errors[0] == 0.0 and errors[1] > 0 and errors[2] > 0  # the baseline has no interval
 
 
 def test_optional_parts_degrade_to_notes(results: list[Result]) -> None:

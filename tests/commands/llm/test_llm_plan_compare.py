@@ -96,21 +96,33 @@ def test_a_run_without_capacity_is_refused_by_plan_api(
 
 
 def test_compare_tells_a_slower_server(cli: CliRunner, tmp_path: Path) -> None:
+    # Three runs per side: compare claims a difference only when its interval holds the drift
+    # between processes (the one rule for ratios between processes); one run per side is
+    # "cannot tell", however far apart the two runs' samples are.
     store = tmp_path / "store.db"
+    runs: dict[float, list[str]] = {}
     for ttft in (0.02, 0.06):
-        with FakeLLMServer(ttft_s=ttft, itl_s=0.002) as server:
-            code, _, err = cli(
-                "llm", server.url, "--model", server.model, "--rate", "20",
-                "--requests", "60", "--output-tokens", "6", "--store", store,
-                "--no-server-metrics", "--seed", str(int(ttft * 100)),
-            )  # fmt: skip
-            assert code == 0, err
-    code, out, err = cli("compare", "latest~1", "latest", "--store", store, "--json")
+        for repeat in range(3):
+            with FakeLLMServer(ttft_s=ttft, itl_s=0.002) as server:
+                code, out, err = cli(
+                    "llm", server.url, "--model", server.model, "--rate", "20",
+                    "--requests", "60", "--output-tokens", "6", "--store", store,
+                    "--no-server-metrics", "--seed", str(int(ttft * 100) + repeat), "--json",
+                )  # fmt: skip
+                assert code == 0, err
+                runs.setdefault(ttft, []).append(json.loads(out)["run_id"])
+    before, after = ",".join(runs[0.02]), ",".join(runs[0.06])
+    code, out, err = cli("compare", before, after, "--store", store, "--json")
     assert code == 0, err
     rows = {row["metric"]: row for row in json.loads(out)["rows"]}
     assert rows["TTFT p50"]["verdict"] == "slower"
     assert rows["TTFT p50"]["ratio"] == pytest.approx(3.0, rel=0.25)
     assert rows["TPOT p50"]["verdict"] in ("no change", "inconclusive")
+    code, out, err = cli("compare", runs[0.02][0], runs[0.06][0], "--store", store, "--json")
+    assert code == 0, err
+    one = {row["metric"]: row for row in json.loads(out)["rows"]}
+    assert one["TTFT p50"]["verdict"] == "cannot tell"
+    assert one["TTFT p50"]["ratio"] == pytest.approx(3.0, rel=0.25)
 
 
 def test_an_in_process_model_is_served(cli: CliRunner, tmp_path: Path) -> None:

@@ -28,7 +28,14 @@ from accelscope.report.page import (
 )
 from accelscope.result import Accuracy, Result, Status
 from accelscope.spec import Device
-from accelscope.sweep.select import pareto_front, skipped_by_reason
+from accelscope.sweep.confirm import Confirmation
+from accelscope.sweep.select import (
+    SpeedupCell,
+    pareto_front,
+    skipped_by_reason,
+    speedup_cells,
+    speedup_note,
+)
 
 __all__ = ["render_bench_report"]
 
@@ -55,16 +62,15 @@ def _labels(results: Sequence[Result]) -> list[str]:
     return labels
 
 
-def _speedups(results: Sequence[Result], baseline_key: str | None) -> list[float | None]:
-    """Each result's throughput divided by the baseline's (``None`` where either is missing)."""
+def _speedups(
+    results: Sequence[Result], baseline_key: str | None, confirmation: Confirmation | None
+) -> list[SpeedupCell | None]:
+    """Each result's speedup over the baseline (``None`` where either is unmeasured):
+    interleaved where the confirmation measured it beside the baseline, else not a claim
+    (:func:`accelscope.sweep.select.speedup_cells`)."""
     base = next((r for r in results if baseline_key and r.spec.key == baseline_key), None)
-    if base is None or base.measurement is None:
-        return [None] * len(results)
-    base_tp = base.measurement.throughput_items_per_s
-    return [
-        None if r.measurement is None else r.measurement.throughput_items_per_s / base_tp
-        for r in results
-    ]
+    cells = speedup_cells(results, base, confirmation)
+    return [cells.get(r.spec.key) for r in results]
 
 
 def _accuracy_text(accuracy: Accuracy | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -223,42 +229,71 @@ def _throughput_figure(
 def _speedup_figure(
     results: Sequence[Result],
     labels: Sequence[str],
-    speedups: Sequence[float | None],
+    speedups: Sequence[SpeedupCell | None],
     baseline_label: str,
 ) -> go.Figure | None:
-    """Horizontal bars of speedup vs the baseline, largest on top, coloured by status."""
+    """Horizontal bars of speedup vs the baseline, largest on top, coloured by status; a ratio
+    across processes (not a claim) is drawn faint, an interleaved one with its interval."""
     bars = sorted(
-        (s, label, r)
-        for r, label, s in zip(results, labels, speedups, strict=True)
-        if s is not None
+        (
+            (s.ratio, label, r, s)
+            for r, label, s in zip(results, labels, speedups, strict=True)
+            if s
+        ),
+        key=lambda bar: (bar[0], bar[1]),
     )
     if not bars:
         return None
+
+    def hover(cell: SpeedupCell) -> str:
+        evidence = cell.evidence
+        if evidence is None:
+            return "the baseline"
+        if evidence.estimate is None:
+            return plot_label(f"{cell.text(_TIMES)}: {evidence.why}")
+        how = f"measured alternately with the baseline in one worker, {evidence.counts_text}"
+        return plot_label(f"{cell.text(_TIMES, interval=True)}: {how}")
+
+    def error(cell: SpeedupCell, side: str) -> float:
+        estimate = cell.evidence.estimate if cell.evidence else None
+        if estimate is None:
+            return 0.0
+        return estimate.high - cell.ratio if side == "high" else cell.ratio - estimate.low
+
     trace = {
         "type": "bar",
         "orientation": "h",
-        "x": [s for s, _, _ in bars],
+        "x": [x for x, _, _, _ in bars],
         "y": list(range(len(bars))),
-        "marker": {"color": [_COLORS[r.status] for _, _, r in bars]},
-        "text": [f"{s:.2f}{_TIMES}" for s, _, _ in bars],
+        "marker": {
+            "color": [_COLORS[r.status] for _, _, r, _ in bars],
+            "opacity": [1.0 if c.claim else 0.35 for _, _, _, c in bars],
+        },
+        "error_x": {
+            "type": "data",
+            "symmetric": False,
+            "array": [error(c, "high") for _, _, _, c in bars],
+            "arrayminus": [error(c, "low") for _, _, _, c in bars],
+            "color": "#111827",
+        },
+        "text": [c.text(_TIMES) for _, _, _, c in bars],  # short: ±, the hover has the CI
         "textposition": "outside",
         "cliponaxis": False,
         "hovertemplate": "%{hovertext}<extra></extra>",
-        "hovertext": [
-            _hover(r, label, f"{s:.2f}{_TIMES} baseline throughput") for s, label, r in bars
-        ],
+        "hovertext": [_hover(r, label, hover(c)) for _, label, r, c in bars],
     }
     layout = chart_layout(
-        "speedup vs baseline",
+        "speedup vs baseline (faint ~: separate processes, not a claim)",
         f"{_TIMES} throughput of {baseline_label}",
         "",
         showlegend=False,
         height=max(420, 120 + 30 * len(bars)),
         shapes=[vertical_line(1.0, "#6b7280")],
     )
-    ticks = [plot_label(label, 48) for _, label, _ in bars]  # index categories: no merged bars
+    ticks = [plot_label(label, 48) for _, label, _, _ in bars]  # index categories: no merged bars
     layout["yaxis"].update(automargin=True, tickvals=list(range(len(bars))), ticktext=ticks)
-    layout["xaxis"]["range"] = [0, bars[-1][0] * 1.18]
+    top = max(x + error(c, "high") for x, _, _, c in bars)
+    layout["xaxis"]["range"] = [0, top * 1.35]
     return go.Figure(data=[trace], layout=layout)
 
 
@@ -297,7 +332,7 @@ def _accuracy_axis(
 
 
 def _accuracy_figure(
-    results: Sequence[Result], labels: Sequence[str], speedups: Sequence[float | None]
+    results: Sequence[Result], labels: Sequence[str], speedups: Sequence[SpeedupCell | None]
 ) -> go.Figure | None:
     """Accuracy (see :func:`_accuracy_axis`) against speedup, or items/s without a baseline."""
     rows = [
@@ -311,7 +346,7 @@ def _accuracy_figure(
     by_speedup = any(s is not None for s in speedups)
     points = []
     for r, label, s, acc, m in rows:
-        x = s if by_speedup else (m.throughput_items_per_s if m else None)
+        x = (s.ratio if s else None) if by_speedup else (m.throughput_items_per_s if m else None)
         y = None if acc is None or m is None else pick(acc)
         if x is not None and y is not None and math.isfinite(x) and math.isfinite(y):
             metric, fidelity = _accuracy_text(acc)
@@ -345,22 +380,24 @@ def render_bench_report(
     verdict: str,
     sla_p99_s: float | None,
     baseline_key: str | None,
-    speedup_note: str = "",
+    confirmation: Confirmation | None = None,
 ) -> str:
     """One self-contained, offline HTML document for a bench run.
 
     ``*_key`` values are :attr:`RunSpec.key` strings. Speedup is a configuration's throughput
-    divided by the baseline's. Failed results (no measurement) get a table row but no points.
+    divided by the baseline's: from ``confirmation``'s interleaved rounds where it measured the
+    configuration beside the baseline, else one process each and marked as not a claim.
+    Failed results (no measurement) get a table row but no points.
     """
     skipped = skipped_by_reason(results)
     results = [r for r in results if r.status is not Status.SKIPPED]
     labels = _labels(results)
-    speedups = _speedups(results, baseline_key)
+    speedups = _speedups(results, baseline_key, confirmation)
     marks = (("best", best_key), ("lowest latency", lowest_latency_key), ("baseline", baseline_key))
     rows = []
     for result, label, speedup in zip(results, labels, speedups, strict=True):
         badges = tuple(name for name, key in marks if key and key == result.spec.key)
-        text = "—" if speedup is None else f"{speedup:.2f}{_TIMES}"
+        text = "—" if speedup is None else speedup.text(_TIMES, interval=True)
         rows.append(_Row(result, label, text, badges, *_accuracy_text(result.accuracy)))
     baseline = next((row.label for row in rows if "baseline" in row.badges), None)
     charts = [
@@ -390,7 +427,7 @@ def render_bench_report(
         rows=rows,
         baseline=baseline,
         skipped=skipped,
-        speedup_note=speedup_note,
+        speedup_note=speedup_note(c for c in speedups if c),
         warnings=[(lb, w) for r, lb in zip(results, labels, strict=True) for w in r.warnings],
         env=results[0].environment if results else None,
         sla=None if sla_p99_s is None else f"{ms(sla_p99_s)} ms",

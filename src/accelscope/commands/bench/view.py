@@ -10,12 +10,13 @@ from rich.text import Text
 from accelscope.report.tables import energy_notes, results_view
 from accelscope.result import Result, Status
 from accelscope.sweep.select import (
-    SPEEDUP_COLUMN_NOTE,
     Selection,
     baseline_for,
     by_node_type,
     select,
     skipped_by_reason,
+    speedup_cells,
+    speedup_note,
 )
 
 __all__ = ["bench_view"]
@@ -24,7 +25,8 @@ __all__ = ["bench_view"]
 def bench_view(
     results: Sequence[Result], selections: Mapping[str, Selection], *, title: str, rule: str = ""
 ) -> RenderableType:
-    """The bench table (speedup vs eager fp32, best marked), the accuracy rule, the verdict;
+    """The bench table (speedup vs eager fp32, best marked: interleaved figures with their CI,
+    ratios across processes marked as no claim), the accuracy rule, the verdict;
     one of each per node type when a cluster measured it (each node type is its own machine)."""
     groups = by_node_type(results)
     if len(groups) <= 1:
@@ -43,8 +45,14 @@ def _one_view(
 ) -> RenderableType:
     baseline = baseline_for(results)
     shown = [r for r in results if r.status is not Status.SKIPPED]
+    cells = speedup_cells(shown, baseline, selection.confirmation)
     table = results_view(
-        shown, title, baseline=baseline, best_key=selection.best_key, show_notes=False
+        shown,
+        title,
+        baseline=baseline,
+        best_key=selection.best_key,
+        show_notes=False,
+        speedups={key: cell.text() for key, cell in cells.items()},
     )
     parts: list[RenderableType] = [table]
     groups = skipped_by_reason(results)
@@ -57,7 +65,7 @@ def _one_view(
     if rule:
         parts.append(Text(f"accuracy rule: {rule}", style="dim"))
     parts.extend(Text(note, style="dim") for note in energy_notes(shown))
-    if selection.confirmation is not None and selection.confirmation.speedup is not None:
-        parts.append(Text(SPEEDUP_COLUMN_NOTE, style="dim"))
+    if note := speedup_note(cells.values()):
+        parts.append(Text(note, style="dim"))
     parts.append(Text(selection.verdict, style="bold"))
     return Group(*parts)

@@ -40,7 +40,7 @@ from accelscope.sweep.driver import (
 from accelscope.sweep.executor import Executor, LocalExecutor
 from accelscope.sweep.guard import AccuracyRule
 from accelscope.sweep.ray_executor import RayExecutor, check_reachable, check_shippable
-from accelscope.sweep.select import SPEEDUP_COLUMN_NOTE, Selection, select_by_node_type
+from accelscope.sweep.select import Selection, select_by_node_type
 from accelscope.sweep.space import SweepSpace, probe_requests
 
 EXECUTORS = ("local", "ray")
@@ -322,11 +322,7 @@ def bench(
         verdict=" ".join(chosen.verdict for chosen in outcome.selections.values()),
         sla_p99_s=request.sla_p99_s,
         baseline_key=None if several else outcome.selection.baseline_key,
-        speedup_note=(
-            SPEEDUP_COLUMN_NOTE
-            if outcome.selection.confirmation and outcome.selection.confirmation.speedup
-            else ""
-        ),
+        confirmation=None if several else outcome.selection.confirmation,
     )
     report_path = run.write_report(html, request.report_path)
     return BenchOutcome(

@@ -32,6 +32,7 @@ _STYLES = {
     Verdict.BETTER: "green",
     Verdict.NO_CHANGE: "dim",
     Verdict.INCONCLUSIVE: "yellow",
+    Verdict.CANNOT_TELL: "yellow",
     Verdict.NOT_TESTED: "dim",
     "pass": "green",
     "regression": "red",
@@ -63,14 +64,20 @@ def _interval(estimate: dict[str, Any] | None) -> str:
 
 
 def _row_cells(row: Row) -> list[str]:
+    """A row's cells; a ratio no interval backs (cannot tell) reads ``~+3.1 %`` with no CI."""
     estimate = None if row.estimate is None else row.estimate.to_dict()
+    evidence = row.evidence
+    claimable = evidence is not None and evidence.claimable
+    interval = (
+        _interval(estimate) if claimable or evidence is None else f"none ({evidence.counts_text})"
+    )
     return [
         row.label,
         row.metric,
         _figure(row.baseline, row.unit),
         _figure(row.candidate, row.unit),
-        _change(row.ratio),
-        _interval(estimate),
+        ("" if claimable or evidence is None else "~") + _change(row.ratio),
+        interval,
         "—" if row.p_adjusted is None else f"{row.p_adjusted:.3g}",
         row.verdict + (f" (±{row.threshold_text})" if row.verdict == Verdict.NO_CHANGE else ""),
     ]
@@ -97,6 +104,9 @@ def _summary_lines(comparison: Comparison) -> list[str]:
         f"{sum(1 for r in comparison.rows if r.estimate is not None)} tested rows; "
         f"no change = interval within ±{comparison.threshold:.1%} "
         f"(ratio {1 / (1 + comparison.threshold):.3f} to {1 + comparison.threshold:.3f})",
+        "rule: a difference is claimed only when its interval holds the drift between "
+        "processes, measured by 2+ runs per side (the run is the unit); ~ marks a ratio "
+        "that is not a claim",
     ]
     if comparison.unmatched:
         lines.append("only on one side (not compared): " + ", ".join(comparison.unmatched))
