@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from accelscope.measurement.stats import paired_ratio
+from accelscope.measurement.stats import process_ratio
 from accelscope.tune.documents import Ratio, TuneConfig, TuneRound, TuneVerdict
 
 __all__ = ["confirmation_order", "verdict"]
@@ -31,7 +31,12 @@ def confirmation_order(keys: Sequence[str], rounds: int) -> list[tuple[int, str]
     return order
 
 
-def _paired(rounds: Sequence[TuneRound], baseline: str, candidate: str) -> Ratio | None:
+def _paired(
+    rounds: Sequence[TuneRound], baseline: str, candidate: str
+) -> tuple[Ratio | None, str, int]:
+    """(the interval over complete rounds, why there is none, the rounds) by the one rule for
+    ratios between processes (:func:`accelscope.measurement.stats.process_ratio`): an interval
+    needs two or more rounds."""
     by_round: dict[int, dict[str, float]] = {}
     for found in rounds:
         if found.goodput_tokens_per_s:
@@ -40,9 +45,11 @@ def _paired(rounds: Sequence[TuneRound], baseline: str, candidate: str) -> Ratio
         (v[baseline], v[candidate]) for v in by_round.values() if baseline in v and candidate in v
     ]
     if not pairs:
-        return None
-    estimate = paired_ratio([b for b, _ in pairs], [c for _, c in pairs]).to_dict()
-    return Ratio.model_validate(estimate)
+        return None, "no round measured both", 0
+    judged = process_ratio([b for b, _ in pairs], [c for _, c in pairs], paired=True)
+    if judged.estimate is None:
+        return None, judged.why, len(pairs)
+    return Ratio.model_validate(judged.estimate.to_dict()), "", len(pairs)
 
 
 def _interval(ratio: Ratio) -> str:
@@ -67,8 +74,7 @@ def verdict(
         return TuneVerdict(
             best=best, text=text, gain_text=_gain_text(best, reference, None, by_key)
         )
-    ratio = _paired(rounds, runner_up, best)
-    rounds_done = len({r.round for r in rounds if r.key in (best, runner_up)})
+    ratio, missing, rounds_done = _paired(rounds, runner_up, best)
     if ratio is None:
         other = by_key[runner_up].goodput_tokens_per_s or 0.0
         single = searched / other if other else float("inf")
@@ -78,7 +84,8 @@ def verdict(
             + (
                 "give --confirm-rounds 2 or more to measure both again, alternately"
                 if confirm_rounds == 0
-                else "the confirmation rounds did not measure both"
+                else f"the confirmation gave no interval ({missing}): give --confirm-rounds "
+                f"{max(2, confirm_rounds + 1)} or more"
             )
         )
         return TuneVerdict(
@@ -98,7 +105,7 @@ def verdict(
             f"not ranked: either is as good here ({best} vs {runner_up}: {_interval(ratio)}, "
             "the interval holds 1)"
         )
-    gain = _paired(rounds, reference, best) if reference and reference != best else None
+    gain = _paired(rounds, reference, best)[0] if reference and reference != best else None
     return TuneVerdict(
         best=best,
         runner_up=runner_up,
