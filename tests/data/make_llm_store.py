@@ -50,7 +50,10 @@ def main() -> None:
         )
         llm(
             LlmRequestSettings(
-                url=server.url, model=server.model, concurrencies=(2,), requests=12,
+                url=server.url,
+                model=server.model,
+                concurrencies=(2,),
+                requests=12,
                 workload=workload,
             ),
             store_path=STORE,

@@ -5,6 +5,7 @@ timing or the prompts can be checked exactly, and every malformed file refused i
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -12,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from accelscope.errors import BadInputError
+from accelscope.llm.client import OpenAIEndpoint
 from accelscope.llm.conversations import ConversationWorkload, read_conversations
 from accelscope.llm.documents import Arrivals
 from accelscope.llm.harness import Harness
-from accelscope.llm.client import OpenAIEndpoint
 from accelscope.llm.trace import TraceWorkload, read_trace, reusable_tokens
 from accelscope.llm.trial import run_trial
 from accelscope.llm.workload import (
@@ -119,7 +120,7 @@ def test_multi_turn_against_the_fake_server_turn_by_turn() -> None:
     for turns in by_session.values():
         turns.sort(key=lambda r: r.turn or 0)
         assert [r.turn for r in turns] == [1, 2, 3]
-        for before, after in zip(turns, turns[1:], strict=False):
+        for before, after in itertools.pairwise(turns):
             # the next message is scheduled when the reply ended plus the think time
             assert after.scheduled_s == pytest.approx(before.end_s + think, abs=1e-6)
             assert after.sent_s - after.scheduled_s < 0.05
@@ -217,7 +218,7 @@ def test_a_file_that_is_not_sharegpt_is_one_line(
 
 
 def test_sharegpt_filters_sampling_and_single_turn(tmp_path: Path) -> None:
-    words = "alpha beta gamma delta epsilon zeta eta theta".split()
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
     rng = random.Random(0)
     entries = [
         _conversation(
@@ -378,8 +379,11 @@ def test_cli_bad_files_are_one_line_nothing_stored(cli: CliRunner, tmp_path: Pat
     bad = tmp_path / "bad.json"
     bad.write_text('[{"conversations": [{"value": "x"}]}]', encoding="utf-8")
     trace = tmp_path / "t.jsonl"
-    trace.write_text('{"timestamp": 5, "input_length": 3, "output_length": 1}\n'
-                     '{"timestamp": 1, "input_length": 3, "output_length": 1}\n', encoding="utf-8")  # fmt: skip
+    trace.write_text(
+        '{"timestamp": 5, "input_length": 3, "output_length": 1}\n'
+        '{"timestamp": 1, "input_length": 3, "output_length": 1}\n',
+        encoding="utf-8",
+    )
     empty = tmp_path / "empty.json"
     empty.write_text("", encoding="utf-8")
     cases = [

@@ -67,8 +67,12 @@ def test_the_known_winner_is_confirmed_in_alternated_rounds(
     tmp_path: Path, environment: object, cli: CliRunner
 ) -> None:
     store = tmp_path / "store.db"
-    # 80 requests: enough to claim the p90 tail, so the winner's capacity is valid for plan
-    outcome = tune(_request(requests=80), store_path=store, environment=environment)  # type: ignore[arg-type]
+    # at p50 the SLO is claimed with 40 requests, so the winner's capacity is valid for plan
+    outcome = tune(
+        _request(slo=Slo.parse("ttft=300ms", 50.0)),
+        store_path=store,
+        environment=environment,  # type: ignore[arg-type]
+    )
     run = outcome.document
     assert run.strategy == "grid" and run.winner == "max-running=4"
     reference, candidate = run.configs

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import typer
-from rich.console import Console
+from pydantic import BaseModel
+from rich.console import Console, RenderableType
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from accelscope import __version__
@@ -40,6 +43,38 @@ JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON onl
 def command_line() -> str:
     """The command as typed, stored with the run: ``accelscope`` and the shell-quoted args."""
     return shlex.join(["accelscope", *sys.argv[1:]])
+
+
+class DocumentOutcome(Protocol):
+    """What a command that stores one typed document returns (``llm``, ``tune``)."""
+
+    @property
+    def document(self) -> BaseModel: ...
+
+    @property
+    def run_id(self) -> str | None: ...
+
+    @property
+    def store_path(self) -> Path | None: ...
+
+    @property
+    def report_path(self) -> Path | None: ...
+
+
+def print_outcome(
+    outcome: DocumentOutcome, view: Callable[[Any], RenderableType], as_json: bool
+) -> None:
+    """The run's document as one JSON line (with its run id and report), or its view, the
+    report path and the stored run."""
+    if as_json:
+        head = {"run_id": outcome.run_id, "report": str(outcome.report_path or "")}
+        sys.stdout.write(json.dumps({**head, **outcome.document.model_dump(mode="json")}) + "\n")
+        return
+    _out.print(view(outcome.document))
+    if outcome.report_path:
+        _out.print(f"[dim]report: {outcome.report_path}[/]")
+    if outcome.run_id:
+        _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")
 
 
 def given(**values: Any) -> dict[str, Any]:

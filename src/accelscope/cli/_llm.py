@@ -3,15 +3,22 @@ an SLO, capacity, decode floor), with single-turn, multi-turn, ShareGPT and trac
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line, given
+from accelscope.cli._app import (
+    JsonOption,
+    StoreOption,
+    _err,
+    _out,
+    app,
+    command_line,
+    given,
+    print_outcome,
+)
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import (
     Numbers,
@@ -394,15 +401,7 @@ def llm_command(
         command_line=command_line(),
         events=events,
     )
-    if as_json:
-        head = {"run_id": outcome.run_id, "report": str(outcome.report_path or "")}
-        sys.stdout.write(json.dumps({**head, **outcome.document.model_dump(mode="json")}) + "\n")
-        return
-    _out.print(llm_view(outcome.document))
-    if outcome.report_path:
-        _out.print(f"[dim]report: {outcome.report_path}[/]")
-    if outcome.run_id:
-        _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")
+    print_outcome(outcome, llm_view, as_json)
 
 
 def _show(run: RunRecord) -> None:

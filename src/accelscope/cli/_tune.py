@@ -3,18 +3,25 @@ an SLO, each configuration a real server process, confirmed and quality-guarded.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line, given
+from accelscope.cli._app import (
+    JsonOption,
+    StoreOption,
+    _err,
+    _out,
+    app,
+    command_line,
+    given,
+    print_outcome,
+)
 from accelscope.cli._llm import (
     API_KEY_ENV,
     _lengths,
@@ -243,15 +250,7 @@ def tune_command(
         command_line=command_line(),
         events=events,
     )
-    if as_json:
-        head = {"run_id": outcome.run_id, "report": str(outcome.report_path or "")}
-        sys.stdout.write(json.dumps({**head, **outcome.document.model_dump(mode="json")}) + "\n")
-        return
-    _out.print(tune_view(outcome.document))
-    if outcome.report_path:
-        _out.print(f"[dim]report: {outcome.report_path}[/]")
-    if outcome.run_id:
-        _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")
+    print_outcome(outcome, tune_view, as_json)
 
 
 def _show(run: RunRecord) -> None:

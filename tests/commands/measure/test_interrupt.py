@@ -70,7 +70,7 @@ def test_sigint_to_the_real_command(tmp_path: Path) -> None:
         "--batch",
         "1,2",
         "--budget",
-        "30s",
+        "8s",
         "--target-ci",
         "0.0001%",
         "--store",

@@ -188,8 +188,10 @@ def _evidence_of_run(run: RunRecord) -> Evidence:
         if llm_payloads
         else None
     )
-    usable = llm is not None and llm.valid and (
-        llm.unit == "req/s" or (llm.unit == "concurrency" and llm.good_requests_per_s)
+    usable = (
+        llm is not None
+        and llm.valid
+        and (llm.unit == "req/s" or (llm.unit == "concurrency" and llm.good_requests_per_s))
     )
     if run.kind in ("llm", "tune") and not usable:
         raise BadInputError(

@@ -506,7 +506,7 @@ def tune(
     registry = base_dir / "servers"
     warnings: list[str] = []
     for leftover in leftover_servers(registry):
-        stopped = stop_leftover(leftover)
+        stopped = stop_leftover(leftover, timeout_s=5.0)  # it outlived one SIGTERM already
         done = "stopped" if stopped else "could not stop"
         line = f"{done} a server an earlier tune left running: {leftover.describe()}"
         warnings.append(line)
