@@ -336,9 +336,9 @@ def test_ctrl_c_mid_tune_stops_its_server_and_keeps_the_run(tmp_path: Path) -> N
 
 def test_compare_two_tunes(tmp_path: Path, environment: object, cli: CliRunner) -> None:
     store = tmp_path / "store.db"
-    for _ in range(2):
+    for _ in range(2):  # one configuration each: one server per tune
         tune(
-            _request(confirm_rounds=0, requests=24),
+            _request(spaces=("max-running=4",), confirm_rounds=0, requests=24),
             store_path=store,
             environment=environment,  # type: ignore[arg-type]
         )
