@@ -1,15 +1,18 @@
 """The quality guard: does a configuration that can change the numbers (a dtype, a KV-cache
 dtype, quantization, speculative decoding) still answer as the reference does?
 
-The reference server's greedy answers to a fixed set of prompts are kept. A candidate is then
-asked, **teacher-forced**, for its own most likely next token at every position of each
-reference answer (the prompt plus the reference's answer sent with ``echo`` and ``logprobs``: a
-server that returns prompt log-probabilities, as vLLM does): the agreement is the share of
-positions where the candidate's top token is the reference's token. One early divergence then
-costs one position, not the rest of the answer. A server that returns no log-probabilities is
-compared on its own greedy answers, token by token (by the model's tokenizer, else by words),
-labelled as such. Below the threshold the configuration is rejected with the figure, as
-``bench`` rejects an accuracy drop.
+The reference server's greedy answers to a fixed set of prompts are kept, and, **teacher
+forced**, its own most likely token at every position of each answer (the prompt and the answer
+sent in one request with ``echo`` and ``logprobs``: a server that returns prompt
+log-probabilities, as vLLM does). A candidate reads the same texts the same way; the agreement
+is the share of positions where its most likely token is the reference's. One early divergence
+then costs one position, not the rest of the answer, and both sides are read in one pass (a
+model's greedy decode and its one-pass reading of the same text can round differently: a
+random-weights model, whose logits are nearly flat, disagreed with itself on 27 % of positions
+that way, which a comparison against the greedy tokens would blame on the candidate). A
+server that returns no log-probabilities is compared on its own greedy answers, token by token
+(by the model's tokenizer, else by words), labelled as such. Below the threshold the
+configuration is rejected with the figure, as ``bench`` rejects an accuracy drop.
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ class ReferenceAnswers(Document):
     prompts: tuple[str, ...]
     answers: tuple[str, ...]
     max_tokens: int
+    forced_tops: tuple[tuple[str, ...], ...] | None = None
+    """The reference's own most likely token at each position of its answers, teacher
+    forced (None: the server returns no log-probabilities)."""
 
 
 class QualityResult(Document):
@@ -109,35 +115,21 @@ def _text(payload: Any) -> str:
     return text if isinstance(text, str) else ""
 
 
-def reference_answers(
+def _forced_tops(
     url: str,
     model: str,
-    *,
-    prompts: Sequence[str] = QUALITY_PROMPTS,
-    max_tokens: int = 32,
-    timeout_s: float = 120.0,
-    api_key: str | None = None,
-) -> ReferenceAnswers:
-    """The greedy answers of the server at ``url`` (raises ``RuntimeError`` with one line
-    when it cannot answer)."""
-    answers = []
-    for prompt in prompts:
-        body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
-        try:
-            answers.append(_text(_post(url, body, timeout_s, api_key)))
-        except _ServerError as exc:
-            raise RuntimeError(f"the reference's quality answers: {exc}") from None
-    return ReferenceAnswers(prompts=tuple(prompts), answers=tuple(answers), max_tokens=max_tokens)
-
-
-def _teacher_forced(
-    url: str, model: str, reference: ReferenceAnswers, timeout_s: float, api_key: str | None
-) -> tuple[int, int] | None:
-    """(positions where the candidate's top token is the reference's, positions), or None
-    when the server returns no prompt log-probabilities."""
-    agree = total = 0
-    for prompt, answer in zip(reference.prompts, reference.answers, strict=True):
+    prompts: Sequence[str],
+    answers: Sequence[str],
+    timeout_s: float,
+    api_key: str | None,
+) -> tuple[tuple[str, ...], ...] | None:
+    """Per prompt, the server's most likely token at every position of the answer, teacher
+    forced (the prompt and the answer sent in one request with ``echo`` and ``logprobs``);
+    ``None`` when the server returns no prompt log-probabilities."""
+    found: list[tuple[str, ...]] = []
+    for prompt, answer in zip(prompts, answers, strict=True):
         if not answer:
+            found.append(())
             continue
         body = {
             "model": model,
@@ -159,11 +151,57 @@ def _teacher_forced(
             return None
         if not isinstance(tokens, list) or not isinstance(tops, list) or len(tops) < len(tokens):
             return None
-        for token, offset, top in zip(tokens, offsets, tops, strict=False):
-            if offset < len(prompt) or offset >= len(prompt) + len(answer) or not top:
-                continue
-            total += 1
-            agree += int(max(top.items(), key=lambda item: item[1])[0] == token)
+        found.append(
+            tuple(
+                max(top.items(), key=lambda item: item[1])[0]
+                for offset, top in zip(offsets, tops, strict=False)
+                if len(prompt) <= offset < len(prompt) + len(answer) and top
+            )
+        )
+    return tuple(found)
+
+
+def reference_answers(
+    url: str,
+    model: str,
+    *,
+    prompts: Sequence[str] = QUALITY_PROMPTS,
+    max_tokens: int = 32,
+    timeout_s: float = 120.0,
+    api_key: str | None = None,
+) -> ReferenceAnswers:
+    """The greedy answers of the server at ``url``, and its own teacher-forced top tokens
+    over them when it returns log-probabilities (raises ``RuntimeError`` with one line when
+    it cannot answer)."""
+    answers = []
+    try:
+        for prompt in prompts:
+            body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
+            answers.append(_text(_post(url, body, timeout_s, api_key)))
+        tops = _forced_tops(url, model, prompts, answers, timeout_s, api_key)
+    except _ServerError as exc:
+        raise RuntimeError(f"the reference's quality answers: {exc}") from None
+    return ReferenceAnswers(
+        prompts=tuple(prompts), answers=tuple(answers), max_tokens=max_tokens, forced_tops=tops
+    )
+
+
+def _teacher_forced(
+    url: str, model: str, reference: ReferenceAnswers, timeout_s: float, api_key: str | None
+) -> tuple[int, int] | None:
+    """(positions where the candidate's teacher-forced top token is the reference's own
+    teacher-forced top token, positions): both servers read the same text in one pass, so a
+    configuration that changes nothing agrees everywhere; ``None`` when either returns no
+    prompt log-probabilities."""
+    if reference.forced_tops is None:
+        return None
+    mine = _forced_tops(url, model, reference.prompts, reference.answers, timeout_s, api_key)
+    if mine is None:
+        return None
+    agree = total = 0
+    for theirs, ours in zip(reference.forced_tops, mine, strict=True):
+        total += max(len(theirs), len(ours))
+        agree += sum(1 for a, b in zip(theirs, ours, strict=False) if a == b)
     return agree, total
 
 
