@@ -35,6 +35,7 @@ from accelscope.testing.llm_model import build_tiny_llama
 from accelscope.tune.documents import TuneRun
 
 ENGINE_ARGS = ("--enforce-eager", "--max-model-len", "1024")
+SPACE = ("max-num-seqs=1,8", "dtype=bfloat16,float32")
 
 
 def _model(directory: Path) -> Path:
@@ -57,14 +58,14 @@ def _request(model: Path, **changes: Any) -> TuneRequest:
         "model": model,
         "engine_args": ENGINE_ARGS,
         "kv_cache_gib": 2.0,
-        "workload": Workload(input_tokens=Lengths(64, 64), output_tokens=Lengths(32, 32), seed=3),
+        "workload": Workload(input_tokens=Lengths(32, 32), output_tokens=Lengths(16, 16), seed=3),
         "tokenizer": model,
         "fixed": Arrivals(concurrency=8),
-        "requests": 48,
+        "requests": 24,
         "slo": Slo.parse("ttft=20s,tpot=2s", 90.0),
         "startup_timeout_s": 900.0,
         "timeout_s": 600.0,
-        "quality_threshold": 0.8,
+        "quality_threshold": 0.9,
     }
     base.update(changes)
     return TuneRequest(**base)
@@ -92,7 +93,7 @@ def tuned(model: Path, store: Path, rounds: int) -> dict[str, Any]:
     run = tune(
         _request(
             model,
-            spaces=("max-num-seqs=1,8,32", "dtype=bfloat16,float32"),
+            spaces=SPACE,
             confirm_rounds=rounds,
         ),
         store_path=store,
@@ -111,18 +112,23 @@ def tuned(model: Path, store: Path, rounds: int) -> dict[str, Any]:
     }
 
 
-def peers_grid(model: Path, store: Path, repeats: int) -> dict[str, Any]:
+def peers_grid(model: Path, store: Path, repeats: int, close: bool) -> dict[str, Any]:
+    """The one-trial grid, repeated: on the tuned run's space, or (``close``) on three close
+    batch limits at fp32."""
     found = []
     for number in range(repeats):
         began = time.monotonic()
+        settings: dict[str, Any] = (
+            {
+                "spaces": ("max-num-seqs=4,8,16",),
+                "reference": "max-num-seqs=4",
+                "engine_args": (*ENGINE_ARGS, "--dtype", "float32"),
+            }
+            if close
+            else {"spaces": SPACE}
+        )
         run = tune(
-            _request(
-                model,
-                spaces=("max-num-seqs=4,8,16",),
-                reference="max-num-seqs=4",
-                engine_args=(*ENGINE_ARGS, "--dtype", "float32"),
-                confirm_rounds=0,
-            ),
+            _request(model, confirm_rounds=0, **settings),
             store_path=store,
             events=lambda line: print(line, flush=True),
         ).document
@@ -180,7 +186,7 @@ def growth(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--parts", default="growth,tuned,peers")
+    parser.add_argument("--parts", default="growth,tuned,peers,close")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
@@ -198,7 +204,9 @@ def main() -> None:
         if "tuned" in parts:
             found["tuned"] = tuned(model, store, args.rounds)
         if "peers" in parts:
-            found["peers"] = peers_grid(model, store, args.repeats)
+            found["peers"] = peers_grid(model, store, args.repeats, close=False)
+        if "close" in parts:
+            found["close"] = peers_grid(model, store, args.repeats, close=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(found, indent=2), encoding="utf-8")
     print(f"wrote {args.out}")
