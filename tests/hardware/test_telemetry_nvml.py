@@ -25,6 +25,19 @@ def test_a_refused_gpm_metric_is_not_measured_never_zero() -> None:
     assert "refused (NVML return 3)" in note and "not measured" in note
 
 
+def test_a_nan_gpm_metric_is_a_gap_and_the_sample_stays_json() -> None:
+    """An H100's driver answered NaN (with success) for a GPM metric while the GPU idled: the
+    doctor then could not store its telemetry document. NaN is a gap, never a figure."""
+    import json
+
+    nvml = FakeNvml(gpm=True, nan_metrics=(FakeNvml.NVML_GPM_METRIC_DRAM_BW_UTIL,))
+    source = NvmlSource(nvml)
+    (gpu,) = source.sample()
+    assert gpu.dram_active_percent is None
+    assert gpu.sm_active_percent == pytest.approx(61.5)
+    json.dumps(gpu.__dict__, allow_nan=False)
+
+
 def test_memory_v2_leaves_out_the_driver_reservation() -> None:
     source = NvmlSource(FakeNvml())
     (gpu,) = source.sample()

@@ -15,6 +15,7 @@ can be replaced, so the arithmetic is tested without the hardware.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import threading
 import time
@@ -413,7 +414,10 @@ class NvmlSource:
             result = request.metrics[i]
             code = int(getattr(result, "nvmlReturn", _NVML_SUCCESS))
             if code == _NVML_SUCCESS:
-                out[name] = float(result.value)
+                value = float(result.value)
+                # NVML answers NaN for a metric with nothing to divide (seen on an H100 with an
+                # idle GPU): a gap, not a figure.
+                out[name] = value if math.isfinite(value) else None
             elif (key[0], key[1], name) not in self._refused_seen:
                 self._refused_seen.add((key[0], key[1], name))
                 where = f"GPU {index}" + (f" MIG instance {key[1]}" if key[1] else "")

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import itertools
 import json
 import math
@@ -702,16 +703,20 @@ class InProcessModel:
         limit = min(self._context or _CB_MAX_REQUEST_TOKENS, _CB_MAX_REQUEST_TOKENS)
         page_size = 256
         blocks_per_request = math.ceil(limit / page_size) + 1
-        cb_config = ContinuousBatchingConfig(
-            page_size=page_size,
-            num_blocks=self.max_batch * blocks_per_request,
-            max_batch_tokens=max(_CB_MAX_BATCH_TOKENS, self.max_batch),
-            max_requests_per_batch=self.max_batch,
-        )
+        # transformers 5.17 calls the page ``block_size``; later ones ``page_size`` (seen on the
+        # GPU machine's transformers 5.17: a TypeError for page_size).
+        fields = inspect.signature(ContinuousBatchingConfig).parameters
+        page_field = "page_size" if "page_size" in fields else "block_size"
         generation = copy.deepcopy(self._generation_config)
         generation.do_sample = False
         generation.eos_token_id = sorted(self._eos) if self._eos else -1
         try:
+            cb_config = ContinuousBatchingConfig(
+                **{page_field: page_size},
+                num_blocks=self.max_batch * blocks_per_request,
+                max_batch_tokens=max(_CB_MAX_BATCH_TOKENS, self.max_batch),
+                max_requests_per_batch=self.max_batch,
+            )
             manager = self._model.init_continuous_batching(
                 generation_config=generation, continuous_batching_config=cb_config
             )

@@ -85,6 +85,9 @@ class MemoryProbe:
         if self._cuda_device is not None:
             import torch
 
+            # The allocator refuses a device before CUDA is initialised ("Invalid device
+            # argument", seen on an H100 when bench probed before the model was moved).
+            torch.cuda.init()
             torch.cuda.reset_peak_memory_stats(self._cuda_device)
 
     def end(self) -> MemoryPeak:

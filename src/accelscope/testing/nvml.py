@@ -10,6 +10,8 @@ refused (NOT_SUPPORTED), as some drivers do. Everything else is an argument:
 - ``gpus``: the GPUs' names (their count is NVML's device count);
 - ``refused_metrics``: GPM metric ids whose per-metric return code is NOT_SUPPORTED (the call
   itself succeeds, as the driver does);
+- ``nan_metrics``: GPM metric ids answered with success and NaN (an H100's driver did, with the
+  GPU idle);
 - ``memory_v2=False``: a driver without ``nvmlDeviceGetMemoryInfo_v2`` (FUNCTION_NOT_FOUND);
 - ``mig``: GPU index -> its MIG instances' profiles (``"3g.40gb"``). With MIG on, utilisation
   is NOT_SUPPORTED on the GPU and on its instances, power and energy are the GPU's only, and
@@ -74,6 +76,7 @@ class FakeNvml:
         *,
         gpus: Iterable[str] = ("NVIDIA L4",),
         refused_metrics: Iterable[int] = (),
+        nan_metrics: Iterable[int] = (),
         memory_v2: bool = True,
         mig: Mapping[int, Iterable[str]] | None = None,
         energy: bool = True,
@@ -86,6 +89,7 @@ class FakeNvml:
         self.gpm = gpm
         self.names = tuple(gpus)
         self.refused = frozenset(refused_metrics)
+        self.nan = frozenset(nan_metrics)
         self.memory_v2 = memory_v2
         self.mig = {int(k): tuple(v) for k, v in (mig or {}).items()}
         self.energy = energy
@@ -259,6 +263,8 @@ class FakeNvml:
         for metric in request.metrics[: request.numMetrics]:
             if metric.metricId in self.refused or metric.metricId not in values:
                 metric.nvmlReturn, metric.value = self.NVML_ERROR_NOT_SUPPORTED, 0.0
+            elif metric.metricId in self.nan:
+                metric.nvmlReturn, metric.value = self.NVML_SUCCESS, float("nan")
             else:
                 metric.nvmlReturn, metric.value = self.NVML_SUCCESS, values[metric.metricId]
         return request
