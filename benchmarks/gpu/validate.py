@@ -1839,7 +1839,7 @@ def meta_from(
     figures = facts.figures if facts else {}
     env = outcomes.get("env")
     gpus = (env.figures.get("gpus") if env else None) or [{}]
-    device = figures.get("device") or gpus[0].get("name") or "no CUDA device"
+    device = figures.get("device") or gpus[0].get("name") or _device_name()
     detail = []
     if figures.get("sms"):
         detail.append(f"{figures['sms']} SMs")
@@ -1868,14 +1868,28 @@ def meta_from(
     }
 
 
+def _device_name() -> str:
+    """The GPU's name when neither ``facts`` nor ``env`` ran in this call (a second call)."""
+    with contextlib.suppress(Exception):
+        import torch
+
+        if torch.cuda.is_available():
+            return str(torch.cuda.get_device_name(0)) + " (facts and env not run in this call)"
+    return "no CUDA device"
+
+
 def _commit() -> str:
+    # The command's word first: the copy on the device machine may hold a stale .git (seen:
+    # a digest named the session's first commit, not the one that ran).
+    if os.environ.get("VALIDATE_COMMIT"):
+        return os.environ["VALIDATE_COMMIT"]
     head = ROOT / ".git" / "HEAD"
     with contextlib.suppress(OSError):
         text = head.read_text().strip()
         if text.startswith("ref: "):
             return (ROOT / ".git" / text[5:]).read_text().strip()[:10]
         return text[:10]
-    return os.environ.get("VALIDATE_COMMIT", "not known (no .git here)")
+    return "not known (no .git here)"
 
 
 def load_earlier(directory: Path) -> dict[str, Outcome]:
