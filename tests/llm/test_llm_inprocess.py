@@ -198,6 +198,23 @@ def test_static_batches_concurrent_requests_into_one_generate(
     assert short.end_s < records[0].end_s
 
 
+def test_static_batches_are_told_per_trial(static: InProcessModel, gate: Gate) -> None:
+    """How the static batches formed is a note of the trial (an H100 run had concurrency 4
+    below concurrency 1 in tokens/s, and nothing in the report said why)."""
+    static.trial_notes()  # what earlier tests left
+    _, blocker_threads = gate.hold(static)
+    _, threads = send(static, [(p, 2) for p in PROMPTS[:3]])
+    wait_until(lambda: static._queue.qsize() == 3)
+    gate.open()
+    for thread in [*threads, *blocker_threads]:
+        thread.join(60)
+    wait_until(lambda: len(gate.calls) == 2)
+    (note,) = static.trial_notes()
+    assert note.startswith("static batching: 2 generate call(s) of 2.0 rows on average")
+    assert "1 of one row" in note and "waits for the whole call" in note
+    assert static.trial_notes() == []  # said once: the next trial starts afresh
+
+
 def test_static_single_request_and_describe(static: InProcessModel, model_dir: Path) -> None:
     [record] = run(static, [("the model", 5)])
     assert_well_timed(record, 5)

@@ -394,7 +394,7 @@ def llm_command(
             max_in_flight=max_in_flight,
         ),
     )
-    events = None if as_json else (lambda line: _err.print(f"[dim]{line}[/]"))
+    events = None if as_json else (lambda line: _err.print(line, style="dim", markup=False))
     outcome = llm(
         request,
         store_path=None if no_store else (store or DEFAULT_STORE_PATH),

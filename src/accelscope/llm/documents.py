@@ -588,6 +588,8 @@ class LlmTrial(Document):
     )
     floor: DecodeFloor | None = None
     warnings: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    """What the target saw of this trial (an in-process model's static batches)."""
     interrupted: bool = False
     samples: dict[str, list[float]] = Field(default_factory=dict)
     records: list[RequestRecord] = Field(default_factory=list)

@@ -134,13 +134,14 @@ class Harness:
             outcome, interrupted = stop.partial, True
         cpu_s = time.process_time() - cpu_before
         energy = [meter.end() for meter in self.energy]
+        notes = [f"{arrivals.label}: {note}" for note in self.target.trial_notes()]
         server = (
             scraper.stop(origin_s=outcome.origin_s)
             if scraper is not None
             else ServerMetrics(available=False, why=self.no_metrics_why)
         )
         found = self._trial(index, role, arrivals, requests, outcome, server, cpu_s, energy)
-        found = found.model_copy(update={"interrupted": interrupted})
+        found = found.model_copy(update={"interrupted": interrupted, "notes": notes})
         self.trials.append(found.without_records())
         if self.on_trial is not None:
             self.on_trial(found)

@@ -98,6 +98,11 @@ class Target(Protocol):
         it)."""
         ...
 
+    def trial_notes(self) -> list[str]:
+        """What the target saw of the requests since the last call (an in-process model: how
+        its static batches formed); empty where it sees nothing of its own."""
+        ...
+
     def close(self) -> None:
         """Release connections, threads or the loaded model."""
         ...

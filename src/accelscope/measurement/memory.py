@@ -87,7 +87,7 @@ class MemoryProbe:
 
             # The allocator refuses a device before CUDA is initialised ("Invalid device
             # argument", seen on an H100 when bench probed before the model was moved).
-            torch.cuda.init()
+            torch.cuda.init()  # type: ignore[no-untyped-call]
             torch.cuda.reset_peak_memory_stats(self._cuda_device)
 
     def end(self) -> MemoryPeak:

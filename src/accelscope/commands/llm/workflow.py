@@ -397,7 +397,7 @@ def _document(
         floor_why=None if floor.ready else floor.why,
         capacity=capacity,
         server_config=config,
-        notes=explanations(workload, trials, config),
+        notes=[*explanations(workload, trials, config), *(n for t in trials for n in t.notes)],
     )
 
 
