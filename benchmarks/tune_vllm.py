@@ -11,7 +11,9 @@ it costs.
    (A/A), its wall time against the confirmed tune's.
 3. **cost**: the tuner's own wall/CPU time and peak memory per configuration (from the stored
    documents), and how a tune's wall time grows with the space (template engine on the fake
-   server, 1 to 8 configurations, so the servers cost nearly nothing).
+   server, 1 to 8 configurations, so the servers cost nearly nothing: ``growth`` in process,
+   ``memory`` through the real CLI, one process per size, for the tuner's own peak RSS).
+   ``close``: the one-trial grid on three close batch limits at fp32.
 
     python benchmarks/tune_vllm.py --out benchmarks/results/tune_vllm.json [--parts ...]
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -183,10 +186,43 @@ def growth(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
     return rows
 
 
+def memory(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The tuner's own peak memory and wall time against the space, through the real CLI (one
+    process per tune, as a user runs it): template engine on the fake server; the peak is the
+    tuner process's own (``tuner_peak_rss_bytes`` of its stored documents), servers excluded."""
+    rows = []
+    fake = f"{sys.executable} -m accelscope.testing.llm_server --port {{port}} --itl-ms 2"
+    cli = Path(sys.executable).with_name("accelscope")
+    for size in sizes:
+        values = ",".join(str(v) for v in range(1, size + 1))
+        with tempfile.TemporaryDirectory() as scratch:
+            command = [
+                str(cli), "tune", "--engine", "template", "--model", "fake-model",
+                "--server-command", fake + " --max-running {max_running}",
+                "--space", f"max-running={values}", "--concurrency", "4", "--requests", "40",
+                "--input-tokens", "16", "--output-tokens", "16", "--slo", "ttft=1s",
+                "--confirm-rounds", "0", "--store", str(Path(scratch) / "s.db"), "--json",
+            ]  # fmt: skip
+            began = time.monotonic()
+            done = subprocess.run(command, capture_output=True, text=True, check=True)
+            wall = time.monotonic() - began
+        configs = json.loads(done.stdout)["configs"]
+        rows.append(
+            {
+                "configurations": len(configs),
+                "wall_s": wall,
+                "tuner_peak_rss_mib": max(c["tuner_peak_rss_bytes"] for c in configs) / 2**20,
+                "tuner_cpu_s": sum(c["tuner_cpu_s"] for c in configs),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--parts", default="growth,tuned,peers,close")
+    parser.add_argument("--parts", default="growth,memory,tuned,peers,close")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
@@ -196,19 +232,24 @@ def main() -> None:
         "command": " ".join(sys.argv),
     }
     parts = args.parts.split(",")
-    with tempfile.TemporaryDirectory() as scratch:
-        model = _model(Path(scratch) / "model")
-        store = Path(scratch) / "store.db"
-        if "growth" in parts:
-            found["growth"] = growth((1, 2, 4, 8))
-        if "tuned" in parts:
-            found["tuned"] = tuned(model, store, args.rounds)
-        if "peers" in parts:
-            found["peers"] = peers_grid(model, store, args.repeats, close=False)
-        if "close" in parts:
-            found["close"] = peers_grid(model, store, args.repeats, close=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(found, indent=2), encoding="utf-8")
+    # Before the model is built here: a child started by fork and exec inherits this process's
+    # peak RSS (Linux keeps ru_maxrss across exec), so the CLI's own peak must come first.
+    if "memory" in parts:
+        found["memory"] = memory((1, 4, 8))
+    if "growth" in parts:
+        found["growth"] = growth((1, 2, 4, 8))
+    if {"tuned", "peers", "close"} & set(parts):
+        with tempfile.TemporaryDirectory() as scratch:
+            model = _model(Path(scratch) / "model")
+            store = Path(scratch) / "store.db"
+            if "tuned" in parts:
+                found["tuned"] = tuned(model, store, args.rounds)
+            if "peers" in parts:
+                found["peers"] = peers_grid(model, store, args.repeats, close=False)
+            if "close" in parts:
+                found["close"] = peers_grid(model, store, args.repeats, close=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(found, indent=2), encoding="utf-8")
     print(f"wrote {args.out}")
 
 

@@ -50,8 +50,8 @@ VLLM_ARGS = [
     "--engine", "vllm", "--engine-args", "--enforce-eager --max-model-len 2048",
     "--kv-cache-gib", "1", "--space", "max-num-seqs=1,8",
     "--candidate", "max-num-seqs=0", "--candidate", "max-num-seqs=8,dtype=float32",
-    "--reference", "max-num-seqs=8", "--concurrency", "8", "--requests", "32",
-    "--input-tokens", "64", "--output-tokens", "32", "--slo", "ttft=60s",
+    "--reference", "max-num-seqs=8", "--concurrency", "8", "--requests", "16",
+    "--input-tokens", "64", "--output-tokens", "16", "--slo", "ttft=60s",
     "--slo-percentile", "90", "--confirm-rounds", "0", "--quality-threshold", "0.5",
 ]  # fmt: skip
 

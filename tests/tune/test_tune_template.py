@@ -21,7 +21,7 @@ from accelscope.commands.tune.workflow import TuneRequest, tune
 from accelscope.llm.documents import Arrivals, Slo
 from accelscope.llm.workload import Lengths, Workload
 from accelscope.store.sqlite import ResultStore
-from accelscope.testing import CliRunner
+from accelscope.testing import CliRunner, restore_default_sigint
 from accelscope.tune.documents import TuneConfig, TuneRound, TuneRun
 
 FAKE = f"{sys.executable} -m accelscope.testing.llm_server --port {{port}} --itl-ms 4 --ttft-ms 10"
@@ -203,7 +203,12 @@ def _start_tune(store: Path, extra: list[str]) -> subprocess.Popen[bytes]:
         "--input-tokens", "8", "--output-tokens", "8", "--slo", "ttft=1s",
         "--confirm-rounds", "0", "--store", str(store),
     ]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=restore_default_sigint,  # a suite run in the background ignores SIGINT
+    )
 
 
 def _wait_for(condition: object, timeout_s: float = 120.0) -> None:
