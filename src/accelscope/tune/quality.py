@@ -79,7 +79,7 @@ class QualityResult(Document):
 
 
 class _ServerError(Exception):
-    pass
+    """The server's answer to a quality prompt could not be used (its one-line reason)."""
 
 
 def _post(url: str, body: dict[str, Any], timeout_s: float, api_key: str | None) -> Any:
