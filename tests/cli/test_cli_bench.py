@@ -91,3 +91,14 @@ def test_bench_report_in_missing_directory_fails_before_the_sweep(
     )
     assert_one_line_error(code, err, "does not exist")
     assert not (tmp_path / "r.db").exists()
+
+
+def test_bench_tf32_takes_a_toml_list_like_the_flag(tmp_path: Path, cli: CliRunner) -> None:
+    """``tf32 = ["off", "on"]`` is the flag's ``--tf32 off,on`` (it was refused as 'a string or
+    a number'); on a CPU both answer the same one line."""
+    config = tmp_path / "bench.toml"
+    config.write_text('[model]\nref = "digits-cnn"\n[bench]\ntf32 = ["off", "on"]\nbatch = [4]\n')
+    from_file = cli("bench", "--config", str(config), "--no-store")
+    from_flag = cli("bench", "digits-cnn", "--tf32", "off,on", "--batch", "4", "--no-store")
+    assert_one_line_error(*from_file[::2], "--tf32 on needs --device cuda")
+    assert from_file[2] == from_flag[2]

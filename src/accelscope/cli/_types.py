@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from accelscope.cli._device import Tf32
 from accelscope.errors import BadInputError
 from accelscope.spec import (
     Precision,
@@ -60,7 +61,7 @@ class Numbers:
     values: tuple[float, ...]
 
 
-COMMA_TYPES = (Sizes, Names, Precisions, Numbers)
+COMMA_TYPES = (Sizes, Names, Precisions, Numbers, Tf32)
 """Flag types whose config file value may be a TOML list."""
 
 
