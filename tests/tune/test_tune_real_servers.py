@@ -41,9 +41,12 @@ def _servers(marker: str) -> list[int]:
 def _configs(store: Path) -> list[TuneConfig]:
     if not store.exists():
         return []
-    with sqlite3.connect(store) as db:
-        rows = db.execute("SELECT payload_json FROM documents WHERE kind = 'tune-config'")
-        return [TuneConfig.from_payload(json.loads(r[0])) for r in rows.fetchall()]
+    try:
+        with sqlite3.connect(store) as db:
+            rows = db.execute("SELECT payload_json FROM documents WHERE kind = 'tune-config'")
+            return [TuneConfig.from_payload(json.loads(r[0])) for r in rows.fetchall()]
+    except sqlite3.OperationalError:  # the tuner made the file, not yet its tables
+        return []
 
 
 VLLM_ARGS = [

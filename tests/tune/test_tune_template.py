@@ -53,10 +53,19 @@ def _fakes() -> list[int]:
     return [int(p) for p in found.stdout.split()]
 
 
+_TUNERS: list[subprocess.Popen[bytes]] = []
+"""The tuners a test started as processes: stopped after it, even when it failed midway."""
+
+
 @pytest.fixture(autouse=True)
 def no_server_left() -> object:
     before = set(_fakes())
     yield None
+    while _TUNERS:  # a test that failed before it stopped its tuner: its servers follow it
+        tuner = _TUNERS.pop()
+        if tuner.poll() is None:
+            tuner.kill()
+            tuner.wait()
     deadline = time.monotonic() + 10
     while set(_fakes()) - before and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -189,8 +198,12 @@ def test_a_refused_setting_and_a_server_that_dies_are_recorded(
 def _documents(store: Path, kind: str) -> list[dict[str, object]]:
     if not store.exists():
         return []
-    with sqlite3.connect(store) as db:
-        rows = db.execute("SELECT payload_json FROM documents WHERE kind = ?", (kind,)).fetchall()
+    try:
+        with sqlite3.connect(store) as db:
+            query = "SELECT payload_json FROM documents WHERE kind = ?"
+            rows = db.execute(query, (kind,)).fetchall()
+    except sqlite3.OperationalError:  # the tuner made the file, not yet its tables (seen in CI)
+        return []
     return [json.loads(r[0]) for r in rows]
 
 
@@ -203,12 +216,14 @@ def _start_tune(store: Path, extra: list[str]) -> subprocess.Popen[bytes]:
         "--input-tokens", "8", "--output-tokens", "8", "--slo", "ttft=1s",
         "--confirm-rounds", "0", "--store", str(store),
     ]  # fmt: skip
-    return subprocess.Popen(
+    tuner = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         preexec_fn=restore_default_sigint,  # a suite run in the background ignores SIGINT
     )
+    _TUNERS.append(tuner)
+    return tuner
 
 
 def _wait_for(condition: object, timeout_s: float = 120.0) -> None:
