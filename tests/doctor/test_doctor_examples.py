@@ -60,7 +60,9 @@ def _doctor(
     ],
 )
 def test_example_is_diagnosed(example: str, bottleneck: str, cpu: str | None) -> None:
-    steps = 4 if example == "compute_bound.py" else 8
+    # batch1's steps are ~0.3 ms: over 8 of them one scheduler hiccup moved the mean per-operator
+    # time past the limit in a CI run (diagnosed 'compute'); 64 steps cost ~20 ms more
+    steps = {"compute_bound.py": 4, "batch1_inference.py": 64}.get(example, 8)
     result = _doctor(EXAMPLES / example, steps=steps, cpu=cpu)
     assert result.diagnosis.bottleneck == bottleneck, result.diagnosis.headline
     assert result.diagnosis.breakdown.steps == steps
