@@ -9,15 +9,19 @@ a multi-turn run, whose run is kept with the lost turns counted as errors."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from accelscope.commands.llm.workflow import LlmRequestSettings, llm
-from accelscope.llm.documents import LlmTrial, Slo
+from accelscope.llm.client import OpenAIEndpoint
+from accelscope.llm.documents import LlmTrial, RequestRecord, Slo
+from accelscope.llm.records import LlmRequest
 from accelscope.llm.workload import Lengths, PrefixScenario, SessionWorkload, Workload
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing.llm_model import build_tiny_llama
@@ -40,6 +44,26 @@ def vllm(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     assert not server.group_alive()
 
 
+@pytest.fixture(scope="module")
+def decode_s_per_token(vllm: VllmServe) -> float:
+    """This server's time per output token here, measured (the second of two 64-token
+    requests: the first loads kernels): what sizes a trial that must outlast several scrapes
+    on a fast CPU as on a slow one."""
+    endpoint = OpenAIEndpoint(vllm.url, vllm.model, ignore_eos=True)
+    record: RequestRecord | None = None
+    for _ in range(2):
+        record = endpoint.stream(
+            LlmRequest(index=0, prompt="Hello there, how are you", max_tokens=64),
+            origin_s=time.perf_counter(),
+            scheduled_s=0.0,
+            timeout_s=120.0,
+            cancel=threading.Event(),
+        )
+        assert record.ok, record.error
+    assert record is not None and record.first_token_s is not None
+    return max((record.end_s - record.first_token_s) / 63, 1e-4)
+
+
 def _settings(server: VllmServe, **changes: object) -> LlmRequestSettings:
     base: dict[str, object] = {
         "url": server.url,
@@ -57,15 +81,22 @@ def _settings(server: VllmServe, **changes: object) -> LlmRequestSettings:
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_streams_with_usage_and_the_server_metrics_are_read(
-    vllm: VllmServe, tmp_path: Path, environment: object, api: str
+    vllm: VllmServe,
+    decode_s_per_token: float,
+    tmp_path: Path,
+    environment: object,
+    api: str,
 ) -> None:
+    # sized from the measured speed: 16 requests two at a time decode for about 4 s, several
+    # one-second scrapes while requests run, on a fast CPU as on a slow one
+    output = min(max(96, math.ceil(4.0 / 8 / decode_s_per_token)), 1800)
     outcome = llm(
         _settings(
             vllm,
             api=api,
             slo=Slo.parse("ttft=10s,tpot=5s", 90.0),
-            requests=16,  # long enough (seconds) for scrapes while requests run
-            workload=Workload(input_tokens=Lengths(24, 24), output_tokens=Lengths(96, 96)),
+            requests=16,
+            workload=Workload(input_tokens=Lengths(24, 24), output_tokens=Lengths(output, output)),
         ),
         store_path=tmp_path / "store.db",
         environment=environment,  # type: ignore[arg-type]
@@ -74,7 +105,7 @@ def test_streams_with_usage_and_the_server_metrics_are_read(
     summary = trial.summary
     assert summary.completed == 16 and summary.errors == 0
     assert summary.token_sources == {"usage": summary.window.requests if summary.window else 0}
-    assert summary.tokens is not None and summary.tokens.output_mean == 96
+    assert summary.tokens is not None and summary.tokens.output_mean == output
     metrics = summary.metrics
     assert 0 < (metrics.ttft_s.p50 or 0) <= (metrics.e2e_s.p50 or 0)
     assert (metrics.tpot_s.p50 or 0) > 0
@@ -82,7 +113,6 @@ def test_streams_with_usage_and_the_server_metrics_are_read(
     assert server.available and server.server == "vllm" and server.scrapes >= 2
     assert server.prefix_cache is not None and (server.prefix_cache.queries or 0) > 0
     assert server.kv_cache_usage is not None and 0 <= server.kv_cache_usage.max <= 1
-    assert server.running is not None and server.running.max >= 1
     assert server.waiting is not None and server.preemptions == 0
     config = server.config
     assert config is not None and config.block_size_tokens == BLOCK
@@ -94,6 +124,19 @@ def test_streams_with_usage_and_the_server_metrics_are_read(
         stored = store.get_run(outcome.run_id or "").documents_of("llm-trial")
     back = LlmTrial.from_payload(stored[0])
     assert back.server_metrics.config == config and len(back.records) == 16
+    # the moment the gauges are asserted on: scrapes the client saw fall inside a decode
+    # (a request past its first token and 0.2 s from its end), proved before the assert
+    busy = [
+        point
+        for point in server.timeline
+        if any(
+            r.first_token_s is not None and r.first_token_s + 0.2 <= point.t_s <= r.end_s - 0.2
+            for r in back.records
+        )
+    ]
+    assert busy, (decode_s_per_token, output, [p.t_s for p in server.timeline])
+    assert max(p.running or 0 for p in busy) >= 1
+    assert server.running is not None and server.running.max >= 1
 
 
 def test_a_prefix_shorter_than_a_block_is_explained_one_longer_hits(
@@ -171,7 +214,7 @@ def test_conversations_reuse_the_prefix_cache_turn_by_turn(
 
 
 def test_a_server_killed_mid_conversation(
-    vllm: VllmServe, tmp_path: Path, environment: object
+    vllm: VllmServe, tmp_path: Path, environment: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Last in the module: it kills the shared server."""
     workload = SessionWorkload(
@@ -182,25 +225,33 @@ def test_a_server_killed_mid_conversation(
         seed=404,
     )
     store = tmp_path / "store.db"
+    # the fault: the server is killed once the client has received two whole turns, from
+    # inside the client thread that received the second (its session has turns left to send)
+    received: list[RequestRecord] = []
+    lock = threading.Lock()
+    original = OpenAIEndpoint.stream
 
-    def kill_soon() -> None:
-        time.sleep(2.0)
-        vllm.kill()
+    def stream(self: OpenAIEndpoint, request: LlmRequest, **kwargs: Any) -> RequestRecord:
+        record = original(self, request, **kwargs)
+        if request.index >= 0 and record.ok:  # not the check
+            with lock:
+                received.append(record)
+                if len(received) == 2:
+                    vllm.kill()
+        return record
 
-    killer = threading.Thread(target=kill_soon)
-    killer.start()
+    monkeypatch.setattr(OpenAIEndpoint, "stream", stream)
     began = time.perf_counter()
     outcome = llm(
         _settings(vllm, workload=workload, requests=None, timeout_s=30.0),
         store_path=store,
         environment=environment,  # type: ignore[arg-type]
     )
-    killer.join()
     assert time.perf_counter() - began < 60  # never a hang
     [trial] = outcome.document.trials
     summary = trial.summary
     assert summary.requests == 24  # every turn of every session is counted
-    assert summary.completed >= 1 and summary.errors >= 1
+    assert len(received) >= 2 and summary.completed == len(received) and summary.errors >= 1
     assert summary.completed + summary.errors == 24
     assert any("not sent" in kind.error for kind in summary.error_kinds)
     with ResultStore(store) as opened:
