@@ -32,6 +32,18 @@ def one_line(text: str, limit: int = 200) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def exception_line(exc: BaseException, *, limit: int = 300, named: bool = False) -> str:
+    """The first non-blank line of ``exc``'s message, cut to ``limit`` characters; with
+    ``named`` it follows the exception's type (``ValueError: ...``). A message with no text
+    is the type's name: how a library's exception enters a one-line error or a stored
+    failure."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    text = lines[0][:limit] if lines else ""
+    if named:
+        return f"{type(exc).__name__}: {text}".rstrip(": ")
+    return text or type(exc).__name__
+
+
 class AccelscopeError(Exception):
     """Root of every error accelscope raises on purpose."""
 

@@ -49,7 +49,7 @@ from accelscope.backends.quantize import (
     pt2e_int8,
     torchao_installed,
 )
-from accelscope.errors import BadInputError, MeasurementError
+from accelscope.errors import BadInputError, MeasurementError, exception_line
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.inputs import make_batch
 from accelscope.spec import Device, Precision, RunSpec
@@ -100,11 +100,6 @@ def inductor_options(spec: RunSpec) -> dict[str, Any]:
     options: dict[str, Any] = dict(list_mode_options(chosen["mode"]))
     options["freezing"] = chosen["freezing"] == "true"
     return options
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
 
 
 class _CompiledRunner(TorchRunner):
@@ -199,7 +194,7 @@ def _eager_failure(
         shapes = ", ".join(s.to_text() for s in model.inputs)
         return BadInputError(
             f"model {model.ref} failed on its first call with inputs {shapes} at batch "
-            f"{spec.batch_size}: {type(exc).__name__}: {_first_line(exc)}"
+            f"{spec.batch_size}: {type(exc).__name__}: {exception_line(exc)}"
         )
     return None
 
@@ -214,7 +209,7 @@ def _compile_failure(
         return MeasurementError(f"out of memory at batch {spec.batch_size} ({spec.label()})")
     return _eager_failure(model, spec, module, batch) or MeasurementError(
         f"torch.compile of {model.ref} failed ({spec.label()}): "
-        f"{type(exc).__name__}: {_first_line(exc)}"
+        f"{type(exc).__name__}: {exception_line(exc)}"
     )
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accelscope.errors import MeasurementError
+from accelscope.errors import MeasurementError, exception_line
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.inputs import make_batch
 
@@ -185,11 +185,6 @@ def quiet() -> Iterator[None]:
                 logger.setLevel(level)
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0][:200] if lines else ''}".rstrip(": ")
-
-
 def _export(model: LoadedModel, batch_size: int | None, path: Path, opset: int) -> None:
     import torch
 
@@ -208,7 +203,8 @@ def _export(model: LoadedModel, batch_size: int | None, path: Path, opset: int) 
         try:
             _run_exporter(module, args, model.input_names, path, opset, batch_size, dynamo)
         except Exception as exc:  # noqa: BLE001 - exporters raise anything; try the other one
-            failures.append(f"{'dynamo' if dynamo else 'torchscript'} exporter: {_first_line(exc)}")
+            why = exception_line(exc, named=True, limit=200)
+            failures.append(f"{'dynamo' if dynamo else 'torchscript'} exporter: {why}")
             continue
         if path.is_file():
             return

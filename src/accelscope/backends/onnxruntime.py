@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelscope.backends.base import Availability, Backend, Batch, Runner
 from accelscope.backends.onnx_export import export_onnx
-from accelscope.errors import MeasurementError, ModelLoadError, NotAvailableError
+from accelscope.errors import MeasurementError, ModelLoadError, NotAvailableError, exception_line
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.spec import BATCH_DIM, Device, Precision, RunSpec
 
@@ -40,11 +40,6 @@ __all__ = ["OnnxRuntimeBackend", "quantize_onnx"]
 
 _INSTALL_HINT = "pip install 'accelscope[onnx]' -c constraints.txt"
 _VNNI = ("avx512_vnni", "avx_vnni", "amx_int8")
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[0][:300] if lines else type(exc).__name__
 
 
 def _has_vnni() -> bool:
@@ -266,13 +261,13 @@ class OnnxRuntimeBackend(Backend):
                 except Exception as exc:
                     raise MeasurementError(
                         f"onnxruntime {quant} int8 quantization of {model.ref} failed: "
-                        f"{type(exc).__name__}: {_first_line(exc)}"
+                        f"{type(exc).__name__}: {exception_line(exc)}"
                     ) from exc
             try:
                 session = ort.InferenceSession(str(path), session_options, providers=providers)
             except Exception as exc:
                 raise ModelLoadError(
-                    f"onnxruntime cannot load {path.name} for {model.ref}: {_first_line(exc)}"
+                    f"onnxruntime cannot load {path.name} for {model.ref}: {exception_line(exc)}"
                 ) from exc
         return _OrtRunner(session, spec, model.input_names, _tf32_notes(spec, options))
 

@@ -47,7 +47,7 @@ from accelscope.backends.onnx_export import (
     export_onnx,
     quiet,
 )
-from accelscope.errors import MeasurementError, NotAvailableError
+from accelscope.errors import MeasurementError, NotAvailableError, exception_line
 from accelscope.models.base import LoadedModel, ModelFormat, Task
 from accelscope.models.inputs import make_batch
 from accelscope.spec import BATCH_DIM, Device, Precision, RunSpec
@@ -63,11 +63,6 @@ _INSTALL_HINT = "pip install 'accelscope[openvino]' -c constraints.txt"
 _NNCF_HINT = "NNCF post-training quantization needs nncf (pip install nncf)"
 _TRANSFORMER_TASKS = (Task.ENCODER, Task.LANGUAGE_MODEL)
 _PRECISION_HINTS = {Precision.FP32: "f32", Precision.BF16: "bf16", Precision.INT8: "f32"}
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
 
 
 @functools.lru_cache(maxsize=1)
@@ -114,13 +109,16 @@ def _read_model(model: LoadedModel) -> Any:
             try:  # the ONNX exporters trace differently and may succeed where it failed
                 path = export_onnx(model, batch_size=None)
             except MeasurementError as onnx_exc:
+                why = exception_line(exc, named=True)
                 raise MeasurementError(
-                    f"openvino cannot convert {model.ref}: {_first_line(exc)}; {onnx_exc}"
+                    f"openvino cannot convert {model.ref}: {why}; {onnx_exc}"
                 ) from exc
     try:
         return core.read_model(str(path))
     except Exception as exc:
-        raise MeasurementError(f"openvino cannot read {path}: {_first_line(exc)}") from exc
+        raise MeasurementError(
+            f"openvino cannot read {path}: {exception_line(exc, named=True)}"
+        ) from exc
 
 
 def _input_order(ov_model: Any, model: LoadedModel) -> list[int]:
@@ -152,8 +150,9 @@ def _reshape(ov_model: Any, model: LoadedModel, order: list[int], batch_size: in
     try:
         ov_model.reshape(shapes)
     except Exception as exc:
+        why = exception_line(exc, named=True)
         raise MeasurementError(
-            f"openvino cannot reshape {model.ref} to batch {batch_size}: {_first_line(exc)}"
+            f"openvino cannot reshape {model.ref} to batch {batch_size}: {why}"
         ) from exc
 
 
@@ -183,8 +182,8 @@ def _import_nncf() -> Any:
             import nncf
     except Exception as exc:  # a broken install raises anything on import
         raise NotAvailableError(
-            f"openvino int8 not available: nncf cannot be imported ({_first_line(exc)}); "
-            f"{_NNCF_HINT}"
+            "openvino int8 not available: nncf cannot be imported "
+            f"({exception_line(exc, named=True)}); {_NNCF_HINT}"
         ) from exc
     return nncf
 
@@ -244,7 +243,7 @@ def _quantize_int8(
             )
     except Exception as exc:
         raise MeasurementError(
-            f"nncf int8 quantization of {model.ref} failed: {_first_line(exc)}"
+            f"nncf int8 quantization of {model.ref} failed: {exception_line(exc, named=True)}"
         ) from exc
 
 
@@ -394,5 +393,5 @@ class OpenVinoBackend(Backend):
             return _core().compile_model(ov_model, "CPU", config)
         except Exception as exc:
             raise MeasurementError(
-                f"openvino cannot compile {model.ref}: {_first_line(exc)}"
+                f"openvino cannot compile {model.ref}: {exception_line(exc, named=True)}"
             ) from exc

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from accelscope.errors import MeasurementError, NotAvailableError
+from accelscope.errors import MeasurementError, NotAvailableError, exception_line
 from accelscope.spec import BATCH_DIM, TensorSpec
 
 if TYPE_CHECKING:
@@ -38,11 +38,6 @@ TORCHAO_INSTALL_HINT = "pip install 'accelscope[torchao]' -c constraints.txt"
 def torchao_installed() -> bool:
     """True when ``torchao`` can be imported (checked without importing it)."""
     return importlib.util.find_spec("torchao") is not None
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
 
 
 def _pt2e_api() -> tuple[Any, Any, Any, Any]:
@@ -127,7 +122,7 @@ def pt2e_int8(
                     module, example_args, dynamic_shapes=dynamic_shapes, strict=strict
                 )
         except Exception as exc:  # noqa: BLE001 - export fails in many ways on user models
-            failures.append(f"{mode} export: {type(exc).__name__}: {_first_line(exc)}")
+            failures.append(f"{mode} export: {type(exc).__name__}: {exception_line(exc)}")
             continue
         try:
             with warnings.catch_warnings():
@@ -136,7 +131,7 @@ def pt2e_int8(
                 observed = prepare_pt2e(exported.module(), quantizer)
             break
         except Exception as exc:  # noqa: BLE001 - the quantizer rejects some graphs
-            failures.append(f"{mode} quantizer: {type(exc).__name__}: {_first_line(exc)}")
+            failures.append(f"{mode} quantizer: {type(exc).__name__}: {exception_line(exc)}")
     if observed is None:
         raise MeasurementError(
             "int8 quantization needs a torch.export-able model the x86 quantizer can annotate; "
@@ -150,7 +145,7 @@ def pt2e_int8(
                 shapes = ", ".join(str(tuple(arg.shape)) for arg in args)
                 raise MeasurementError(
                     f"int8 calibration batch {number} (shapes {shapes}) failed: "
-                    f"{type(exc).__name__}: {_first_line(exc)}"
+                    f"{type(exc).__name__}: {exception_line(exc)}"
                 ) from exc
     converted: torch.fx.GraphModule = convert_pt2e(observed)
     if not any(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelscope.backends.base import Availability, Backend, Batch, Runner
 from accelscope.backends.eager import TorchRunner, own_module, torch_device
-from accelscope.errors import MeasurementError, NotAvailableError
+from accelscope.errors import MeasurementError, NotAvailableError, exception_line
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.inputs import torch_dtype
 from accelscope.spec import Device, Precision, RunSpec
@@ -36,11 +36,6 @@ _INSTALL_HINT = "pip install torch-tensorrt (a build matching the installed torc
 _MODELOPT_HINT = "pip install nvidia-modelopt"
 _MIN_CC = {Precision.BF16: (8, 0), Precision.FP8: (8, 9)}
 _QUANT_CONFIGS = {Precision.INT8: "INT8_DEFAULT_CFG", Precision.FP8: "FP8_DEFAULT_CFG"}
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
 
 
 def _enabled_precisions(precision: Precision) -> set[Any]:
@@ -75,7 +70,7 @@ def _quantize(module: Any, precision: Precision, calibration: Sequence[Batch], n
         mtq.quantize(quantized, config, forward_loop=forward_loop)
     except Exception as exc:
         raise MeasurementError(
-            f"modelopt {precision.value} quantization failed: {_first_line(exc)}"
+            f"modelopt {precision.value} quantization failed: {exception_line(exc, named=True)}"
         ) from exc
     return quantized
 
@@ -175,7 +170,7 @@ class TensorRtBackend(Backend):
         except Exception as exc:
             raise MeasurementError(
                 f"torch_tensorrt cannot compile {model.ref} for {spec.precision.value}: "
-                f"{_first_line(exc)}"
+                f"{exception_line(exc, named=True)}"
             ) from exc
         return _TensorRtRunner(compiled, spec, model.input_names)
 

@@ -14,7 +14,7 @@ from accelscope.accuracy.fidelity import compare_outputs
 from accelscope.backends.base import Backend, Batch, Runner
 from accelscope.engine.accuracy_check import AccuracyCheck, run_chunked, score
 from accelscope.engine.energy import energy_of_config
-from accelscope.errors import BadInputError, MeasurementError
+from accelscope.errors import BadInputError, MeasurementError, exception_line
 from accelscope.hardware.energy import EnergyMeter
 from accelscope.hardware.fingerprint import Environment
 from accelscope.measurement.memory import MemoryProbe
@@ -28,11 +28,6 @@ from accelscope.spec import Device, RunSpec
 __all__ = ["measure_config"]
 
 _CLASSIFIER_TASKS = (Task.CLASSIFICATION, Task.LANGUAGE_MODEL)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def _timed_call(runner: Runner, feed: Any, keep: list[Any]) -> Callable[[], object]:
@@ -132,10 +127,10 @@ def _raise_run_failure(
         shapes = ", ".join(s.to_text() for s in model.inputs)
         raise BadInputError(
             f"model {model.ref} failed on its first call with inputs {shapes} at batch "
-            f"{spec.batch_size}: {type(exc).__name__}: {_first_line(exc)[:300]}"
+            f"{spec.batch_size}: {type(exc).__name__}: {exception_line(exc)[:300]}"
         ) from exc
     raise MeasurementError(
-        f"model {model.ref} failed during measurement: {type(exc).__name__}: {_first_line(exc)}"
+        f"model {model.ref} failed during measurement: {type(exc).__name__}: {exception_line(exc)}"
     ) from exc
 
 

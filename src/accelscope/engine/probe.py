@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from accelscope.errors import exception_line
 from accelscope.files import write_atomic
 from accelscope.hardware.fastpaths import PrecisionSupport
 from accelscope.spec import Device, Precision
@@ -483,11 +484,6 @@ _PROBES: dict[str, Callable[[Precision, int], _Probed]] = {
 }
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0][:200] if lines else ''}".rstrip(": ")
-
-
 def measure_probes(pairs: Iterable[tuple[str, Precision]], threads: int) -> list[ProbeVerdict]:
     """Probe each (runtime, precision) at ``threads`` threads, in this process.
 
@@ -511,7 +507,7 @@ def measure_probes(pairs: Iterable[tuple[str, Precision]], threads: int) -> list
                     warnings.simplefilter("ignore")  # deprecation chatter of quantized tensors
                     probed = _PROBES[runtime](precision, threads)
             except Exception as exc:  # noqa: BLE001 - a runtime may fail in any way; recorded
-                verdicts.append(replace(base, error=_first_line(exc)))
+                verdicts.append(replace(base, error=exception_line(exc, named=True, limit=200)))
                 continue
             verdicts.append(
                 replace(
@@ -587,7 +583,7 @@ def _measure_isolated(
     except FutureTimeout:
         reason = f"the probe did not finish within {timeout_s:g} s"
     except Exception as exc:  # noqa: BLE001 - a crashed probe process (BrokenProcessPool, ...)
-        reason = f"the probe process failed ({_first_line(exc)})"
+        reason = f"the probe process failed ({exception_line(exc, named=True, limit=200)})"
     finally:
         for process in list(getattr(pool, "_processes", {}).values()):
             process.kill()  # a hung probe must not outlive its timeout

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accelscope.errors import ModelLoadError
+from accelscope.errors import ModelLoadError, exception_line
 
 __all__ = ["is_factory_ref", "resolve_factory"]
 
@@ -25,11 +25,6 @@ _MODULE_REF = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
 def is_factory_ref(ref: str) -> bool:
     """True for ``file.py:fn`` and ``package.module:fn`` references."""
     return (".py:" in ref and not ref.endswith(".py:")) or bool(_MODULE_REF.match(ref))
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def _load_file_module(path: Path) -> Any:
@@ -46,7 +41,7 @@ def _load_file_module(path: Path) -> Any:
     except Exception as exc:
         sys.modules.pop(name, None)
         raise ModelLoadError(
-            f"importing {path} failed: {type(exc).__name__}: {_first_line(exc)}"
+            f"importing {path} failed: {type(exc).__name__}: {exception_line(exc)}"
         ) from exc
     return module
 
@@ -62,10 +57,10 @@ def resolve_factory(ref: str) -> tuple[Callable[[], Any], str]:
         try:
             module = importlib.import_module(target)
         except ImportError as exc:
-            raise ModelLoadError(f"cannot import module {target!r}: {_first_line(exc)}") from exc
+            raise ModelLoadError(f"cannot import module {target!r}: {exception_line(exc)}") from exc
         except Exception as exc:
             raise ModelLoadError(
-                f"importing {target!r} failed: {type(exc).__name__}: {_first_line(exc)}"
+                f"importing {target!r} failed: {type(exc).__name__}: {exception_line(exc)}"
             ) from exc
         file = getattr(module, "__file__", None)
         digest_source = Path(file).read_bytes() if file else target.encode()

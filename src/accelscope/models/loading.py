@@ -12,7 +12,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from accelscope.errors import ModelLoadError, NotAvailableError
+from accelscope.errors import ModelLoadError, NotAvailableError, exception_line
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.eval_file import load_eval_file
 from accelscope.models.factory import is_factory_ref, resolve_factory
@@ -33,11 +33,6 @@ def _file_digest(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()[:16]
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def _need_inputs(ref: str, inputs: tuple[TensorSpec, ...] | None) -> tuple[TensorSpec, ...]:
@@ -63,7 +58,7 @@ def _apply_weights(module: Any, weights: Path, trust_model_code: bool) -> None:
         module.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise ModelLoadError(
-            f"weights in {weights} do not fit the model: {_first_line(exc)[:200]}"
+            f"weights in {weights} do not fit the model: {exception_line(exc)[:200]}"
         ) from exc
 
 
@@ -148,7 +143,7 @@ def _load_exported(
         raise
     except Exception as exc:
         raise ModelLoadError(
-            f"{path} is not a loadable torch.export program: {_first_line(exc)[:200]}"
+            f"{path} is not a loadable torch.export program: {exception_line(exc)[:200]}"
         ) from exc
     return LoadedModel(
         ref=str(path),
@@ -186,7 +181,7 @@ def load_model(
             built = factory()
         except Exception as exc:
             raise ModelLoadError(
-                f"model factory {ref} raised {type(exc).__name__}: {_first_line(exc)}"
+                f"model factory {ref} raised {type(exc).__name__}: {exception_line(exc)}"
             ) from exc
         loaded = LoadedModel(
             ref=ref,

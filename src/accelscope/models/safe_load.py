@@ -15,16 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from accelscope.errors import ModelLoadError, UnsafeModelError
+from accelscope.errors import ModelLoadError, UnsafeModelError, exception_line
 
 __all__ = ["load_checkpoint", "load_state_dict", "no_unpickling", "read_safetensors"]
 
 TRUST_HINT = "pass --trust-model-code only if you trust whoever made this file"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def load_checkpoint(path: Path, *, trust_model_code: bool = False) -> Any:
@@ -39,16 +34,16 @@ def load_checkpoint(path: Path, *, trust_model_code: bool = False) -> Any:
         if not trust_model_code:
             raise UnsafeModelError(
                 f"refusing to unpickle {path}: it holds objects beyond tensors, and loading "
-                f"them would run code from the file ({_first_line(exc)[:120]}); {TRUST_HINT}"
+                f"them would run code from the file ({exception_line(exc)[:120]}); {TRUST_HINT}"
             ) from exc
     except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile, OSError) as exc:
         raise ModelLoadError(
-            f"{path} is not a readable torch checkpoint: {_first_line(exc)}"
+            f"{path} is not a readable torch checkpoint: {exception_line(exc)}"
         ) from exc
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:
-        raise ModelLoadError(f"cannot load {path}: {_first_line(exc)}") from exc
+        raise ModelLoadError(f"cannot load {path}: {exception_line(exc)}") from exc
 
 
 def read_safetensors(path: Path) -> dict[str, Any]:
@@ -62,7 +57,9 @@ def read_safetensors(path: Path) -> dict[str, Any]:
     try:
         return dict(load_file(str(path), device="cpu"))
     except Exception as exc:
-        raise ModelLoadError(f"{path} is not a valid safetensors file: {_first_line(exc)}") from exc
+        raise ModelLoadError(
+            f"{path} is not a valid safetensors file: {exception_line(exc)}"
+        ) from exc
 
 
 def load_state_dict(path: Path, *, trust_model_code: bool = False) -> dict[str, Any]:
@@ -115,7 +112,7 @@ def no_unpickling() -> Iterator[None]:
         except pickle.UnpicklingError as exc:
             raise UnsafeModelError(
                 "refusing to unpickle an object inside this .pt2 program "
-                f"({_first_line(exc)[:120]}); {TRUST_HINT}"
+                f"({exception_line(exc)[:120]}); {TRUST_HINT}"
             ) from exc
 
     def refuse_script_object(*args: Any, **kwargs: Any) -> Any:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from accelscope.engine.probe import ProbeTable, probe_table
-from accelscope.errors import BadInputError, NotAvailableError
+from accelscope.errors import BadInputError, NotAvailableError, exception_line
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.models.factory import is_factory_ref
@@ -184,11 +184,6 @@ class _Shipped:
     refs: tuple[Any, ...]
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
-
-
 _FILE_FIELDS = ("model_ref", "weights", "eval_data", "accuracy_path")
 
 
@@ -311,7 +306,7 @@ class RayExecutor:
             )
         except Exception as exc:
             raise BadInputError(
-                f"cannot connect to the Ray cluster at {self.address}: {_first_line(exc)}"
+                f"cannot connect to the Ray cluster at {self.address}: {exception_line(exc)}"
             ) from exc
         try:
             counts = self._count_nodes(force=True)
@@ -385,7 +380,7 @@ class RayExecutor:
             raise
         except Exception as exc:
             raise BadInputError(
-                f"could not describe the cluster's node types: {_first_line(exc)}"
+                f"could not describe the cluster's node types: {exception_line(exc)}"
             ) from exc
         return [
             NodeDescription(
@@ -532,7 +527,7 @@ class RayExecutor:
                     None, f"out of memory: Ray's memory monitor killed the task ({name})"
                 )
             if not _node_died(exc):
-                return WorkerOutcome(None, f"the Ray task failed: {name}: {_first_line(exc)}")
+                return WorkerOutcome(None, f"the Ray task failed: {name}: {exception_line(exc)}")
             why = f"its node died ({name})"
             if flight.attempts >= 2:
                 return WorkerOutcome(

@@ -29,7 +29,7 @@ from accelscope.engine.accuracy_check import (
     with_reference,
 )
 from accelscope.engine.configuration import measure_config
-from accelscope.errors import AccelscopeError
+from accelscope.errors import AccelscopeError, exception_line
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import pinned_threads
 from accelscope.measurement.timer import TimerConfig
@@ -189,11 +189,6 @@ def _die_with_parent(parent_pid: int) -> None:
         return
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
 
 
 def _load(task: WorkerTask) -> LoadedModel:
@@ -362,7 +357,7 @@ def worker_main(task_json: str, conn: Any, parent_pid: int) -> None:
     except AccelscopeError as exc:
         conn.send(("error", exc.message))
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded reason
-        conn.send(("error", f"{type(exc).__name__}: {_first_line(exc)}"))
+        conn.send(("error", f"{type(exc).__name__}: {exception_line(exc)}"))
     finally:
         conn.close()
 
