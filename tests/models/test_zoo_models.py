@@ -164,7 +164,14 @@ def test_transformer_entries_without_transformers(monkeypatch: pytest.MonkeyPatc
 
 def test_zoo_registry_specs() -> None:
     assert DEFAULT_MODEL in ZOO
-    assert zoo_names() == ["resnet50", "mobilenet_v2", "bert-base", "gpt2-small", "digits-cnn"]
+    assert zoo_names() == [
+        "resnet50",
+        "mobilenet_v2",
+        "vit-b-16",
+        "bert-base",
+        "gpt2-small",
+        "digits-cnn",
+    ]
     bert = ZOO["bert-base"]
     assert [s.name for s in bert.inputs] == ["input_ids", "attention_mask"]
     assert bert.inputs[0].concrete_shape(4) == (4, 128)
@@ -186,6 +193,7 @@ def test_zoo_registry_specs() -> None:
     [
         ("ResNet-50", "resnet50"),
         ("MobileNetV2", "mobilenet_v2"),
+        ("ViT-B/16", "vit-b-16"),
         ("bert", "bert-base"),
         ("GPT2", "gpt2-small"),
         (" digits ", "digits-cnn"),
@@ -202,3 +210,18 @@ def test_zoo_unknown_name_lists_valid_names() -> None:
     assert "resnet152" in message
     for name in zoo_names():
         assert name in message
+
+
+def test_vit_b_16_shape_parameters_and_linear_projections() -> None:
+    from accelscope.models.zoo.vit import vit_b_16
+
+    model = zoo_entry("vit").build()
+    assert _num_params(model) == 86_567_656  # torchvision's vit_b_16 with 1000 classes
+    with torch.no_grad():
+        out = model(torch.randn(2, 3, 224, 224))
+    assert out.shape == (2, 1000) and torch.isfinite(out).all()
+    assert out[0].argmax() != out[1].argmax() or not torch.equal(out[0], out[1])  # a real head
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 12 * 4 + 1  # qkv, proj, two MLP layers per block, the head
+    small = vit_b_16(classes=10)
+    assert small.head.out_features == 10

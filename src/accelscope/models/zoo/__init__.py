@@ -56,6 +56,12 @@ def _build_mobilenet_v2() -> nn.Module:
     return mobilenet_v2()
 
 
+def _build_vit_b_16() -> nn.Module:
+    from accelscope.models.zoo.vit import vit_b_16
+
+    return vit_b_16()
+
+
 def _build_bert_base() -> nn.Module:
     from accelscope.models.zoo.transformer import build_bert_base
 
@@ -99,6 +105,15 @@ ZOO: dict[str, ZooEntry] = {
             inputs=(_IMAGE,),
             build=_seeded(_build_mobilenet_v2),
             aliases=("mobilenetv2", "mobilenet-v2", "mobilenet"),
+        ),
+        ZooEntry(
+            name="vit-b-16",
+            description="ViT-B/16 image classifier (12 layers, hidden 768, patch 16), 86.6 M "
+            "parameters, random weights; attention through nn.Linear and SDPA",
+            task=Task.CLASSIFICATION,
+            inputs=(_IMAGE,),
+            build=_seeded(_build_vit_b_16),
+            aliases=("vit_b_16", "vit-b/16", "vit", "vitb16"),
         ),
         ZooEntry(
             name="bert-base",
