@@ -11,8 +11,11 @@ import typer
 from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import duration_option, duration_text
+from accelscope.commands.doctor.trace_mode import TraceRequest, diagnose_trace
+from accelscope.commands.doctor.trace_view import trace_view
 from accelscope.commands.doctor.view import doctor_view
 from accelscope.commands.doctor.workflow import DoctorRequest, doctor, result_for_run
+from accelscope.errors import BadInputError
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
 
 
@@ -36,7 +39,7 @@ class _Events:
 
 @app.command("doctor")
 def doctor_command(
-    script: Path = typer.Argument(..., help="Your training or inference script (.py)."),
+    script: Path = typer.Argument(None, help="Your training or inference script (.py)."),
     script_args: list[str] = typer.Argument(None, help="Arguments for the script (after --)."),
     steps: int = typer.Option(DoctorRequest.steps, "--steps", help="Measured steps."),
     warmup: int = typer.Option(
@@ -59,9 +62,32 @@ def doctor_command(
     no_store: bool = typer.Option(False, "--no-store", help="Do not write results."),
     as_json: bool = JsonOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary."),
+    trace: Path = typer.Option(
+        None,
+        "--trace",
+        help="Diagnose a torch.profiler trace instead (.json, .json.gz, or a directory of "
+        "per-rank traces); no script is run.",
+    ),
+    sm_active: float = typer.Option(
+        None, "--sm-active", help="With --trace: GPM SM activity over the traced steps (0-1)."
+    ),
+    gpu_util: float = typer.Option(
+        None, "--gpu-util", help="With --trace: NVML utilisation over the traced steps (0-1)."
+    ),
 ) -> None:
     """Run SCRIPT under instrumentation: where each step's time goes, the bottleneck named
-    with its evidence, and candidate fixes measured (accelscope doctor train.py -- --lr 0.1)."""
+    with its evidence, and candidate fixes measured (accelscope doctor train.py -- --lr 0.1).
+    With --trace FILE, diagnose a torch.profiler trace you already have."""
+    if trace is not None:
+        if script is not None:
+            raise BadInputError("give SCRIPT or --trace FILE, not both")
+        _trace_mode(trace, sm_active=sm_active, gpu_util=gpu_util, as_json=as_json, report=report)
+        return
+    if script is None:
+        raise BadInputError("missing SCRIPT (or --trace FILE): accelscope doctor train.py")
+    for value, flag in ((sm_active, "--sm-active"), (gpu_util, "--gpu-util")):
+        if value is not None:
+            raise BadInputError(f"{flag} is for --trace; a script run measures it itself")
     request = DoctorRequest(
         script=script,
         args=tuple(script_args or ()),
@@ -100,6 +126,28 @@ def doctor_command(
         _out.print(f"[dim]report: {outcome.report_path} · trace: {outcome.trace_path}[/]")
         if outcome.run_id:
             _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")
+
+
+def _trace_mode(
+    trace: Path,
+    *,
+    sm_active: float | None,
+    gpu_util: float | None,
+    as_json: bool,
+    report: Path | None,
+) -> None:
+    """``doctor --trace``: the device-timeline diagnosis of a recorded trace; nothing stored,
+    an HTML report only where ``--report`` asks for one."""
+    diagnosis = diagnose_trace(
+        TraceRequest(path=trace, sm_active=sm_active, nvml_utilisation=gpu_util, report_path=report)
+    )
+    if as_json:
+        document = diagnosis.document() | {"report": str(report or "")}
+        _out.print_json(json.dumps(document, allow_nan=False, default=str))
+        return
+    _out.print(trace_view(diagnosis))
+    if report is not None:
+        _out.print(f"[dim]report: {report}[/]")
 
 
 def _show(run: RunRecord) -> None:

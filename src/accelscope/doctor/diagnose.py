@@ -16,6 +16,7 @@ from accelscope.doctor.breakdown import breakdown
 from accelscope.doctor.findings import RuleContext
 from accelscope.doctor.launcher import ChildConfig, ChildRun, Launcher
 from accelscope.doctor.profile import Profile
+from accelscope.doctor.refute import refute_by_what_ifs
 from accelscope.doctor.verdict import Diagnosis, diagnose
 from accelscope.doctor.whatif import (
     PlannedWhatIf,
@@ -326,6 +327,7 @@ def run_doctor(
     except KeyboardInterrupt:
         interrupted = True  # keep the diagnosis and the what-ifs measured so far
     best, sentence = recommend(results) if runnable else (None, "")
+    diagnosis = refute_by_what_ifs(diagnosis, results, sentence)
     return DoctorResult(
         script=str(plan.script),
         args=plan.args,

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from accelscope.doctor.breakdown import Breakdown
+from accelscope.doctor.device_timeline import SuppliedFigure, check_figure
 from accelscope.doctor.profile import OpSummary, Profile
 from accelscope.hardware.telemetry import GpuSample, Telemetry
 
@@ -55,8 +56,11 @@ class GpuPace:
             blocking copies before the queue drained); ``None``: not measured.
         sync_wait_share / copy_wait_share: The same, split by the call that waited.
         work_share: GPU operator time of the census step over the mean measured step time;
-            ``None``: not measured (``work_status`` says why). Above 1 when the census step's
-            work does not fit in a measured step (steps of varying size).
+            ``None``: not measured, or inconsistent (``work_status`` says why). Above
+            :data:`~accelscope.doctor.device_timeline.CONSISTENCY_TOLERANCE` times the step the
+            figure is "inconsistent: not used" (the census step's event pairs spanned host
+            dispatch on an idle GPU, or steps vary in size) and never sets the pace; between 1
+            and the tolerance it is kept as measured.
         work_status: ``measured: ...`` or ``not measured: why``.
         input_idle_share: The GPU idle while the host waited for input.
         sync_idle_share: The GPU idle during readbacks after its queue drained (round trips).
@@ -139,6 +143,17 @@ def gpu_pace(breakdown: Breakdown, probe: OpSummary | None) -> GpuPace | None:
             f"measured: {probe.device_status.removeprefix('measured: ')} over the mean "
             "measured step"
         )
+        check = check_figure(
+            SuppliedFigure(name="GPU operators per step", value_s=probe.op_device_s, step_s=step_s)
+        )
+        if work is not None and not check.used:
+            work, status = (
+                None,
+                (
+                    f"{check.note}: the census step's operator event pairs sum to "
+                    f"{probe.op_device_s * 1e3:.1f} ms against a {step_s * 1e3:.1f} ms step"
+                ),
+            )
     return GpuPace(
         wait_share=device.wait_share,
         sync_wait_share=device.share(device.sync_wait_s),

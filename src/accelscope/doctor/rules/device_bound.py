@@ -9,6 +9,7 @@ fused kernels), not fewer readbacks.
 
 from __future__ import annotations
 
+from accelscope.doctor.device_timeline import DEVICE_BOUND_SM_ACTIVE
 from accelscope.doctor.findings import CLEAR, FIRED, NOT_APPLICABLE, Finding, RuleContext, severity
 from accelscope.doctor.gpu import WAIT_BOUND, WORK_BOUND
 from accelscope.doctor.rules.tensor_idle import DRAM_BUSY_PERCENT
@@ -71,6 +72,23 @@ class DeviceBound:
                 share=pace.share,
                 evidence=evidence,
             )
+        activity = ctx.gpu_activity
+        sm = activity.sm_active_percent if activity is not None else None
+        if sm is not None and sm < DEVICE_BOUND_SM_ACTIVE * 100:
+            return Finding(  # a figure another signal contradicts is not a verdict
+                rule=self.name,
+                title=_TITLE,
+                status=CLEAR,
+                summary=(
+                    f"not device-bound: GPM SM active is {sm:.0f} % (< "
+                    f"{DEVICE_BOUND_SM_ACTIVE:.0%}), which contradicts the event figures ("
+                    + work_text
+                    + "); the GPU is idle or kept busy by tiny kernels"
+                ),
+                threshold=threshold + f", and GPM SM active >= {DEVICE_BOUND_SM_ACTIVE:.0%}",
+                share=pace.share,
+                evidence=evidence,
+            )
         if wait >= WAIT_BOUND:
             syncs = ctx.breakdown.counts_per_step.get("syncs", 0.0)
             inside = (
@@ -86,7 +104,6 @@ class DeviceBound:
         else:
             summary = f"the GPU sets the pace: {work_text}"
         what_ifs = ctx.cheaper_math_what_ifs()
-        activity = ctx.gpu_activity
         dram = activity.dram_active_percent if activity is not None else None
         memory_bound = dram is not None and dram >= DRAM_BUSY_PERCENT
         advice = (

@@ -1,0 +1,513 @@
+"""The device timeline of a training loop from the GPU's own timestamps: per step, how much of
+the step the device computed, copied and sat idle, and, gap by gap, what the host was doing
+while the GPU ran dry (after HTA's temporal and idle-time breakdowns, XProf's step-time
+breakdown).
+
+Input is typed intervals (kernels, copies, memsets, NCCL kernels on the device; runtime calls,
+operators and annotations on the host), in microseconds on one clock, as a torch.profiler
+(Kineto) trace records them (:mod:`accelscope.doctor.kineto` reads one). Output is a partition
+of each step into exclusive causes, so every share is of its own step and at most 1 by
+construction: intervals are clipped to the step and busy time is the union of intervals, never
+their sum (kernels on two streams that overlap count once).
+
+A figure supplied from elsewhere (a sum of per-operator event pairs, a host-bracketed span) is
+checked against the step it claims to be part of: above :data:`CONSISTENCY_TOLERANCE` times the
+step it is "inconsistent: not used" and never drives the verdict.
+
+Pure analysis: typed data in, typed data out; never prints."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "ADVICE",
+    "BOTTLENECK_SHARE",
+    "CAUSES",
+    "CONSISTENCY_TOLERANCE",
+    "DEVICE_BOUND_COMPUTE",
+    "DEVICE_BOUND_SM_ACTIVE",
+    "UNDERFILLED_SM_ACTIVE",
+    "DeviceInterval",
+    "FigureCheck",
+    "HostCategory",
+    "HostSpan",
+    "IdleGap",
+    "StepTimeline",
+    "StepWindow",
+    "SuppliedFigure",
+    "TimelineVerdict",
+    "check_figure",
+    "step_timeline",
+    "timeline_verdict",
+]
+
+DeviceKind = Literal["kernel", "nccl", "memcpy", "memset"]
+HostCategory = Literal["sync", "h2d_pageable", "h2d_pinned", "dataloader", "allocator", "launch"]
+
+CONSISTENCY_TOLERANCE = 1.05
+"""A part above this multiple of its step is inconsistent (beyond measurement error)."""
+BOTTLENECK_SHARE = 0.4
+"""The largest cause is named the bottleneck only at or above this share of the step."""
+DEVICE_BOUND_COMPUTE = 0.8
+"""Device-bound needs compute kernels over at least this share of the step ..."""
+DEVICE_BOUND_SM_ACTIVE = 0.5
+"""... and, where GPM measured it, SM activity at least this high."""
+UNDERFILLED_SM_ACTIVE = 0.2
+"""Kernels cover the step but SM activity below this: the GPU is kept busy by tiny or
+under-filled kernels (a finding of its own, never 'compute-bound')."""
+
+CAUSES: dict[str, str] = {
+    "compute": "compute kernels on the device",
+    "communication": "NCCL communication on the device",
+    "h2d_pageable": "host->device copies from pageable memory",
+    "h2d_pinned": "host->device copies from pinned memory",
+    "sync": "readbacks and synchronisations (.item(), .cpu(), synchronize)",
+    "dataloader": "waiting for the DataLoader",
+    "launch": "launching kernels and Python between them (launch-bound)",
+    "allocator": "the allocator (cudaMalloc/cudaFree)",
+    "other": "other (device copies and memsets, or host time no event explains)",
+}
+"""Every cause a step's time is split into, with its description."""
+
+_HOST_PRIORITY: tuple[HostCategory, ...] = (
+    "sync",
+    "h2d_pageable",
+    "h2d_pinned",
+    "dataloader",
+    "allocator",
+    "launch",
+)
+"""Where host spans overlap in an idle gap, the first category here names the time."""
+
+ADVICE: dict[str, str] = {
+    "compute": (
+        "the GPU's kernels set the pace: lower precision (bf16/fp16 autocast), fused or "
+        "compiled kernels (torch.compile), or a larger GPU"
+    ),
+    "communication": "overlap communication with compute (bucketing, gradient accumulation)",
+    "h2d_pageable": (
+        "copies from pageable memory: use a DataLoader with pin_memory=True and "
+        ".to(device, non_blocking=True), keep the data on the device, or send uint8 and "
+        "convert on the device"
+    ),
+    "h2d_pinned": (
+        "host->device copies set the pace: keep the data on the device, send smaller dtypes "
+        "(uint8), overlap copies with compute (non_blocking=True on a side stream)"
+    ),
+    "sync": (
+        "per-step readbacks stall the GPU: keep values on the device (accumulate losses and "
+        "norms as tensors) and read them every N steps; avoid .item()/.cpu()/print per step"
+    ),
+    "dataloader": (
+        "the input pipeline starves the GPU: more DataLoader workers (num_workers), "
+        "persistent_workers, prefetching, cheaper transforms or pre-processed data"
+    ),
+    "launch": (
+        "the host cannot launch kernels fast enough: CUDA graphs, torch.compile "
+        "(mode='reduce-overhead'), a larger batch, fewer tiny operators"
+    ),
+    "allocator": (
+        "allocations stall the step: avoid per-step tensor creation of changing sizes, "
+        "keep the caching allocator warm (expandable_segments)"
+    ),
+    "other": "no single cause: look at the trace around the largest gaps",
+    "underfilled": (
+        "the GPU is kept busy by tiny or under-filled kernels: a larger batch, fused operators "
+        "(torch.compile), CUDA graphs to cut launch gaps; lower precision will not help here"
+    ),
+    "mixed": "no single cause dominates: the ranked shares say where to start",
+}
+"""Advice per named cause; bf16 appears only under ``compute``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceInterval:
+    """One activity on the device, in µs. ``direction``: ``HtoD``, ``DtoH``, ``DtoD`` ... for
+    copies; ``host_memory``: ``pageable`` or ``pinned`` for host<->device copies."""
+
+    start_us: float
+    end_us: float
+    kind: DeviceKind
+    stream: int = 0
+    name: str = ""
+    direction: str | None = None
+    host_memory: Literal["pageable", "pinned"] | None = None
+
+    @property
+    def cause(self) -> str:
+        """The cause this activity's time is charged to when nothing of higher rank runs."""
+        if self.kind == "kernel":
+            return "compute"
+        if self.kind == "nccl":
+            return "communication"
+        if self.kind == "memcpy" and self.direction == "HtoD":
+            return "h2d_pinned" if self.host_memory == "pinned" else "h2d_pageable"
+        if self.kind == "memcpy" and self.direction == "DtoH":
+            return "sync"
+        return "other"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostSpan:
+    """What the host was doing, in µs: a runtime call, an operator or an annotation, already
+    classified (:mod:`.kineto` does it from names and correlated device copies)."""
+
+    start_us: float
+    end_us: float
+    category: HostCategory
+    name: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepWindow:
+    """One step on the trace clock, in µs."""
+
+    index: int
+    start_us: float
+    end_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdleGap:
+    """One stretch of the step in which the device ran nothing, split by host cause (µs)."""
+
+    start_us: float
+    end_us: float
+    by_cause: dict[str, float]
+
+    @property
+    def cause(self) -> str:
+        """The cause that holds most of the gap."""
+        return max(self.by_cause.items(), key=lambda kv: kv[1])[0] if self.by_cause else "other"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTimeline:
+    """One step split into exclusive causes (µs); they sum to ``step_us``."""
+
+    index: int
+    step_us: float
+    compute_busy_us: float
+    copy_busy_us: float
+    busy_us: float
+    copy_by_kind: dict[str, float]
+    by_cause: dict[str, float]
+    gaps: tuple[IdleGap, ...]
+
+    @property
+    def idle_us(self) -> float:
+        return max(0.0, self.step_us - self.busy_us)
+
+    def share(self, us: float) -> float:
+        """``us`` as a share of this step, in [0, 1]."""
+        return min(1.0, max(0.0, us / self.step_us)) if self.step_us > 0 else 0.0
+
+    @property
+    def shares(self) -> dict[str, float]:
+        return {cause: self.share(us) for cause, us in self.by_cause.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuppliedFigure:
+    """A duration measured elsewhere that claims to be a part of a step of ``step_s``."""
+
+    name: str
+    value_s: float
+    step_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class FigureCheck:
+    """A supplied figure against its step: used, clipped to 1, or inconsistent (not used)."""
+
+    name: str
+    ratio: float
+    used: bool
+    note: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimelineVerdict:
+    """The bottleneck named from a device timeline.
+
+    ``bottleneck``: a key of :data:`CAUSES`, ``underfilled`` or ``mixed``; ``ranked``: every
+    cause's mean share of the step, largest first; ``notes``: why a tempting verdict was not
+    given, and every supplied figure that was inconsistent."""
+
+    bottleneck: str
+    headline: str
+    advice: str
+    ranked: tuple[tuple[str, float], ...]
+    step_s: float
+    compute_share: float
+    busy_share: float
+    copy_share: float
+    idle_share: float
+    nvml_utilisation: float | None
+    sm_active: float | None
+    figures: tuple[FigureCheck, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Merged, sorted, non-empty intervals."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals: Iterable[tuple[float, float]]) -> float:
+    return math.fsum(end - start for start, end in intervals)
+
+
+def _clip(
+    intervals: Iterable[tuple[float, float]], lo: float, hi: float
+) -> list[tuple[float, float]]:
+    return [(max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi]
+
+
+def _subtract(
+    base: list[tuple[float, float]], remove: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """``base`` minus ``remove``; both merged and sorted."""
+    out: list[tuple[float, float]] = []
+    j = 0
+    for start, end in base:
+        cursor = start
+        while j < len(remove) and remove[j][1] <= cursor:
+            j += 1
+        k = j
+        while k < len(remove) and remove[k][0] < end:
+            r_start, r_end = remove[k]
+            if r_start > cursor:
+                out.append((cursor, r_start))
+            cursor = max(cursor, r_end)
+            if cursor >= end:
+                break
+            k += 1
+        if cursor < end:
+            out.append((cursor, end))
+    return out
+
+
+def _within(
+    merged: list[tuple[float, float]], ends: list[float], lo: float, hi: float
+) -> list[tuple[float, float]]:
+    """The intervals of ``merged`` (sorted, disjoint; ``ends`` their ends) that meet
+    [lo, hi), found by bisection so a gap costs O(log n) plus what it meets."""
+    first = bisect.bisect_right(ends, lo)
+    out: list[tuple[float, float]] = []
+    for start, end in merged[first:]:
+        if start >= hi:
+            break
+        out.append((start, end))
+    return out
+
+
+def step_timeline(
+    window: StepWindow,
+    device: Sequence[DeviceInterval],
+    host: Sequence[HostSpan],
+) -> StepTimeline:
+    """Split ``window`` into exclusive causes: compute kernels first, then NCCL, then copies
+    and memsets (by direction and host memory), then idle time by what the host was doing."""
+    lo, hi = window.start_us, window.end_us
+    step_us = max(0.0, hi - lo)
+    by_cause: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
+    taken: list[tuple[float, float]] = []
+    compute_us = copy_us = 0.0
+    copy_by_kind: dict[str, float] = {}
+    rank = ["compute", "communication", "h2d_pageable", "h2d_pinned", "sync", "other"]
+    for cause in rank:
+        own = _union(_clip(((d.start_us, d.end_us) for d in device if d.cause == cause), lo, hi))
+        fresh = _subtract(own, taken)
+        by_cause[cause] += _length(fresh)
+        if cause == "compute":
+            compute_us = _length(own)
+        taken = _union([*taken, *fresh])
+    copies = [d for d in device if d.kind == "memcpy"]
+    copy_us = _length(_union(_clip(((d.start_us, d.end_us) for d in copies), lo, hi)))
+    for d in copies:
+        kind = f"{d.direction or 'copy'}" + (f" {d.host_memory}" if d.host_memory else "")
+        clipped = _length(_clip([(d.start_us, d.end_us)], lo, hi))
+        if clipped > 0:
+            copy_by_kind[kind] = copy_by_kind.get(kind, 0.0) + clipped
+    busy_us = _length(taken)
+    idle = _subtract([(lo, hi)] if step_us > 0 else [], taken)
+    spans = {
+        cat: _union(_clip(((h.start_us, h.end_us) for h in host if h.category == cat), lo, hi))
+        for cat in _HOST_PRIORITY
+    }
+    span_ends = {cat: [end for _, end in merged] for cat, merged in spans.items()}
+    gaps: list[IdleGap] = []
+    for start, end in idle:
+        remaining = [(start, end)]
+        gap_causes: dict[str, float] = {}
+        for cat in _HOST_PRIORITY:
+            near = _within(spans[cat], span_ends[cat], start, end)
+            if not near:
+                continue
+            left = _subtract(remaining, near)
+            amount = _length(remaining) - _length(left)
+            if amount > 0:
+                gap_causes[cat] = amount
+            remaining = left
+        rest = _length(remaining)
+        if rest > 0:
+            gap_causes["other"] = rest
+        for cause, amount in gap_causes.items():
+            by_cause[cause] += amount
+        gaps.append(IdleGap(start_us=start, end_us=end, by_cause=gap_causes))
+    return StepTimeline(
+        index=window.index,
+        step_us=step_us,
+        compute_busy_us=compute_us,
+        copy_busy_us=copy_us,
+        busy_us=busy_us,
+        copy_by_kind=copy_by_kind,
+        by_cause=by_cause,
+        gaps=tuple(gaps),
+    )
+
+
+def check_figure(figure: SuppliedFigure) -> FigureCheck:
+    """A supplied part of a step: above :data:`CONSISTENCY_TOLERANCE` times the step it is
+    "inconsistent: not used"; between 1 and the tolerance it is clipped to the step."""
+    if not figure.step_s > 0 or not math.isfinite(figure.value_s) or figure.value_s < 0:
+        return FigureCheck(
+            name=figure.name, ratio=math.nan, used=False, note="not measured: no step time"
+        )
+    ratio = figure.value_s / figure.step_s
+    if ratio > CONSISTENCY_TOLERANCE:
+        return FigureCheck(
+            name=figure.name,
+            ratio=ratio,
+            used=False,
+            note=(
+                f"inconsistent: not used ({ratio:.0%} of its step; a part cannot exceed its whole)"
+            ),
+        )
+    if ratio > 1.0:
+        return FigureCheck(
+            name=figure.name, ratio=1.0, used=True, note=f"clipped to the step ({ratio:.0%})"
+        )
+    return FigureCheck(name=figure.name, ratio=ratio, used=True, note="consistent")
+
+
+def _mean_share(steps: Sequence[StepTimeline], pick: str) -> float:
+    total = math.fsum(s.step_us for s in steps)
+    if total <= 0:
+        return 0.0
+    if pick == "busy":
+        part = math.fsum(s.busy_us for s in steps)
+    elif pick == "copy":
+        part = math.fsum(s.copy_busy_us for s in steps)
+    elif pick == "compute_busy":
+        part = math.fsum(s.compute_busy_us for s in steps)
+    else:
+        part = math.fsum(s.by_cause.get(pick, 0.0) for s in steps)
+    return min(1.0, max(0.0, part / total))
+
+
+def timeline_verdict(
+    steps: Sequence[StepTimeline],
+    *,
+    nvml_utilisation: float | None = None,
+    sm_active: float | None = None,
+    supplied: Sequence[SuppliedFigure] = (),
+) -> TimelineVerdict:
+    """Name the bottleneck of ``steps``: the largest cause at or above
+    :data:`BOTTLENECK_SHARE`, else ``mixed``. Compute is named (device-bound) only when
+    compute kernels cover :data:`DEVICE_BOUND_COMPUTE` of the step and, where GPM measured
+    it, SM activity is at least :data:`DEVICE_BOUND_SM_ACTIVE`; kernels covering the step with
+    SM activity under :data:`UNDERFILLED_SM_ACTIVE` is ``underfilled``. Supplied figures are
+    checked and reported; none of them drives the verdict."""
+    if not steps:
+        raise ValueError("no steps")
+    step_s = math.fsum(s.step_us for s in steps) / len(steps) / 1e6
+    ranked = tuple(
+        sorted(
+            ((cause, _mean_share(steps, cause)) for cause in CAUSES),
+            key=lambda kv: (-kv[1], kv[0]),
+        )
+    )
+    shares = dict(ranked)
+    compute = shares["compute"]
+    busy = _mean_share(steps, "busy")
+    notes: list[str] = []
+    figures = tuple(check_figure(f) for f in supplied)
+    for check in figures:
+        if not check.used:
+            notes.append(f"{check.name}: {check.note}")
+    top, top_share = ranked[0]
+    bottleneck = "mixed"
+    if top == "compute":
+        if compute >= DEVICE_BOUND_COMPUTE and sm_active is not None:
+            if sm_active < UNDERFILLED_SM_ACTIVE:
+                bottleneck = "underfilled"
+            elif sm_active < DEVICE_BOUND_SM_ACTIVE:
+                notes.append(
+                    f"compute kernels cover {compute:.0%} of the step but SM active is "
+                    f"{sm_active:.0%} (< {DEVICE_BOUND_SM_ACTIVE:.0%}): not called device-bound"
+                )
+            else:
+                bottleneck = "compute"
+        elif compute >= DEVICE_BOUND_COMPUTE:
+            bottleneck = "compute"
+            notes.append("SM activity not measured (no GPM): device-bound from kernel time only")
+        else:
+            notes.append(
+                f"compute kernels cover {compute:.0%} of the step (< "
+                f"{DEVICE_BOUND_COMPUTE:.0%}): not called device-bound"
+            )
+    elif top_share >= BOTTLENECK_SHARE and top != "other":
+        bottleneck = top
+    if busy >= DEVICE_BOUND_COMPUTE and sm_active is not None and sm_active < UNDERFILLED_SM_ACTIVE:
+        bottleneck = "underfilled"
+    headline = _headline(bottleneck, shares, busy, sm_active, ranked)
+    return TimelineVerdict(
+        bottleneck=bottleneck,
+        headline=headline,
+        advice=ADVICE[bottleneck],
+        ranked=ranked,
+        step_s=step_s,
+        compute_share=compute,
+        busy_share=busy,
+        copy_share=_mean_share(steps, "copy"),
+        idle_share=max(0.0, 1.0 - busy),
+        nvml_utilisation=nvml_utilisation,
+        sm_active=sm_active,
+        figures=figures,
+        notes=tuple(notes),
+    )
+
+
+def _headline(
+    bottleneck: str,
+    shares: dict[str, float],
+    busy: float,
+    sm_active: float | None,
+    ranked: tuple[tuple[str, float], ...],
+) -> str:
+    if bottleneck == "underfilled":
+        sm = "not measured" if sm_active is None else f"{sm_active:.0%}"
+        return (
+            f"under-filled GPU: kernels cover {busy:.0%} of the step but SM active is {sm}: "
+            "tiny or under-filled kernels, not compute-bound"
+        )
+    if bottleneck == "mixed":
+        top = ", ".join(f"{cause} {share:.0%}" for cause, share in ranked[:3] if share > 0)
+        return f"mixed: no cause holds {BOTTLENECK_SHARE:.0%} of the step ({top})"
+    if bottleneck == "compute":
+        return f"device-bound: compute kernels run {shares['compute']:.0%} of the step"
+    return f"{CAUSES[bottleneck]}: {shares[bottleneck]:.0%} of the step"

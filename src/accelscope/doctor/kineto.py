@@ -1,0 +1,370 @@
+"""Read a torch.profiler (Kineto) trace, the Chrome-trace JSON that ``export_chrome_trace`` and
+TensorBoard's ``tensorboard_trace_handler`` write (``.json`` or ``.json.gz``), into the typed
+intervals of :mod:`.device_timeline`, find its steps and split each one.
+
+Steps: ``ProfilerStep#N`` annotations where present; else the spans between consecutive
+optimizer-step annotations (``Optimizer.step#SGD.step``); else the whole window as one span.
+A directory of per-rank traces gives one result per rank.
+
+Bad traces (missing, too large, not JSON, truncated, no ``traceEvents``, no GPU events) raise
+:class:`~accelscope.errors.BadInputError` with one line. Reads files; never prints."""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import itertools
+import json
+import math
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from accelscope.doctor.device_timeline import (
+    DeviceInterval,
+    HostCategory,
+    HostSpan,
+    StepTimeline,
+    StepWindow,
+    step_timeline,
+)
+from accelscope.errors import BadInputError
+
+__all__ = [
+    "MAX_TRACE_BYTES",
+    "KinetoTrace",
+    "RankTimeline",
+    "load_trace",
+    "parse_trace",
+    "rank_timelines",
+    "trace_files",
+]
+
+MAX_TRACE_BYTES = 1 << 30
+"""Largest trace read (after decompression): 1 GiB."""
+
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
+_COPY = re.compile(r"Memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?", re.IGNORECASE)
+_SYNC_CALLS = {
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+}
+_SYNC_OPS = {"aten::item", "aten::_local_scalar_dense"}
+_COPY_OPS = {"aten::copy_", "aten::to", "aten::_to_copy"}
+_COPY_CALLS = {"cudaMemcpyAsync", "cudaMemcpy", "cuMemcpyAsync", "cuMemcpyHtoDAsync_v2"}
+_ALLOC_CALLS = {
+    "cudaMalloc",
+    "cudaFree",
+    "cudaMallocHost",
+    "cudaHostAlloc",
+    "cudaFreeHost",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cudaMallocAsync",
+    "cudaFreeAsync",
+}
+_LAUNCH = re.compile(
+    r"^(cuda|cu)(LaunchKernel|LaunchKernelExC|LaunchCooperativeKernel|GraphLaunch)"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KinetoTrace:
+    """The parts of one trace the timeline needs (µs on the trace's clock)."""
+
+    source: str
+    device: tuple[DeviceInterval, ...]
+    host: tuple[HostSpan, ...]
+    steps: tuple[StepWindow, ...]
+    step_source: Literal["ProfilerStep", "optimizer step", "whole window"]
+    device_name: str | None
+    notes: tuple[str, ...] = ()
+
+    def timelines(self) -> tuple[StepTimeline, ...]:
+        """Each step split into its causes (each step sees only the intervals that meet it)."""
+        device = sorted(self.device, key=lambda d: d.start_us)
+        host = sorted(self.host, key=lambda h: h.start_us)
+        device_starts = [d.start_us for d in device]
+        host_starts = [h.start_us for h in host]
+        device_longest = max((d.end_us - d.start_us for d in device), default=0.0)
+        host_longest = max((h.end_us - h.start_us for h in host), default=0.0)
+        out = []
+        for w in self.steps:
+            a = bisect.bisect_left(device_starts, w.start_us - device_longest)
+            b = bisect.bisect_left(device_starts, w.end_us)
+            c = bisect.bisect_left(host_starts, w.start_us - host_longest)
+            d = bisect.bisect_left(host_starts, w.end_us)
+            out.append(step_timeline(w, device[a:b], host[c:d]))
+        return tuple(out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankTimeline:
+    """One rank's (one file's) trace and its steps."""
+
+    rank: str
+    trace: KinetoTrace
+    steps: tuple[StepTimeline, ...]
+
+    @property
+    def mean_step_s(self) -> float:
+        return math.fsum(s.step_us for s in self.steps) / len(self.steps) / 1e6
+
+
+def _read_bytes(path: Path) -> bytes:
+    if not path.exists():
+        raise BadInputError(f"trace {path} not found")
+    if not path.is_file():
+        raise BadInputError(f"trace {path} is not a file")
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as handle:
+                data = handle.read(MAX_TRACE_BYTES + 1)
+        else:
+            with path.open("rb") as handle:
+                data = handle.read(MAX_TRACE_BYTES + 1)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise BadInputError(f"trace {path}: truncated or not gzip ({exc})") from exc
+    except OSError as exc:
+        raise BadInputError(f"trace {path}: cannot read ({exc.strerror or exc})") from exc
+    if len(data) > MAX_TRACE_BYTES:
+        raise BadInputError(f"trace {path}: larger than {MAX_TRACE_BYTES >> 20} MiB")
+    return data
+
+
+def load_trace(path: Path) -> KinetoTrace:
+    """Read and parse one trace file."""
+    data = _read_bytes(path)
+    try:
+        document = json.loads(data)
+    except UnicodeDecodeError as exc:
+        raise BadInputError(f"trace {path}: not JSON (not UTF-8 text)") from exc
+    except json.JSONDecodeError as exc:
+        opened = data.lstrip()[:1] in (b"{", b"[")
+        why = "truncated or malformed JSON" if opened else "not JSON"
+        raise BadInputError(f"trace {path}: {why} (line {exc.lineno}, column {exc.colno})") from exc
+    return parse_trace(document, source=str(path))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _copy_kind(name: str) -> tuple[str | None, Literal["pageable", "pinned"] | None]:
+    match = _COPY.search(name)
+    if match is None:
+        return None, None
+    direction = match.group(1)
+    ends = {(match.group(2) or "").lower(), (match.group(3) or "").lower()}
+    memory: Literal["pageable", "pinned"] | None = None
+    if "pageable" in ends:
+        memory = "pageable"
+    elif "pinned" in ends:
+        memory = "pinned"
+    return direction, memory
+
+
+def _is_gpu_pid(pid: Any, gpu_pids: set[Any]) -> bool:
+    return pid in gpu_pids
+
+
+def parse_trace(document: Any, *, source: str = "trace") -> KinetoTrace:
+    """The timeline inputs of a parsed trace document."""
+    if isinstance(document, list):
+        events_raw: Any = document
+        document = {"traceEvents": document}
+    elif isinstance(document, dict):
+        events_raw = document.get("traceEvents")
+    else:
+        raise BadInputError(f"trace {source}: not a Chrome trace (no traceEvents)")
+    if not isinstance(events_raw, list):
+        raise BadInputError(f"trace {source}: not a Chrome trace (no traceEvents)")
+    events = [e for e in events_raw if isinstance(e, dict) and e.get("ph") == "X"]
+    device: list[DeviceInterval] = []
+    gpu_pids: set[Any] = set()
+    by_correlation: dict[int, DeviceInterval] = {}
+    runtime: list[tuple[dict[str, Any], float, float]] = []
+    ops: list[tuple[dict[str, Any], float, float]] = []
+    annotations: list[tuple[str, float, float]] = []
+    starts: list[float] = []
+    ends: list[float] = []
+    for event in events:
+        ts, dur = _number(event.get("ts")), _number(event.get("dur"))
+        if ts is None or dur is None or dur < 0:
+            continue
+        cat = str(event.get("cat", "")).lower()
+        name = str(event.get("name", ""))
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        args = cast("dict[str, Any]", args)
+        end = ts + dur
+        if cat == "overhead" or event.get("pid") == -1:
+            continue
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            stream = args.get("stream", event.get("tid", 0))
+            stream_id = int(stream) if isinstance(stream, (int, float)) else 0
+            if cat == "kernel":
+                kind: Literal["kernel", "nccl", "memcpy", "memset"] = (
+                    "nccl" if "nccl" in name.lower() else "kernel"
+                )
+                interval = DeviceInterval(
+                    start_us=ts, end_us=end, kind=kind, stream=stream_id, name=name
+                )
+            elif cat == "gpu_memcpy":
+                direction, memory = _copy_kind(name)
+                interval = DeviceInterval(
+                    start_us=ts,
+                    end_us=end,
+                    kind="memcpy",
+                    stream=stream_id,
+                    name=name,
+                    direction=direction,
+                    host_memory=memory,
+                )
+            else:
+                interval = DeviceInterval(
+                    start_us=ts, end_us=end, kind="memset", stream=stream_id, name=name
+                )
+            device.append(interval)
+            gpu_pids.add(event.get("pid"))
+            correlation = args.get("correlation")
+            if isinstance(correlation, int):
+                by_correlation[correlation] = interval
+        elif cat in ("cuda_runtime", "cuda_driver", "runtime", "driver"):
+            runtime.append((event, ts, end))
+        elif cat == "cpu_op":
+            ops.append((event, ts, end))
+        elif cat in ("user_annotation", "python_function"):
+            annotations.append((name, ts, end))
+        else:
+            continue
+        if cat != "python_function":
+            starts.append(ts)
+            ends.append(end)
+    if not device:
+        raise BadInputError(
+            f"trace {source}: no GPU events (kernels or copies); record with "
+            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+        )
+    host = _host_spans(runtime, ops, annotations, by_correlation)
+    steps, step_source = _steps(annotations, min(starts), max(ends))
+    notes: list[str] = []
+    if len(gpu_pids) > 1:
+        notes.append(f"{len(gpu_pids)} devices in one trace: their activity is merged")
+    device_name: str | None = None
+    props = document.get("deviceProperties")
+    if isinstance(props, list) and props and isinstance(props[0], dict) and props[0].get("name"):
+        device_name = str(props[0]["name"])
+    return KinetoTrace(
+        source=source,
+        device=tuple(device),
+        host=tuple(host),
+        steps=steps,
+        step_source=step_source,
+        device_name=device_name,
+        notes=tuple(notes),
+    )
+
+
+def _host_spans(
+    runtime: Sequence[tuple[dict[str, Any], float, float]],
+    ops: Sequence[tuple[dict[str, Any], float, float]],
+    annotations: Sequence[tuple[str, float, float]],
+    by_correlation: dict[int, DeviceInterval],
+) -> list[HostSpan]:
+    spans: list[HostSpan] = []
+    copy_calls: list[tuple[float, float, HostCategory]] = []
+    for event, ts, end in runtime:
+        name = str(event.get("name", ""))
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        category: HostCategory | None = None
+        if name in _SYNC_CALLS:
+            category = "sync"
+        elif name in _COPY_CALLS or name.startswith(("cudaMemcpy", "cuMemcpy")):
+            target = by_correlation.get(cast("dict[str, Any]", args).get("correlation", -1))
+            if target is not None and target.direction == "HtoD":
+                category = "h2d_pinned" if target.host_memory == "pinned" else "h2d_pageable"
+            elif target is not None and target.direction == "DtoH":
+                category = "sync"  # a readback waits for the device
+            else:
+                category = "launch"  # device-to-device, or no device record: a launch
+            copy_calls.append((ts, end, category))
+        elif name in _ALLOC_CALLS:
+            category = "allocator"
+        elif _LAUNCH.match(name):
+            category = "launch"
+        if category is not None:
+            spans.append(HostSpan(start_us=ts, end_us=end, category=category, name=name))
+    order: tuple[HostCategory, ...] = ("h2d_pageable", "h2d_pinned", "sync")
+    for event, ts, end in ops:
+        name = str(event.get("name", ""))
+        op_category: HostCategory = "launch"
+        if name in _SYNC_OPS:
+            op_category = "sync"
+        elif name in _COPY_OPS:
+            inside = {c for s, e, c in copy_calls if s >= ts and e <= end}
+            op_category = next((c for c in order if c in inside), "launch")
+        spans.append(HostSpan(start_us=ts, end_us=end, category=op_category, name=name))
+    for name, ts, end in annotations:
+        if "DataLoader" in name and ("enumerate" in name or "__next__" in name):
+            spans.append(HostSpan(start_us=ts, end_us=end, category="dataloader", name=name))
+    return spans
+
+
+def _steps(
+    annotations: Sequence[tuple[str, float, float]], first_us: float, last_us: float
+) -> tuple[tuple[StepWindow, ...], Literal["ProfilerStep", "optimizer step", "whole window"]]:
+    profiler = []
+    for name, ts, end in annotations:
+        match = _PROFILER_STEP.match(name)
+        if match and end > ts:
+            profiler.append(StepWindow(index=int(match.group(1)), start_us=ts, end_us=end))
+    if profiler:
+        unique = {w.index: w for w in profiler}
+        return tuple(sorted(unique.values(), key=lambda w: w.start_us)), "ProfilerStep"
+    optimizer = sorted({end for name, _ts, end in annotations if _OPTIMIZER_STEP.match(name)})
+    if len(optimizer) >= 2:
+        windows = tuple(
+            StepWindow(index=i, start_us=a, end_us=b)
+            for i, (a, b) in enumerate(itertools.pairwise(optimizer))
+            if b > a
+        )
+        return windows, "optimizer step"
+    return (StepWindow(index=0, start_us=first_us, end_us=last_us),), "whole window"
+
+
+def trace_files(path: Path) -> list[Path]:
+    """The trace files ``path`` names: itself, or a directory's ``*.json``/``*.json.gz``."""
+    if not path.exists():
+        raise BadInputError(f"trace {path} not found")
+    if path.is_dir():
+        files = sorted(
+            p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz"))
+        )
+        if not files:
+            raise BadInputError(f"trace directory {path} has no .json or .json.gz files")
+        return files
+    return [path]
+
+
+def rank_timelines(path: Path) -> list[RankTimeline]:
+    """One :class:`RankTimeline` per trace file under ``path`` (a file or a directory)."""
+    out: list[RankTimeline] = []
+    for file in trace_files(path):
+        trace = load_trace(file)
+        steps = trace.timelines()
+        if not steps or all(s.step_us <= 0 for s in steps):
+            raise BadInputError(f"trace {file}: no step of positive length")
+        rank = file.name.removesuffix(".gz").removesuffix(".json")
+        out.append(RankTimeline(rank=rank, trace=trace, steps=steps))
+    return out
