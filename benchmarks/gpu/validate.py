@@ -38,6 +38,7 @@ import sys
 import tarfile
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -1102,6 +1103,157 @@ def summarize_doctor(out: Outcome, doc: dict[str, Any], gpu: bool = True) -> Out
     return out
 
 
+ARCHETYPES = ROOT / "examples" / "doctor" / "gpu"
+"""The GPU doctor archetypes and their expected verdicts (``expected.toml``)."""
+
+
+def find_number(data: Any, key: str) -> float | None:
+    """The first number under a key containing ``key``, anywhere in a JSON document."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            if key in str(name).lower() and number(value) is not None:
+                return number(value)
+        for value in data.values():
+            found = find_number(value, key)
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for value in data:
+            found = find_number(value, key)
+            if found is not None:
+                return found
+    return None
+
+
+def advice_holds(advice: str, want: dict[str, Any]) -> bool:
+    """The advice holds every ``advice`` word and none of the ``not`` words."""
+    text = advice.lower()
+    return all(w.lower() in text for w in want.get("advice", [])) and not any(
+        w.lower() in text for w in want.get("not", [])
+    )
+
+
+def step_archetypes(run: Runner, allowed: float) -> Outcome:
+    """Each GPU archetype: doctor live, a short trace recorded (kept for tests/data), and the
+    trace replayed through ``doctor --trace`` (with the live run's SM activity, if measured)."""
+    out = Outcome("archetypes", OK)
+    p = run.profile
+    expected: dict[str, dict[str, Any]] = tomllib.loads(
+        (ARCHETYPES / "expected.toml").read_text(encoding="utf-8")
+    )
+    if not run.gpu:  # the dry run proves the plumbing on three, leaving time for the others
+        expected = dict(list(expected.items())[:3])
+    traces = run.workdir / "traces"
+    traces.mkdir(parents=True, exist_ok=True)
+    small = () if run.gpu else ("--small",)
+    steps, warmup = p.doctor_steps
+    rows: list[list[str]] = []
+    found: dict[str, dict[str, Any]] = {}
+    for index, (name, want) in enumerate(expected.items()):
+        share_s = max(10.0, run.left() / (len(expected) - index))
+        script = ARCHETYPES / f"{name}.py"
+        live = run.cli(
+            "doctor",
+            str(script),
+            *opts(device=p.device, steps=steps, warmup=warmup, what_if="none", timeout="90s"),
+            *opts(stall_timeout="45s", json=True, store=run.store),
+            "--",
+            *small,
+            timeout_s=share_s * 0.6,
+            label=f"archetype {name}: live",
+        )
+        run.record_command(out, live)
+        doc = live.json() if isinstance(live.json(), dict) else {}
+        live_name = doc.get("bottleneck")
+        sm = find_number(doc, "sm_active")
+        trace = traces / f"{name}.json.gz"
+        recorded = run.python(
+            str(HERE / "record_trace.py"),
+            str(trace),
+            str(script),
+            "--device",
+            p.device,
+            *small,
+            timeout_s=share_s * 0.3,
+            label=f"archetype {name}: trace",
+        )
+        run.record_command(out, recorded)
+        replay_doc: dict[str, Any] = {}
+        why_not = recorded.why()
+        if recorded.ok and trace.exists():
+            replay = run.cli(
+                "doctor",
+                "--trace",
+                str(trace),
+                "--json",
+                *(opts(sm_active=f"{sm:.3f}") if sm is not None else []),
+                timeout_s=max(5.0, share_s * 0.1),
+                label=f"archetype {name}: replay",
+            )
+            run.record_command(out, replay)
+            replay_doc = replay.json() if isinstance(replay.json(), dict) else {}
+            why_not = replay.why()
+        rank = (replay_doc.get("ranks") or [{}])[0]
+        trace_verdict = rank.get("verdict") or {}
+        trace_name = trace_verdict.get("bottleneck")
+        busy = number(trace_verdict.get("busy_share"))
+        found[name] = {
+            "live": live_name,
+            "trace": trace_name,
+            "busy_share": busy,
+            "sm_active": sm,
+            "advice": trace_verdict.get("advice"),
+            "trace_file": trace.name if trace.exists() else None,
+            "trace_bytes": trace.stat().st_size if trace.exists() else None,
+        }
+        live_ok = live_name == want["live"] if live_name else None
+        trace_ok = (
+            trace_name == want["trace"] and advice_holds(str(trace_verdict.get("advice")), want)
+            if trace_name
+            else None
+        )
+        rows.append(
+            [
+                name,
+                share(busy),
+                share(sm),
+                str(live_name or live.why()),
+                str(trace_name or f"not replayed: {why_not}"[:90]),
+                f"{want['live']} / {want['trace']}",
+                verdict(live_ok),
+                verdict(trace_ok),
+            ]
+        )
+        if run.gpu:
+            out.checks.append(
+                Check(f"archetype {name}", f"live {want['live']}, trace {want['trace']}",
+                      f"live {live_name}, trace {trace_name}",
+                      verdict(None if live_ok is None or trace_ok is None
+                              else live_ok and trace_ok))
+            )  # fmt: skip
+    out.tables.append(
+        Table(
+            "doctor archetypes: live and replayed from their recorded traces",
+            [
+                "archetype",
+                "busy (trace)",
+                "SM active",
+                "live",
+                "trace",
+                "expected",
+                "live ok",
+                "trace ok",
+            ],
+            rows,
+        )
+    )
+    right_live = sum(1 for r in rows if r[6] == CONFIRMED)
+    right_trace = sum(1 for r in rows if r[7] == CONFIRMED)
+    out.figures = {"archetypes": found, "right_live": right_live, "right_trace": right_trace}
+    out.summary = f"right live {right_live}/{len(rows)}, by trace {right_trace}/{len(rows)}"
+    return out
+
+
 def step_doctor_starved(run: Runner, allowed: float) -> Outcome:
     return _doctor(run, allowed, "doctor_starved", "train_starved.py", run.profile.starved_whatif)
 
@@ -1806,6 +1958,14 @@ def build_steps(gpu: bool) -> list[Step]:
         ("facts", "GPU facts: TF32 error, GPM, clocks, driver", 20, 10, 60, step_facts),
         ("env", "accelscope env", 10, 8, 40, step_env),
         ("ceilings", "accelscope ceilings --device cuda", 70, 45, 120, step_ceilings),
+        (
+            "archetypes",
+            "doctor: ten GPU loop archetypes, live and traced",
+            300,
+            120,
+            420,
+            step_archetypes,
+        ),
         ("doctor_starved", "doctor: input-starved loop", 40, 30, 120, step_doctor_starved),
         ("doctor_healthy", "doctor: healthy GPU-bound loop", 45, 30, 120, step_doctor_healthy),
         ("bench", "bench resnet50 eager fp32/bf16/fp16 b8,b64", 100, 60, 180, step_bench),
@@ -1907,9 +2067,12 @@ def write_outputs(out_dir: Path, workdir: Path, digest: dict[str, Any], markdown
     (out_dir / "digest.md").write_text(markdown)
     bundle = out_dir / "raw.tar.gz"
     with tarfile.open(bundle, "w:gz") as tar:
-        for name in ("raw", "outcomes", "results.db"):
+        for name in ("raw", "outcomes", "results.db", "traces"):
             if (workdir / name).exists():
                 tar.add(workdir / name, arcname=name)
+    for trace in sorted((workdir / "traces").glob("*.json.gz")):  # each comes back on its own
+        (out_dir / "traces").mkdir(exist_ok=True)
+        shutil.copy2(trace, out_dir / "traces" / trace.name)
     if bundle.stat().st_size > 15 * 2**20:  # the device tool brings back 16 MiB a file
         bundle.unlink()
         with tarfile.open(bundle, "w:gz") as tar:
