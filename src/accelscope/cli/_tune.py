@@ -93,7 +93,9 @@ def tune_command(
         None, "--engine-args", help="Flags every configuration gets, e.g. '--max-model-len 4096'."
     ),
     kv_cache_gib: float | None = typer.Option(
-        None, "--kv-cache-gib", help="vLLM CPU build: KV-cache space (GiB)."
+        None,
+        "--kv-cache-gib",
+        help="vLLM CPU build: KV-cache space, whole GiB (default: sized from the memory free).",
     ),
     rate: float | None = typer.Option(None, "--rate", help="Measure each at this rate (req/s)."),
     concurrency: int | None = typer.Option(

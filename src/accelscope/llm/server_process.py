@@ -5,8 +5,10 @@ a health wait, its startup time, its log, and always stopped.
 spawns form one group that can be signalled at once), with the parent-death signal set (a
 ``kill -9`` of accelscope sends the server SIGTERM), its output in a log file; it is ready when
 ``GET health_path`` answers 200, and a process that exits first or a server not ready in time
-is a :class:`ServerStartError` carrying the log's last lines. :meth:`stop` sends SIGTERM to the
-group, waits, then SIGKILL; it is idempotent and also safe after a failed start.
+is a :class:`ServerStartError` carrying the log's last lines and its first error line
+(:func:`first_error`: the exception that stopped it, which a server's own traceback chain can
+push far above the last lines). :meth:`stop` sends SIGTERM to the group, waits, then SIGKILL;
+it is idempotent and also safe after a failed start.
 
 Every server started with a ``registry`` directory leaves a small record there while it runs
 (its pid, command, port, who started it). :func:`leftover_servers` finds the records of
@@ -21,6 +23,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -40,19 +43,71 @@ __all__ = [
     "LeftoverServer",
     "ServerProcess",
     "ServerStartError",
+    "first_error",
     "leftover_servers",
     "stop_leftover",
 ]
 
 
 class ServerStartError(AccelscopeError):
-    """The server exited or was not healthy in time; ``log_tail`` holds its last lines and
-    ``exit_code`` of the server process (None: it was still running, stopped by us)."""
+    """The server exited or was not healthy in time; ``log_tail`` holds its last lines,
+    ``first_error`` its first error line ("" when none) and ``server_exit`` the exit code of
+    the server process (None: it was still running, stopped by us)."""
 
-    def __init__(self, message: str, *, log_tail: str, server_exit: int | None) -> None:
+    def __init__(
+        self, message: str, *, log_tail: str, server_exit: int | None, first_error: str = ""
+    ) -> None:
         super().__init__(message)
         self.log_tail = log_tail
         self.server_exit = server_exit
+        self.first_error = first_error
+
+
+_LOG_PREFIX = re.compile(
+    r"^(?:\([^()\n]*pid=\d+\)\s*)?"  # vLLM's process tag: (EngineCore_DP0 pid=123)
+    r"(?:(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+    r"(?:\s[^\[\]\n]*\[[^\]\n]*\]\s?|:\s+))?"  # vLLM's "LEVEL time [source] ", uvicorn's "LEVEL:  "
+)
+"""What a log line starts with before its message: vLLM's ``(EngineCore pid=1) ERROR 11-27
+15:20:01 [core.py:708] `` (a process tag, a level, a time, the source), uvicorn's ``ERROR:``."""
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)(?::\s|$)")
+"""A traceback's last line, ``ValueError: ...``, ``torch.OutOfMemoryError: ...``, at the start
+of the message (an indented line is the traceback's quoted code)."""
+_USAGE_ERROR = re.compile(r"^\S+: error: ")
+"""argparse's refusal: ``api_server.py: error: argument --max-num-seqs: ...``."""
+_SAYS_ERROR = re.compile(r"^(?:ERROR|CRITICAL|FATAL|Error)\b")
+_ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
+_LOG_READ_BYTES = 4 << 20
+
+
+def first_error(log: str) -> str:
+    """The first error line of a server's log, on one line; "" when it has none.
+
+    The first exception printed is the root cause (a chain prints it first; vLLM's engine
+    process prints it before the API server's "Engine core initialization failed. See root
+    cause above"); an exception a logger printed below ERROR (a warning with its traceback)
+    is not the error, and a pydantic validation error gets its next two lines (the field and
+    the reason). Without an exception: argparse's refusal, else the first line logged at
+    ERROR or starting with "Error"."""
+    messages: list[tuple[str | None, str]] = []
+    for line in log.splitlines():
+        prefix = _LOG_PREFIX.match(line)
+        level = prefix.group("level") if prefix else None
+        messages.append((level, line[prefix.end() :] if prefix else line))
+    for index, (level, message) in enumerate(messages):
+        if level in (None, *_ERROR_LEVELS) and _EXCEPTION.match(message):
+            if re.search(r"\d+ validation errors? for ", message):
+                message += " " + " ".join(m for _, m in messages[index + 1 : index + 3])
+            return one_line(message, 400)
+    for _, message in messages:
+        if _USAGE_ERROR.match(message):
+            return one_line(message, 400)
+    for level, message in messages:
+        if message[:1].isspace() or not message or message.startswith("Traceback"):
+            continue  # a traceback's frames, not its error
+        if level in _ERROR_LEVELS or _SAYS_ERROR.match(message):
+            return one_line(message, 400)
+    return ""
 
 
 def _cmdline(pid: int) -> list[str] | None:
@@ -156,24 +211,38 @@ class ServerProcess:
                 code = self._process.poll()
                 if code is not None:
                     self.exit_code = code
-                    raise ServerStartError(
-                        f"{self.name} exited with code {code} before it was ready",
-                        log_tail=self.log_tail(),
-                        server_exit=code,
+                    raise self._start_error(
+                        f"{self.name} exited with code {code} before it was ready", code
                     )
                 if self.healthy():
                     self.startup_s = time.perf_counter() - began
                     return
                 if time.perf_counter() > deadline:
-                    raise ServerStartError(
-                        f"{self.name} not healthy after {self.startup_timeout_s:g} s",
-                        log_tail=self.log_tail(),
-                        server_exit=None,
+                    raise self._start_error(
+                        f"{self.name} not healthy after {self.startup_timeout_s:g} s", None
                     )
                 time.sleep(0.25)
         except BaseException:
             self.stop()  # a failed start (or Ctrl-C while waiting) leaves nothing running
             raise
+
+    def _start_error(self, message: str, code: int | None) -> ServerStartError:
+        """The failed start, its message ending with the log's first error line."""
+        found = self.first_error()
+        return ServerStartError(
+            f"{message}: {found}" if found else message,
+            log_tail=self.log_tail(),
+            server_exit=code,
+            first_error=found,
+        )
+
+    def first_error(self) -> str:
+        """The log's first error line (:func:`first_error`; its last 4 MiB are read)."""
+        if self.log_path is None or not self.log_path.is_file():
+            return ""
+        with self.log_path.open("rb") as handle:
+            handle.seek(max(0, self.log_path.stat().st_size - _LOG_READ_BYTES))
+            return first_error(handle.read().decode("utf-8", "replace"))
 
     def healthy(self, timeout_s: float = 2.0) -> bool:
         """Whether ``GET health_path`` answers 200 now."""

@@ -52,6 +52,8 @@ class TuneConfig(Document):
     failure: str | None = None
     why: str = ""
     log_tail: str = ""
+    first_error: str = ""
+    """A failed start's first error line in the server's log (the exception that stopped it)."""
     command: list[str] = Field(default_factory=list)
     launch: str = ""
     startup_s: float | None = None

@@ -4,7 +4,9 @@ launch line to paste, which flags can change the answers (the quality guard), an
 start was (:func:`classify_failure`: a value, decided once).
 
 - ``vllm``: ``python -m vllm.entrypoints.openai.api_server`` of the environment
-  :func:`accelscope.llm.engines.find_vllm` finds;
+  :func:`accelscope.llm.engines.find_vllm` finds; on its CPU build with a KV-cache space sized
+  once, before the first server starts, from the memory free
+  (:func:`accelscope.llm.engines.size_kv_cache`; vLLM's default reserves 92 % of the node);
 - ``transformers``: ``transformers serve``;
 - ``template``: any OpenAI-compatible server from a command template, ``{port}`` and
   ``{model}`` filled in and each space flag ``{max_num_seqs}`` (dashes as underscores).
@@ -21,15 +23,20 @@ import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from accelscope.errors import BadInputError, one_line
 from accelscope.files import write_atomic
 from accelscope.llm.engines import (
+    KV_CACHE_ENV,
+    KvCacheSize,
     VllmInstall,
     find_transformers,
     find_vllm,
+    size_kv_cache,
     vllm_command,
     vllm_environment,
+    whole_gib,
 )
 from accelscope.tune.flags import (
     FlagKind,
@@ -66,7 +73,10 @@ class FailureKind(enum.StrEnum):
 
 _OOM = re.compile(
     r"out of memory|OutOfMemory|No available memory for the cache blocks|"
-    r"insufficient memory|Cannot allocate memory|std::bad_alloc|KV cache.*(?:not enough|too small)",
+    r"insufficient memory|Cannot allocate memory|std::bad_alloc|KV cache.*(?:not enough|too small)|"
+    # vLLM's start-up check: "Available memory on node 0 (11.87/13.21 GiB) on startup is less
+    # than desired CPU memory utilization" (a ValueError, which alone reads as a refusal)
+    r"(?:Available|Free) memory on (?:node|device).*less than",
     re.IGNORECASE,
 )
 _INVALID = re.compile(
@@ -77,9 +87,10 @@ _INVALID = re.compile(
 
 
 def classify_failure(exit_code: int | None, log_tail: str, *, timed_out: bool) -> FailureKind:
-    """What a failed start was, from the server's exit and the last lines of its log: out of
-    memory (the log says so, or the kernel's OOM killer's SIGKILL), a configuration the engine
-    refused (argparse's exit 2, a validation error), not ready in time, or exited."""
+    """What a failed start was, from the server's exit and its log (the last lines, and the
+    first error line, which a traceback chain pushes above them): out of memory (the log says
+    so, or the kernel's OOM killer's SIGKILL), a configuration the engine refused (argparse's
+    exit 2, a validation error), not ready in time, or exited."""
     if timed_out:
         return FailureKind.TIMEOUT
     if _OOM.search(log_tail) or exit_code in (-9, 137):
@@ -103,6 +114,17 @@ class Engine(ABC):
     def __init__(self, model: Path, *, extra_args: Sequence[str] = ()) -> None:
         self.model = model
         self.extra_args = tuple(extra_args)
+        self.notes: list[str] = []
+        """What :meth:`prepare` decided, for the run's notes and the terminal."""
+
+    def prepare(self, space_flags: Sequence[str]) -> None:
+        """Settle, once, before the first server starts, what every configuration shares
+        (vLLM's CPU build: its KV-cache space); ``space_flags``: every flag the space sets."""
+        self.notes = []  # nothing to settle (an engine that sizes something says what here)
+
+    def settings(self) -> dict[str, Any]:
+        """What :meth:`prepare` decided, for the stored run's settings."""
+        return {}
 
     @abstractmethod
     def flags(self) -> dict[str, FlagSpec]:
@@ -216,8 +238,31 @@ class VllmEngine(Engine):
         super().__init__(model, extra_args=extra_args)
         self.install = install or find_vllm(python)
         self.cache = cache
+        if kv_cache_gib is not None and self.install.cpu_build:
+            whole_gib(kv_cache_gib, "--kv-cache-gib")  # vLLM would refuse it at each start
         self.kv_cache_gib = kv_cache_gib
+        self.kv_cache: KvCacheSize | None = None
+        """The KV-cache space every configuration gets (:meth:`prepare`)."""
         self._flags: dict[str, FlagSpec] | None = None
+
+    def prepare(self, space_flags: Sequence[str]) -> None:
+        # once for every configuration: their KV caches equal, so they compare
+        given = [w[2:].partition("=")[0] for w in self.extra_args if w.startswith("--")]
+        self.kv_cache = size_kv_cache(
+            self.install,
+            self.model,
+            kv_cache_gib=self.kv_cache_gib,
+            user_flags=[*space_flags, *given],
+        )
+        self.notes = [self.kv_cache.why] if self.kv_cache.why else []
+
+    def settings(self) -> dict[str, Any]:
+        if self.kv_cache is None:
+            return {}
+        return {"kv_cache_gib": self.kv_cache.gib, "kv_cache": self.kv_cache.why}
+
+    def _kv_cache_gib(self) -> float | None:
+        return self.kv_cache.gib if self.kv_cache is not None else self.kv_cache_gib
 
     def flags(self) -> dict[str, FlagSpec]:
         if self._flags is None:
@@ -233,11 +278,17 @@ class VllmEngine(Engine):
         return self._flags
 
     def environment(self) -> dict[str, str]:
-        return vllm_environment(self.install, kv_cache_gib=self.kv_cache_gib)
+        return vllm_environment(self.install, kv_cache_gib=self._kv_cache_gib())
 
     def command(self, config: Config) -> list[str]:
         flags = [w for name, value in config.values for w in render(name, value)]
         return vllm_command(self.install, self.model, flags=[*self.extra_args, *flags])
+
+    def launch_line(self, config: Config) -> str:
+        # the KV-cache space it was measured with: without it, vLLM's CPU default may not start
+        space = vllm_environment(self.install, kv_cache_gib=self._kv_cache_gib()).get(KV_CACHE_ENV)
+        line = super().launch_line(config)
+        return f"{KV_CACHE_ENV}={space} {line}" if space else line
 
     def describe(self) -> str:
         return f"{self.install.distribution} {self.install.version} ({self.install.python})"

@@ -1,5 +1,5 @@
 """The configuration space of a tune: ``--space FLAG=V1,V2,...`` axes (their full grid),
-``--config FLAG=V,FLAG=V`` configurations added as they are, and the reference
+``--candidate FLAG=V,FLAG=V`` configurations added as they are, and the reference
 (``--reference FLAG=V,...``; by default the engine's own defaults: no flag set).
 
 Values are checked against what the engine accepts (:mod:`accelscope.tune.flags`) before any
@@ -65,7 +65,7 @@ class Config:
 
 
 def parse_assignments(text: str, flag: str, convert: Converter) -> Config:
-    """``FLAG=V,FLAG=V`` (``--config`` and ``--reference``) -> a configuration."""
+    """``FLAG=V,FLAG=V`` (``--candidate`` and ``--reference``) -> a configuration."""
     values: list[tuple[str, Value]] = []
     for part in str(text).split(","):
         name, sep, raw = part.partition("=")
@@ -95,7 +95,7 @@ class Space:
         reference: str | None,
         convert: Converter,
     ) -> Space:
-        """From the ``--space``, ``--config`` and ``--reference`` texts; one-line errors for
+        """From the ``--space``, ``--candidate`` and ``--reference`` texts; one-line errors for
         an empty space, a flag given twice, an empty or repeated value."""
         axes: list[tuple[str, tuple[Value, ...]]] = []
         for text in spaces:
@@ -114,7 +114,7 @@ class Space:
             if len(set(values)) != len(values):
                 raise BadInputError(f"--space {text!r}: a value is repeated")
             axes.append((name, values))
-        extra = tuple(parse_assignments(t, "--config", convert) for t in configs)
+        extra = tuple(parse_assignments(t, "--candidate", convert) for t in configs)
         space = cls(
             axes=tuple(axes),
             extra=extra,
@@ -124,7 +124,7 @@ class Space:
         )
         if not space.candidates():
             raise BadInputError(
-                "the space is empty: give --space FLAG=V1,V2 (a grid) or --config FLAG=V,..."
+                "the space is empty: give --space FLAG=V1,V2 (a grid) or --candidate FLAG=V,..."
             )
         return space
 

@@ -18,6 +18,7 @@ import dataclasses
 import math
 import resource
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,10 +291,13 @@ class _Tuner:
                 server.start()
             except ServerStartError as error:
                 kind = classify_failure(
-                    error.server_exit, error.log_tail, timed_out=error.server_exit is None
+                    error.server_exit,
+                    f"{error.first_error}\n{error.log_tail}",
+                    timed_out=error.server_exit is None,
                 )
                 return self._done(base, began, cpu, status="failed", failure=kind,
-                                  why=error.message, log_tail=error.log_tail)  # fmt: skip
+                                  why=error.message, log_tail=error.log_tail,
+                                  first_error=error.first_error)  # fmt: skip
             base["startup_s"] = server.startup_s
             self.say(f"{config.key}: ready in {server.startup_s or 0:.0f} s; measuring")
             found = self._measure_running(config, server, base, load)
@@ -511,12 +515,15 @@ def tune(
         line = f"{done} a server an earlier tune left running: {leftover.describe()}"
         warnings.append(line)
         say(line)
+    engine.prepare(space.flags())  # after the leftovers are gone: their memory is free again
+    for line in engine.notes:
+        say(line)
     env = environment or collect_environment()
     run = CommandRun(
         RUN_KIND,
         str(request.model),
         env,
-        request.settings(),
+        {**request.settings(), **engine.settings()},
         store_path=store_path,
         command_line=command_line,
         resume_id=resume_id,
@@ -605,7 +612,7 @@ def _finish(tuner: _Tuner, strategy: Strategy, skipped: list[str], warnings: lis
         (c for c in configs if c.usable and c.phase == "full"),
         key=lambda c: -(c.goodput_tokens_per_s or 0.0),
     )
-    notes: list[str] = []
+    notes: list[str] = list(engine.notes)
     result = None
     if ranked:
         best = ranked[0]
@@ -634,7 +641,7 @@ def _finish(tuner: _Tuner, strategy: Strategy, skipped: list[str], warnings: lis
             request.confirm_rounds,
         )
     else:
-        notes.append("no configuration met the SLO: nothing to rank (see each one's why)")
+        notes.append(_nothing_ranked(configs))
     winner = ranked[0] if ranked else None
     return TuneRun(
         engine=engine.name,
@@ -662,6 +669,20 @@ def _finish(tuner: _Tuner, strategy: Strategy, skipped: list[str], warnings: lis
         price_usd_per_hour=tuner.price_per_hour,
         notes=notes,
         warnings=warnings,
+    )
+
+
+def _nothing_ranked(configs: list[TuneConfig]) -> str:
+    """Why there is no winner: no server started (how each failed, the first error), or none
+    of those that started met the SLO."""
+    if not configs or any(c.startup_s is not None for c in configs):
+        return "no configuration met the SLO: nothing to rank (see each one's why)"
+    kinds = Counter(c.failure or c.status for c in configs)
+    how = ", ".join(f"{kind}: {count}" for kind, count in kinds.items())
+    first = next((c.first_error for c in configs if c.first_error), "") or configs[0].why
+    return (
+        f"no configuration started: none of the {len(configs)} servers was ready ({how}); "
+        f"the first error: {first}"
     )
 
 
