@@ -77,6 +77,27 @@ def print_outcome(
         _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")
 
 
+def run_and_print(
+    workflow: Callable[..., DocumentOutcome],
+    request: Any,
+    view: Callable[[Any], RenderableType],
+    *,
+    store: Path | None,
+    no_store: bool,
+    as_json: bool,
+) -> None:
+    """Run a command's workflow with its progress lines on stderr (none under ``--json``), in
+    the store it was given (none with ``--no-store``), and print its outcome."""
+    events = None if as_json else (lambda line: _err.print(line, style="dim", markup=False))
+    outcome = workflow(
+        request,
+        store_path=None if no_store else (store or DEFAULT_STORE_PATH),
+        command_line=command_line(),
+        events=events,
+    )
+    print_outcome(outcome, view, as_json)
+
+
 def given(**values: Any) -> dict[str, Any]:
     """The keyword arguments whose flag (or config key) was given; the others are left out, so
     the request's own defaults apply (each default lives in one place: the request)."""

@@ -9,22 +9,20 @@ from typing import Any
 
 import typer
 
+from accelscope.cli import _llm_options as shared
 from accelscope.cli._app import (
     JsonOption,
     StoreOption,
-    _err,
     _out,
     app,
-    command_line,
     given,
-    print_outcome,
+    run_and_print,
 )
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import (
     Numbers,
     Sizes,
     choice,
-    duration_option,
     parse_numbers,
     parse_rate_unit,
     parse_sizes,
@@ -38,21 +36,14 @@ from accelscope.commands.llm.workflow import (
     llm,
 )
 from accelscope.errors import BadInputError
-from accelscope.llm.conversations import ConversationWorkload
 from accelscope.llm.documents import LlmRun, LlmTrial, Slo, TargetDescription
-from accelscope.llm.trace import MOONCAKE_BLOCK_TOKENS, TraceWorkload
+from accelscope.llm.trace import MOONCAKE_BLOCK_TOKENS
 from accelscope.llm.workload import (
     Lengths,
     PrefixScenario,
-    SessionWorkload,
     ThinkTime,
-    Workload,
-    WorkloadSource,
-    read_prompts,
 )
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
-
-API_KEY_ENV = "OPENAI_API_KEY"
+from accelscope.store.sqlite import RunRecord
 
 
 def _numbers(flag: str) -> Any:
@@ -77,112 +68,6 @@ def _counts(flag: str) -> Any:
             raise BadInputError(f"{flag} {value!r}: give positive integers, e.g. 1,4,16") from None
 
     return parse
-
-
-def _lengths(flag: str) -> Any:
-    return lambda value: value if isinstance(value, Lengths) else Lengths.parse(value, flag)
-
-
-def _slo(value: Any) -> Slo:
-    return value if isinstance(value, Slo) else Slo.parse(str(value))
-
-
-def _think(value: Any) -> ThinkTime:
-    return value if isinstance(value, ThinkTime) else ThinkTime.parse(str(value))
-
-
-def _prefix(value: Any) -> PrefixScenario:
-    return value if isinstance(value, PrefixScenario) else PrefixScenario.parse(str(value))
-
-
-def _seed() -> int:
-    return int.from_bytes(os.urandom(4), "little")
-
-
-def build_workload(
-    *,
-    input_tokens: Lengths | None,
-    output_tokens: Lengths | None,
-    prompts: Path | None,
-    prefix: PrefixScenario,
-    sessions: int | None,
-    turns: Lengths | None,
-    think_time: ThinkTime | None,
-    conversations: Path | None,
-    input_filter: Lengths | None,
-    output_filter: Lengths | None,
-    trace: Path | None,
-    trace_block_tokens: int | None,
-    seed: int,
-) -> WorkloadSource:
-    """The workload the flags describe (one line when they contradict each other)."""
-    sources = [
-        flag
-        for flag, value in (
-            ("--prompts", prompts),
-            ("--conversations", conversations),
-            ("--trace", trace),
-        )
-        if value is not None
-    ]
-    if len(sources) > 1:
-        raise BadInputError(f"give one workload file, not {' and '.join(sources)}")
-    multi = {"--sessions": sessions, "--turns": turns, "--think-time": think_time}
-    multi_given = [flag for flag, value in multi.items() if value is not None]
-    filters = [
-        f for f, v in (("--input-filter", input_filter), ("--output-filter", output_filter)) if v
-    ]
-    if trace is not None:
-        extra = [*multi_given, *filters] + (["--prefix"] if not prefix.cold else [])
-        if extra:
-            raise BadInputError(f"{extra[0]} does not apply to --trace (a trace has its own)")
-        return TraceWorkload.from_file(
-            trace, block_tokens=trace_block_tokens or MOONCAKE_BLOCK_TOKENS, seed=seed
-        )
-    if trace_block_tokens is not None:
-        raise BadInputError("--trace-block-tokens applies to --trace")
-    if conversations is not None:
-        if not prefix.cold:
-            raise BadInputError("--prefix does not apply to --conversations (use the file's)")
-        return ConversationWorkload.from_file(
-            conversations,
-            max_turns=turns.high if turns else None,
-            input_filter=input_filter,
-            output_filter=output_filter,
-            think=think_time,
-            **given(sessions_per_trial=sessions),
-            seed=seed,
-        )
-    if filters:
-        raise BadInputError(f"{filters[0]} applies to --conversations FILE")
-    if prompts is not None:
-        if multi_given:
-            raise BadInputError(f"{multi_given[0]} does not apply to --prompts (one turn each)")
-        return Workload(
-            prompts=read_prompts(prompts),
-            prompts_source=str(prompts),
-            **given(output_tokens=output_tokens),
-            prefix=prefix,
-            seed=seed,
-        )
-    if multi_given:
-        if sessions is None:
-            raise BadInputError(
-                f"{multi_given[0]} describes conversations: give --sessions N (synthetic) or "
-                "--conversations FILE (ShareGPT)"
-            )
-        return SessionWorkload(
-            sessions_per_trial=sessions,
-            think=think_time,
-            prefix=prefix,
-            seed=seed,
-            **given(turns=turns, input_tokens=input_tokens, output_tokens=output_tokens),
-        )
-    return Workload(
-        prefix=prefix,
-        seed=seed,
-        **given(input_tokens=input_tokens, output_tokens=output_tokens),
-    )
 
 
 @app.command("llm")
@@ -218,44 +103,28 @@ def llm_command(
     burstiness: float | None = typer.Option(
         None, "--burstiness", help="Gamma CV of the arrival gaps (1 = Poisson)."
     ),
-    requests: int | None = typer.Option(None, "--requests", help="Requests per trial (100)."),
-    input_tokens: Lengths | None = typer.Option(
-        None, "--input-tokens", parser=_lengths("--input-tokens"), help="128 or a range 64:256."
-    ),
-    output_tokens: Lengths | None = typer.Option(
-        None, "--output-tokens", parser=_lengths("--output-tokens"), help="64 or a range 16:256."
-    ),
-    prompts: Path | None = typer.Option(
-        None, "--prompts", help='JSONL prompts: {"prompt": ..., "max_tokens": ...} per line.'
-    ),
-    prefix: PrefixScenario | None = typer.Option(
-        None, "--prefix", parser=_prefix, help="cold, or shared=TOKENS."
-    ),
+    requests: int | None = shared.RequestsOption,
+    input_tokens: Lengths | None = shared.InputTokensOption,
+    output_tokens: Lengths | None = shared.OutputTokensOption,
+    prompts: Path | None = shared.PromptsOption,
+    prefix: PrefixScenario | None = shared.PrefixOption,
     prefix_hit_rate: float | None = typer.Option(
         None, "--prefix-hit-rate", help="Share of requests carrying the shared prefix (1)."
     ),
-    sessions: int | None = typer.Option(
-        None, "--sessions", help="Multi-turn: conversations per trial."
-    ),
-    turns: Lengths | None = typer.Option(
-        None, "--turns", parser=_lengths("--turns"), help="Turns per conversation, 4 or 2:6."
-    ),
-    think_time: ThinkTime | None = typer.Option(
-        None, "--think-time", parser=_think, help="Pause before each next turn: 2s or exp:2s."
-    ),
-    conversations: Path | None = typer.Option(
-        None, "--conversations", help="ShareGPT-format conversations (JSON or JSONL)."
-    ),
+    sessions: int | None = shared.SessionsOption,
+    turns: Lengths | None = shared.TurnsOption,
+    think_time: ThinkTime | None = shared.ThinkTimeOption,
+    conversations: Path | None = shared.ConversationsOption,
     input_filter: Lengths | None = typer.Option(
         None,
         "--input-filter",
-        parser=_lengths("--input-filter"),
+        parser=shared.lengths("--input-filter"),
         help="Keep turns whose prompt is 4:1024 tokens.",
     ),
     output_filter: Lengths | None = typer.Option(
         None,
         "--output-filter",
-        parser=_lengths("--output-filter"),
+        parser=shared.lengths("--output-filter"),
         help="Keep turns whose answer is 4:1024 tokens.",
     ),
     trace: Path | None = typer.Option(
@@ -270,27 +139,19 @@ def llm_command(
     trace_block_tokens: int | None = typer.Option(
         None, "--trace-block-tokens", help=f"Tokens per hash_ids block ({MOONCAKE_BLOCK_TOKENS})."
     ),
-    seed: int | None = typer.Option(None, "--seed", help="Prompt seed (default: random, stored)."),
-    slo: Slo | None = typer.Option(
-        None, "--slo", parser=_slo, help="e.g. ttft=500ms,tpot=50ms,e2e=10s (any subset)."
-    ),
-    slo_percentile: float | None = typer.Option(
-        None, "--slo-percentile", help="Percentile the SLO bounds (99; LoadGen tail claims)."
-    ),
+    seed: int | None = shared.SeedOption,
+    slo: Slo | None = shared.SloOption,
+    slo_percentile: float | None = shared.SloPercentileOption,
     capacity: str | None = typer.Option(
         None,
         "--capacity",
         parser=choice("--capacity", "rate", "concurrency", "speed"),
         help="Search the highest load meeting the SLO: rate, concurrency or speed (trace).",
     ),
-    capacity_start: float | None = typer.Option(
-        None, "--capacity-start", help="First load of the search."
-    ),
+    capacity_start: float | None = shared.CapacityStartOption,
     capacity_trials: int | None = typer.Option(None, "--capacity-trials", help="Trial budget (8)."),
-    timeout: float | None = duration_option("--timeout", "Per-request timeout (300s)."),
-    tokenizer: Path | None = typer.Option(
-        None, "--tokenizer", help="Local tokenizer dir: exact prompt lengths, fallback counts."
-    ),
+    timeout: float | None = shared.TimeoutOption,
+    tokenizer: Path | None = shared.TokenizerOption,
     ignore_eos: bool = typer.Option(
         False, "--ignore-eos", help="Ask the server to ignore EOS (vLLM, SGLang)."
     ),
@@ -323,9 +184,9 @@ def llm_command(
     max_in_flight: int | None = typer.Option(None, "--max-in-flight", help="Client threads (256)."),
     no_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not read /metrics."),
     config: Path | None = config_option("llm"),
-    report: Path | None = typer.Option(None, "--report", help="HTML report path."),
+    report: Path | None = shared.ReportOption,
     store: Path | None = StoreOption,
-    no_store: bool = typer.Option(False, "--no-store", help="Do not store the run."),
+    no_store: bool = shared.NoStoreOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Benchmark an LLM server token by token: TTFT, TPOT, ITL, goodput under an SLO."""
@@ -336,7 +197,7 @@ def llm_command(
         scenario = PrefixScenario.parse(f"shared={scenario.shared_tokens}", prefix_hit_rate)
     elif not scenario.cold:
         scenario = PrefixScenario(scenario.shared_tokens, 1.0)
-    workload = build_workload(
+    workload = shared.build_workload(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         prompts=prompts,
@@ -349,21 +210,16 @@ def llm_command(
         output_filter=output_filter,
         trace=trace,
         trace_block_tokens=trace_block_tokens,
-        seed=seed if seed is not None else _seed(),
+        seed=seed if seed is not None else shared.random_seed(),
     )
-    if slo_percentile is not None and slo is None:
-        raise BadInputError("--slo-percentile needs an --slo")
-    if slo is not None and slo_percentile is not None:
-        if not 0.0 < slo_percentile < 100.0:
-            raise BadInputError(f"--slo-percentile {slo_percentile:g}: give a value in (0, 100)")
-        slo = slo.model_copy(update={"percentile": slo_percentile})
+    slo = shared.with_percentile(slo, slo_percentile)
     if sessions is not None and requests is not None:
         raise BadInputError("give --sessions (conversations per trial) or --requests, not both")
     request = LlmRequestSettings(
         url=url,
         model=model,
         hf_model=hf_model,
-        api_key=os.environ.get(API_KEY_ENV),
+        api_key=os.environ.get(shared.API_KEY_ENV),
         workload=workload,
         slo=slo,
         scrape_metrics=not no_metrics,
@@ -394,14 +250,7 @@ def llm_command(
             max_in_flight=max_in_flight,
         ),
     )
-    events = None if as_json else (lambda line: _err.print(line, style="dim", markup=False))
-    outcome = llm(
-        request,
-        store_path=None if no_store else (store or DEFAULT_STORE_PATH),
-        command_line=command_line(),
-        events=events,
-    )
-    print_outcome(outcome, llm_view, as_json)
+    run_and_print(llm, request, llm_view, store=store, no_store=no_store, as_json=as_json)
 
 
 def _show(run: RunRecord) -> None:

@@ -12,24 +12,14 @@ from typing import Any
 
 import typer
 
+from accelscope.cli import _llm_options as shared
 from accelscope.cli._app import (
     JsonOption,
     StoreOption,
-    _err,
     _out,
     app,
-    command_line,
     given,
-    print_outcome,
-)
-from accelscope.cli._llm import (
-    API_KEY_ENV,
-    _lengths,
-    _prefix,
-    _seed,
-    _slo,
-    _think,
-    build_workload,
+    run_and_print,
 )
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import choice, duration_option
@@ -39,7 +29,7 @@ from accelscope.commands.tune.workflow import TuneRequest, tune
 from accelscope.errors import BadInputError
 from accelscope.llm.documents import Arrivals, Slo
 from accelscope.llm.workload import Lengths, PrefixScenario, ThinkTime
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
+from accelscope.store.sqlite import RunRecord
 from accelscope.tune.documents import TuneConfig, TuneRun
 
 
@@ -107,37 +97,23 @@ def tune_command(
         parser=choice("--capacity", "rate", "concurrency"),
         help="Otherwise: search each one's capacity by rate or concurrency (concurrency).",
     ),
-    capacity_start: float | None = typer.Option(None, "--capacity-start", help="First load."),
+    capacity_start: float | None = shared.CapacityStartOption,
     capacity_trials: int | None = typer.Option(
         None, "--capacity-trials", help="Trials per capacity search (6)."
     ),
-    requests: int | None = typer.Option(None, "--requests", help="Requests per trial."),
-    input_tokens: Lengths | None = typer.Option(
-        None, "--input-tokens", parser=_lengths("--input-tokens"), help="128 or 64:256."
-    ),
-    output_tokens: Lengths | None = typer.Option(
-        None, "--output-tokens", parser=_lengths("--output-tokens"), help="64 or 16:256."
-    ),
-    prompts: Path | None = typer.Option(None, "--prompts", help="JSONL prompts."),
-    prefix: PrefixScenario | None = typer.Option(
-        None, "--prefix", parser=_prefix, help="cold, or shared=TOKENS."
-    ),
-    sessions: int | None = typer.Option(None, "--sessions", help="Multi-turn: conversations."),
-    turns: Lengths | None = typer.Option(
-        None, "--turns", parser=_lengths("--turns"), help="Turns per conversation."
-    ),
-    think_time: ThinkTime | None = typer.Option(
-        None, "--think-time", parser=_think, help="2s or exp:2s."
-    ),
-    conversations: Path | None = typer.Option(
-        None, "--conversations", help="ShareGPT conversations file."
-    ),
-    seed: int | None = typer.Option(None, "--seed", help="Prompt seed (default: random)."),
-    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Local tokenizer dir."),
-    slo: Slo | None = typer.Option(None, "--slo", parser=_slo, help="e.g. ttft=1s,tpot=100ms."),
-    slo_percentile: float | None = typer.Option(
-        None, "--slo-percentile", help="Percentile the SLO bounds (99)."
-    ),
+    requests: int | None = shared.RequestsOption,
+    input_tokens: Lengths | None = shared.InputTokensOption,
+    output_tokens: Lengths | None = shared.OutputTokensOption,
+    prompts: Path | None = shared.PromptsOption,
+    prefix: PrefixScenario | None = shared.PrefixOption,
+    sessions: int | None = shared.SessionsOption,
+    turns: Lengths | None = shared.TurnsOption,
+    think_time: ThinkTime | None = shared.ThinkTimeOption,
+    conversations: Path | None = shared.ConversationsOption,
+    seed: int | None = shared.SeedOption,
+    tokenizer: Path | None = shared.TokenizerOption,
+    slo: Slo | None = shared.SloOption,
+    slo_percentile: float | None = shared.SloPercentileOption,
     search: str | None = typer.Option(
         None,
         "--search",
@@ -156,7 +132,7 @@ def tune_command(
     startup_timeout: float | None = duration_option(
         "--startup-timeout", "How long a server may take to start (600s)."
     ),
-    timeout: float | None = duration_option("--timeout", "Per-request timeout (300s)."),
+    timeout: float | None = shared.TimeoutOption,
     instance: str | None = typer.Option(
         None, "--instance", help="Catalog instance: $ per million good tokens."
     ),
@@ -164,13 +140,13 @@ def tune_command(
         None, "--port-range", parser=_port_range, help="Ports the servers may use, LOW-HIGH."
     ),
     ignore_eos: bool | None = typer.Option(
-        None, "--ignore-eos/--no-ignore-eos", help="Ask for exact output lengths (vllm: on)."
+        None, "--ignore-eos/--no-ignore-eos", help="Ask for exact output shared.lengths (vllm: on)."
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue the last unfinished tune."),
     config: Path | None = config_option("tune"),
-    report: Path | None = typer.Option(None, "--report", help="HTML report path."),
+    report: Path | None = shared.ReportOption,
     store: Path | None = StoreOption,
-    no_store: bool = typer.Option(False, "--no-store", help="Do not store the run."),
+    no_store: bool = shared.NoStoreOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Find the LLM server configuration with the most good tokens/s at your SLO."""
@@ -184,7 +160,7 @@ def tune_command(
     if fixed is not None and capacity is not None:
         raise BadInputError("--capacity searches the load: give it or a fixed load, not both")
     scenario = prefix or PrefixScenario()
-    workload = build_workload(
+    workload = shared.build_workload(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         prompts=prompts,
@@ -197,12 +173,9 @@ def tune_command(
         output_filter=None,
         trace=None,
         trace_block_tokens=None,
-        seed=seed if seed is not None else _seed(),
+        seed=seed if seed is not None else shared.random_seed(),
     )
-    if slo is not None and slo_percentile is not None:
-        if not 0.0 < slo_percentile < 100.0:
-            raise BadInputError(f"--slo-percentile {slo_percentile:g}: give a value in (0, 100)")
-        slo = slo.model_copy(update={"percentile": slo_percentile})
+    slo = shared.with_percentile(slo, slo_percentile)
     try:
         extra = tuple(shlex.split(engine_args)) if engine_args else ()
     except ValueError as exc:
@@ -222,7 +195,7 @@ def tune_command(
         fixed=fixed,
         slo=slo,
         resume=resume,
-        api_key=os.environ.get(API_KEY_ENV),
+        api_key=os.environ.get(shared.API_KEY_ENV),
         report_path=report,
         **given(
             health_path=health_path,
@@ -245,14 +218,7 @@ def tune_command(
             port_range=(port_range.low, port_range.high) if port_range else None,
         ),
     )
-    events = None if as_json else (lambda line: _err.print(line, style="dim", markup=False))
-    outcome = tune(
-        request,
-        store_path=None if no_store else (store or DEFAULT_STORE_PATH),
-        command_line=command_line(),
-        events=events,
-    )
-    print_outcome(outcome, tune_view, as_json)
+    run_and_print(tune, request, tune_view, store=store, no_store=no_store, as_json=as_json)
 
 
 def _show(run: RunRecord) -> None:
