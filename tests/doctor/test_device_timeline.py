@@ -19,6 +19,8 @@ from accelscope.doctor.device_timeline import (
     StepWindow,
     SuppliedFigure,
     check_figure,
+    kernel_class,
+    kernel_precision,
     step_timeline,
     timeline_verdict,
 )
@@ -158,6 +160,51 @@ def two_streams(b: TraceBuilder, t0: float) -> None:
     b.kernel(t0 + 3_000, 6_000, stream=8)
 
 
+def memory_bound(b: TraceBuilder, t0: float) -> None:
+    """Layer norm, GELU, softmax, reductions back to back (85 %), thin sgemms between (10 %)."""
+    names = [
+        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>",
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>",
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>",
+        "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int>",
+    ]
+    t = t0 + 100
+    for k in range(17):
+        b.kernel(t, 500, name=names[k % len(names)])
+        t += 500
+    b.kernel(t, 1_000, name="ampere_sgemm_128x64_nn")
+
+
+def tensor_core_bf16(b: TraceBuilder, t0: float) -> None:
+    """bf16 tensor-core GEMMs 95 % of the step."""
+    b.kernel(t0 + 100, 4_700, name="sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128")
+    b.kernel(t0 + 4_850, 4_800, name="nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTN")
+
+
+def fp32_matmul(b: TraceBuilder, t0: float) -> None:
+    """IEEE fp32 GEMMs (CUDA cores) 95 % of the step."""
+    b.kernel(t0 + 100, 4_700, name="ampere_sgemm_128x64_nn")
+    b.kernel(t0 + 4_850, 4_800, name="cutlass_80_simt_sgemm_256x128_8x4_nn_align1")
+
+
+def host_preprocessing(b: TraceBuilder, t0: float) -> None:
+    """7 ms of CPU operators on host tensors (crop, flip, normalise, stack; no CUDA call),
+    then the copy and 2 ms of kernels."""
+    t = t0 + 10
+    for _ in range(20):
+        b.cpu_op("aten::slice", t, 10)
+        b.cpu_op("aten::div", t + 10, 150)
+        b.cpu_op("aten::flip", t + 160, 100)
+        b.cpu_op("aten::sub", t + 260, 90)
+        t += 350
+    b.cpu_op("aten::stack", t, 50)
+    b.cpu_op("aten::cat", t + 5, 40)
+    b.cpu_op("aten::copy_", t + 60, 300)
+    b.memcpy(t + 100, 250, "Memcpy HtoD (Pageable -> Device)", launch_at=t + 70)
+    b.kernel(t + 500, 2_000, name="sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc")
+
+
 def _trace(body: Any, n: int = 3, *, annotate: bool = True) -> KinetoTrace:
     return parse_trace(steps(TraceBuilder(), n, body, annotate=annotate).document())
 
@@ -175,7 +222,19 @@ def _assert_partition(trace: KinetoTrace) -> None:
             assert 0.0 <= us <= s.step_us
 
 
-ARCHETYPES = [sync_bound, pageable, input_bound, launch_bound, device_bound, covered, mixed]
+ARCHETYPES = [
+    sync_bound,
+    pageable,
+    input_bound,
+    launch_bound,
+    device_bound,
+    covered,
+    mixed,
+    memory_bound,
+    tensor_core_bf16,
+    fp32_matmul,
+    host_preprocessing,
+]
 
 
 @pytest.mark.parametrize("body", ARCHETYPES, ids=lambda f: f.__name__)
@@ -345,6 +404,106 @@ def test_parse_rejects_traces_without_gpu_events(document: Any, mention: str) ->
 def test_advice_never_says_bf16_outside_compute() -> None:
     for cause, text in ADVICE.items():
         assert ("bf16" in text) == (cause == "compute"), cause
+    assert "autocast" not in ADVICE["compute_reduced"]
+
+
+@pytest.mark.parametrize(
+    ("name", "klass", "precision"),
+    [
+        ("ampere_sgemm_128x64_nn", "matrix", "fp32"),
+        ("cutlass_80_simt_sgemm_256x128_8x4_nn_align1", "matrix", "fp32"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128", "matrix", "reduced"),
+        ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", "matrix", "reduced"),
+        ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTN", "matrix", "reduced"),
+        ("nvjet_sss_128x64_32x8_2x1_v_bz_NNN", "matrix", "fp32"),
+        (
+            "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>",
+            "matrix",
+            "reduced",
+        ),
+        ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nhwckrsc_nchw", "matrix", "fp32"),
+        ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>", "matrix", "reduced"),
+        ("fmha_cutlassF_f32_aligned_64x64_rf_sm80", "matrix", "fp32"),
+        ("sm90_e4m3e4m3_s_gemm", "matrix", "reduced"),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>",
+            "memory",
+            "fp32",
+        ),
+        ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", "memory", "fp32"),
+        (
+            "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>",
+            "memory",
+            "fp32",
+        ),
+        ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512>", "memory", "fp32"),
+        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", "memory", "fp32"),
+        ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float>", "memory", "fp32"),
+        (
+            "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<float>",
+            "memory",
+            "fp32",
+        ),
+        ("void at::native::multi_tensor_apply_kernel<TensorListMetadata<3>>", "memory", "unknown"),
+        ("void tiny", "other", "unknown"),
+    ],
+)
+def test_kernel_classes_and_precision_from_names(name: str, klass: str, precision: str) -> None:
+    assert kernel_class(name) == klass
+    assert kernel_precision(name) == precision
+
+
+def test_memory_bound_kernels_are_named_memory_with_fusion_advice_never_bf16() -> None:
+    trace, v = _verdict(memory_bound, sm_active=0.7)
+    assert v.bottleneck == "memory"
+    assert dict(v.ranked)["memory"] == pytest.approx(0.85, abs=0.005)
+    assert dict(v.ranked)["compute"] == pytest.approx(0.10, abs=0.005)
+    assert v.kernel_share == pytest.approx(0.95, abs=0.005)
+    assert "fus" in v.advice and "torch.compile" in v.advice and "bf16" not in v.advice
+    assert v.headline.startswith("memory-bound on the device")
+    assert v.kernel_classes["memory"] == pytest.approx(0.85, abs=0.005)
+    _assert_partition(trace)
+
+
+def test_reduced_precision_matrix_kernels_get_no_bf16_advice() -> None:
+    _, v = _verdict(tensor_core_bf16, sm_active=0.8)
+    assert v.bottleneck == "compute" and v.matrix_precision == "reduced"
+    assert "bf16" not in v.advice and "autocast" not in v.advice
+    assert "tensor cores" in v.advice and "fp8" in v.advice and "torch.compile" in v.advice
+    assert "reduced precision" in v.headline
+
+
+def test_fp32_matrix_kernels_get_the_bf16_advice() -> None:
+    _, v = _verdict(fp32_matmul, sm_active=0.8)
+    assert v.bottleneck == "compute" and v.matrix_precision == "fp32"
+    assert "bf16" in v.advice and "(in fp32)" in v.headline
+    assert not any("do not give their precision" in n for n in v.notes)
+
+
+def test_host_preprocessing_is_host_compute_not_launch() -> None:
+    trace, v = _verdict(host_preprocessing)
+    assert v.bottleneck == "host_compute"
+    shares = dict(v.ranked)
+    assert shares["host_compute"] == pytest.approx(0.70, abs=0.02)
+    assert shares["launch"] < 0.05
+    assert "DataLoader workers" in v.advice and "bf16" not in v.advice
+    _assert_partition(trace)
+
+
+def test_operators_that_call_cuda_are_launches_and_views_are_not_host_compute() -> None:
+    b = TraceBuilder()
+    b.step(0, 0.0, 1_000)
+    b.cpu_op("aten::add", 100, 100)
+    b.runtime("cudaLaunchKernel", 150, 20)
+    b.cpu_op("aten::view", 300, 100)
+    b.cpu_op("aten::flip", 500, 200)
+    b.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 700, 200)
+    b.cpu_op("aten::div", 750, 100)
+    b.kernel(950, 50)
+    (s,) = parse_trace(b.document()).timelines()
+    assert s.by_cause["host_compute"] == pytest.approx(200)
+    assert s.by_cause["dataloader"] == pytest.approx(200)
+    assert s.by_cause["launch"] >= 100
 
 
 # The live doctor path (doctor/gpu.py, rules/device_bound.py) under the same invariants, on the
@@ -459,3 +618,43 @@ def test_device_to_device_copies_are_not_readbacks() -> None:
     (s,) = parse_trace(b.document()).timelines()
     assert s.by_cause["sync"] == 0.0 and s.by_cause["launch"] > 0.0
     assert s.copy_by_kind == {"DtoD": pytest.approx(50)}
+
+
+def test_a_gap_that_opens_in_a_readback_is_the_readbacks_gap_by_gap() -> None:
+    """The GPU ran dry while the host waited in .item(); the Python and the launch after it,
+    until the GPU had work again, are the readback's cost."""
+    b = TraceBuilder()
+    b.step(0, 0.0, 1_000)
+    b.kernel(0, 100)
+    b.cpu_op("aten::item", 50, 150)  # waits until 100, returns at 200
+    b.runtime("cudaStreamSynchronize", 60, 130)
+    b.runtime("cudaLaunchKernel", 600, 20)  # 200..600: Python, no event
+    b._x("kernel", "void gemm", 700, 300, pid=GPU_PID, tid=7, args={"stream": 7})
+    (s,) = parse_trace(b.document()).timelines()
+    assert s.by_cause["sync"] == pytest.approx(600)
+    assert s.by_cause["launch"] == 0.0 and s.by_cause["other"] == 0.0
+
+
+def test_python_between_operators_is_launch_time_not_other() -> None:
+    b = TraceBuilder()
+    b.step(0, 0.0, 1_000)
+    b.cpu_op("aten::add", 0, 100)
+    b.runtime("cudaLaunchKernel", 50, 20)
+    b._x("kernel", "void elementwise", 900, 100, pid=GPU_PID, tid=7, args={"stream": 7})
+    (s,) = parse_trace(b.document()).timelines()
+    assert s.by_cause["launch"] == pytest.approx(900) and s.by_cause["other"] == 0.0
+    # a gap in which the host recorded nothing at all stays 'other'
+    quiet = TraceBuilder()
+    quiet.step(0, 0.0, 1_000)
+    quiet._x("kernel", "void gemm", 900, 100, pid=GPU_PID, tid=7, args={"stream": 7})
+    (q,) = parse_trace(quiet.document()).timelines()
+    assert q.by_cause["other"] == pytest.approx(900)
+
+
+def test_profiler_steps_filed_as_operators_are_steps() -> None:
+    b = TraceBuilder()
+    for i in range(2):
+        b.cpu_op(f"ProfilerStep#{i + 5}", i * 1_000.0, 1_000)
+        b.kernel(i * 1_000.0 + 100, 800)
+    trace = parse_trace(b.document())
+    assert trace.step_source == "ProfilerStep" and [w.index for w in trace.steps] == [5, 6]

@@ -128,6 +128,7 @@ def test_registry_finds_one_rule_per_module() -> None:
         "missing-mixed-precision",
         "thread-oversubscription",
         "memory-pressure",
+        "underfilled",
         "device-idle",
         "device-bound",
         "tensor-cores-idle",

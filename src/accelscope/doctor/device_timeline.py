@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "ADVICE",
@@ -37,17 +38,25 @@ __all__ = [
     "HostCategory",
     "HostSpan",
     "IdleGap",
+    "KernelClass",
+    "Precision",
     "StepTimeline",
     "StepWindow",
     "SuppliedFigure",
     "TimelineVerdict",
     "check_figure",
+    "kernel_class",
+    "kernel_precision",
     "step_timeline",
     "timeline_verdict",
 ]
 
 DeviceKind = Literal["kernel", "nccl", "memcpy", "memset"]
-HostCategory = Literal["sync", "h2d_pageable", "h2d_pinned", "dataloader", "allocator", "launch"]
+HostCategory = Literal[
+    "sync", "h2d_pageable", "h2d_pinned", "dataloader", "allocator", "host_compute", "launch"
+]
+KernelClass = Literal["matrix", "memory", "other"]
+Precision = Literal["reduced", "fp32", "unknown"]
 
 CONSISTENCY_TOLERANCE = 1.05
 """A part above this multiple of its step is inconsistent (beyond measurement error)."""
@@ -62,7 +71,8 @@ UNDERFILLED_SM_ACTIVE = 0.2
 under-filled kernels (a finding of its own, never 'compute-bound')."""
 
 CAUSES: dict[str, str] = {
-    "compute": "compute kernels on the device",
+    "compute": "matrix kernels (GEMM, convolution, attention) and unclassified kernels",
+    "memory": "memory-bound kernels (elementwise, normalisation, softmax, reductions, copies)",
     "communication": "NCCL communication on the device",
     "h2d_pageable": "host->device copies from pageable memory",
     "h2d_pinned": "host->device copies from pinned memory",
@@ -70,6 +80,7 @@ CAUSES: dict[str, str] = {
     "dataloader": "waiting for the DataLoader",
     "launch": "launching kernels and Python between them (launch-bound)",
     "allocator": "the allocator (cudaMalloc/cudaFree)",
+    "host_compute": "the host's own work between steps (preprocessing, Python on CPU tensors)",
     "other": "other (device copies and memsets, or host time no event explains)",
 }
 """Every cause a step's time is split into, with its description."""
@@ -80,14 +91,26 @@ _HOST_PRIORITY: tuple[HostCategory, ...] = (
     "h2d_pinned",
     "dataloader",
     "allocator",
+    "host_compute",
     "launch",
 )
 """Where host spans overlap in an idle gap, the first category here names the time."""
 
 ADVICE: dict[str, str] = {
     "compute": (
-        "the GPU's kernels set the pace: lower precision (bf16/fp16 autocast), fused or "
+        "the GPU's matrix kernels set the pace and run in fp32 (or a precision the kernel "
+        "names do not give): lower precision (bf16/fp16 autocast) for the tensor cores, "
         "compiled kernels (torch.compile), or a larger GPU"
+    ),
+    "compute_reduced": (
+        "the GPU's matrix kernels set the pace and already run in reduced precision on the "
+        "tensor cores: fp8 (e4m3) matmuls where the GPU has them (Hopper and later), "
+        "torch.compile, a larger batch, or less work (a smaller model)"
+    ),
+    "memory": (
+        "memory-bound kernels (elementwise, normalisation, softmax, reductions) set the pace: "
+        "fuse them (torch.compile, fused kernels: fused LayerNorm/attention, foreach/fused "
+        "optimizers) so each tensor is read once; lower precision of the matmuls will not help"
     ),
     "communication": "overlap communication with compute (bucketing, gradient accumulation)",
     "h2d_pageable": (
@@ -109,11 +132,17 @@ ADVICE: dict[str, str] = {
     ),
     "launch": (
         "the host cannot launch kernels fast enough: CUDA graphs, torch.compile "
-        "(mode='reduce-overhead'), a larger batch, fewer tiny operators"
+        "(mode='reduce-overhead'), a larger batch, foreach/fused optimizers, fewer tiny "
+        "operators"
     ),
     "allocator": (
         "allocations stall the step: avoid per-step tensor creation of changing sizes, "
         "keep the caching allocator warm (expandable_segments)"
+    ),
+    "host_compute": (
+        "the host's own work (preprocessing on CPU tensors, Python) leaves the GPU idle: move "
+        "it into DataLoader workers (num_workers > 0) or onto the GPU (copy the uint8 batch "
+        "and augment there)"
     ),
     "other": "no single cause: look at the trace around the largest gaps",
     "underfilled": (
@@ -122,7 +151,49 @@ ADVICE: dict[str, str] = {
     ),
     "mixed": "no single cause dominates: the ranked shares say where to start",
 }
-"""Advice per named cause; bf16 appears only under ``compute``."""
+"""Advice per named cause (``compute_reduced``: compute whose matrix kernels already run in
+reduced precision); bf16 appears only under ``compute`` (fp32 matrix kernels)."""
+
+_MATRIX = re.compile(
+    r"gemm|gemv|xmma|hmma|wgmma|imma|cutlass|cublas|nvjet|flash|fmha|sdpa|attention|"
+    r"conv(?!ert)|fprop|dgrad|wgrad|winograd|matmul|triton_mm|tensorop"
+)
+_MEMORY = re.compile(
+    r"elementwise|reduce_kernel|reduction|norm|welford|moments|gammabeta|softmax|"
+    r"catarray|copy|cat_|fill|index|scatter|gather|dropout|transpose|permute|embedding|"
+    r"multi_tensor_apply|foreach|nll_loss|cross_entropy|bn_fw|bn_bw|nchwtonhwc|nhwctonchw|"
+    r"triton_poi|triton_per|triton_red|memset|upsample|pool"
+)
+_MATRIX_WEAK = re.compile(r"cudnn|^(sm\d+|ampere|volta|turing|hopper)_")
+_REDUCED = re.compile(
+    r"bf16|fp16|f16|half|tf32|fp8|e4m3|e5m2|int8|i8816|hmma|wgmma|imma|s1688|s16816|h1688|"
+    r"h16816|tensorop|flash|nvjet_[hbte]|nvjet_.[hbte]"
+)
+_FP32 = re.compile(r"sgemm|fp32|f32|simt|nvjet_sss|float")
+
+
+def kernel_class(name: str) -> KernelClass:
+    """``matrix`` (GEMM, convolution, attention), ``memory`` (elementwise, normalisation,
+    softmax, reductions, copies) or ``other``, from a kernel's name."""
+    low = name.lower()
+    if _MATRIX.search(low):
+        return "matrix"
+    if _MEMORY.search(low):
+        return "memory"
+    if _MATRIX_WEAK.search(low):
+        return "matrix"
+    return "other"
+
+
+def kernel_precision(name: str) -> Precision:
+    """``reduced`` (bf16/fp16/tf32/fp8 in the name, or a tensor-core kernel), ``fp32``
+    (``sgemm``, fp32 names), else ``unknown``, from a matrix kernel's name."""
+    low = name.lower()
+    if _REDUCED.search(low):
+        return "reduced"
+    if _FP32.search(low):
+        return "fp32"
+    return "unknown"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,7 +213,7 @@ class DeviceInterval:
     def cause(self) -> str:
         """The cause this activity's time is charged to when nothing of higher rank runs."""
         if self.kind == "kernel":
-            return "compute"
+            return "memory" if kernel_class(self.name) == "memory" else "compute"
         if self.kind == "nccl":
             return "communication"
         if self.kind == "memcpy" and self.direction == "HtoD":
@@ -198,6 +269,9 @@ class StepTimeline:
     copy_by_kind: dict[str, float]
     by_cause: dict[str, float]
     gaps: tuple[IdleGap, ...]
+    kernel_by_class: dict[str, float] = field(default_factory=dict)
+    """Kernel busy time (union per class, clipped to the step): ``matrix reduced``,
+    ``matrix fp32``, ``matrix unknown``, ``memory``, ``other``; classes may overlap in time."""
 
     @property
     def idle_us(self) -> float:
@@ -210,6 +284,39 @@ class StepTimeline:
     @property
     def shares(self) -> dict[str, float]:
         return {cause: self.share(us) for cause, us in self.by_cause.items()}
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready (the idle gaps are left out: the verdict does not need them)."""
+        return {
+            "index": self.index,
+            "step_us": self.step_us,
+            "compute_busy_us": self.compute_busy_us,
+            "copy_busy_us": self.copy_busy_us,
+            "busy_us": self.busy_us,
+            "copy_by_kind": dict(self.copy_by_kind),
+            "by_cause": dict(self.by_cause),
+            "kernel_by_class": dict(self.kernel_by_class),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepTimeline:
+        """Inverse of :meth:`to_dict` (causes this version does not know are kept as read)."""
+
+        def floats(key: str) -> dict[str, float]:
+            return {str(k): float(v) for k, v in (data.get(key) or {}).items()}
+
+        by_cause = dict.fromkeys(CAUSES, 0.0) | floats("by_cause")
+        return cls(
+            index=int(data["index"]),
+            step_us=float(data["step_us"]),
+            compute_busy_us=float(data["compute_busy_us"]),
+            copy_busy_us=float(data["copy_busy_us"]),
+            busy_us=float(data["busy_us"]),
+            copy_by_kind=floats("copy_by_kind"),
+            by_cause=by_cause,
+            gaps=(),
+            kernel_by_class=floats("kernel_by_class"),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,7 +344,9 @@ class TimelineVerdict:
 
     ``bottleneck``: a key of :data:`CAUSES`, ``underfilled`` or ``mixed``; ``ranked``: every
     cause's mean share of the step, largest first; ``notes``: why a tempting verdict was not
-    given, and every supplied figure that was inconsistent."""
+    given, and every supplied figure that was inconsistent. ``matrix_precision``: what the
+    matrix kernels' names say of their precision (``reduced``, ``fp32``, ``unknown``; None
+    without matrix kernels); ``kernel_classes``: each kernel class's mean share of the step."""
 
     bottleneck: str
     headline: str
@@ -252,6 +361,9 @@ class TimelineVerdict:
     sm_active: float | None
     figures: tuple[FigureCheck, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    kernel_share: float = 0.0
+    matrix_precision: Precision | None = None
+    kernel_classes: dict[str, float] = field(default_factory=dict)
 
 
 def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -327,14 +439,24 @@ def step_timeline(
     taken: list[tuple[float, float]] = []
     compute_us = copy_us = 0.0
     copy_by_kind: dict[str, float] = {}
-    rank = ["compute", "communication", "h2d_pageable", "h2d_pinned", "sync", "other"]
+    rank = ["compute", "memory", "communication", "h2d_pageable", "h2d_pinned", "sync", "other"]
     for cause in rank:
         own = _union(_clip(((d.start_us, d.end_us) for d in device if d.cause == cause), lo, hi))
         fresh = _subtract(own, taken)
         by_cause[cause] += _length(fresh)
-        if cause == "compute":
-            compute_us = _length(own)
         taken = _union([*taken, *fresh])
+    kernels = [d for d in device if d.kind == "kernel"]
+    compute_us = _length(_union(_clip(((d.start_us, d.end_us) for d in kernels), lo, hi)))
+    kernel_spans: dict[str, list[tuple[float, float]]] = {}
+    for d in kernels:
+        klass = kernel_class(d.name)
+        key = f"matrix {kernel_precision(d.name)}" if klass == "matrix" else klass
+        kernel_spans.setdefault(key, []).append((d.start_us, d.end_us))
+    kernel_by_class = {
+        key: length
+        for key, spans_ in kernel_spans.items()
+        if (length := _length(_union(_clip(spans_, lo, hi)))) > 0
+    }
     copies = [d for d in device if d.kind == "memcpy"]
     copy_us = _length(_union(_clip(((d.start_us, d.end_us) for d in copies), lo, hi)))
     for d in copies:
@@ -363,8 +485,19 @@ def step_timeline(
                 gap_causes[cat] = amount
             remaining = left
         rest = _length(remaining)
-        if rest > 0:
-            gap_causes["other"] = rest
+        opened_in_sync = bool(_within(spans["sync"], span_ends["sync"], start, start + 1e-6))
+        if opened_in_sync:
+            # the GPU ran dry while the host waited in a readback: the Python and launches
+            # after it, until the GPU has work again, are that readback's cost (gap by gap)
+            moved = gap_causes.pop("launch", 0.0) + rest
+            if moved > 0:
+                gap_causes["sync"] = gap_causes.get("sync", 0.0) + moved
+        elif rest > 0:
+            # host time no event covers, in a gap where the host ran: Python between its
+            # operators and launches; in a gap where no host event ran at all: other
+            gap_causes["launch" if gap_causes else "other"] = (
+                gap_causes.get("launch", 0.0) + rest if gap_causes else rest
+            )
         for cause, amount in gap_causes.items():
             by_cause[cause] += amount
         gaps.append(IdleGap(start_us=start, end_us=end, by_cause=gap_causes))
@@ -377,6 +510,7 @@ def step_timeline(
         copy_by_kind=copy_by_kind,
         by_cause=by_cause,
         gaps=tuple(gaps),
+        kernel_by_class=kernel_by_class,
     )
 
 
@@ -419,6 +553,30 @@ def _mean_share(steps: Sequence[StepTimeline], pick: str) -> float:
     return min(1.0, max(0.0, part / total))
 
 
+def _kernel_classes(steps: Sequence[StepTimeline]) -> dict[str, float]:
+    total = math.fsum(s.step_us for s in steps)
+    keys = sorted({k for s in steps for k in s.kernel_by_class})
+    if total <= 0:
+        return dict.fromkeys(keys, 0.0)
+    return {
+        k: min(1.0, math.fsum(s.kernel_by_class.get(k, 0.0) for s in steps) / total) for k in keys
+    }
+
+
+def _matrix_precision(classes: dict[str, float]) -> Precision | None:
+    """Reduced where reduced-precision matrix kernels hold most of the matrix time; fp32 where
+    fp32 ones do; else unknown (None without matrix kernels)."""
+    matrix = {k.removeprefix("matrix "): v for k, v in classes.items() if k.startswith("matrix ")}
+    if not matrix or math.fsum(matrix.values()) <= 0:
+        return None
+    total = math.fsum(matrix.values())
+    if matrix.get("reduced", 0.0) >= 0.5 * total:
+        return "reduced"
+    if matrix.get("fp32", 0.0) >= 0.5 * total:
+        return "fp32"
+    return "unknown"
+
+
 def timeline_verdict(
     steps: Sequence[StepTimeline],
     *,
@@ -427,11 +585,14 @@ def timeline_verdict(
     supplied: Sequence[SuppliedFigure] = (),
 ) -> TimelineVerdict:
     """Name the bottleneck of ``steps``: the largest cause at or above
-    :data:`BOTTLENECK_SHARE`, else ``mixed``. Compute is named (device-bound) only when
-    compute kernels cover :data:`DEVICE_BOUND_COMPUTE` of the step and, where GPM measured
-    it, SM activity is at least :data:`DEVICE_BOUND_SM_ACTIVE`; kernels covering the step with
-    SM activity under :data:`UNDERFILLED_SM_ACTIVE` is ``underfilled``. Supplied figures are
-    checked and reported; none of them drives the verdict."""
+    :data:`BOTTLENECK_SHARE`, else ``mixed``. The device sets the pace only when kernels
+    (matrix and memory-bound together) cover :data:`DEVICE_BOUND_COMPUTE` of the step and,
+    where GPM measured it, SM activity is at least :data:`DEVICE_BOUND_SM_ACTIVE`; it is then
+    named ``memory`` where memory-bound kernels hold most of the kernel time (fusion advice,
+    never bf16), else ``compute`` (bf16 advice only when the matrix kernels are not already in
+    reduced precision). Kernels covering the step with SM activity under
+    :data:`UNDERFILLED_SM_ACTIVE` is ``underfilled``. Supplied figures are checked and
+    reported; none of them drives the verdict."""
     if not steps:
         raise ValueError("no steps")
     step_s = math.fsum(s.step_us for s in steps) / len(steps) / 1e6
@@ -442,8 +603,11 @@ def timeline_verdict(
         )
     )
     shares = dict(ranked)
-    compute = shares["compute"]
+    kernels = min(1.0, shares["compute"] + shares["memory"])
+    device_top = "memory" if shares["memory"] > shares["compute"] else "compute"
     busy = _mean_share(steps, "busy")
+    classes = _kernel_classes(steps)
+    precision = _matrix_precision(classes)
     notes: list[str] = []
     figures = tuple(check_figure(f) for f in supplied)
     for check in figures:
@@ -451,37 +615,51 @@ def timeline_verdict(
             notes.append(f"{check.name}: {check.note}")
     top, top_share = ranked[0]
     bottleneck = "mixed"
-    if top == "compute":
-        if compute >= DEVICE_BOUND_COMPUTE and sm_active is not None:
+    if top in ("compute", "memory"):
+        if kernels >= DEVICE_BOUND_COMPUTE and sm_active is not None:
             if sm_active < UNDERFILLED_SM_ACTIVE:
                 bottleneck = "underfilled"
             elif sm_active < DEVICE_BOUND_SM_ACTIVE:
                 notes.append(
-                    f"compute kernels cover {compute:.0%} of the step but SM active is "
+                    f"kernels cover {kernels:.0%} of the step but SM active is "
                     f"{sm_active:.0%} (< {DEVICE_BOUND_SM_ACTIVE:.0%}): not called device-bound"
                 )
             else:
-                bottleneck = "compute"
-        elif compute >= DEVICE_BOUND_COMPUTE:
-            bottleneck = "compute"
+                bottleneck = device_top
+        elif kernels >= DEVICE_BOUND_COMPUTE:
+            bottleneck = device_top
             notes.append("SM activity not measured (no GPM): device-bound from kernel time only")
         else:
             notes.append(
-                f"compute kernels cover {compute:.0%} of the step (< "
+                f"kernels cover {kernels:.0%} of the step (< "
                 f"{DEVICE_BOUND_COMPUTE:.0%}): not called device-bound"
             )
     elif top_share >= BOTTLENECK_SHARE and top != "other":
         bottleneck = top
-    if busy >= DEVICE_BOUND_COMPUTE and sm_active is not None and sm_active < UNDERFILLED_SM_ACTIVE:
+    kernel_busy = _mean_share(steps, "compute_busy")  # copies keep no SM busy
+    if (
+        kernel_busy >= DEVICE_BOUND_COMPUTE
+        and sm_active is not None
+        and sm_active < UNDERFILLED_SM_ACTIVE
+    ):
         bottleneck = "underfilled"
-    headline = _headline(bottleneck, shares, busy, sm_active, ranked)
+    advice = ADVICE[bottleneck]
+    if bottleneck == "compute":
+        if precision == "reduced":
+            advice = ADVICE["compute_reduced"]
+        elif precision == "unknown":
+            notes.append(
+                "the matrix kernels' names do not give their precision: the bf16 advice holds "
+                "only if they run in fp32"
+            )
+    headline = _headline(bottleneck, shares, kernel_busy, sm_active, ranked, precision)
     return TimelineVerdict(
         bottleneck=bottleneck,
         headline=headline,
-        advice=ADVICE[bottleneck],
+        advice=advice,
         ranked=ranked,
         step_s=step_s,
-        compute_share=compute,
+        compute_share=kernel_busy,
         busy_share=busy,
         copy_share=_mean_share(steps, "copy"),
         idle_share=max(0.0, 1.0 - busy),
@@ -489,6 +667,9 @@ def timeline_verdict(
         sm_active=sm_active,
         figures=figures,
         notes=tuple(notes),
+        kernel_share=kernels,
+        matrix_precision=precision,
+        kernel_classes=classes,
     )
 
 
@@ -498,6 +679,7 @@ def _headline(
     busy: float,
     sm_active: float | None,
     ranked: tuple[tuple[str, float], ...],
+    precision: Precision | None = None,
 ) -> str:
     if bottleneck == "underfilled":
         sm = "not measured" if sm_active is None else f"{sm_active:.0%}"
@@ -509,5 +691,17 @@ def _headline(
         top = ", ".join(f"{cause} {share:.0%}" for cause, share in ranked[:3] if share > 0)
         return f"mixed: no cause holds {BOTTLENECK_SHARE:.0%} of the step ({top})"
     if bottleneck == "compute":
-        return f"device-bound: compute kernels run {shares['compute']:.0%} of the step"
+        what = {
+            "reduced": "already in reduced precision on the tensor cores",
+            "fp32": "in fp32",
+            "unknown": "precision not given by their names",
+        }.get(precision or "", "")
+        return f"device-bound: matrix kernels run {shares['compute']:.0%} of the step" + (
+            f" ({what})" if what else ""
+        )
+    if bottleneck == "memory":
+        return (
+            f"memory-bound on the device: elementwise/normalisation/reduction kernels run "
+            f"{shares['memory']:.0%} of the step (matrix kernels {shares['compute']:.0%})"
+        )
     return f"{CAUSES[bottleneck]}: {shares[bottleneck]:.0%} of the step"

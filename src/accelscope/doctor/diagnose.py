@@ -22,6 +22,7 @@ from accelscope.doctor.whatif import (
     PlannedWhatIf,
     WhatIfResult,
     caveat_for,
+    pair_variants,
     parse_what_ifs,
     plan_what_ifs,
     recommend,
@@ -326,6 +327,7 @@ def run_doctor(
                 events.run_finished(item.label, line)
     except KeyboardInterrupt:
         interrupted = True  # keep the diagnosis and the what-ifs measured so far
+    results = pair_variants(results)
     best, sentence = recommend(results) if runnable else (None, "")
     diagnosis = refute_by_what_ifs(diagnosis, results, sentence)
     return DoctorResult(

@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from accelscope.doctor.breakdown import Breakdown
+from accelscope.doctor.device_timeline import SuppliedFigure, TimelineVerdict, timeline_verdict
 from accelscope.doctor.gpu import GpuActivity, GpuPace, gpu_activity, gpu_pace, steps_window
 from accelscope.doctor.profile import Profile
 from accelscope.hardware.fastpaths import PrecisionSupport
@@ -47,9 +48,51 @@ class RuleContext:
         window = steps_window(self.profile, self.telemetry_steps_at_s)
         return gpu_activity(self.telemetry, window)
 
+    @cached_property
+    def timeline(self) -> TimelineVerdict | None:
+        """The verdict of the GPU's own timeline over the steps profiled after the warm-up
+        (torch.profiler; :mod:`.device_timeline`), with GPM SM activity and NVML utilisation
+        of the measured steps beside it; the census's summed operator figure is checked
+        against the step and reported, never used. ``None`` without a readable device trace
+        (CPU runs, older profiles): the rules then use the CUDA events."""
+        record = self.profile.device_trace
+        if record is None or not record.usable:
+            return None
+        activity = self.gpu_activity
+        sm = activity.sm_active_percent if activity is not None else None
+        util = activity.utilisation_percent if activity is not None else None
+        supplied = []
+        probe = self.profile.probe
+        if probe is not None and probe.op_device_s is not None:
+            device = self.breakdown.device
+            step_s = device.host_step_mean_s if device else self.breakdown.step_mean_s
+            supplied.append(
+                SuppliedFigure(
+                    name="census per-operator GPU time", value_s=probe.op_device_s, step_s=step_s
+                )
+            )
+        return timeline_verdict(
+            record.timeline,
+            sm_active=None if sm is None else sm / 100.0,
+            nvml_utilisation=None if util is None else util / 100.0,
+            supplied=supplied,
+        )
+
+    def timeline_share(self, *causes: str) -> float | None:
+        """The mean share of the profiled steps the device timeline gives ``causes``
+        (``None`` without a timeline)."""
+        timeline = self.timeline
+        if timeline is None:
+            return None
+        shares = dict(timeline.ranked)
+        return min(1.0, sum(shares.get(c, 0.0) for c in causes))
+
     @property
     def device(self) -> str:
         """``cuda`` when the loop used CUDA, else ``cpu``."""
+        record = self.profile.device_trace
+        if record is not None and record.usable:
+            return "cuda"  # a trace with GPU events: the loop used the GPU
         facts = self.profile.facts
         if facts is not None and facts.cuda_initialized:
             return "cuda"
@@ -85,6 +128,24 @@ class RuleContext:
         if facts is not None and facts.main_model and not facts.main_model.get("compiled"):
             out.append("compile")
         return tuple(out)
+
+    def threads_to_try(self, external_cores: float = 0.0) -> tuple[int, str]:
+        """Intra-op threads for the cores the loop's DataLoader workers leave free, from their
+        measured load (cores minus the workers' busy cores over the measured steps, rounded,
+        at least 1), else from their count; with how it was sized."""
+        facts = self.profile.facts
+        workers = sum(x.num_workers for x in facts.loaders) if facts is not None else 0
+        busy = facts.worker_busy_cores if facts is not None else None
+        if busy is not None:
+            threads = max(1, round(self.cores - busy - external_cores))
+            return threads, (
+                f"{self.cores} cores minus the {busy:.2f} cores the DataLoader workers kept "
+                "busy over the measured steps"
+            )
+        threads = max(1, self.cores - workers - round(external_cores))
+        return threads, (
+            f"{self.cores} cores minus {workers} DataLoader workers (their load not measured)"
+        )
 
     @property
     def compute_share(self) -> float:

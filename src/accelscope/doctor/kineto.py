@@ -40,6 +40,7 @@ __all__ = [
     "load_trace",
     "parse_trace",
     "rank_timelines",
+    "read_live_trace",
     "trace_files",
 ]
 
@@ -74,6 +75,40 @@ _ALLOC_CALLS = {
 _LAUNCH = re.compile(
     r"^(cuda|cu)(LaunchKernel|LaunchKernelExC|LaunchCooperativeKernel|GraphLaunch)"
 )
+_METADATA_OPS = {
+    "aten::view",
+    "aten::_unsafe_view",
+    "aten::reshape",
+    "aten::t",
+    "aten::transpose",
+    "aten::permute",
+    "aten::expand",
+    "aten::as_strided",
+    "aten::slice",
+    "aten::select",
+    "aten::unsqueeze",
+    "aten::squeeze",
+    "aten::detach",
+    "aten::detach_",
+    "aten::alias",
+    "aten::empty",
+    "aten::empty_like",
+    "aten::empty_strided",
+    "aten::resize_",
+    "aten::lift_fresh",
+    "aten::unbind",
+    "aten::split",
+    "aten::chunk",
+    "aten::narrow",
+    "aten::flatten",
+    "aten::contiguous",
+    "aten::result_type",
+    "aten::is_nonzero",
+    "aten::set_",
+    "aten::record_stream",
+}
+"""Operators that on a device tensor launch nothing (views, metadata, allocations) or whose
+launches a trace may not nest: never counted as the host's own compute."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,6 +277,8 @@ def parse_trace(document: Any, *, source: str = "trace") -> KinetoTrace:
                 by_correlation[correlation] = interval
         elif cat in ("cuda_runtime", "cuda_driver", "runtime", "driver"):
             runtime.append((event, ts, end))
+        elif cat == "cpu_op" and _PROFILER_STEP.match(name):
+            annotations.append((name, ts, end))  # a step mark filed as an operator (torch 1.x)
         elif cat == "cpu_op":
             ops.append((event, ts, end))
         elif cat in ("user_annotation", "python_function"):
@@ -284,6 +321,17 @@ def _host_spans(
 ) -> list[HostSpan]:
     spans: list[HostSpan] = []
     copy_calls: list[tuple[float, float, HostCategory]] = []
+    calls_by_thread: dict[tuple[Any, Any], list[float]] = {}
+    for event, ts, _end in runtime:
+        calls_by_thread.setdefault((event.get("pid"), event.get("tid")), []).append(ts)
+    for starts in calls_by_thread.values():
+        starts.sort()
+
+    def calls_inside(event: dict[str, Any], ts: float, end: float) -> bool:
+        starts = calls_by_thread.get((event.get("pid"), event.get("tid")), [])
+        i = bisect.bisect_left(starts, ts)
+        return i < len(starts) and starts[i] <= end
+
     for event, ts, end in runtime:
         name = str(event.get("name", ""))
         args = event.get("args") if isinstance(event.get("args"), dict) else {}
@@ -314,6 +362,10 @@ def _host_spans(
         elif name in _COPY_OPS:
             inside = {c for s, e, c in copy_calls if s >= ts and e <= end}
             op_category = next((c for c in order if c in inside), "launch")
+            if not inside and not calls_inside(event, ts, end):
+                op_category = "host_compute"  # a copy between host tensors: no device call
+        elif name not in _METADATA_OPS and not calls_inside(event, ts, end):
+            op_category = "host_compute"  # an operator that calls no CUDA API: CPU tensors
         spans.append(HostSpan(start_us=ts, end_us=end, category=op_category, name=name))
     for name, ts, end in annotations:
         if "DataLoader" in name and ("enumerate" in name or "__next__" in name):
@@ -367,4 +419,27 @@ def rank_timelines(path: Path) -> list[RankTimeline]:
             raise BadInputError(f"trace {file}: no step of positive length")
         rank = file.name.removesuffix(".gz").removesuffix(".json")
         out.append(RankTimeline(rank=rank, trace=trace, steps=steps))
+    return out
+
+
+def read_live_trace(raw: dict[str, Any]) -> dict[str, Any]:
+    """The child's ``device_trace`` record with the trace it names read into step timelines
+    (``timeline``, ``device_name``, ``step_source``); a trace that cannot be read leaves the
+    status ``not read: why`` and no timeline. The trace file itself is not kept."""
+    out = {k: v for k, v in raw.items() if k != "path"}
+    path = raw.get("path")
+    if not path:
+        return out
+    try:
+        trace = load_trace(Path(str(path)))
+        steps = trace.timelines()
+    except BadInputError as exc:
+        out["status"] = f"not read: {exc}"
+        return out
+    if not steps or all(s.step_us <= 0 for s in steps):
+        out["status"] = "not read: no step of positive length in the trace"
+        return out
+    out["timeline"] = [s.to_dict() for s in steps]
+    out["device_name"] = trace.device_name
+    out["step_source"] = trace.step_source
     return out

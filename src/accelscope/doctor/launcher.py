@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from accelscope.doctor.inprocess.session import PROGRESS_FD_ENV
+from accelscope.doctor.kineto import read_live_trace
 from accelscope.doctor.profile import Profile
 from accelscope.hardware.telemetry import NvmlSource, Telemetry, TelemetrySampler
 
@@ -48,7 +49,9 @@ class ChildConfig:
     whatif: dict[str, Any] | None = None
 
     def payload(self, result_path: Path) -> dict[str, Any]:
-        """The JSON the bootstrap reads."""
+        """The JSON the bootstrap reads (the diagnosis run, ``full``, also records the
+        device timeline of a few steps after the warm-up, beside the result, when on CUDA)."""
+        trace = result_path.with_name("device_trace.json") if self.full else None
         return {
             "script": str(self.script),
             "args": list(self.args),
@@ -59,6 +62,7 @@ class ChildConfig:
             "probe": self.probe,
             "whatif": self.whatif,
             "result_path": str(result_path),
+            "device_trace_path": None if trace is None else str(trace),
         }
 
 
@@ -245,6 +249,9 @@ def _read_profile(path: Path) -> tuple[Profile | None, str]:
     if not path.exists():
         return None, ""
     try:
-        return Profile.from_dict(json.loads(path.read_text(encoding="utf-8"))), ""
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("device_trace"), dict):
+            data["device_trace"] = read_live_trace(data["device_trace"])
+        return Profile.from_dict(data), ""
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return None, f"{type(exc).__name__}: {exc}"

@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from accelscope.doctor.device_timeline import StepTimeline
+
 __all__ = [
     "PHASES",
     "DeviceStep",
+    "DeviceTraceRecord",
     "GpuMemory",
     "LoaderFacts",
     "OpSummary",
@@ -91,6 +94,62 @@ class DeviceStep:
             sync_idle_s=opt("sync_idle_s"),
             copy_wait_s=opt("copy_wait_s"),
             copy_idle_s=opt("copy_idle_s"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceTraceRecord:
+    """The GPU's own timeline of the steps profiled after the warm-up (torch.profiler, CPU +
+    CUDA activities; :mod:`accelscope.doctor.inprocess.device_trace`), as the parent read it
+    with :mod:`accelscope.doctor.kineto`.
+
+    Attributes:
+        status: ``recorded``, ``injected`` (tests) or ``not recorded: why``/``not read: why``.
+        steps: Steps profiled (added to the warm-up: never measured).
+        profiled_s: Wall time of the profiled steps (the profiler's overhead included).
+        stop_s: Collecting and exporting the trace, between the last profiled step and the
+            first measured one (outside every step).
+        timeline: Each profiled step split into its causes (empty when not read).
+        device_name / step_source: From the trace.
+    """
+
+    status: str
+    steps: int = 0
+    profiled_s: float = 0.0
+    stop_s: float = 0.0
+    timeline: tuple[StepTimeline, ...] = ()
+    device_name: str | None = None
+    step_source: str = ""
+
+    @property
+    def usable(self) -> bool:
+        """A timeline with at least one step of positive length."""
+        return any(s.step_us > 0 for s in self.timeline)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "status": self.status,
+            "steps": self.steps,
+            "profiled_s": self.profiled_s,
+            "stop_s": self.stop_s,
+            "timeline": [s.to_dict() for s in self.timeline],
+            "device_name": self.device_name,
+            "step_source": self.step_source,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeviceTraceRecord:
+        """Inverse of :meth:`to_dict`."""
+        name = data.get("device_name")
+        return cls(
+            status=str(data.get("status", "")),
+            steps=int(data.get("steps", 0)),
+            profiled_s=float(data.get("profiled_s", 0.0)),
+            stop_s=float(data.get("stop_s", 0.0)),
+            timeline=tuple(StepTimeline.from_dict(s) for s in data.get("timeline") or []),
+            device_name=None if name is None else str(name),
+            step_source=str(data.get("step_source", "")),
         )
 
 
@@ -249,10 +308,14 @@ class RunFacts:
     cuda_initialized: bool
     optimizer_seen: bool
     backward_seen: bool
+    worker_busy_cores: float | None = None
+    """Cores the loop's child processes (DataLoader workers) kept busy over the measured steps
+    (psutil, in the loop's process); ``None``: not measured."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunFacts:
         """Read the facts record."""
+        busy = data.get("worker_busy_cores")
         return cls(
             torch=str(data["torch"]),
             torch_threads=int(data["torch_threads"]),
@@ -263,6 +326,7 @@ class RunFacts:
             cuda_initialized=bool(data.get("cuda_initialized", False)),
             optimizer_seen=bool(data.get("optimizer_seen", False)),
             backward_seen=bool(data.get("backward_seen", False)),
+            worker_busy_cores=None if busy is None else float(busy),
         )
 
 
@@ -344,6 +408,8 @@ class Profile:
     the steps on the parent's telemetry clock (``None``: not recorded)."""
     gpu_memory: GpuMemory | None = None
     gpu_memory_status: str = "not measured: no CUDA device"
+    device_trace: DeviceTraceRecord | None = None
+    """The GPU's own timeline of the profiled steps (CUDA runs of the diagnosis only)."""
 
     @property
     def measured(self) -> tuple[Step, ...]:
@@ -359,6 +425,7 @@ class Profile:
         overhead = data.get("op_overhead_s")
         origin = data.get("first_step_monotonic_s")
         gpu_memory = data.get("gpu_memory")
+        device_trace = data.get("device_trace")
         return cls(
             status=str(data["status"]),
             mode=None if data.get("mode") is None else str(data["mode"]),
@@ -382,6 +449,9 @@ class Profile:
             first_step_monotonic_s=None if origin is None else float(origin),
             gpu_memory=None if gpu_memory is None else GpuMemory.from_dict(gpu_memory),
             gpu_memory_status=str(data.get("gpu_memory_status", "not measured: no CUDA device")),
+            device_trace=None
+            if not isinstance(device_trace, dict)
+            else DeviceTraceRecord.from_dict(device_trace),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -411,4 +481,5 @@ class Profile:
             "first_step_monotonic_s": self.first_step_monotonic_s,
             "gpu_memory": None if self.gpu_memory is None else asdict(self.gpu_memory),
             "gpu_memory_status": self.gpu_memory_status,
+            "device_trace": None if self.device_trace is None else self.device_trace.to_dict(),
         }

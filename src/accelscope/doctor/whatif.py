@@ -27,6 +27,7 @@ __all__ = [
     "PlannedWhatIf",
     "WhatIfResult",
     "caveat_for",
+    "pair_variants",
     "parse_what_ifs",
     "plan_what_ifs",
     "recommend",
@@ -43,7 +44,7 @@ NAMES: dict[str, str] = {
     "compile": "torch.compile of the model",
     "batch": "batch size x K (default 4), compared as items/s",
     "cache": "dataset samples cached in memory before the timed steps",
-    "threads": "torch intra-op threads (default: cores minus workers)",
+    "threads": "torch intra-op threads (default: cores minus the workers' measured busy cores)",
 }
 _VALUED = {"workers", "prefetch", "batch", "threads"}
 _CHANGES_RESULTS = {
@@ -156,8 +157,7 @@ def _plan_one(name: str, value: int | None, ctx: RuleContext, explicit: bool) ->
             return skip("the dataset is iterable-style (no indexing to cache)")
         return plan({"kind": "cache"})
     if name == "threads":
-        workers = sum(x.num_workers for x in loaders)
-        threads = value or max(1, ctx.cores - workers)
+        threads = value or ctx.threads_to_try()[0]
         if facts is not None and threads == facts.torch_threads:
             return skip(f"torch already uses {threads} threads")
         return plan({"kind": "threads", "threads": threads})
@@ -182,7 +182,45 @@ def plan_what_ifs(
             items.append((name, int(value) if value.isdigit() else None))
     else:
         items = list(chosen)
-    return [_plan_one(name, value, ctx, explicit=mode == "list") for name, value in items]
+    planned: list[PlannedWhatIf] = []
+    facts = ctx.profile.facts
+    convs = bool(facts is not None and facts.main_model.get("conv2d"))
+    for what, number in items:
+        one = _plan_one(what, number, ctx, explicit=mode == "list")
+        planned.append(one)
+        if convs and one.spec is not None and one.spec.get("kind") == "autocast":
+            # 4-D convolutions in bf16/fp16 need channels-last to be fast: measure both
+            spec = {**one.spec, "channels_last": True}
+            planned.append(PlannedWhatIf(what, describe(spec), spec))
+    return planned
+
+
+def pair_variants(results: list[WhatIfResult]) -> list[WhatIfResult]:
+    """Where one what-if was measured in several variants (bf16 and bf16 + channels_last),
+    each says what the other measured, and the better one is marked as the what-if's figure."""
+    out = list(results)
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(out):
+        if r.status == "ok" and r.speedup is not None and r.name != "baseline":
+            groups.setdefault(r.name, []).append(i)
+    for indices in groups.values():
+        if len(indices) < 2:
+            continue
+        best = max(indices, key=lambda i: out[i].speedup or 0.0)
+        for i in indices:
+            others = "; ".join(
+                f"also measured: {out[j].label} {out[j].speedup:.2f}x" for j in indices if j != i
+            )
+            mark = "the better variant: this is the figure" if i == best else "not the figure"
+            r = out[i]
+            out[i] = WhatIfResult(
+                **{
+                    **r.__dict__,
+                    "notes": (*r.notes, f"{others} ({mark})"),
+                    "details": {**r.details, "figure": i == best},
+                }
+            )
+    return out
 
 
 def speedup(base: Rate, other: Rate) -> tuple[float, float, float]:

@@ -4,6 +4,7 @@ memory peaks. Nothing here for a run on the CPU."""
 
 from __future__ import annotations
 
+from accelscope.doctor.device_timeline import timeline_verdict
 from accelscope.doctor.diagnose import DoctorResult
 from accelscope.doctor.gpu import gpu_activity, gpu_pace, steps_window
 from accelscope.report.format import format_bytes, format_seconds
@@ -17,6 +18,9 @@ def _pct(value: float | None, why: str = "not measured") -> str:
 
 def _used_cuda(result: DoctorResult) -> bool:
     facts, probe = result.profile.facts, result.profile.probe
+    record = result.profile.device_trace
+    if record is not None and record.usable:
+        return True
     return bool(facts is not None and facts.cuda_initialized) or bool(
         probe is not None and "cuda" in probe.devices
     )
@@ -38,8 +42,14 @@ def gpu_lines(result: DoctorResult) -> list[str]:
             if pace.work_share is not None
             else f"GPU operators per step: {pace.work_status}"
         )
+        timeline = profile.device_trace is not None and profile.device_trace.usable
         lines.append(
-            f"GPU timeline (CUDA events): host waits for queued GPU work "
+            (
+                "GPU timeline (CUDA events; the verdict uses the GPU's own timeline below): "
+                if timeline
+                else "GPU timeline (CUDA events): "
+            )
+            + f"host waits for queued GPU work "
             f"{_pct(pace.wait_share)} of each step (readbacks {_pct(pace.sync_wait_share)}, "
             f"copies {_pct(pace.copy_wait_share)}) · {work} · GPU seen idle "
             f"{pace.idle_share:.0%} (input {pace.input_idle_share:.0%}, readbacks "
@@ -68,6 +78,27 @@ def gpu_lines(result: DoctorResult) -> list[str]:
                 )
             )
         )
+    record = profile.device_trace
+    if record is not None and record.usable:
+        sm = activity.sm_active_percent if activity is not None else None
+        util = activity.utilisation_percent if activity is not None else None
+        verdict = timeline_verdict(
+            record.timeline,
+            sm_active=None if sm is None else sm / 100.0,
+            nvml_utilisation=None if util is None else util / 100.0,
+        )
+        causes = ", ".join(f"{c} {v:.0%}" for c, v in verdict.ranked if v >= 0.005)
+        lines.append(
+            f"GPU's own timeline (torch.profiler, {len(record.timeline)} steps after the "
+            f"warm-up, not measured): busy {verdict.busy_share:.0%} (kernels "
+            f"{verdict.kernel_share:.0%}, matrix precision {verdict.matrix_precision or 'none'})"
+            f" beside NVML utilisation {_pct(verdict.nvml_utilisation)} and GPM SM active "
+            f"{_pct(verdict.sm_active)} · {causes} · names {verdict.bottleneck} · profiling "
+            f"cost {format_seconds(record.profiled_s)} over its steps + "
+            f"{format_seconds(record.stop_s)} to export, outside the measured steps"
+        )
+    elif record is not None and record.status != "not recorded: the loop did not use CUDA":
+        lines.append(f"GPU's own timeline: {record.status}")
     memory = profile.gpu_memory
     if memory is None:
         lines.append(f"GPU memory: {profile.gpu_memory_status}")

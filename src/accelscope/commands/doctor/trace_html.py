@@ -20,6 +20,7 @@ __all__ = ["CAUSE_COLORS", "render_trace_report"]
 
 CAUSE_COLORS = {
     "compute": "#2563eb",
+    "memory": "#0ea5e9",
     "communication": "#0891b2",
     "h2d_pageable": "#c026d3",
     "h2d_pinned": "#a855f7",
@@ -27,6 +28,7 @@ CAUSE_COLORS = {
     "dataloader": "#dc2626",
     "launch": "#16a34a",
     "allocator": "#78716c",
+    "host_compute": "#ea580c",
     "other": "#9ca3af",
 }
 _MAX_STEPS = 200

@@ -44,6 +44,16 @@ def _rank(rank: RankDiagnosis, *, slowest: bool, many: bool) -> list[RenderableT
             style="dim",
         )
     )
+    if v.kernel_classes:
+        classes = ", ".join(
+            f"{name} {share:.0%}"
+            for name, share in sorted(v.kernel_classes.items(), key=lambda kv: -kv[1])
+            if share > 0
+        )
+        precision = v.matrix_precision or "no matrix kernels"
+        parts.append(
+            Text(f"kernel time by class: {classes} · matrix precision: {precision}", style="dim")
+        )
     parts.append(
         Text(
             f"GPU busy {v.busy_share:.0%} · NVML utilisation "
@@ -67,7 +77,9 @@ def _rank(rank: RankDiagnosis, *, slowest: bool, many: bool) -> list[RenderableT
             name, justify="left" if name in ("step", "largest idle cause") else "right"
         )
     for s in t.steps[:_MAX_STEP_ROWS]:
-        idle = {c: us for c, us in s.by_cause.items() if c not in ("compute", "communication")}
+        idle = {
+            c: us for c, us in s.by_cause.items() if c not in ("compute", "memory", "communication")
+        }
         top = max(idle.items(), key=lambda kv: kv[1]) if idle else ("", 0.0)
         steps.add_row(
             str(s.index),

@@ -69,6 +69,7 @@ class _Child:
             probe=bool(config.get("probe", True)),
             trace_steps=int(config.get("trace_steps", 0)),
             whatif=config.get("whatif"),
+            device_trace_path=config.get("device_trace_path"),
             on_step=self._progress,
             on_done=lambda: self.finish("done"),
         )

@@ -70,8 +70,9 @@ class Injector:
 
     Args:
         spec: ``{"kind": ..., ...}``; ``dataloader`` has ``set`` (DataLoader kwargs), ``batch``
-            has ``factor``, ``autocast`` has ``dtype`` (``bfloat16``/``float16``), ``threads``
-            has ``threads``.
+            has ``factor``, ``autocast`` has ``dtype`` (``bfloat16``/``float16``) and optionally
+            ``channels_last`` (the model and its 4-D inputs in channels-last memory format: how
+            convolutions run fast in bf16), ``threads`` has ``threads``.
         needed_steps: Steps the run will take (warm-up + measured), to size the cache.
     """
 
@@ -88,6 +89,7 @@ class Injector:
         self._autocast: list[Any] = []
         self._scaled_loader = False
         self._tile: list[int] = []
+        self._channels_last_done = False
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -190,13 +192,16 @@ class Injector:
                 self.notes.append("not applied: autocast was already on")
                 return None
             dtype = getattr(torch, str(self.spec["dtype"]))
+            changed = None
+            if self.spec.get("channels_last"):
+                changed = self._channels_last(module, args, kwargs)
             context = torch.autocast(device, dtype=dtype)
             context.__enter__()  # type: ignore[no-untyped-call]
             self._autocast.append(context)
             if not self.applied:
                 self.applied = True
                 self.notes.append(f"torch.autocast({device!r}, {dtype}) around the forward")
-            return None
+            return changed
         if self.kind == "batch" and not self._scaled_loader:
             factor = int(self.spec["factor"])
             first = next(
@@ -220,6 +225,25 @@ class Injector:
                 )
             return tuple(tile(a) for a in args), {k: tile(v) for k, v in kwargs.items()}
         return None
+
+    def _channels_last(
+        self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The model (once) and the forward's 4-D tensor inputs in channels-last format."""
+        import torch
+
+        fmt = torch.channels_last
+        if not self._channels_last_done:
+            self._channels_last_done = True
+            module.to(memory_format=fmt)  # in place: the optimizer keeps its parameters
+            self.notes.append("model and 4-D inputs in channels_last memory format")
+
+        def convert(value: Any) -> Any:
+            if isinstance(value, torch.Tensor) and value.dim() == 4:
+                return value.contiguous(memory_format=fmt)
+            return value
+
+        return tuple(convert(a) for a in args), {k: convert(v) for k, v in kwargs.items()}
 
     def after_forward(self, module: Any, output: Any) -> Any:
         """Leave autocast; cut a tiled output back to the script's batch."""
@@ -259,7 +283,8 @@ def describe(spec: dict[str, Any]) -> str:
     if kind == "batch":
         return f"batch size x{spec.get('factor')}"
     if kind == "autocast":
-        return f"autocast {spec.get('dtype')}"
+        extra = " + channels_last" if spec.get("channels_last") else ""
+        return f"autocast {spec.get('dtype')}{extra}"
     if kind == "compile":
         return "torch.compile of the model"
     if kind == "cache":

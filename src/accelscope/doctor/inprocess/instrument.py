@@ -226,6 +226,7 @@ class Instrumentation:
             "device": self._main_device,
             "compiled": bool(compiled),
             "autocast_available": bool(torch.amp.is_autocast_available(self._main_device)),
+            "conv2d": any(isinstance(m, torch.nn.Conv2d) for m in module.modules()),
         }
 
     def _pre_global(self, module: Any, args: tuple[Any, ...]) -> Any:

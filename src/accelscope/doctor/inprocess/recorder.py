@@ -45,6 +45,7 @@ __all__ = [
     "DeviceTimeline",
     "OpProbe",
     "Recorder",
+    "StepProfiler",
 ]
 
 INPUT, COPY, FORWARD, BACKWARD, OPTIMIZER, SYNC = range(6)
@@ -95,6 +96,22 @@ class OpProbe(Protocol):
         """Stop counting; the summary stays on the probe."""
 
 
+class StepProfiler(Protocol):
+    """Records the device's own timeline over a few steps after the warm-up (torch.profiler;
+    :mod:`.device_trace`). Those steps are added to the warm-up: they are never measured."""
+
+    steps: int
+
+    def start(self) -> bool:
+        """Begin at the first step after the warm-up; ``False``: nothing to record (no CUDA)."""
+
+    def step(self) -> None:
+        """The next profiled step starts."""
+
+    def stop(self) -> None:
+        """The profiled steps are over (called before the next step's clock starts)."""
+
+
 class Recorder:
     """Accumulates exclusive phase time per step and commits steps at boundaries.
 
@@ -109,6 +126,10 @@ class Recorder:
         device: Optional device timeline fed at boundaries and around input waits.
         probe: Optional operator probe run over the last warm-up step.
         manual: Only :meth:`manual_step` commits steps (API mode).
+        profiler: Optional device-timeline recorder over the steps right after the warm-up;
+            when it starts, its steps join the warm-up (and ``target_steps``), so the measured
+            steps stay as many and unprofiled.
+        on_measured: Called once, at the boundary before the first measured step.
     """
 
     def __init__(
@@ -123,8 +144,14 @@ class Recorder:
         device: DeviceTimeline | None = None,
         probe: OpProbe | None = None,
         manual: bool = False,
+        profiler: StepProfiler | None = None,
+        on_measured: Callable[[], None] | None = None,
     ) -> None:
         self.clock_ns = clock_ns
+        self.on_measured = on_measured
+        self.profiler = profiler
+        self.profiled_steps = 0
+        self._profile_end = -1
         self.target_steps = target_steps
         self.warmup = warmup
         self.trace_steps = trace_steps
@@ -281,9 +308,8 @@ class Recorder:
     # -- commits -----------------------------------------------------------------------------
 
     def _set_modes(self, index: int) -> None:
-        """Turn tracing and the probe on or off for step ``index`` (about to start)."""
-        first = self.warmup
-        self._tracing = first <= index < first + self.trace_steps
+        """Turn the probe, the device profiler and tracing on or off for step ``index`` (about
+        to start). The census stops before the profiler starts: they never overlap."""
         if self.probe is not None:
             if index == self.probe_step:
                 self.probe.start(self)
@@ -291,6 +317,21 @@ class Recorder:
             elif self._probing:
                 self.probe.stop()
                 self._probing = False
+        if self.profiler is not None:
+            if index == self.warmup and self._profile_end < 0 and self.profiler.steps > 0:
+                self._profile_end = 0  # tried once
+                if self.profiler.start():
+                    self.profiled_steps = self.profiler.steps
+                    self._profile_end = index + self.profiled_steps
+                    self.warmup += self.profiled_steps
+                    if self.target_steps:
+                        self.target_steps += self.profiled_steps
+            elif 0 < index < self._profile_end:
+                self.profiler.step()
+        if index == self.warmup and self.on_measured is not None:
+            self.on_measured()  # the first measured step is about to start
+        first = self.warmup
+        self._tracing = first <= index < first + self.trace_steps
 
     def _commit(self, now: int, mode: str) -> None:
         if self._done:
@@ -303,11 +344,15 @@ class Recorder:
         self.steps.append((start, now, tuple(self._acc), tuple(self._cnt)))
         self._acc = [0] * len(PHASES)
         self._cnt = [0] * len(COUNTERS)
-        self._step_start = now
         index = len(self.steps)
+        if self.profiler is not None and index == self._profile_end:
+            self.profiler.stop()
+        self._set_modes(index)
+        # what ran at the boundary (the profiler's export, starting or stopping the census,
+        # reading the workers' load) stays out of every step
+        self._step_start = self.clock_ns()
         if self.device is not None:
             self.device.boundary(index)
-        self._set_modes(index)
         if self.on_step is not None:
             self.on_step(index)
         if self.target_steps and index >= self.target_steps:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from accelscope.doctor.inprocess.device import CudaTimeline, cuda_timeline
+from accelscope.doctor.inprocess.device_trace import DeviceTrace
 from accelscope.doctor.inprocess.gpu_memory import read_gpu_memory
 from accelscope.doctor.inprocess.inject import Injector
 from accelscope.doctor.inprocess.instrument import Instrumentation
 from accelscope.doctor.inprocess.probe import OpCensus, measure_op_overhead_s
 from accelscope.doctor.inprocess.recorder import Recorder
+from accelscope.doctor.inprocess.worker_load import WorkerLoad
 
 __all__ = ["PROGRESS_FD_ENV", "SCHEMA", "Session"]
 
@@ -38,6 +41,8 @@ class Session:
         on_step / on_done: Recorder callbacks.
         main_model: The model driving steps (API mode), found automatically otherwise.
         manual: Steps are marked by the caller (API mode).
+        device_trace_path: Where torch.profiler writes the device timeline of the steps
+            right after the warm-up (the diagnosis run on CUDA; see :mod:`.device_trace`).
     """
 
     def __init__(
@@ -53,12 +58,17 @@ class Session:
         on_done: Callable[[], None] | None = None,
         main_model: Any = None,
         manual: bool = False,
+        device_trace_path: str | None = None,
     ) -> None:
+        self.worker_load = WorkerLoad()
         kind = (whatif or {}).get("kind", "none")
         self.injector = Injector(whatif or {}, warmup + steps) if kind != "none" else None
         self.timeline, self.device_status = cuda_timeline()
         self.census = OpCensus(device=self.timeline) if full and probe else None
         self.op_overhead_s = measure_op_overhead_s() if full else None
+        self.device_trace = (
+            DeviceTrace(Path(device_trace_path)) if full and device_trace_path else None
+        )
         self.recorder = Recorder(
             target_steps=warmup + steps if steps else 0,
             warmup=warmup,
@@ -68,6 +78,8 @@ class Session:
             device=self.timeline,
             probe=self.census,
             manual=manual,
+            profiler=self.device_trace,
+            on_measured=self.worker_load.begin,
         )
         self.instrumentation = Instrumentation(
             self.recorder, full=full, injector=self.injector, main_model=main_model
@@ -82,6 +94,11 @@ class Session:
         rec = self.recorder
         if self.census is not None and not self.census.done and rec.steps:
             self.census.stop()
+        trace = self.device_trace
+        recording = trace is not None and trace.status in ("recording", "injected")
+        if trace is not None and recording and rec.profiled_steps and not trace.path.exists():
+            trace.stop()  # the script ended inside the profiled steps
+        worker_busy_cores = self.worker_load.end()
         steps = rec.steps_payload()
         device_steps: list[dict[str, float] | None] = [None] * len(steps)
         if isinstance(self.timeline, CudaTimeline):
@@ -117,11 +134,15 @@ class Session:
             "first_step_monotonic_s": first_step_monotonic_s,
             "gpu_memory": gpu_memory,
             "gpu_memory_status": gpu_memory_status,
+            "device_trace": None
+            if trace is None
+            else {**trace.payload(), "steps": rec.profiled_steps},
             "facts": {
                 "torch": str(torch.__version__),
                 "torch_threads": torch.get_num_threads(),
                 "interop_threads": torch.get_num_interop_threads(),
                 "loaders": inst.loaders,
+                "worker_busy_cores": worker_busy_cores,
                 "main_model": inst.main_facts,
                 "autocast": inst.autocast_seen,
                 "cuda_initialized": bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]

@@ -9,9 +9,14 @@ fused kernels), not fewer readbacks.
 
 from __future__ import annotations
 
-from accelscope.doctor.device_timeline import DEVICE_BOUND_SM_ACTIVE
+from accelscope.doctor.device_timeline import (
+    DEVICE_BOUND_COMPUTE,
+    DEVICE_BOUND_SM_ACTIVE,
+    TimelineVerdict,
+)
 from accelscope.doctor.findings import CLEAR, FIRED, NOT_APPLICABLE, Finding, RuleContext, severity
 from accelscope.doctor.gpu import WAIT_BOUND, WORK_BOUND
+from accelscope.doctor.rules._timeline import timeline_evidence
 from accelscope.doctor.rules.tensor_idle import DRAM_BUSY_PERCENT
 
 HIGH = 0.8
@@ -34,6 +39,8 @@ class DeviceBound:
             f"the host waits for queued GPU work >= {WAIT_BOUND:.0%} of step time, or the "
             f"GPU's operators take >= {WORK_BOUND:.0%} of it (CUDA events)"
         )
+        if ctx.timeline is not None:
+            return _from_timeline(ctx, ctx.timeline)
         pace = ctx.pace
         if ctx.device != "cuda" or pace is None:
             why = (
@@ -135,6 +142,50 @@ class DeviceBound:
             advice=advice,
             what_ifs=what_ifs,
         )
+
+
+def _from_timeline(ctx: RuleContext, timeline: TimelineVerdict) -> Finding:
+    """Device-bound from the GPU's own timeline: kernel time (a union of the GPU's own
+    intervals, never summed event pairs) over the step, and GPM SM activity where measured."""
+    threshold = (
+        f"kernels cover >= {DEVICE_BOUND_COMPUTE:.0%} of the step on the GPU's own timeline "
+        f"(torch.profiler), and GPM SM active >= {DEVICE_BOUND_SM_ACTIVE:.0%} where measured"
+    )
+    evidence = timeline_evidence(ctx)
+    if ctx.gpu_activity is not None:
+        evidence |= ctx.gpu_activity.evidence()
+    notes = "; ".join(timeline.notes)
+    if timeline.bottleneck not in ("compute", "memory"):
+        return Finding(
+            rule=DeviceBound.name,
+            title=_TITLE,
+            status=CLEAR,
+            summary=(
+                f"kernels run {timeline.kernel_share:.0%} of the step on the GPU's own timeline "
+                f"(it names {timeline.bottleneck})" + (f"; {notes}" if notes else "")
+            ),
+            threshold=threshold,
+            share=timeline.kernel_share,
+            evidence=evidence,
+        )
+    cheaper = ctx.cheaper_math_what_ifs()
+    if timeline.bottleneck == "memory" or timeline.matrix_precision == "reduced":
+        what_ifs = tuple(w for w in cheaper if w == "compile")  # never lower precision
+    else:
+        what_ifs = cheaper
+    advice = timeline.advice[0].upper() + timeline.advice[1:] + "."
+    return Finding(
+        rule=DeviceBound.name,
+        title="memory-bound on the device" if timeline.bottleneck == "memory" else _TITLE,
+        status=FIRED,
+        summary=timeline.headline + " (the GPU's own timeline)" + (f"; {notes}" if notes else ""),
+        threshold=threshold,
+        share=timeline.kernel_share,
+        severity=severity(timeline.kernel_share, HIGH),
+        evidence=evidence,
+        advice=advice,
+        what_ifs=what_ifs,
+    )
 
 
 RULE = DeviceBound()

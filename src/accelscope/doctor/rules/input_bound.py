@@ -7,7 +7,9 @@ the host had queued before it, and a faster pipeline would not shorten it.
 
 from __future__ import annotations
 
+from accelscope.doctor.device_timeline import ADVICE
 from accelscope.doctor.findings import CLEAR, FIRED, Finding, RuleContext, severity
+from accelscope.doctor.rules._timeline import timeline_evidence
 
 THRESHOLD = 0.20
 HIGH = 0.50
@@ -45,8 +47,20 @@ class InputBound:
                     f"; {host_share - share:.0%} of the step waited while the GPU worked "
                     "(overlapped, not at stake)"
                 )
+        timeline = ctx.timeline
+        host_work = 0.0
+        if timeline is not None:  # the GPU's own timeline: idle behind the input or the host
+            shares = dict(timeline.ranked)
+            host_work = shares.get("host_compute", 0.0)
+            share = min(1.0, shares.get("dataloader", 0.0) + host_work)
+            overlapped = (
+                f" (the GPU's timeline: idle behind the DataLoader "
+                f"{shares.get('dataloader', 0.0):.0%}, behind the host's own preprocessing "
+                f"{host_work:.0%})"
+            )
+            evidence |= timeline_evidence(ctx) | {"input_gpu_idle_share": share}
         if share < THRESHOLD:
-            gpu = " with the GPU idle" if pace is not None else ""
+            gpu = " with the GPU idle" if pace is not None or timeline is not None else ""
             return Finding(
                 rule=self.name,
                 title="input-bound",
@@ -86,10 +100,18 @@ class InputBound:
             else "Give the DataLoader more workers or a deeper prefetch, or cache decoded "
             "samples; move heavy decoding off the critical path."
         )
+        if timeline is not None and host_work >= share / 2:
+            advice = ADVICE["host_compute"][0].upper() + ADVICE["host_compute"][1:] + "."
+            if loader is None or loader.num_workers < 2 * ctx.cores:
+                what_ifs = [w for w in what_ifs if w != "workers"] + (
+                    ["workers"] if loader is not None else []
+                )
         gpu = (
             f", the GPU idle for {share * ctx.breakdown.step_mean_s * 1e3:.1f} ms of it "
             f"({share:.0%} of step time, CUDA events)"
-            if pace is not None
+            if pace is not None and timeline is None
+            else f": the GPU idle {share:.0%} of step time"
+            if timeline is not None
             else f": {share:.0%} of step time"
         )
         summary = (

@@ -64,7 +64,21 @@ class MissingMixedPrecision:
             ),
         }
         small_ops_matter = True
-        if device is Device.CUDA:
+        timeline = ctx.timeline if device is Device.CUDA else None
+        if timeline is not None:
+            classes = timeline.kernel_classes
+            share = min(
+                dict(timeline.ranked).get("compute", 0.0),
+                classes.get("matrix fp32", 0.0) + classes.get("matrix unknown", 0.0),
+            )
+            fp32_fraction = share / timeline.kernel_share if timeline.kernel_share > 0 else 0.0
+            basis = (
+                "measured: fp32 matrix kernels (or kernels whose names do not give their "
+                "precision) on the GPU's own timeline (torch.profiler)"
+            )
+            small_ops_matter = False
+            evidence["device_timeline_matrix_precision"] = timeline.matrix_precision or "none"
+        elif device is Device.CUDA:
             share, fp32_fraction, basis = _gpu_share(ctx, evidence)
             pace = ctx.pace
             # GPU times already weigh small operators by what they cost the GPU
@@ -114,8 +128,20 @@ class MissingMixedPrecision:
         evidence["fast_paths"] = units
         pace = ctx.pace if device is Device.CUDA else None
         host_paced = pace is not None and not pace.bound
+        if timeline is not None:  # the timeline decides whether the GPU's matmuls set the pace
+            host_paced = timeline.bottleneck != "compute"
         if share < THRESHOLD or (small_ops_matter and per_op < MIN_OP_WALL_S) or host_paced:
-            if share < THRESHOLD:
+            if timeline is not None and timeline.bottleneck != "compute":
+                why = (
+                    f"the GPU's own timeline names {timeline.bottleneck}, not fp32 matrix "
+                    "kernels: lower precision would not shorten the step"
+                )
+            elif timeline is not None and timeline.matrix_precision == "reduced":
+                why = (
+                    "the matrix kernels already run in reduced precision on the tensor cores "
+                    "(the GPU's own timeline)"
+                )
+            elif share < THRESHOLD:
                 why = f"fp32 matmul/conv work is {share:.0%} of step time"
             elif host_paced:
                 assert pace is not None

@@ -11,6 +11,7 @@ from accelscope.doctor.findings import (
     RuleContext,
     severity,
 )
+from accelscope.doctor.rules._timeline import timeline_finding
 
 TINY_OP_S = 20e-6
 """Average host wall time per operator below which fixed per-op costs dominate."""
@@ -58,6 +59,23 @@ class OverheadBound:
         )
         probe = ctx.profile.probe
         per_op = wall_per_op_s(ctx)
+        if ctx.timeline is not None:
+            items = ctx.breakdown.items_per_step
+            return timeline_finding(
+                ctx,
+                rule=self.name,
+                title="overhead-bound",
+                causes=("launch",),
+                threshold=THRESHOLD,
+                high=HIGH,
+                advice=(
+                    "The host cannot launch kernels fast enough: capture the step in CUDA "
+                    "graphs or torch.compile(mode='reduce-overhead'), give each kernel more "
+                    "work (a larger batch), use foreach/fused optimizers and fewer tiny "
+                    "operators."
+                ),
+                what_ifs=(("batch",) if items <= 64 else ()) + ("compile",),
+            )
         if probe is None or per_op is None:
             return Finding(
                 rule=self.name,

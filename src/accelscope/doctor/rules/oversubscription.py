@@ -56,7 +56,10 @@ class Oversubscription:
                 threshold=threshold,
                 evidence=evidence,
             )
-        threads = max(1, ctx.cores - workers - (round(external) if shared and not own else 0))
+        threads, sized = ctx.threads_to_try(external if shared and not own else 0.0)
+        evidence["threads_sized_from"] = sized
+        if facts.worker_busy_cores is not None:
+            evidence["dataloader_workers_busy_cores"] = facts.worker_busy_cores
         summary = (
             f"{facts.torch_threads} intra-op threads + {workers} DataLoader workers "
             f"compete for {ctx.cores} cores"

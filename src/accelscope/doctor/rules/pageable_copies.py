@@ -8,9 +8,14 @@ transfer and its staging, which is what pinning memory shortens.
 from __future__ import annotations
 
 from accelscope.doctor.findings import CLEAR, FIRED, NOT_APPLICABLE, Finding, RuleContext, severity
+from accelscope.doctor.rules._timeline import timeline_finding
 
 THRESHOLD = 0.05
 HIGH = 0.25
+_ADVICE = (
+    "Pin the source: DataLoader(pin_memory=True) and .to(device, non_blocking=True), "
+    "so copies run asynchronously from page-locked memory."
+)
 
 
 class PageableCopies:
@@ -26,6 +31,18 @@ class PageableCopies:
         )
         counts = ctx.breakdown.counts_per_step
         copies, pageable = counts.get("copies", 0.0), counts.get("pageable_copies", 0.0)
+        if ctx.timeline is not None:
+            facts = ctx.profile.facts
+            return timeline_finding(
+                ctx,
+                rule=self.name,
+                title="pageable host->device copies",
+                causes=("h2d_pageable",),
+                threshold=THRESHOLD,
+                high=HIGH,
+                advice=_ADVICE,
+                what_ifs=("pin_memory",) if facts is not None and facts.loaders else (),
+            )
         if ctx.device != "cuda" or copies == 0:
             why = (
                 "the loop ran on the CPU: no host->device copies"
@@ -87,10 +104,7 @@ class PageableCopies:
             share=share,
             severity=severity(share, HIGH),
             evidence=evidence,
-            advice=(
-                "Pin the source: DataLoader(pin_memory=True) and .to(device, non_blocking=True), "
-                "so copies run asynchronously from page-locked memory."
-            ),
+            advice=_ADVICE,
             what_ifs=("pin_memory",) if has_loader else (),
         )
 

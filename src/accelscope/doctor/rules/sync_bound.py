@@ -10,10 +10,16 @@ the GPU idles, is at stake here.
 from __future__ import annotations
 
 from accelscope.doctor.findings import CLEAR, FIRED, Finding, RuleContext, severity
+from accelscope.doctor.rules._timeline import timeline_finding
 
 THRESHOLD = 0.15
 HIGH = 0.40
 _TITLE = "synchronisation-bound"
+_ADVICE = (
+    "Keep per-step values on the device (accumulate the loss in a tensor) and read "
+    "them back every N steps; log whole-batch predictions rarely, not with .tolist() "
+    "per step."
+)
 
 
 class SyncBound:
@@ -24,6 +30,16 @@ class SyncBound:
 
     def check(self, ctx: RuleContext) -> Finding:
         """Sync share (on CUDA: its own cost) and count per step against the threshold."""
+        if ctx.timeline is not None:
+            return timeline_finding(
+                ctx,
+                rule=self.name,
+                title=_TITLE,
+                causes=("sync",),
+                threshold=THRESHOLD,
+                high=HIGH,
+                advice=_ADVICE,
+            )
         host_share = ctx.breakdown.shares["sync"]
         per_step = ctx.breakdown.counts_per_step.get("syncs", 0.0)
         sync_s = ctx.breakdown.phase_mean_s["sync"]
@@ -93,11 +109,7 @@ class SyncBound:
             share=share,
             severity=severity(share, HIGH),
             evidence=evidence,
-            advice=(
-                "Keep per-step values on the device (accumulate the loss in a tensor) and read "
-                "them back every N steps; log whole-batch predictions rarely, not with .tolist() "
-                "per step."
-            ),
+            advice=_ADVICE,
         )
 
 
