@@ -358,22 +358,41 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def test_a_command_past_its_limit_is_killed_with_its_children(tmp_path: Path) -> None:
+def test_a_command_past_its_limit_is_killed_with_its_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runner = v.Runner(v.CPU, tmp_path, io.StringIO())
     runner.deadline = time.monotonic() + 30
+    started = tmp_path / "started"  # written once the child's pid is printed
     code = (
-        "import subprocess, sys, time; "
+        "import os, subprocess, sys, time; "
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-        "print(child.pid, flush=True); time.sleep(60)"
+        "print(child.pid, flush=True); "
+        f"open({str(started)!r} + '.tmp', 'w').write(str(child.pid)); "
+        f"os.replace({str(started)!r} + '.tmp', {str(started)!r}); time.sleep(60)"
     )
+    # the fault: the 1.5 s limit's kill, let through once the command printed its child's pid
+    real_kill_group = v.kill_group
+
+    def kill_group_once_the_child_runs(process: Any) -> None:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline, "the command never started its child"
+            time.sleep(0.01)
+        real_kill_group(process)
+
+    monkeypatch.setattr(v, "kill_group", kill_group_once_the_child_runs)
     began = time.monotonic()
     result = runner.python("-c", code, timeout_s=1.5, label="sleeper")
-    assert time.monotonic() - began < 10
+    assert time.monotonic() - began < 30  # killed at its limit, not after its 60 s
     assert result.timed_out and result.rc is None and not result.ok
     assert result.why().startswith("killed at its")
-    grandchild = int(result.stdout.split()[0])
-    time.sleep(0.2)
-    assert not _alive(grandchild)
+    grandchild = int(result.stdout.split()[0])  # what it printed before the kill is kept
+    assert grandchild == int(started.read_text())
+    deadline = time.monotonic() + 30
+    while _alive(grandchild):  # killed with its group: gone once the kernel has reaped it
+        assert time.monotonic() < deadline, "the command's child survived it"
+        time.sleep(0.01)
     assert "# killed at its limit" in runner.log.getvalue()
 
 

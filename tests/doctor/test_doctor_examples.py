@@ -101,6 +101,7 @@ while True:
 
 
 def test_crashing_script(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    # the fault: the script raises in its step 2 (counted, not timed)
     script = tmp_path / "train.py"
     script.write_text(CRASH, encoding="utf-8")
     with pytest.raises(MeasurementError) as raised:
@@ -118,6 +119,7 @@ def test_crashing_script(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> N
 def test_script_that_never_reaches_a_step(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    # the fault: the doctor's own 8 s stall limit, on a script that prints and never steps
     script = tmp_path / "setup.py"
     script.write_text(NO_STEP, encoding="utf-8")
     with pytest.raises(MeasurementError, match=r"no step within 8 s: the script never called"):

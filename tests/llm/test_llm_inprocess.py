@@ -96,7 +96,7 @@ def run(target: InProcessModel, requests: list[tuple[str, int]], **kw: Any) -> l
     return records
 
 
-def wait_until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
+def wait_until(condition: Callable[[], bool], seconds: float = 60.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"
@@ -105,7 +105,8 @@ def wait_until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
 
 class Gate:
     """Wraps the static target's ``generate``: records each call's rows and generated steps,
-    holds the next call until released when armed, and raises when told to."""
+    holds the next call until released when armed, raises when told to, and shows how many
+    tokens the running call's first row has so far (:meth:`generated`)."""
 
     def __init__(self, target: InProcessModel, monkeypatch: pytest.MonkeyPatch) -> None:
         self.model = target._model
@@ -116,10 +117,12 @@ class Gate:
         self.started = threading.Event()
         self.release = threading.Event()
         self.raise_next: Exception | None = None
+        self.streamers: list[Any] = []
         monkeypatch.setattr(self.model, "generate", self.generate)
 
     def generate(self, **kwargs: Any) -> Any:
         rows, width = kwargs["input_ids"].shape
+        self.streamers.append(kwargs["streamer"])
         self.started.set()
         if self.armed:
             self.armed = False
@@ -144,6 +147,14 @@ class Gate:
 
     def open(self) -> None:
         self.release.set()
+
+    def generated(self) -> int:
+        """Tokens the first row of the latest ``generate`` call has received so far."""
+        if not self.streamers:
+            return 0
+        first = self.streamers[-1].slots[0]
+        with first.lock:
+            return len(first.tokens)
 
 
 @pytest.fixture
@@ -238,6 +249,7 @@ def test_static_greedy_output_is_the_same_alone_or_batched(static: InProcessMode
 def test_static_cancel_while_waiting_is_prompt_and_never_generated(
     static: InProcessModel, gate: Gate
 ) -> None:
+    # the fault: cancel once the request is queued behind the held blocker
     _, blocker_threads = gate.hold(static)
     cancel = threading.Event()
     records, threads = send(static, [("cancel me", 5)], cancels=[cancel])
@@ -261,19 +273,21 @@ def test_static_cancel_while_waiting_is_prompt_and_never_generated(
 def test_static_cancel_while_running_ends_an_all_abandoned_batch(
     static: InProcessModel, gate: Gate
 ) -> None:
+    # the fault: cancel once the request's first token is generated (its batch is running)
     cancel = threading.Event()
     records, threads = send(static, [("a long one", 1500)], cancels=[cancel])
-    assert gate.started.wait(30)
-    time.sleep(0.1)
+    wait_until(lambda: gate.generated() >= 1)
     cancel.set()
     threads[0].join(10)
     assert records[0].cancelled
+    assert 1 <= (records[0].output_tokens or 0) < 1500  # cancelled while it generated
     [after] = run(static, [("then this", 2)])
     assert_well_timed(after, 2)
     assert gate.calls[0][1] < 1500  # the batch stopped once its only row was abandoned
 
 
 def test_static_timeout_while_waiting(static: InProcessModel, gate: Gate) -> None:
+    # the fault: the request's own 0.3 s timeout, while the gate holds the worker
     _, blocker_threads = gate.hold(static)
     started = time.perf_counter()
     [record] = run(static, [("too slow", 3)], timeout_s=0.3)
@@ -288,6 +302,7 @@ def test_static_timeout_while_waiting(static: InProcessModel, gate: Gate) -> Non
 def test_static_generation_error_is_the_batch_error_and_the_worker_survives(
     static: InProcessModel, gate: Gate
 ) -> None:
+    # the fault: the next generate call raises (counted, not timed)
     gate.raise_next = RuntimeError("boom\nsecond line")
     records = run(static, [("one", 3)])
     assert records[0].error == "generation failed: RuntimeError: boom second line"
@@ -305,6 +320,7 @@ def test_static_refuses_a_request_longer_than_the_context(static: InProcessModel
 
 
 def test_cancel_set_before_sending(static: InProcessModel) -> None:
+    # the fault: cancel set before the request is sent
     cancel = threading.Event()
     cancel.set()
     [record] = run(static, [("x", 3)], cancels=[cancel])
@@ -335,9 +351,10 @@ def test_continuous_matches_static_greedy_output(
 
 
 def test_continuous_cancel_and_timeout(continuous: InProcessModel) -> None:
+    # the fault: cancel once the manager holds the request (routed: it is in the scheduler)
     cancel = threading.Event()
     records, threads = send(continuous, [("a long one", 1800)], cancels=[cancel])
-    time.sleep(0.2)
+    wait_until(lambda: len(continuous._routes) == 1)
     started = time.perf_counter()
     cancel.set()
     threads[0].join(5)
@@ -423,14 +440,21 @@ def test_close_stops_the_worker(model_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("batching", ["static", "continuous"])
-def test_close_fails_what_is_in_flight(model_dir: Path, batching: Batching) -> None:
+def test_close_fails_what_is_in_flight(
+    model_dir: Path, batching: Batching, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = InProcessModel(model_dir, max_batch=1, batching=batching)
     try:
         target.check()
     except BadInputError as error:
         pytest.fail(f"{batching} batching refused with the pinned transformers: {error}")
+    gate = Gate(target, monkeypatch) if batching == "static" else None
     records, threads = send(target, [("a long one", 1800), ("waits behind it", 1800)])
-    time.sleep(0.3)
+    # the fault: close once one request generates (static) or both are routed (continuous)
+    if gate is not None:
+        wait_until(lambda: gate.generated() >= 1 and target._queue.qsize() == 1)
+    else:
+        wait_until(lambda: len(target._routes) == 2)
     started = time.perf_counter()
     target.close()
     for thread in threads:
@@ -438,3 +462,5 @@ def test_close_fails_what_is_in_flight(model_dir: Path, batching: Batching) -> N
     assert time.perf_counter() - started < 5
     for record in records:
         assert record.error == "the in-process target was closed"
+    if gate is not None:  # one was closed while it generated, the other while it waited
+        assert sorted((record.output_tokens or 0) > 0 for record in records) == [False, True]

@@ -4,13 +4,14 @@ with and without continuous batching (one start per mode)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import importlib.util
 import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,26 @@ def _stream(
         return list(_events(response))
     finally:
         connection.close()
+
+
+def _held(url: str, path: str, body: dict[str, Any]) -> threading.Thread:
+    """Start a stream on a thread whose server holds it (a long TTFT) until the test stops
+    the server; the cut connection ends the thread quietly."""
+
+    def ask() -> None:
+        with contextlib.suppress(OSError, http.client.HTTPException):  # cut on purpose
+            _stream(url, path, body)
+
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    return thread
+
+
+def _wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.005)
 
 
 def _get(url: str, path: str) -> tuple[int, str, bytes]:
@@ -233,20 +254,17 @@ def test_errors_for_wrong_model_path_and_body() -> None:
 
 
 def test_requests_are_recorded_and_concurrency_counted() -> None:
-    with FakeLLMServer(ttft_s=0.1, itl_s=0.0, output_tokens=1) as server:
-        threads = [
-            threading.Thread(
-                target=_stream, args=(server.url, "/v1/completions", {"prompt": f"p {i}"})
-            )
-            for i in range(3)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    with FakeLLMServer(ttft_s=60.0, itl_s=0.0, output_tokens=1) as server:
+        threads = [_held(server.url, "/v1/completions", {"prompt": f"p {i}"}) for i in range(3)]
+        # the moment: all three held by the server at once (its TTFT is 60 s)
+        _wait_until(lambda: server.running == 3, "three requests run at once")
         assert server.concurrent_max == 3
-        assert server.running == 0
         recorded = server.requests
+        server.stop()  # cuts the three
+        for thread in threads:
+            thread.join(30)
+        _wait_until(lambda: server.running == 0, "the cut requests are counted out")
+        assert server.concurrent_max == 3
     assert sorted(r.body["prompt"] for r in recorded) == ["p 0", "p 1", "p 2"]
     assert {(r.method, r.path) for r in recorded} == {("POST", "/v1/completions")}
 
@@ -281,18 +299,16 @@ def test_metrics_are_vllm_prometheus_text_and_count_the_prefix_cache() -> None:
 
 
 def test_metrics_show_a_request_in_flight() -> None:
-    with FakeLLMServer(ttft_s=0.5, output_tokens=1) as server:
-        thread = threading.Thread(
-            target=_stream, args=(server.url, "/v1/completions", {"prompt": "a b"})
-        )
-        thread.start()
-        deadline = time.monotonic() + 2
-        while server.running == 0 and time.monotonic() < deadline:
-            time.sleep(0.005)
+    with FakeLLMServer(ttft_s=60.0, output_tokens=1) as server:
+        thread = _held(server.url, "/v1/completions", {"prompt": "a b"})
+        # the moment: /metrics is read while the server holds the request (its TTFT is 60 s)
+        _wait_until(lambda: server.running == 1, "the request runs")
         samples = {
             s.name: s.value for s in parse_exposition(_get(server.url, "/metrics")[2].decode())
         }
-        thread.join()
+        assert server.running == 1  # still in flight after the scrape
+        server.stop()
+        thread.join(30)
     assert samples["vllm:num_requests_running"] == 1
     assert 0 < samples["vllm:kv_cache_usage_perc"] <= 1
 
@@ -302,6 +318,7 @@ def test_metrics_show_a_request_in_flight() -> None:
 
 @pytest.mark.parametrize("code", [503, 429])
 def test_fault_status(code: int) -> None:
+    # the fault: every generation request is answered N (scripted)
     with FakeLLMServer(fault=f"status:{code}") as server:
         status, payload = _post_json(server.url, "/v1/completions", {"prompt": "a", "stream": True})
         assert _get(server.url, "/health")[0] == 200  # the server is up, generation fails
@@ -310,6 +327,7 @@ def test_fault_status(code: int) -> None:
 
 
 def test_fault_malformed_sse() -> None:
+    # the fault: a bad event after the first chunk (scripted)
     with FakeLLMServer(ttft_s=0, itl_s=0, fault="malformed-sse") as server:
         events = _stream(server.url, "/v1/completions", {"prompt": "a", "max_tokens": 3})
     texts = [text for _, text in events]
@@ -319,6 +337,7 @@ def test_fault_malformed_sse() -> None:
 
 
 def test_fault_stop_mid_stream() -> None:
+    # the fault: the connection ends after half the chunks (scripted)
     body = {"prompt": "a", "max_tokens": 8, "stream_options": {"include_usage": True}}
     with FakeLLMServer(ttft_s=0, itl_s=0.001, fault="stop-mid-stream") as server:
         events = _stream(server.url, "/v1/completions", body)  # readline: the end is an EOF
@@ -333,6 +352,7 @@ def test_fault_stop_mid_stream() -> None:
 
 
 def test_fault_not_openai() -> None:
+    # the fault: every request is answered with HTML (scripted)
     with FakeLLMServer(fault="not-openai") as server:
         connection, response = _request(server.url, "POST", "/v1/completions", {"prompt": "a"})
         body = response.read()
@@ -344,6 +364,7 @@ def test_fault_not_openai() -> None:
 
 
 def test_fault_die_after_refuses_later_connections() -> None:
+    # the fault: the server dies once it has answered 2 requests (counted)
     server = FakeLLMServer(ttft_s=0, itl_s=0, output_tokens=2, fault="die-after:2")
     with server:
         assert _get(server.url, "/health")[0] == 200  # GETs do not count
@@ -370,7 +391,8 @@ def test_fault_hang_does_not_block_stop() -> None:
 
     thread = threading.Thread(target=ask)
     thread.start()
-    time.sleep(0.3)
+    # the fault: stop once the server has admitted the request it hangs on
+    _wait_until(lambda: server.running == 1, "the server holds the request")
     assert not response_box  # nothing sent
     start = time.perf_counter()
     server.stop()
@@ -382,6 +404,7 @@ def test_fault_hang_does_not_block_stop() -> None:
 
 
 def test_fault_slow_first_is_every_requests_ttft() -> None:
+    # the fault: a 0.2 s TTFT on every request (scripted)
     with FakeLLMServer(ttft_s=0.01, itl_s=0, output_tokens=1, fault="slow-first:0.2") as server:
         for _ in range(2):
             _follows_script(server, "/v1/completions", {"prompt": "a"}, [0.2])
@@ -463,7 +486,8 @@ def test_transformers_serve_streams_a_chat_completion_with_usage(
 
 
 def test_transformers_serve_stops_or_dies_with_its_whole_group(served: TransformersServe) -> None:
-    assert served.group_alive()
+    # the fault: kill (or stop) the server once it answers /health (up and serving)
+    assert served.group_alive() and served.healthy()
     if served.continuous_batching:
         served.kill()
     else:
@@ -485,6 +509,7 @@ def _fake_transformers(directory: Path, script: str) -> str:
 def test_transformers_serve_that_exits_at_start_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the fault: the server command exits 2 at once
     script = "echo \"Error: No such option '--bogus'.\" >&2\nexit 2\n"
     monkeypatch.setattr(sys, "executable", _fake_transformers(tmp_path, script))
     server = TransformersServe(tmp_path, log_path=tmp_path / "logs" / "serve.log")
@@ -496,6 +521,7 @@ def test_transformers_serve_that_exits_at_start_is_an_error(
 def test_transformers_serve_not_ready_in_time_is_stopped_with_its_children(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the fault: a server that echoes its arguments and never answers (0.5 s start limit)
     script = 'echo "loading $@"\nsleep 60 &\nsleep 60\n'  # never healthy; a child too
     monkeypatch.setattr(sys, "executable", _fake_transformers(tmp_path, script))
     server = TransformersServe(

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,8 @@ SERVER = textwrap.dedent(
     if mode == "crash":
         print("loading the model ... out of memory allocating the KV cache", flush=True)
         sys.exit(3)
-    if mode == "stubborn":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if mode == "stubborn":  # survives SIGTERM, and says it got one
+        signal.signal(signal.SIGTERM, lambda *_: print("SIGTERM survived", flush=True))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print("child", child.pid, flush=True)
     if mode == "slow":
@@ -67,12 +68,18 @@ def _alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _child(server: ServerProcess) -> int:
-    for _ in range(100):
-        for line in server.log_tail().splitlines():
-            if line.startswith("child "):
-                return int(line.split()[1])
+def _wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
         time.sleep(0.05)
+
+
+def _child(server: ServerProcess) -> int:
+    _wait_until(lambda: "child " in server.log_tail(), "the server started its child")
+    for line in server.log_tail().splitlines():
+        if line.startswith("child "):
+            return int(line.split()[1])
     raise AssertionError(server.log_tail())
 
 
@@ -88,6 +95,7 @@ def test_start_health_and_stop_of_the_whole_group(script: Path, tmp_path: Path) 
 
 
 def test_a_server_that_exits_keeps_its_log_and_says_why(script: Path, tmp_path: Path) -> None:
+    # the fault: the server prints its error and exits 3 at start
     server = ServerProcess([sys.executable, str(script), "{port}", "crash"], name="toy")
     with pytest.raises(ServerStartError) as exc:
         server.start()
@@ -99,6 +107,7 @@ def test_a_server_that_exits_keeps_its_log_and_says_why(script: Path, tmp_path: 
 
 
 def test_a_server_not_ready_in_time_is_stopped(script: Path) -> None:
+    # the fault: a server that never listens (the 1 s start limit)
     server = ServerProcess(
         [sys.executable, str(script), "{port}", "slow"], name="toy", startup_timeout_s=1.0
     )
@@ -108,15 +117,17 @@ def test_a_server_not_ready_in_time_is_stopped(script: Path) -> None:
     assert not server.group_alive()
 
 
-def _owner(script: Path, registry: Path, mode: str) -> subprocess.Popen[str]:
-    """Another Python process that starts a server (main thread) and then waits forever."""
+def _owner(script: Path, registry: Path, mode: str, log: Path) -> subprocess.Popen[str]:
+    """Another Python process that starts a server (main thread), logging to ``log``, and
+    then waits forever."""
     code = textwrap.dedent(
         f"""
         import sys, time
         from pathlib import Path
         from accelscope.llm.server_process import ServerProcess
         server = ServerProcess([sys.executable, {str(script)!r}, "{{port}}", {mode!r}],
-                               name="toy", registry=Path({str(registry)!r}))
+                               name="toy", registry=Path({str(registry)!r}),
+                               log_path=Path({str(log)!r}))
         server.start()
         print(server.pid, flush=True)
         time.sleep(600)
@@ -127,29 +138,30 @@ def _owner(script: Path, registry: Path, mode: str) -> subprocess.Popen[str]:
 
 def test_kill_9_of_the_starter_stops_the_server(script: Path, tmp_path: Path) -> None:
     registry = tmp_path / "servers"
-    owner = _owner(script, registry, "")
+    owner = _owner(script, registry, "", tmp_path / "server.log")
     assert owner.stdout is not None
+    # the fault: kill -9 of the starter once it printed the pid of its healthy server
     pid = int(owner.stdout.readline())
     assert _alive(pid) and len(list(registry.glob("server-*.json"))) == 1
     owner.send_signal(signal.SIGKILL)
     owner.wait()
-    deadline = time.monotonic() + 20
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(pid)  # the parent-death signal reached it
+    _wait_until(lambda: not _alive(pid), "the server is gone")  # the parent-death signal
     assert leftover_servers(registry) == []  # and its stale record is cleaned up
     assert list(registry.glob("server-*.json")) == []
 
 
 def test_a_server_that_survived_is_named_then_stopped(script: Path, tmp_path: Path) -> None:
     registry = tmp_path / "servers"
-    owner = _owner(script, registry, "stubborn")  # ignores SIGTERM
+    log = tmp_path / "server.log"
+    owner = _owner(script, registry, "stubborn", log)  # survives SIGTERM
     assert owner.stdout is not None
+    # the fault: kill -9 of the starter once it printed its healthy server's pid
     pid = int(owner.stdout.readline())
     assert leftover_servers(registry) == []  # its starter still runs: not a leftover
     owner.send_signal(signal.SIGKILL)
     owner.wait()
-    time.sleep(0.5)
+    _wait_until(lambda: "SIGTERM survived" in log.read_text(), "the server got its SIGTERM")
+    assert _alive(pid)
     [found] = leftover_servers(registry)
     assert found.pid == pid and found.name == "toy" and found.owner_pid == owner.pid
     text = found.describe()

@@ -5,6 +5,7 @@ or recorded as failed), the driver killed mid-sweep and resumed, and bad input."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from accelscope.commands.bench.workflow import BenchOutcome, BenchRequest, bench
@@ -31,7 +33,7 @@ from accelscope.testing import (
     restore_default_sigint,
     tiny_onnx_bytes,
 )
-from accelscope.testing.ray_cluster import LocalRayCluster
+from accelscope.testing.ray_cluster import LocalRayCluster, RayNode
 
 QUICK = (
     "--backend",
@@ -105,6 +107,48 @@ def _in_thread(request: BenchRequest, store: Path, events: _Started) -> dict[str
     thread.start()
     box["thread"] = thread
     return box
+
+
+def _measuring(node: RayNode) -> psutil.Process | None:
+    """The process measuring a task on ``node`` now, if any: the one a Ray worker running
+    ``measure_on_node`` (its title ``ray::measure_on_node``) spawned (a node-description
+    probe's process has a ``ray::describe_node`` parent)."""
+    with contextlib.suppress(psutil.Error):
+        for process in psutil.Process(node.process.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                parent = process.parent()
+                if (
+                    parent is not None
+                    and "spawn_main" in " ".join(process.cmdline())
+                    and "ray::measure_on_node" in " ".join(parent.cmdline())
+                ):
+                    return process
+    return None
+
+
+def _wait_measuring(
+    nodes: list[RayNode], timeout_s: float = 180.0
+) -> tuple[RayNode, psutil.Process]:
+    """Wait until one of ``nodes`` measures a task; that node and its measuring process."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for node in nodes:
+            process = _measuring(node)
+            if process is not None:
+                return node, process
+        assert time.monotonic() < deadline, "no node measured a task"
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _held(process: psutil.Process) -> Iterator[None]:
+    """Keep ``process`` stopped (SIGSTOP) for the block: its task cannot finish meanwhile."""
+    process.suspend()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(psutil.Error):
+            process.resume()
 
 
 def _finish(box: dict[str, object]) -> BenchOutcome:
@@ -271,6 +315,7 @@ def test_model_file_travels_to_the_node(cluster: LocalRayCluster, tmp_path: Path
 def test_a_file_corrupted_in_transit_is_refused(
     cluster: LocalRayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the fault: the shipped file's digest is altered before the task is sent
     model = tmp_path / "tiny.onnx"
     model.write_bytes(tiny_onnx_bytes())
     original = RayExecutor._ship_file
@@ -294,6 +339,7 @@ def test_a_file_corrupted_in_transit_is_refused(
 def test_a_worker_crash_or_hang_on_a_node_is_isolated_as_locally(
     cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
+    # the faults: backends that crash or hang when they run on the node (scripted)
     outcome = bench(
         _request(
             cluster.address,
@@ -318,13 +364,16 @@ def test_a_dead_node_task_is_retried_on_another_node_of_its_type(
     first = cluster.add_node("node_type_c")
     events = _Started()
     box = _in_thread(
-        _request(cluster.address, ("node_type_c",), measure_budget_s=8.0),
+        _request(cluster.address, ("node_type_c",), measure_budget_s=2.0),
         tmp_path / "r.db",
         events,
     )
-    assert events.event.wait(timeout=120)
-    second = cluster.add_node("node_type_c")  # joins while the first node measures
-    cluster.kill_node(first)
+    # the fault: kill the node while its task's measuring process runs (held while one joins)
+    _, measuring = _wait_measuring([first])
+    with _held(measuring):
+        second = cluster.add_node("node_type_c")  # joins while the first node measures
+        assert measuring.is_running()
+        cluster.kill_node(first)
     outcome = _finish(box)
     (result,) = [r for r in outcome.results if r.status is not Status.SKIPPED]
     assert result.status is Status.OK, result.status_reason
@@ -343,14 +392,15 @@ def test_a_dead_node_with_no_other_of_its_type_is_recorded_and_the_rest_goes_on(
             cluster.address,
             ("node_type_d", "node_type_a"),
             batch_sizes=(1, 8),
-            measure_budget_s=4.0,
+            measure_budget_s=2.0,
         ),
         store,
         events,
     )
-    assert events.event.wait(timeout=120)
-    time.sleep(1.0)
-    cluster.kill_node(lonely)
+    # the fault: kill the only node of its type while it measures one of its two tasks
+    _, measuring = _wait_measuring([lonely])
+    with _held(measuring):
+        cluster.kill_node(lonely)
     outcome = _finish(box)
     by_type: dict[str, list[Result]] = {}
     for r in outcome.results:
@@ -395,12 +445,15 @@ def test_driver_interrupted_then_killed_mid_sweep_resumes_without_measuring_agai
         "--store",
         str(store),
     ]
+    # the faults: SIGINT, then SIGKILL, once results are stored and a task is measuring (held)
     # Ctrl-C first: the driver stops cleanly (exit 130), the run is marked interrupted
-    _drive_until(args, store, at_least=1, stop=signal.SIGINT, expect=130)
+    _drive_until(args, store, cluster.nodes, at_least=1, stop=signal.SIGINT, expect=130)
     with ResultStore(store) as opened:
         assert opened.list_runs(1)[0].status == "interrupted"
     # then the resumed driver is killed outright
-    _drive_until([*args, "--resume"], store, at_least=3, stop=signal.SIGKILL, expect=-9)
+    _drive_until(
+        [*args, "--resume"], store, cluster.nodes, at_least=3, stop=signal.SIGKILL, expect=-9
+    )
     other = [a if a != "node_type_a,node_type_b" else "node_type_a" for a in args]
     code, _, err = cli(*other, "--resume")
     assert_one_line_error(code, err, "cannot resume", "node_type_a, node_type_b")
@@ -411,6 +464,12 @@ def test_driver_interrupted_then_killed_mid_sweep_resumes_without_measuring_agai
     measured = Counter(r.spec.key for r in run.results if r.status is Status.OK)
     assert len(measured) == 4  # 2 batch sizes x 2 node types
     assert set(measured.values()) == {1}  # nothing stored before the kill was measured again
+
+
+def _measuring_on(nodes: list[RayNode]) -> list[psutil.Process]:
+    """The processes measuring a task on the live ones of ``nodes`` now."""
+    found = (_measuring(node) for node in nodes if not node.killed)
+    return [process for process in found if process is not None]
 
 
 def _stored_ok(store: Path) -> int:
@@ -424,9 +483,18 @@ def _stored_ok(store: Path) -> int:
 
 
 def _drive_until(
-    args: list[str], store: Path, *, at_least: int, stop: signal.Signals, expect: int
+    args: list[str],
+    store: Path,
+    nodes: list[RayNode],
+    *,
+    at_least: int,
+    stop: signal.Signals,
+    expect: int,
 ) -> None:
-    """Run the CLI driver until ``at_least`` results are stored, then signal it."""
+    """Run the CLI driver until ``at_least`` results are stored while a node measures another
+    task, and signal it with that task held (stopped): the driver is certainly waiting on a
+    task when the signal comes. When the last result wanted and another task measure at once
+    (two nodes), the other is held first, so they cannot both finish before the signal."""
     driver = subprocess.Popen(
         [str(Path(sys.executable).with_name("accelscope")), *args],
         stdout=subprocess.DEVNULL,
@@ -435,14 +503,27 @@ def _drive_until(
         preexec_fn=restore_default_sigint,
     )
     try:
-        deadline = time.monotonic() + 180
-        while (
-            _stored_ok(store) < at_least and time.monotonic() < deadline and driver.poll() is None
-        ):
-            time.sleep(0.5)
-        assert driver.poll() is None, "the driver ended before it was stopped"
-        driver.send_signal(stop)
-        _, err = driver.communicate(timeout=60)
+        with contextlib.ExitStack() as holds:
+            held: psutil.Process | None = None
+            deadline = time.monotonic() + 180
+            while True:
+                assert driver.poll() is None, "the driver ended before it was stopped"
+                assert time.monotonic() < deadline, f"{at_least} results were not stored in time"
+                stored = _stored_ok(store)
+                measuring = _measuring_on(nodes)
+                if held is None and stored >= at_least - 1 and len(measuring) >= 2:
+                    held = measuring[0]
+                    holds.enter_context(_held(held))
+                if stored >= at_least and (held is not None or measuring):
+                    if held is None:
+                        held = measuring[0]
+                        holds.enter_context(_held(held))
+                    break
+                time.sleep(0.1)
+            assert held is not None and held.is_running()  # a task is in flight
+            assert driver.poll() is None
+            driver.send_signal(stop)
+            _, err = driver.communicate(timeout=60)
         assert driver.returncode == expect, err
         if stop == signal.SIGINT:
             assert "Traceback" not in err.decode(), err

@@ -37,6 +37,7 @@ def factory(tmp_path: Path) -> str:
 
 
 def test_segfault_hang_and_memoryerror_are_recorded(tmp_path: Path, factory: str) -> None:
+    # the faults: backends that crash, hang or raise MemoryError when they run (scripted)
     request = BenchRequest(
         model=factory,
         backends=("eager", "fault-segv", "fault-hang", "fault-memory"),
@@ -104,8 +105,10 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path, factory: str) -> None:
         str(tmp_path / "r.html"),
     ]
     first = subprocess.Popen([*args, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # the fault: kill -9 once two of the four configurations are stored (a third measures)
     deadline = time.monotonic() + 180
-    while _count(store) < 2 and time.monotonic() < deadline and first.poll() is None:
+    while _count(store) < 2 and first.poll() is None:
+        assert time.monotonic() < deadline, "two results were not stored within 180 s"
         time.sleep(0.2)
     assert first.poll() is None, "the sweep ended before it could be killed"
     os.kill(first.pid, signal.SIGKILL)
@@ -133,6 +136,7 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path, factory: str) -> None:
 
 
 def test_out_of_memory_ends_the_batch_axis_not_the_sweep(tmp_path: Path, factory: str) -> None:
+    # the fault: a backend that raises MemoryError from batch 4 up (scripted)
     request = BenchRequest(
         model=factory,
         backends=("eager", "fault-oom-big"),
@@ -189,8 +193,10 @@ def test_ctrl_c_stops_a_sweep_cleanly(tmp_path: Path, factory: str) -> None:
         text=True,
         preexec_fn=restore_default_sigint,
     )
+    # the fault: SIGINT once the first of the eight configurations is stored
     deadline = time.monotonic() + 180
-    while _count(store) < 1 and time.monotonic() < deadline and process.poll() is None:
+    while _count(store) < 1 and process.poll() is None:
+        assert time.monotonic() < deadline, "no result was stored within 180 s"
         time.sleep(0.2)
     assert process.poll() is None, "the sweep ended before it could be interrupted"
     process.send_signal(signal.SIGINT)

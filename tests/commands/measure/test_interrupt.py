@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,12 +28,13 @@ class InterruptAfter(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.linear = torch.nn.Linear(8, 8)
-        self.calls = 0
+        self.batch2_calls = 0
 
     def forward(self, x):
-        self.calls += 1
-        if x.shape[0] == 2 and self.calls > 40:
-            raise KeyboardInterrupt  # what Ctrl-C does inside a forward
+        if x.shape[0] == 2:
+            self.batch2_calls += 1
+            if self.batch2_calls == 5:  # batch 1 is done; batch 2 is being measured
+                raise KeyboardInterrupt  # what Ctrl-C does inside a forward
         return self.linear(x)
 
 def make():
@@ -41,6 +43,7 @@ def make():
 
 
 def test_interrupt_keeps_finished_results(tmp_path: Path) -> None:
+    # the fault: KeyboardInterrupt in batch 2's 5th forward (counted, not timed)
     source = tmp_path / "model.py"
     source.write_text(FACTORY)
     store_path = tmp_path / "r.db"
@@ -57,6 +60,17 @@ def test_interrupt_keeps_finished_results(tmp_path: Path) -> None:
         run = store.get_run("latest")
     assert run.status == "interrupted"
     assert [r.spec.batch_size for r in run.results] == [1]
+
+
+def _stored(store_path: Path) -> int:
+    """Results committed to the store so far (0 before its tables exist)."""
+    if not store_path.exists():
+        return 0
+    try:
+        with contextlib.closing(sqlite3.connect(store_path)) as db:
+            return int(db.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+    except sqlite3.Error:
+        return 0
 
 
 def test_sigint_to_the_real_command(tmp_path: Path) -> None:
@@ -84,19 +98,13 @@ def test_sigint_to_the_real_command(tmp_path: Path) -> None:
         preexec_fn=restore_default_sigint,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+    # the fault: SIGINT once batch 1's result is committed (batch 2 then measures for its 8 s)
     deadline = time.monotonic() + 120
-    # wait until the first configuration is committed, then interrupt the second one
-    while time.monotonic() < deadline:
-        if store_path.exists():
-            try:
-                count = sqlite3.connect(store_path).execute("SELECT COUNT(*) FROM results")
-                if count.fetchone()[0] >= 1:
-                    break
-            except sqlite3.Error:
-                pass
-        if process.poll() is not None:
-            break
+    while _stored(store_path) < 1 and process.poll() is None:
+        assert time.monotonic() < deadline, "no result stored within 120 s"
         time.sleep(0.2)
+    assert process.poll() is None, "the command ended before it could be interrupted"
+    assert _stored(store_path) == 1  # batch 1 is stored, batch 2 is being measured
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
