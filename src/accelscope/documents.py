@@ -20,9 +20,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from accelscope.errors import BadInputError
 from accelscope.spec import Device
+from accelscope.units import parse_duration_s
 from accelscope.validation import (
     Count,
     FieldProblem,
@@ -45,6 +55,7 @@ __all__ = [
     "Operator",
     "RooflineProfile",
     "SearchedPolicy",
+    "Slo",
     "Theoretical",
     "normalise_dtype",
 ]
@@ -362,6 +373,57 @@ class LoadCapacity(Document):
     harness_floor: dict[str, Any] | None = None
 
 
+class Slo(Document):
+    """Service-level objective: bounds on TTFT, TPOT and E2E (any subset) at a percentile."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    percentile: float = 99.0
+
+    @classmethod
+    def parse(cls, text: str, percentile: float = 99.0) -> Slo:
+        """``ttft=500ms,tpot=50ms,e2e=10s`` (any subset); one-line error otherwise."""
+        if not 0.0 < percentile < 100.0:
+            raise BadInputError(f"--slo-percentile {percentile:g}: give a value in (0, 100)")
+        bounds: dict[str, float] = {}
+        for part in str(text).split(","):
+            name, sep, value = part.partition("=")
+            name = name.strip().lower()
+            if not sep or name not in ("ttft", "tpot", "e2e"):
+                raise BadInputError(
+                    f"--slo {text!r}: give ttft=, tpot= and/or e2e= durations, "
+                    "e.g. ttft=500ms,tpot=50ms"
+                )
+            if name in bounds:
+                raise BadInputError(f"--slo {text!r}: {name} given twice")
+            try:
+                bounds[name] = parse_duration_s(value.strip())
+            except BadInputError:
+                raise BadInputError(
+                    f"--slo {name}={value.strip()}: give a positive duration, e.g. 500ms"
+                ) from None
+        return cls(
+            ttft_s=bounds.get("ttft"),
+            tpot_s=bounds.get("tpot"),
+            e2e_s=bounds.get("e2e"),
+            percentile=percentile,
+        )
+
+    def terms(self) -> dict[str, float]:
+        """The bounded metrics: ``{"ttft_s": 0.5, ...}``."""
+        found = {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s}
+        return {k: v for k, v in found.items() if v is not None}
+
+    @property
+    def label(self) -> str:
+        """``p99 TTFT <= 500 ms, TPOT <= 50 ms``."""
+        parts = [
+            f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms" for k, v in self.terms().items()
+        ]
+        return f"p{self.percentile:g} " + ", ".join(parts) if parts else "none"
+
+
 class LlmCapacity(Document):
     """An ``llm-capacity`` document: what ``llm`` measured an LLM server to sustain under an
     SLO, for ``plan api --from-run``. ``capacity`` is the highest offered load that met the SLO
@@ -372,7 +434,7 @@ class LlmCapacity(Document):
 
     model: str
     target: dict[str, Any] = Field(default_factory=dict)
-    slo: dict[str, Any] = Field(default_factory=dict)
+    slo: Slo | None = None
     capacity: NonNegativeNumber | None = None
     unit: str = "req/s"
     good_output_tokens_per_s: NonNegativeNumber | None = None
@@ -382,3 +444,9 @@ class LlmCapacity(Document):
     environment_fingerprint: str = ""
     local_server: StrictBool = False
     valid: StrictBool
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _no_slo(cls, value: Any) -> Any:
+        """Runs stored before the SLO was typed wrote none as ``{}``."""
+        return None if value == {} else value

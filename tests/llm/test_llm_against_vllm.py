@@ -87,9 +87,9 @@ def test_streams_with_usage_and_the_server_metrics_are_read(
     environment: object,
     api: str,
 ) -> None:
-    # sized from the measured speed: 16 requests two at a time decode for about 4 s, several
-    # one-second scrapes while requests run, on a fast CPU as on a slow one
-    output = min(max(96, math.ceil(4.0 / 8 / decode_s_per_token)), 1800)
+    # sized from the measured speed: 16 requests two at a time decode for about 6 s (4-5 s
+    # measured), several one-second scrapes while requests run, on a fast CPU as on a slow one
+    output = min(max(96, math.ceil(6.0 / 8 / decode_s_per_token)), 1800)
     outcome = llm(
         _settings(
             vllm,
@@ -112,7 +112,10 @@ def test_streams_with_usage_and_the_server_metrics_are_read(
     server = trial.server_metrics
     assert server.available and server.server == "vllm" and server.scrapes >= 2
     assert server.prefix_cache is not None and (server.prefix_cache.queries or 0) > 0
-    assert server.kv_cache_usage is not None and 0 <= server.kv_cache_usage.max <= 1
+    kv = server.kv_cache_usage
+    assert (kv is not None and 0 <= kv.max <= 1) or any(
+        "kv_cache" in c for c in server.contradicted
+    )
     assert server.waiting is not None and server.preemptions == 0
     config = server.config
     assert config is not None and config.block_size_tokens == BLOCK
@@ -125,18 +128,24 @@ def test_streams_with_usage_and_the_server_metrics_are_read(
     back = LlmTrial.from_payload(stored[0])
     assert back.server_metrics.config == config and len(back.records) == 16
     # the moment the gauges are asserted on: scrapes the client saw fall inside a decode
-    # (a request past its first token and 0.2 s from its end), proved before the assert
+    # (a request past its first token and not yet ended, 20 ms either side), proved first
     busy = [
         point
         for point in server.timeline
         if any(
-            r.first_token_s is not None and r.first_token_s + 0.2 <= point.t_s <= r.end_s - 0.2
+            r.first_token_s is not None and r.first_token_s + 0.02 <= point.t_s <= r.end_s - 0.02
             for r in back.records
         )
     ]
     assert busy, (decode_s_per_token, output, [p.t_s for p in server.timeline])
-    assert max(p.running or 0 for p in busy) >= 1
-    assert server.running is not None and server.running.max >= 1
+    # at those scrapes the running gauge reads requests, or accelscope says it contradicts the
+    # client and does not use it (vLLM 0.32's CPU build read 0 during every decode here)
+    if server.running is not None:
+        assert max(p.running or 0 for p in busy) >= 1
+        assert server.running.max >= 1
+    else:
+        assert any(line.startswith("running: read 0") for line in server.contradicted)
+        assert any("contradicted, not used" in note for note in trial.notes)
 
 
 def test_a_prefix_shorter_than_a_block_is_explained_one_longer_hits(

@@ -232,7 +232,7 @@ def test_without_usage_the_tokenizer_counts_labelled(api: str, tokenizer: Any) -
     assert summary.token_sources == {"tokenizer": summary.window.requests}
     start = summary.window.start_s
     tpots = [
-        (r.end_s - r.first_token_s) / (expected - 1)  # type: ignore[operator]
+        (r.chunk_times_s[-1] - r.first_token_s) / (expected - 1)  # type: ignore[operator]
         for r in outcome.records
         if r.scheduled_s >= start
     ]
@@ -501,7 +501,11 @@ def test_cancel_marks_requests_cancelled_not_errors() -> None:
             )
         )
         worker.start()
-        time.sleep(0.2)
+        # the fault: cancel once the server has received the request (its first token is 5 s off)
+        deadline = time.monotonic() + 60
+        while not server.requests:
+            assert time.monotonic() < deadline, "the server never received the request"
+            time.sleep(0.01)
         cancel.set()
         endpoint.interrupt()
         worker.join(timeout=5)

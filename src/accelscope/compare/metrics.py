@@ -184,7 +184,7 @@ def _from_llm(_: Sequence[Result], documents: Sequence[Any]) -> list[ConfigObser
         if document.kind == LlmRun.kind:
             run = LlmRun.from_payload(document.payload, "an llm document")
             workload = run.workload.model_dump(mode="json", exclude={"seed"})  # the seed differs
-            slo = run.slo.to_dict() if run.slo else None
+            slo = run.slo.model_dump(mode="json") if run.slo else None
             settings = {"workload": workload, "slo": slo}
     for document in documents:
         if document.kind == LlmTrial.kind:
@@ -252,7 +252,7 @@ def _from_tune(_: Sequence[Result], documents: Sequence[Any]) -> list[ConfigObse
     if not runs:
         return found
     run = runs[-1]
-    slo = run.slo.to_dict() if run.slo else None
+    slo = run.slo.model_dump(mode="json") if run.slo else None
     for config in run.configs:
         if not config.usable or config.phase != "full":
             continue

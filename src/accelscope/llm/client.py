@@ -5,10 +5,18 @@ server, ``transformers serve`` or any server speaking ``/v1/completions`` or
 Each request is one HTTP/1.1 connection (``http.client``, blocking, one client thread per
 request in flight), so no connection pool or event loop sits between the server's bytes and
 the timestamps. A chunk is stamped with ``time.perf_counter()`` as soon as its ``data:`` line is
-read; the first chunk carrying text is the first token. Token counts come from the server's
-``usage`` (asked for with ``stream_options.include_usage``); a server that sends none falls back
-to the model's tokenizer over the streamed text, labelled ``tokenizer``, or to ``unknown``:
-never a whitespace count.
+read. Output arrives on three channels: the answer (a completion's ``text``, a chat delta's
+``content``), reasoning (``delta.reasoning``, vLLM's current field, or ``delta.reasoning_content``)
+and tool calls (``delta.tool_calls[].function`` name and ``arguments``); the first chunk carrying
+any of them is the first token, the first with answer text the first content, the last with any
+the last token. A chunk with none (a chat role chunk, an empty ``content: ""``, the finish or
+``usage`` chunk) is not a token. Token counts come from the server's ``usage`` (asked for with
+``stream_options.include_usage``), the reasoning share from its
+``completion_tokens_details.reasoning_tokens``, each chunk's tokens from a ``usage`` on the chunk
+itself (vLLM's ``continuous_usage_stats``, when asked for through ``extra_body``); a server that
+sends no usage falls back to the model's tokenizer over the streamed text of every channel,
+labelled ``tokenizer``, or to ``unknown``: never a whitespace count. ``output_text`` holds the
+answer only (a conversation's next turn carries no reasoning).
 
 Failures are per request and never raise: an HTTP status, a non-SSE answer, malformed JSON,
 a stream that ends with neither a ``finish_reason`` nor ``[DONE]`` (``transformers serve``
@@ -179,7 +187,7 @@ class OpenAIEndpoint:
         conn = self._connection(timeout_s)
         with self._lock:
             self._live.add(conn)
-        text: list[str] = []
+        stream = _StreamState()
         try:
             headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
             if self.api_key:
@@ -193,7 +201,7 @@ class OpenAIEndpoint:
             if "text/event-stream" not in kind:
                 record.error = f"not a streaming OpenAI response (Content-Type {kind or 'none'})"
                 return record
-            self._read_events(response, record, text, origin_s, deadline, cancel)
+            self._read_events(response, record, stream, origin_s, deadline, cancel)
         except TimeoutError:
             record.error = f"timeout after {timeout_s:g} s"
         except (OSError, http.client.HTTPException) as exc:
@@ -206,20 +214,28 @@ class OpenAIEndpoint:
                 self._live.discard(conn)
             conn.close()
             record.end_s = time.perf_counter() - origin_s
-        record.output_text = "".join(text)
-        record.output_chars = len(record.output_text)
+        record.output_text = "".join(stream.answer)
+        record.output_chars = sum(len(s) for s in stream.streamed)
         if record.output_tokens is None and not record.error and self.tokenizer is not None:
-            record.output_tokens = len(
-                self.tokenizer.encode(record.output_text, add_special_tokens=False)
-            )
+            record.output_tokens = self._tokenizer_count(stream.streamed)
             record.tokens_source = "tokenizer"
+        stream.finish(record)
         return record
+
+    def _tokenizer_count(self, streamed: list[str]) -> int:
+        """The tokenizer's count over every channel's streamed text (reasoning, answer,
+        tool-call deltas), each channel's text encoded on its own."""
+        assert self.tokenizer is not None
+        channels = ["".join(streamed[i::3]) for i in range(3)]
+        return sum(
+            len(self.tokenizer.encode(part, add_special_tokens=False)) for part in channels if part
+        )
 
     def _read_events(
         self,
         response: http.client.HTTPResponse,
         record: RequestRecord,
-        text: list[str],
+        stream: _StreamState,
         origin_s: float,
         deadline: float,
         cancel: threading.Event,
@@ -256,32 +272,108 @@ class OpenAIEndpoint:
             choices = event.get("choices")
             if isinstance(choices, list) and choices and isinstance(choices[0], dict):
                 done = done or bool(choices[0].get("finish_reason"))
-            piece = self._text(event)
-            if piece:
+            content, reasoning, tool = self._pieces(event)
+            usage = event.get("usage")
+            completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
+            if not isinstance(completion, int) or isinstance(completion, bool):
+                completion = None
+            if content or reasoning or tool:
                 stamp = now - origin_s
                 if record.first_token_s is None:
                     record.first_token_s = stamp
+                if content and record.first_content_s is None:
+                    record.first_content_s = stamp
+                record.last_token_s = stamp
                 record.chunk_times_s.append(stamp)
-                text.append(piece)
-            usage = event.get("usage")
-            if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-                record.output_tokens = usage["completion_tokens"]
+                stream.chunk(completion, content, reasoning, tool)
+            if isinstance(usage, dict) and completion is not None:
+                record.output_tokens = completion
                 record.tokens_source = "usage"
                 if isinstance(usage.get("prompt_tokens"), int):
                     record.prompt_tokens = usage["prompt_tokens"]
+                details = usage.get("completion_tokens_details")
+                if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
+                    stream.reported_reasoning = details["reasoning_tokens"]
         if not done:
             record.error = "the stream ended before a finish_reason or [DONE]"
 
-    def _text(self, event: dict[str, Any]) -> str:
+    def _pieces(self, event: dict[str, Any]) -> tuple[str, str, str]:
+        """(answer text, reasoning text, tool-call text) of one event: a chat delta's
+        ``content``, its ``reasoning`` (vLLM) or ``reasoning_content`` (the older name), and
+        its ``tool_calls[].function`` name and ``arguments``; a completion's ``text``."""
         choices = event.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            return ""
+            return "", "", ""
         choice = choices[0]
-        if self.api == "chat":
-            delta = choice.get("delta")
-            if isinstance(delta, dict):
-                content = delta.get("content") or delta.get("reasoning_content") or ""
-                return content if isinstance(content, str) else ""
-            return ""
-        piece = choice.get("text") or ""
-        return piece if isinstance(piece, str) else ""
+        if self.api != "chat":
+            piece = choice.get("text") or ""
+            return (piece if isinstance(piece, str) else ""), "", ""
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return "", "", ""
+        content = _string(delta.get("content"))
+        reasoning = _string(delta.get("reasoning")) or _string(delta.get("reasoning_content"))
+        tool: list[str] = []
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            for call in calls:
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict):
+                    tool.append(_string(function.get("name")))
+                    tool.append(_string(function.get("arguments")))
+        return content, reasoning, "".join(tool)
+
+
+def _string(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+class _StreamState:
+    """What one stream tells beyond the record's stamps: each output chunk's tokens (from a
+    cumulative ``usage`` on the chunk itself, vLLM's ``continuous_usage_stats``), which chunks
+    carried reasoning, the reasoning tokens the usage reported, each channel's text."""
+
+    def __init__(self) -> None:
+        self.counts: list[int | None] = []
+        self.reasoning_only: list[bool] = []
+        self.mixed = False
+        self.counted = 0
+        self.reported_reasoning: int | None = None
+        self.answer: list[str] = []
+        self.streamed: list[str] = []
+        """(reasoning, answer, tool-call) text, chunk after chunk."""
+
+    def chunk(self, completion: int | None, content: str, reasoning: str, tool: str) -> None:
+        """An output chunk; ``completion``: the cumulative completion tokens it carried."""
+        if completion is None:
+            self.counts.append(None)
+        else:
+            self.counts.append(max(completion - self.counted, 0))
+            self.counted = completion
+        self.reasoning_only.append(bool(reasoning) and not (content or tool))
+        self.mixed = self.mixed or (bool(reasoning) and bool(content or tool))
+        self.answer.append(content)
+        self.streamed.extend((reasoning, content, tool))
+
+    def finish(self, record: RequestRecord) -> None:
+        """Each chunk's tokens when every chunk carried them; the reasoning tokens: as the
+        usage reported them, else 0 when no chunk carried reasoning, else counted over the
+        reasoning chunks when each chunk's tokens are known (reported, or one a chunk when the
+        usage's count equals the chunks), else not known."""
+        known = [c for c in self.counts if c is not None]
+        if self.counts and len(known) == len(self.counts):
+            record.chunk_tokens = known
+        if self.reported_reasoning is not None:
+            record.reasoning_tokens = self.reported_reasoning
+            return
+        if not self.mixed and not any(self.reasoning_only):
+            record.reasoning_tokens = 0 if record.first_token_s is not None else None
+            return
+        per_chunk = record.chunk_tokens
+        one_each = record.tokens_source == "usage" and record.output_tokens == len(self.counts)
+        if not per_chunk and one_each:
+            per_chunk = [1] * len(self.counts)
+        if per_chunk and not self.mixed:
+            record.reasoning_tokens = sum(
+                n for n, only in zip(per_chunk, self.reasoning_only, strict=True) if only
+            )

@@ -18,9 +18,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
-from accelscope.documents import Document
+from accelscope.documents import Document, LlmCapacity, Slo
 from accelscope.errors import BadInputError
-from accelscope.units import parse_duration_s
 
 __all__ = [
     "Arrivals",
@@ -73,15 +72,24 @@ class RequestRecord(BaseModel):
     trial's start. ``scheduled_s`` is when the workload said the request arrives (open loop:
     fixed before the trial; closed loop and later turns of a session: when the client was
     ready to send it), ``sent_s`` when it was sent: latencies count from ``scheduled_s``.
-    ``chunk_times_s`` are the arrivals of the chunks that carried text; ``first_token_s`` the
-    first of them. ``error`` is empty for a request that completed; ``cancelled`` marks one the
-    run itself cut short (Ctrl-C), which no figure counts. ``session`` and ``turn`` (1-based)
-    place a request in a multi-turn conversation; ``reusable_prefix_tokens`` is the prompt's
-    prefix a cache could hold from earlier requests (the conversation so far, a shared
-    prefix, a trace's repeated blocks), ``None`` when the workload does not say.
+    ``chunk_times_s`` are the arrivals of the chunks that carried output tokens on any channel
+    (answer text, reasoning, tool-call deltas); ``first_token_s`` the first of them,
+    ``last_token_s`` the last (``None`` in records of producers that do not tell channels apart
+    and in runs stored before it: the last of ``chunk_times_s`` then), ``first_content_s`` the
+    first chunk with answer text (``delta.content``, or a completion's ``text``); ``end_s`` is
+    the end of the stream (``[DONE]`` or the connection's end). ``chunk_tokens`` are the tokens
+    of each chunk of ``chunk_times_s`` when the server reported them (usage on every chunk,
+    vLLM's ``continuous_usage_stats``), else empty; ``reasoning_tokens`` the output tokens
+    spent reasoning (``usage.completion_tokens_details.reasoning_tokens``, else counted from
+    the chunks when each chunk's tokens are known), ``None`` when not known. ``error`` is
+    empty for a request that completed; ``cancelled`` marks one the run itself cut short
+    (Ctrl-C), which no figure counts. ``session`` and ``turn`` (1-based) place a request in a
+    multi-turn conversation; ``reusable_prefix_tokens`` is the prompt's prefix a cache could
+    hold from earlier requests (the conversation so far, a shared prefix, a trace's repeated
+    blocks), ``None`` when the workload does not say.
 
-    Mutable: the client fills it in while the stream arrives. ``output_text`` (what the server
-    answered, for the next turn of a conversation) is never stored."""
+    Mutable: the client fills it in while the stream arrives. ``output_text`` (the answer the
+    server gave, reasoning left out, for the next turn of a conversation) is never stored."""
 
     model_config = ConfigDict(extra="ignore", validate_assignment=False)
 
@@ -91,6 +99,10 @@ class RequestRecord(BaseModel):
     end_s: float
     first_token_s: float | None = None
     chunk_times_s: list[float] = Field(default_factory=list)
+    first_content_s: float | None = None
+    last_token_s: float | None = None
+    chunk_tokens: list[int] = Field(default_factory=list)
+    reasoning_tokens: int | None = None
     output_tokens: int | None = None
     prompt_tokens: int | None = None
     tokens_source: TokenSource = "unknown"
@@ -107,7 +119,9 @@ class RequestRecord(BaseModel):
         """Completed without error and not cancelled."""
         return not self.error and not self.cancelled
 
-    @field_serializer("scheduled_s", "sent_s", "end_s", "first_token_s")
+    @field_serializer(
+        "scheduled_s", "sent_s", "end_s", "first_token_s", "first_content_s", "last_token_s"
+    )
     def _round_time(self, value: float | None) -> float | None:
         return None if value is None else round(value, 6)
 
@@ -183,61 +197,6 @@ class Arrivals(Document):
         return self.model_dump(mode="json")
 
 
-class Slo(Document):
-    """Service-level objective: bounds on TTFT, TPOT and E2E (any subset) at a percentile."""
-
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
-    percentile: float = 99.0
-
-    @classmethod
-    def parse(cls, text: str, percentile: float = 99.0) -> Slo:
-        """``ttft=500ms,tpot=50ms,e2e=10s`` (any subset); one-line error otherwise."""
-        if not 0.0 < percentile < 100.0:
-            raise BadInputError(f"--slo-percentile {percentile:g}: give a value in (0, 100)")
-        bounds: dict[str, float] = {}
-        for part in str(text).split(","):
-            name, sep, value = part.partition("=")
-            name = name.strip().lower()
-            if not sep or name not in ("ttft", "tpot", "e2e"):
-                raise BadInputError(
-                    f"--slo {text!r}: give ttft=, tpot= and/or e2e= durations, "
-                    "e.g. ttft=500ms,tpot=50ms"
-                )
-            if name in bounds:
-                raise BadInputError(f"--slo {text!r}: {name} given twice")
-            try:
-                bounds[name] = parse_duration_s(value.strip())
-            except BadInputError:
-                raise BadInputError(
-                    f"--slo {name}={value.strip()}: give a positive duration, e.g. 500ms"
-                ) from None
-        return cls(
-            ttft_s=bounds.get("ttft"),
-            tpot_s=bounds.get("tpot"),
-            e2e_s=bounds.get("e2e"),
-            percentile=percentile,
-        )
-
-    def terms(self) -> dict[str, float]:
-        """The bounded metrics: ``{"ttft_s": 0.5, ...}``."""
-        found = {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s}
-        return {k: v for k, v in found.items() if v is not None}
-
-    @property
-    def label(self) -> str:
-        """``p99 TTFT <= 500 ms, TPOT <= 50 ms``."""
-        parts = [
-            f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms" for k, v in self.terms().items()
-        ]
-        return f"p{self.percentile:g} " + ", ".join(parts) if parts else "none"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return {**self.terms(), "percentile": self.percentile}
-
-
 # -- a trial's figures ------------------------------------------------------------------------
 
 
@@ -298,6 +257,8 @@ class Metrics(Document):
     itl_s: Distribution = Field(default_factory=Distribution)
     e2e_s: Distribution = Field(default_factory=Distribution)
     stream_tail_s: Distribution = Field(default_factory=Distribution)
+    ttfc_s: Distribution = Field(default_factory=Distribution)
+    e2e_stream_s: Distribution = Field(default_factory=Distribution)
 
     def get(self, name: str) -> Distribution:
         """The distribution of ``name`` (``ttft_s`` ...)."""
@@ -353,11 +314,21 @@ class Throughput(Document):
 
 
 class TokenStats(Document):
-    """Mean prompt and output tokens of the completed requests, and their output total."""
+    """Mean prompt and output tokens of the completed requests, and their output total;
+    of the output, the reasoning and the answer tokens (output - reasoning; means and the
+    reasoning total over the requests whose reasoning tokens are known, ``reasoning_known`` of
+    them; ``None``: none known) and the requests that
+    streamed no answer text at all (``without_content``: capped inside reasoning, or only
+    tool calls)."""
 
     prompt_mean: float | None = None
     output_mean: float | None = None
     output_total: int = 0
+    reasoning_mean: float | None = None
+    reasoning_total: int | None = None
+    answer_mean: float | None = None
+    reasoning_known: int = 0
+    without_content: int = 0
 
 
 class Window(Document):
@@ -541,6 +512,8 @@ class ServerMetrics(Document):
     running: MeanMax | None = None
     config: ServerConfig | None = None
     timeline: list[ServerSample] = Field(default_factory=list)
+    contradicted: list[str] = Field(default_factory=list)
+    """Gauges the client's own records contradicted, not used (one line each, why)."""
 
 
 class DecodeFloor(Document):
@@ -682,6 +655,34 @@ class CapacitySummary(Document):
     output_tokens_mean: float | None = None
     prompt_tokens_mean: float | None = None
     points: list[CapacityPoint] = Field(default_factory=list)
+
+    def document(
+        self,
+        *,
+        model: str,
+        target: dict[str, Any],
+        slo: Slo | None,
+        environment_fingerprint: str,
+        local_server: bool,
+        valid: bool | None = None,
+    ) -> LlmCapacity:
+        """The ``llm-capacity`` document ``plan api --from-run`` prices (``llm``'s capacity
+        search, or ``tune``'s winner): built here only. ``valid`` defaults to whether a load
+        passed."""
+        return LlmCapacity(
+            model=model,
+            target=target,
+            slo=slo,
+            capacity=self.capacity,
+            unit=self.unit,
+            good_output_tokens_per_s=self.good_output_tokens_per_s,
+            good_requests_per_s=self.good_requests_per_s,
+            output_tokens_mean=self.output_tokens_mean,
+            prompt_tokens_mean=self.prompt_tokens_mean,
+            environment_fingerprint=environment_fingerprint,
+            local_server=local_server,
+            valid=self.capacity is not None if valid is None else valid,
+        )
 
     @property
     def label(self) -> str:

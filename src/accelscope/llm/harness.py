@@ -33,7 +33,7 @@ from accelscope.llm.documents import (
 from accelscope.llm.explain import prefix_reuse
 from accelscope.llm.floor import FloorInputs
 from accelscope.llm.records import Target
-from accelscope.llm.server_metrics import ServerMetricsScraper
+from accelscope.llm.server_metrics import ServerMetricsScraper, check_against_client
 from accelscope.llm.summary import WARMUP_FRACTION, steady_samples, summarise_trial
 from accelscope.llm.timeline import slo_breaks
 from accelscope.llm.trial import TrialInterrupted, TrialRecords, run_trial
@@ -136,10 +136,11 @@ class Harness:
         energy = [meter.end() for meter in self.energy]
         notes = [f"{arrivals.label}: {note}" for note in self.target.trial_notes()]
         server = (
-            scraper.stop(origin_s=outcome.origin_s)
+            check_against_client(scraper.stop(origin_s=outcome.origin_s), outcome.records)
             if scraper is not None
             else ServerMetrics(available=False, why=self.no_metrics_why)
         )
+        notes += [f"{arrivals.label}: server /metrics {line}" for line in server.contradicted]
         found = self._trial(index, role, arrivals, requests, outcome, server, cpu_s, energy)
         found = found.model_copy(update={"interrupted": interrupted, "notes": notes})
         self.trials.append(found.without_records())

@@ -35,6 +35,7 @@ from accelscope.errors import one_line
 from accelscope.llm.documents import (
     MeanMax,
     PrefixCacheStats,
+    RequestRecord,
     ServerConfig,
     ServerMetrics,
     ServerSample,
@@ -48,6 +49,7 @@ __all__ = [
     "ServerMetricsScraper",
     "ServerName",
     "VocabularyEntry",
+    "check_against_client",
     "metrics_url",
     "parse_exposition",
     "published_config",
@@ -748,3 +750,43 @@ class ServerMetricsScraper:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+BUSY_MARGIN_S = 0.02
+"""A scrape counts as taken while a request decoded when it falls inside that request's span
+from first token to end by at least this much on both sides (the scrape's stamp is when its
+answer arrived, the gauge was read a little before)."""
+
+
+def check_against_client(
+    metrics: ServerMetrics, records: Sequence[RequestRecord], *, min_scrapes: int = 2
+) -> ServerMetrics:
+    """The ``running`` and ``kv_cache_usage`` gauges held against what the client saw: at a
+    scrape taken while the client had a request decoding (past its first token, not ended),
+    a server reading 0 running and 0 KV usage contradicts it. When every such scrape (at
+    least ``min_scrapes``) reads 0, the gauge is not used: ``None``, with why in
+    ``contradicted`` (seen on vLLM 0.32's CPU build: 8 scrapes during a 2.5 s decode, all 0)."""
+    busy = [
+        point
+        for point in metrics.timeline
+        if any(
+            r.first_token_s is not None
+            and r.first_token_s + BUSY_MARGIN_S <= point.t_s <= r.end_s - BUSY_MARGIN_S
+            for r in records
+        )
+    ]
+    if len(busy) < min_scrapes:
+        return metrics
+    updates: dict[str, None] = {}
+    notes: list[str] = []
+    for name in ("running", "kv_cache_usage"):
+        read = [getattr(point, name) for point in busy]
+        if getattr(metrics, name) is not None and all(v == 0 for v in read):
+            updates[name] = None
+            notes.append(
+                f"{name}: read 0 at all {len(busy)} scrapes taken while the client had a "
+                "request decoding; contradicted, not used"
+            )
+    if not updates:
+        return metrics
+    return metrics.model_copy(update={**updates, "contradicted": [*metrics.contradicted, *notes]})

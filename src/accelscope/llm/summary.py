@@ -58,7 +58,9 @@ __all__ = [
     "PERCENTILES",
     "WARMUP_FRACTION",
     "Slo",
+    "first_chunk_tokens",
     "is_good",
+    "last_token_s",
     "request_values",
     "steady_samples",
     "summarise_trial",
@@ -69,20 +71,41 @@ WARMUP_FRACTION = 0.1
 LAG_LIMIT_S = 0.05
 """p99 of (sent - scheduled) above this: the client did not generate the offered rate."""
 
-METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_sent_s", "stream_tail_s")
+METRICS = (
+    "ttft_s",
+    "tpot_s",
+    "itl_s",
+    "e2e_s",
+    "ttft_sent_s",
+    "stream_tail_s",
+    "ttfc_s",
+    "e2e_stream_s",
+)
 
 DEFINITIONS: dict[str, str] = {
-    "ttft_s": "time to first token: first streamed chunk with text - scheduled arrival",
+    "ttft_s": "time to first token: the first streamed chunk carrying output on any channel "
+    "(answer text, reasoning, tool-call delta) - scheduled arrival; a chunk without output "
+    "(a role chunk, empty content) is not a token",
+    "ttfc_s": "time to first content: the first chunk with answer text (delta.content, a "
+    "completion's text) - scheduled arrival; after the reasoning on a reasoning model, none "
+    "for a request that streamed no answer",
     "ttft_sent_s": "TTFT from when the client sent the request (send-based, as most tools)",
-    "tpot_s": "time per output token: (E2E - TTFT) / (output tokens - 1), per request",
-    "itl_s": "inter-token latency: gaps between consecutive text chunks, pooled over requests "
-    "(vLLM's ITL; a chunk may carry several tokens)",
-    "e2e_s": "end-to-end latency: end of the stream - scheduled arrival",
-    "stream_tail_s": "end of the stream - the last chunk with text: what the server spends "
-    "after the last token (in TPOT and E2E; tools that time to the last token leave it out)",
+    "tpot_s": "time per output token: (last token - first token) / (output tokens - k1), per "
+    "request, k1 the first chunk's tokens: as the server reported them per chunk, else 1 "
+    "(exact when there are as many chunks as tokens; assumed otherwise, and a note says so)",
+    "itl_s": "inter-token latency: gaps between consecutive chunks carrying output (any "
+    "channel), pooled over requests (vLLM's ITL; a chunk may carry several tokens)",
+    "e2e_s": "end-to-end latency: the last chunk carrying output (any channel) - scheduled "
+    "arrival, as AIPerf; the stream's end is e2e_stream_s",
+    "e2e_stream_s": "end of the stream ([DONE] or the connection's end) - scheduled arrival",
+    "stream_tail_s": "end of the stream - the last chunk carrying output: what the server "
+    "spends after the last token (neither E2E nor TPOT holds it)",
     "client_lag_s": "sent - scheduled: the client's own delay in issuing a request",
-    "output_tokens": "the server's usage.completion_tokens (else the model's tokenizer over the "
-    "streamed text, labelled)",
+    "output_tokens": "the server's usage.completion_tokens, reasoning and tool-call tokens "
+    "included (else the model's tokenizer over the streamed text of every channel, labelled)",
+    "reasoning_tokens": "usage.completion_tokens_details.reasoning_tokens, else counted over "
+    "the reasoning chunks when each chunk's tokens are known, else not measured; answer "
+    "tokens are output - reasoning",
     "steady_window": f"the arrivals after the first {WARMUP_FRACTION:.0%} of the requests "
     "(the ramp-up), to the last arrival",
     "goodput": "requests (or their output tokens) per second of the steady window that "
@@ -92,19 +115,46 @@ DEFINITIONS: dict[str, str] = {
 }
 
 
+def last_token_s(record: RequestRecord) -> float | None:
+    """The last chunk carrying output (the last of ``chunk_times_s`` in a record that does not
+    say)."""
+    if record.last_token_s is not None:
+        return record.last_token_s
+    return record.chunk_times_s[-1] if record.chunk_times_s else None
+
+
+def first_chunk_tokens(record: RequestRecord) -> tuple[int, bool]:
+    """(k1, known): the first output chunk's tokens as the server reported them per chunk;
+    1 when the output has as many tokens as chunks (each chunk one token); else 1, assumed."""
+    chunks = len(record.chunk_times_s)
+    if record.chunk_tokens and len(record.chunk_tokens) == chunks:
+        return record.chunk_tokens[0], True
+    exact = record.tokens_source in ("usage", "generated") and record.output_tokens == chunks
+    return 1, exact
+
+
 def request_values(record: RequestRecord) -> dict[str, float | None]:
-    ttft = None if record.first_token_s is None else record.first_token_s - record.scheduled_s
+    """Every per-request figure of :data:`DEFINITIONS` (``None``: not measured)."""
+    first = record.first_token_s
+    last = last_token_s(record)
+    ttft = None if first is None else first - record.scheduled_s
+    content = record.first_content_s
+    if content is None and record.last_token_s is None:
+        content = first  # a producer that does not tell channels apart: all is answer
     tpot = None
-    if ttft is not None and record.output_tokens is not None and record.output_tokens > 1:
-        tpot = (record.end_s - record.first_token_s) / (record.output_tokens - 1)  # type: ignore[operator]
+    tokens = record.output_tokens
+    if first is not None and last is not None and tokens is not None:
+        k1, _ = first_chunk_tokens(record)
+        if tokens - k1 >= 1:
+            tpot = (last - first) / (tokens - k1)
     return {
         "ttft_s": ttft,
-        "ttft_sent_s": None
-        if record.first_token_s is None
-        else record.first_token_s - record.sent_s,
+        "ttft_sent_s": None if first is None else first - record.sent_s,
+        "ttfc_s": None if content is None else content - record.scheduled_s,
         "tpot_s": tpot,
-        "e2e_s": record.end_s - record.scheduled_s,
-        "stream_tail_s": record.end_s - record.chunk_times_s[-1] if record.chunk_times_s else None,
+        "e2e_s": (record.end_s if last is None else last) - record.scheduled_s,
+        "e2e_stream_s": record.end_s - record.scheduled_s,
+        "stream_tail_s": None if last is None else record.end_s - last,
     }
 
 
@@ -145,12 +195,15 @@ def _window(records: Sequence[RequestRecord]) -> tuple[float, float]:
 
 
 def _tokens_in(record: RequestRecord, start: float, end: float) -> float:
-    """Output tokens streamed in [start, end]: each chunk carries tokens / chunks (exact when
-    a chunk is one token)."""
+    """Output tokens streamed in [start, end]: each chunk's tokens when reported, else each
+    chunk carries tokens / chunks (exact when a chunk is one token)."""
     if not record.chunk_times_s or not record.output_tokens:
         return 0.0
     times = np.asarray(record.chunk_times_s)
-    inside = int(np.count_nonzero((times >= start) & (times <= end)))
+    inside_mask = (times >= start) & (times <= end)
+    if len(record.chunk_tokens) == len(times):  # each chunk's tokens, as reported
+        return float(np.asarray(record.chunk_tokens)[inside_mask].sum())
+    inside = int(np.count_nonzero(inside_mask))
     return inside * record.output_tokens / len(times)
 
 
@@ -267,7 +320,9 @@ def summarise_trial(
     values = [request_values(r) for r in considered]
     ok = [(r, v) for r, v in zip(considered, values, strict=True) if not r.error]
     metrics: dict[str, Distribution] = {}
-    for name in ("ttft_s", "ttft_sent_s", "tpot_s", "e2e_s", "stream_tail_s"):
+    for name in METRICS:
+        if name == "itl_s":
+            continue
         found = [float(x) for _, v in ok if (x := v[name]) is not None]
         metrics[name] = _distribution(found, name[:-2].upper())
     gaps = [float(g) for r, _ in ok for g in np.diff(r.chunk_times_s)]
@@ -285,6 +340,31 @@ def summarise_trial(
         )
         / length
     )
+    reasoning = [
+        (r.reasoning_tokens, r.output_tokens)
+        for r, _ in ok
+        if r.reasoning_tokens is not None and r.output_tokens is not None
+    ]
+    without_content = sum(1 for _, v in ok if v["ttft_s"] is not None and v["ttfc_s"] is None)
+    notes = ["client lag has NaN values"] if any(math.isnan(x) for x in lags) else []
+    assumed = sum(
+        1
+        for r, v in ok
+        if v["tpot_s"] is not None
+        and not first_chunk_tokens(r)[1]
+        and (r.output_tokens or 0) > len(r.chunk_times_s)
+    )
+    if assumed:
+        notes.append(
+            f"TPOT: {assumed} of {len(ok)} requests streamed fewer chunks than tokens and the "
+            "server did not report each chunk's tokens: their first chunk is assumed to hold "
+            "one token (TPOT over N - 1)"
+        )
+    if without_content:
+        notes.append(
+            f"{without_content} of {len(ok)} requests streamed no answer text (capped while "
+            "reasoning, or tool calls only): TTFT counts, time to first content does not"
+        )
     verdict = goodput = None
     if slo is not None and slo.terms():
         verdict = _slo_verdict(slo, considered, values)
@@ -310,6 +390,11 @@ def summarise_trial(
             prompt_mean=float(np.mean(prompt_tokens)) if prompt_tokens else None,
             output_mean=float(np.mean(output_tokens)) if output_tokens else None,
             output_total=int(sum(output_tokens)),
+            reasoning_mean=float(np.mean([n for n, _ in reasoning])) if reasoning else None,
+            reasoning_total=int(sum(n for n, _ in reasoning)) if reasoning else None,
+            answer_mean=float(np.mean([o - n for n, o in reasoning])) if reasoning else None,
+            reasoning_known=len(reasoning),
+            without_content=without_content,
         ),
         throughput=Throughput(
             output_tokens_per_s=output_in / length,
@@ -319,7 +404,7 @@ def summarise_trial(
         ),
         slo=verdict,
         goodput=goodput,
-        notes=["client lag has NaN values"] if any(math.isnan(x) for x in lags) else [],
+        notes=notes,
         turns=_turns(records),
     )
 

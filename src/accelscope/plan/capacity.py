@@ -151,12 +151,7 @@ def llm_capacity(measured: LlmCapacity) -> CapacityEstimate:
     """The requests/s an ``llm`` (or ``tune``) run measured its server to sustain at the run's
     SLO: the capacity of a rate search, or the good requests/s measured at the capacity of a
     concurrency search."""
-    slo = ", ".join(
-        f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms"
-        for k, v in measured.slo.items()
-        if k.endswith("_s")
-    )
-    percentile = measured.slo.get("percentile", 99)
+    slo = measured.slo.label if measured.slo else "no SLO"
     good = measured.good_output_tokens_per_s or 0.0
     qps = measured.capacity if measured.unit == "req/s" else measured.good_requests_per_s
     at = (
@@ -167,10 +162,10 @@ def llm_capacity(measured: LlmCapacity) -> CapacityEstimate:
     return CapacityEstimate(
         qps_per_instance=float(qps or 0.0),
         basis="measured",
-        label=f"measured by llm at p{percentile:g} {slo}{at}",
+        label=f"measured by llm at {slo}{at}",
         meets_sla=True,
         assumptions=(
-            f"capacity at the LLM SLO (p{percentile:g} {slo}) measured by `accelscope llm`, "
+            f"capacity at the LLM SLO ({slo}) measured by `accelscope llm`, "
             f"{good:.4g} good output tokens/s; --sla-p99 does not "
             "apply to token streams",
         ),

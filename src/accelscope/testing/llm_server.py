@@ -156,6 +156,9 @@ class ReceivedRequest:
     body: Any
     received_s: float
     sent_s: list[float] = field(default_factory=list)
+    ended_s: list[float] = field(default_factory=list)
+    """When a stream's trailing events began to leave (the finish chunk, or a scripted error
+    event), one stamp; empty until then."""
 
 
 class _Dying(Exception):
@@ -208,6 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: _Server
     _sent: list[float]
+    _ended: list[float]
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -296,6 +300,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = None
         record = ReceivedRequest("POST", path, body, received)
         self._sent = record.sent_s
+        self._ended = record.ended_s
         owner._record(record)
         if owner._fault_kind == "not-openai":
             self._send_bytes(200, _HTML_PAGE, "text/html; charset=utf-8")
@@ -383,11 +388,10 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         fault = owner._fault_kind
         ttft = owner._fault_value_float if fault == "slow-first" else owner.ttft_s
-        per_chunk = owner.tokens_per_chunk
-        chunks = [(start, min(start + per_chunk, n_out)) for start in range(0, n_out, per_chunk)]
+        chunks = owner._chunks(n_out)
         created = int(time.time())
         ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        usage = {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": n_out,
             "total_tokens": prompt_tokens + n_out,
@@ -397,12 +401,23 @@ class _Handler(BaseHTTPRequestHandler):
             return received + ttft + token * owner.itl_s
 
         every = owner.corrupt_every
+        reasoning_end = min(owner.reasoning_tokens, n_out) if chat else 0
+        tool_start = max(reasoning_end, n_out - owner.tool_call_tokens) if chat else n_out
 
         def text(start: int, stop: int) -> str:
             return "".join(
                 f" bad{k}" if every and k % every == every - 1 else f" tok{k}"
-                for k in range(start, stop)
+                for k in range(max(start, reasoning_end), min(stop, tool_start))
             )
+
+        def thought(start: int, stop: int) -> str:
+            return "".join(f" think{k}" for k in range(start, min(stop, reasoning_end)))
+
+        def arguments(start: int, stop: int) -> str:
+            return "".join(f" arg{k}" for k in range(max(start, tool_start), stop))
+
+        if reasoning_end and owner.report_reasoning_tokens:
+            usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_end}
 
         if not body.get("stream", False):
             self._sleep_until(deadline(max(n_out - 1, 0)))
@@ -410,6 +425,8 @@ class _Handler(BaseHTTPRequestHandler):
             choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
             if chat:
                 choice["message"] = {"role": "assistant", "content": full}
+                if reasoning_end:
+                    choice["message"][owner.reasoning_field] = thought(0, n_out)
             else:
                 choice["text"] = full
             obj = "chat.completion" if chat else "text_completion"
@@ -448,24 +465,80 @@ class _Handler(BaseHTTPRequestHandler):
                 "choices": [c],
             }
 
+        def output(start: int, stop: int) -> dict[str, Any]:
+            """The chunk of tokens [start, stop): each channel's part in one delta."""
+            if not chat:
+                return chunk(text(start, stop))
+            delta: dict[str, Any] = {}
+            if start < reasoning_end:
+                delta[owner.reasoning_field] = thought(start, stop)
+            if text(start, stop):
+                delta["content"] = text(start, stop)
+            if stop > tool_start:
+                call: dict[str, Any] = {
+                    "index": 0,
+                    "function": {"arguments": arguments(start, stop)},
+                }
+                if start <= tool_start:  # the call's first delta names it
+                    call |= {"id": "call-" + ident[-8:], "type": "function"}
+                    call["function"]["name"] = "fake_tool"
+                delta["tool_calls"] = [call]
+            found = chunk(None)
+            found["choices"][0]["delta"] = delta
+            return found
+
+        options = body.get("stream_options")
+        wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+        wants_usage = wants_usage and owner.include_usage_supported
+        continuous = (
+            wants_usage
+            and isinstance(options, dict)
+            and options.get("continuous_usage_stats") is True
+        )
+
+        def counted(event: dict[str, Any], tokens: int) -> dict[str, Any]:
+            """vLLM's continuous_usage_stats: every chunk carries the usage so far."""
+            if continuous:
+                event["usage"] = {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": tokens,
+                    "total_tokens": prompt_tokens + tokens,
+                }
+            return event
+
         self._start_stream()
         if chat:
-            self._event(chunk(None))
-        cut_after = max(1, len(chunks) // 2) if fault == "stop-mid-stream" else None
+            opening = chunk(None)
+            if owner.empty_opening_chunk:  # vLLM's: role and an empty content
+                opening["choices"][0]["delta"]["content"] = ""
+            self._event(counted(opening, 0))
+        elif owner.empty_opening_chunk:
+            self._event(counted(chunk(""), 0))
+        cutting = fault in ("stop-mid-stream", "error-mid-stream")
+        cut_after = max(1, len(chunks) // 2) if cutting else None
         for number, (start, stop) in enumerate(chunks):
             self._sleep_until(deadline(stop - 1))
             self._sent.append(time.perf_counter())
-            self._event(chunk(text(start, stop)))
+            self._event(counted(output(start, stop), stop))
             if number == 0 and fault == "malformed-sse":
                 self._chunk(b"data: {not json\n\n")
             if cut_after is not None and number + 1 >= cut_after:
-                raise _Dying
-        if cut_after is not None:  # no chunk at all: cut before the end
+                break
+        if fault == "stop-mid-stream":  # no chunk at all: cut before the end
             raise _Dying
-        self._event(chunk(None, finish="length"))
-        options = body.get("stream_options")
-        wants_usage = isinstance(options, dict) and options.get("include_usage") is True
-        if wants_usage and owner.include_usage_supported:
+        if fault == "error-mid-stream":  # vLLM's error event, then [DONE]
+            self._ended.append(time.perf_counter())
+            error = {"message": "Scripted fault: generation failed.", "type": "InternalServerError"}
+            self._event({"error": error | {"code": 500}})
+            self._release()
+            self._event("[DONE]")
+            self._end_stream()
+            return
+        if owner.tail_s:
+            self._sleep_until(deadline(n_out - 1) + owner.tail_s)
+        self._ended.append(time.perf_counter())
+        self._event(counted(chunk(None, finish="length"), n_out))
+        if wants_usage:
             usage_chunk = chunk(None)
             usage_chunk["choices"] = []
             usage_chunk["usage"] = usage
@@ -502,6 +575,8 @@ class FakeLLMServer(Service):
       gone: it stops listening before the ``N``-th answer's last bytes leave (so any later
       connection is refused), other open connections are cut, requests in flight beyond
       ``N`` get no answer;
+    - ``"error-mid-stream"``: half the content chunks (at least one), then vLLM's error
+      event (``data: {"error": {...}}``), ``[DONE]`` and the end of the body;
     - ``"hang"``: read the request and send nothing until the server stops (``stop()`` does
       not wait for it; the connection is then closed);
     - ``"slow-first:S"``: a TTFT of ``S`` seconds for every request.
@@ -510,6 +585,22 @@ class FakeLLMServer(Service):
     others wait for a slot, and their TTFT counts from when they got one plus the wait;
     ``corrupt_every`` replaces every k-th token's text with ``" bad{k}"`` (a configuration that
     changes the answers, for a quality guard).
+
+    Stream shapes (the script's timing is unchanged: token ``k`` leaves at ``receipt + ttft_s +
+    k * itl_s``, a chunk at its last token's time): ``reasoning_tokens`` makes the first R
+    tokens of a chat answer reasoning (``" think{k}"``) in ``delta.<reasoning_field>``
+    (``"reasoning"``, vLLM's current field, or ``"reasoning_content"``), R at least the output:
+    capped inside reasoning, no content at all; the usage then says
+    ``completion_tokens_details.reasoning_tokens`` unless ``report_reasoning_tokens=False``;
+    ``tool_call_tokens`` makes the last T tokens of a chat answer (after any reasoning) a tool
+    call's ``arguments`` (``" arg{k}"``; the first such delta names ``fake_tool``); a chunk
+    that straddles two channels carries both in one delta. ``first_chunk_tokens`` packs k1
+    tokens in the first chunk (then ``tokens_per_chunk`` a chunk); ``empty_opening_chunk``
+    sends, at receipt, a chat role chunk with ``content: ""`` (vLLM's) or a completion chunk
+    with ``text: ""``; ``tail_s`` holds the trailing events (finish chunk, usage, ``[DONE]``)
+    that long after the last token (:attr:`ReceivedRequest.ended_s` stamps when they began).
+    A request whose ``stream_options`` asks for ``continuous_usage_stats`` (with
+    ``include_usage``) gets vLLM's running ``usage`` on every chunk.
 
     ``requests`` lists every request received (:class:`ReceivedRequest`), ``concurrent_max``
     the most generation requests ever in flight at once. ``/metrics`` exports vLLM's
@@ -535,9 +626,29 @@ class FakeLLMServer(Service):
         max_running: int | None = None,
         corrupt_every: int = 0,
         port: int = 0,
+        reasoning_tokens: int = 0,
+        reasoning_field: str = "reasoning",
+        report_reasoning_tokens: bool = True,
+        tool_call_tokens: int = 0,
+        first_chunk_tokens: int | None = None,
+        empty_opening_chunk: bool = False,
+        tail_s: float = 0.0,
     ) -> None:
-        if ttft_s < 0 or itl_s < 0:
-            raise ValueError("ttft_s and itl_s must not be negative")
+        if ttft_s < 0 or itl_s < 0 or tail_s < 0:
+            raise ValueError("ttft_s, itl_s and tail_s must not be negative")
+        if reasoning_field not in ("reasoning", "reasoning_content"):
+            raise ValueError("reasoning_field: reasoning or reasoning_content")
+        if reasoning_tokens < 0 or tool_call_tokens < 0:
+            raise ValueError("reasoning_tokens and tool_call_tokens must not be negative")
+        if first_chunk_tokens is not None and first_chunk_tokens < 1:
+            raise ValueError("first_chunk_tokens must be at least 1")
+        self.reasoning_tokens = reasoning_tokens
+        self.reasoning_field = reasoning_field
+        self.report_reasoning_tokens = report_reasoning_tokens
+        self.tool_call_tokens = tool_call_tokens
+        self.first_chunk_tokens = first_chunk_tokens
+        self.empty_opening_chunk = empty_opening_chunk
+        self.tail_s = tail_s
         if tokens_per_chunk < 1:
             raise ValueError("tokens_per_chunk must be at least 1")
         if output_tokens is not None and output_tokens < 0:
@@ -577,10 +688,23 @@ class FakeLLMServer(Service):
         self._thread: threading.Thread | None = None
         self._closed = False
 
+    def _chunks(self, n_out: int) -> list[tuple[int, int]]:
+        """The stream's token ranges [start, stop): ``first_chunk_tokens`` first (when set),
+        then ``tokens_per_chunk`` each."""
+        found: list[tuple[int, int]] = []
+        start = 0
+        if self.first_chunk_tokens is not None and n_out:
+            start = min(self.first_chunk_tokens, n_out)
+            found.append((0, start))
+        per_chunk = self.tokens_per_chunk
+        found += [(a, min(a + per_chunk, n_out)) for a in range(start, n_out, per_chunk)]
+        return found
+
     @staticmethod
     def _parse_fault(fault: str) -> tuple[str, int, float]:
         kind, _, value = fault.partition(":")
-        if kind in ("", "malformed-sse", "stop-mid-stream", "not-openai", "hang") and not value:
+        simple = ("", "malformed-sse", "stop-mid-stream", "error-mid-stream", "not-openai", "hang")
+        if kind in simple and not value:
             return kind, 0, 0.0
         try:
             if kind == "status":
@@ -602,7 +726,7 @@ class FakeLLMServer(Service):
             pass
         raise ValueError(
             f"unknown fault {fault!r}: expected status:N, malformed-sse, stop-mid-stream, "
-            "not-openai, die-after:N, hang or slow-first:S"
+            "error-mid-stream, not-openai, die-after:N, hang or slow-first:S"
         )
 
     # -- lifecycle -------------------------------------------------------------------------

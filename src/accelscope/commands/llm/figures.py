@@ -253,11 +253,16 @@ def _request_hover(record: RequestRecord) -> str:
         lines.append(f"session {record.session}, turn {record.turn}")
     lines.append(f"scheduled at {record.scheduled_s:.3f} s")
     lines.append(f"client lag {ms(record.sent_s - record.scheduled_s)} ms")
-    first = record.first_token_s
-    lines.append(f"TTFT {_ms_unit(None if first is None else first - record.scheduled_s)}")
-    lines.append(f"E2E {_ms_unit(record.end_s - record.scheduled_s)}")
+    values = request_values(record)
+    lines.append(f"TTFT {_ms_unit(values['ttft_s'])}")
+    if values["ttfc_s"] != values["ttft_s"]:
+        lines.append(f"time to first content {_ms_unit(values['ttfc_s'])}")
+    lines.append(f"E2E (last token) {_ms_unit(values['e2e_s'])}")
+    lines.append(f"stream end {_ms_unit(values['e2e_stream_s'])}")
     tokens = record.output_tokens
     lines.append(f"output tokens {NOT_MEASURED if tokens is None else tokens}")
+    if record.reasoning_tokens:
+        lines.append(f"of which reasoning {record.reasoning_tokens}")
     if record.prompt_tokens is not None:
         lines.append(f"prompt tokens {record.prompt_tokens}")
     if record.error:

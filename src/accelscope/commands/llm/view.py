@@ -13,6 +13,18 @@ from accelscope.report.format import ms as _ms
 __all__ = ["llm_view", "ms"]
 
 NOT_MEASURED = "n/m"
+STREAM_TAIL_SHOWN_S = 0.010
+"""A stream that ends this long (p50) after its last token gets its end shown beside E2E."""
+_DEFINED = {
+    "ttft_s": "TTFT",
+    "ttfc_s": "TTFC",
+    "tpot_s": "TPOT",
+    "itl_s": "ITL",
+    "e2e_s": "E2E",
+    "e2e_stream_s": "stream end",
+    "goodput": "GOODPUT",
+    "steady_window": "STEADY_WINDOW",
+}
 
 
 def ms(value: float | None) -> str:
@@ -101,6 +113,44 @@ def _turn_table(trial: LlmTrial) -> Table | None:
     return table
 
 
+def _stream_lines(trial: LlmTrial) -> list[RenderableType]:
+    """What a stream that is not plain text changes: time to first content beside TTFT and
+    the reasoning tokens apart (a reasoning model), the stream's end beside E2E (a server that
+    ends its stream long after the last token; runs stored before E2E ended at the last token
+    have no stream end of their own), and the trial's notes."""
+    summary = trial.summary
+    metrics = summary.metrics
+    tokens = summary.tokens
+    parts: list[RenderableType] = []
+    reasoning = tokens is not None and bool(tokens.reasoning_total or tokens.without_content)
+    if reasoning and tokens is not None:
+        split = ""
+        if tokens.reasoning_mean is not None and tokens.answer_mean is not None:
+            split = (
+                f"; tokens per request: {tokens.reasoning_mean:,.1f} reasoning, "
+                f"{tokens.answer_mean:,.1f} answer"
+            )
+        parts.append(
+            Text(
+                f"reasoning at {trial.label}: time to first content p50 "
+                f"{_pct(metrics.ttfc_s, 'p50')} ms, p99 {_pct(metrics.ttfc_s, 'p99')} ms "
+                f"(TTFT counts the first reasoning token){split}"
+            )
+        )
+    tail = metrics.stream_tail_s.value("p50")
+    if tail is not None and tail >= STREAM_TAIL_SHOWN_S and metrics.e2e_stream_s.n:
+        parts.append(
+            Text(
+                f"stream end at {trial.label}: p99 {_pct(metrics.e2e_stream_s, 'p99')} ms, "
+                f"{ms(tail)} ms (p50) after the last token; E2E ends at the last token",
+                style="yellow",
+            )
+        )
+    for note in summary.notes:
+        parts.append(Text(f"{trial.label}: {note}", style="dim"))
+    return parts
+
+
 def _trial_lines(document: LlmRun, trial: LlmTrial) -> list[RenderableType]:
     parts: list[RenderableType] = []
     floor = trial.floor
@@ -120,6 +170,7 @@ def _trial_lines(document: LlmRun, trial: LlmTrial) -> list[RenderableType]:
                 why = trial.summary.metrics.get(name).unclaimed_why(key)
                 if why:
                     parts.append(Text(why, style="yellow"))
+    parts.extend(_stream_lines(trial))
     for kind in trial.summary.error_kinds:
         parts.append(Text(f"errors at {trial.label}: {kind.count} x {kind.error}", style="red"))
     server = trial.server_metrics
@@ -206,8 +257,7 @@ def llm_view(document: LlmRun, *, title: str = "llm") -> RenderableType:
         parts.append(Text(f"note: {note}", style="cyan"))
     for warning in document.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
-    for key in ("ttft_s", "tpot_s", "itl_s", "goodput", "steady_window"):
+    for key, name in _DEFINED.items():
         if key in document.definitions:
-            name = key.removesuffix("_s").upper()
             parts.append(Text(f"{name}: {document.definitions[key]}", style="dim"))
     return Group(*parts)

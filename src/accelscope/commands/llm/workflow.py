@@ -111,7 +111,7 @@ class LlmRequestSettings:
             "burstiness": self.burstiness,
             "requests": self.requests,
             "workload": self.workload.summary().model_dump(mode="json"),
-            "slo": self.slo.to_dict() if self.slo else None,
+            "slo": self.slo.model_dump(mode="json") if self.slo else None,
             "capacity": self.capacity,
             "timeout_s": self.timeout_s,
             "ignore_eos": self.ignore_eos,
@@ -402,18 +402,10 @@ def _document(
 
 
 def _capacity_document(document: LlmRun, capacity: CapacitySummary) -> dict[str, Any]:
-    payload = LlmCapacity(
+    return capacity.document(
         model=document.model,
         target=document.target.model_dump(mode="json"),
-        slo=document.slo.to_dict() if document.slo else {},
-        capacity=capacity.capacity,
-        unit=capacity.unit,
-        good_output_tokens_per_s=capacity.good_output_tokens_per_s,
-        good_requests_per_s=capacity.good_requests_per_s,
-        output_tokens_mean=capacity.output_tokens_mean,
-        prompt_tokens_mean=capacity.prompt_tokens_mean,
+        slo=document.slo,
         environment_fingerprint=document.environment_fingerprint,
         local_server=document.local_server,
-        valid=capacity.capacity is not None,
-    )
-    return payload.model_dump(mode="json")
+    ).model_dump(mode="json")

@@ -433,7 +433,7 @@ def plan_api(
         document["usd_per_million_good_output_tokens"] = (
             instance.price_usd_per_hour / (good * 3600.0) * 1e6
         )
-        document["slo"] = measured.slo
+        document["slo"] = measured.slo.model_dump(mode="json") if measured.slo else {}
     settings = {"mode": "api"}
     run = _store_document(store_path, instance.type, settings, document, environment, command_line)
     return PlanOutcome(document=document, run_id=run.run_id, store_path=run.stored_path)
@@ -454,14 +454,10 @@ def _llm_capacity(run_id: str, store_path: Path) -> tuple[LlmCapacity, str]:
     found = LlmCapacity.from_payload(payloads[-1], f"run {run.id}'s llm capacity")
     if not found.valid or not found.good_output_tokens_per_s:
         raise BadInputError(f"run {run.id}: no load met the SLO, so there is no goodput to price")
-    slo = ", ".join(
-        f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms"
-        for k, v in found.slo.items()
-        if k.endswith("_s")
-    )
+    slo = found.slo.label if found.slo else "no SLO"
     basis = (
         f"measured by llm run {run.id}: {found.good_output_tokens_per_s:.4g} good output "
-        f"tokens/s at p{found.slo.get('percentile', 99):g} {slo} (capacity {found.capacity:g} "
+        f"tokens/s at {slo} (capacity {found.capacity:g} "
         f"{found.unit}), plus their prompt tokens; the run's server is taken as this instance"
     )
     return found, basis

@@ -30,7 +30,7 @@ from accelscope.documents import LlmCapacity
 from accelscope.errors import BadInputError, one_line
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.llm.client import OpenAIEndpoint
-from accelscope.llm.documents import Arrivals, LlmTrial, Slo
+from accelscope.llm.documents import Arrivals, CapacitySummary, LlmTrial, Slo
 from accelscope.llm.harness import Harness, arrivals_at, capacity_summary
 from accelscope.llm.server_process import (
     ServerProcess,
@@ -119,7 +119,7 @@ class TuneRequest:
             "workload": self.workload.summary().model_dump(mode="json"),
             "fixed": self.fixed.model_dump(mode="json") if self.fixed else None,
             "capacity": self.capacity,
-            "slo": self.slo.to_dict() if self.slo else None,
+            "slo": self.slo.model_dump(mode="json") if self.slo else None,
             "search": self.search,
             "budget_s": self.budget_s,
             "confirm_rounds": self.confirm_rounds,
@@ -687,25 +687,24 @@ def _nothing_ranked(configs: list[TuneConfig]) -> str:
 
 
 def _capacity(document: TuneRun, winner: TuneConfig, env: Environment) -> dict[str, Any]:
-    capacity = winner.capacity
+    """The winner's ``llm-capacity``: its capacity search, else the fixed load it was measured
+    at with the goodput measured there (valid when that trial met the SLO)."""
     point = winner.point
     goodput = point.summary.goodput if point else None
     tokens = point.summary.tokens if point else None
-    unit = (
-        capacity.unit
-        if capacity
-        else ("concurrency" if point and point.arrivals.concurrency else "req/s")
-    )
-    return LlmCapacity(
-        model=document.model,
-        target={"kind": "tune winner", "engine": document.engine, "config": winner.key},
-        slo=document.slo.to_dict() if document.slo else {},
-        capacity=capacity.capacity if capacity else winner.load,
-        unit=unit,
+    concurrency = bool(point and point.arrivals.concurrency)
+    measured = winner.capacity or CapacitySummary(
+        capacity=winner.load,
+        unit="concurrency" if concurrency else "req/s",
         good_output_tokens_per_s=goodput.output_tokens_per_s if goodput else None,
         good_requests_per_s=goodput.requests_per_s if goodput else None,
         output_tokens_mean=tokens.output_mean if tokens else None,
         prompt_tokens_mean=tokens.prompt_mean if tokens else None,
+    )
+    return measured.document(
+        model=document.model,
+        target={"kind": "tune winner", "engine": document.engine, "config": winner.key},
+        slo=document.slo,
         environment_fingerprint=env.fingerprint(),
         local_server=True,
         valid=goodput is not None and point is not None and point.summary.slo_state == "met",
