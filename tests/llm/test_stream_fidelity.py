@@ -335,11 +335,14 @@ def test_a_late_done_ends_e2e_at_the_last_token(api: str) -> None:
         stream_tail, e2e = case.measured["stream_tail_s"], case.measured["e2e_s"]
         e2e_stream = case.measured["e2e_stream_s"]
         assert stream_tail is not None and e2e is not None and e2e_stream is not None
-        assert stream_tail >= tail - EARLY_S
+        # the fake's own stamps: its tail ends at a deadline, so a last token that left late
+        # (a loaded machine woke the fake late) leaves a shorter tail than the script's 200 ms
+        true_tail = case.answer.ended_s[0] - case.answer.sent_s[-1]
+        assert stream_tail >= true_tail - EARLY_S
         assert e2e_stream - e2e == pytest.approx(stream_tail)
         metrics = case.summary.metrics
         assert metrics.e2e_stream_s.p50 is not None and metrics.e2e_s.p50 is not None
-        assert metrics.e2e_stream_s.p50 - metrics.e2e_s.p50 >= tail - EARLY_S
+        assert metrics.e2e_stream_s.p50 - metrics.e2e_s.p50 >= true_tail - EARLY_S
     _assert_figures(cases)
     assert _near(_median(cases, "e2e_s"), TTFT_S + 5 * ITL_S, 2 * WIDE_S)
     assert _near(_median(cases, "tpot_s"), ITL_S, 2 * NARROW_S)

@@ -752,41 +752,37 @@ class ServerMetricsScraper:
         self.stop()
 
 
-BUSY_MARGIN_S = 0.02
-"""A scrape counts as taken while a request decoded when it falls inside that request's span
-from first token to end by at least this much on both sides (the scrape's stamp is when its
-answer arrived, the gauge was read a little before)."""
+HELD_MARGIN_S = 0.05
+"""A scrape counts as taken while the server held a request when it falls inside that
+request's span from its send to its end by at least this much on both sides (the request had
+reached the server; the scrape's stamp is when its answer arrived, the gauges were read a
+little before)."""
 
 
 def check_against_client(
     metrics: ServerMetrics, records: Sequence[RequestRecord], *, min_scrapes: int = 2
 ) -> ServerMetrics:
-    """The ``running`` and ``kv_cache_usage`` gauges held against what the client saw: at a
-    scrape taken while the client had a request decoding (past its first token, not ended),
-    a server reading 0 running and 0 KV usage contradicts it. When every such scrape (at
-    least ``min_scrapes``) reads 0, the gauge is not used: ``None``, with why in
-    ``contradicted`` (seen on vLLM 0.32's CPU build: 8 scrapes during a 2.5 s decode, all 0)."""
-    busy = [
+    """The ``running``, ``waiting`` and ``kv_cache_usage`` gauges held against what the client
+    saw: at a scrape taken while the client had a request at the server (sent, not ended), a
+    server reading 0 running and 0 waiting contradicts it. When every such scrape (at least
+    ``min_scrapes``) reads so, those gauges (and KV usage, if it read 0 too) are not used:
+    ``None``, with why in ``contradicted``. Seen on vLLM 0.32's CPU build: 8 scrapes during a
+    2.5 s decode of one request, all 0."""
+    held = [
         point
         for point in metrics.timeline
-        if any(
-            r.first_token_s is not None
-            and r.first_token_s + BUSY_MARGIN_S <= point.t_s <= r.end_s - BUSY_MARGIN_S
-            for r in records
-        )
+        if any(r.sent_s + HELD_MARGIN_S <= point.t_s <= r.end_s - HELD_MARGIN_S for r in records)
     ]
-    if len(busy) < min_scrapes:
+    idle = [(p.running or 0) == 0 and (p.waiting or 0) == 0 for p in held]
+    if len(held) < min_scrapes or not all(idle) or metrics.running is None:
         return metrics
-    updates: dict[str, None] = {}
-    notes: list[str] = []
-    for name in ("running", "kv_cache_usage"):
-        read = [getattr(point, name) for point in busy]
-        if getattr(metrics, name) is not None and all(v == 0 for v in read):
-            updates[name] = None
-            notes.append(
-                f"{name}: read 0 at all {len(busy)} scrapes taken while the client had a "
-                "request decoding; contradicted, not used"
-            )
-    if not updates:
-        return metrics
+    gauges = ["running", "waiting"]
+    if all((p.kv_cache_usage or 0) == 0 for p in held):
+        gauges.append("kv_cache_usage")
+    updates = {name: None for name in gauges if getattr(metrics, name) is not None}
+    notes = [
+        f"{name}: read 0 at all {len(held)} scrapes taken while the client had a request at "
+        "the server; contradicted, not used"
+        for name in updates
+    ]
     return metrics.model_copy(update={**updates, "contradicted": [*metrics.contradicted, *notes]})
