@@ -7,20 +7,17 @@ failed requests are counted."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from accelscope.commands.llm.workflow import LlmRequestSettings, llm
-from accelscope.llm.client import OpenAIEndpoint
 from accelscope.llm.documents import LlmTrial
-from accelscope.llm.records import LlmRequest, RequestRecord
 from accelscope.llm.summary import Slo
 from accelscope.llm.workload import Lengths, Workload
 from accelscope.store.sqlite import ResultStore
+from accelscope.testing.client_faults import AfterAnswers
 from accelscope.testing.llm_model import build_tiny_llama
 from accelscope.testing.llm_server import TransformersServe
 
@@ -99,26 +96,13 @@ def test_a_server_killed_mid_run_is_recorded(
     tiny_model: Path, tmp_path: Path, environment: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the fault: kill the server in the client thread that has just received the 2nd answer
-    received: list[RequestRecord] = []
-    lock = threading.Lock()
-    original = OpenAIEndpoint.stream
     with TransformersServe(tiny_model) as doomed:
-
-        def stream(self: OpenAIEndpoint, request: LlmRequest, **kwargs: Any) -> RequestRecord:
-            record = original(self, request, **kwargs)
-            if request.index >= 0 and record.ok:  # not the check
-                with lock:
-                    received.append(record)
-                    if len(received) == 2:
-                        doomed.kill()
-            return record
-
-        monkeypatch.setattr(OpenAIEndpoint, "stream", stream)
+        hook = AfterAnswers(2, doomed.kill).install(monkeypatch.setattr)
         settings = _settings(doomed, rates=(2.0,), requests=30, scrape_metrics=False)
         outcome = llm(settings, store_path=tmp_path / "s.db", environment=environment)  # type: ignore[arg-type]
         assert not doomed.group_alive()
     summary = outcome.document.trials[0].summary
-    assert len(received) >= 2 and summary.completed == len(received)
+    assert len(hook.received) >= 2 and summary.completed == len(hook.received)
     assert summary.errors >= 1
     assert summary.completed + summary.errors + summary.cancelled == 30
     assert any(

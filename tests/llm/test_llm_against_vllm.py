@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,6 +23,7 @@ from accelscope.llm.documents import LlmTrial, RequestRecord, Slo
 from accelscope.llm.records import LlmRequest
 from accelscope.llm.workload import Lengths, PrefixScenario, SessionWorkload, Workload
 from accelscope.store.sqlite import ResultStore
+from accelscope.testing.client_faults import AfterAnswers
 from accelscope.testing.llm_model import build_tiny_llama
 from accelscope.testing.llm_server import VllmServe
 
@@ -232,20 +232,7 @@ def test_a_server_killed_mid_conversation(
     store = tmp_path / "store.db"
     # the fault: the server is killed once the client has received two whole turns, from
     # inside the client thread that received the second (its session has turns left to send)
-    received: list[RequestRecord] = []
-    lock = threading.Lock()
-    original = OpenAIEndpoint.stream
-
-    def stream(self: OpenAIEndpoint, request: LlmRequest, **kwargs: Any) -> RequestRecord:
-        record = original(self, request, **kwargs)
-        if request.index >= 0 and record.ok:  # not the check
-            with lock:
-                received.append(record)
-                if len(received) == 2:
-                    vllm.kill()
-        return record
-
-    monkeypatch.setattr(OpenAIEndpoint, "stream", stream)
+    hook = AfterAnswers(2, vllm.kill).install(monkeypatch.setattr)
     began = time.perf_counter()
     outcome = llm(
         _settings(vllm, workload=workload, requests=None, timeout_s=30.0),
@@ -256,6 +243,7 @@ def test_a_server_killed_mid_conversation(
     [trial] = outcome.document.trials
     summary = trial.summary
     assert summary.requests == 24  # every turn of every session is counted
+    received = hook.received
     assert len(received) >= 2 and summary.completed == len(received) and summary.errors >= 1
     assert summary.completed + summary.errors == 24
     assert any("not sent" in kind.error for kind in summary.error_kinds)
