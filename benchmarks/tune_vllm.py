@@ -197,7 +197,7 @@ def memory(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
         values = ",".join(str(v) for v in range(1, size + 1))
         with tempfile.TemporaryDirectory() as scratch:
             command = [
-                str(cli), "tune", "--engine", "template", "--model", "fake-model",
+                str(cli), "tune", "--engine", "template", "--model-dir", "fake-model",
                 "--server-command", fake + " --max-running {max_running}",
                 "--space", f"max-running={values}", "--concurrency", "4", "--requests", "40",
                 "--input-tokens", "16", "--output-tokens", "16", "--slo", "ttft=1s",

@@ -215,7 +215,7 @@ def test_bad_input_starts_nothing(
     (model / "config.json").write_text("{}")
     slo = [] if "--no-slo" in args else ["--slo", "ttft=1s"]
     code, _, err = cli(
-        "tune", "--model", model, *[a for a in args if a != "--no-slo"], *slo,
+        "tune", "--model-dir", model, *[a for a in args if a != "--no-slo"], *slo,
         "--store", tmp_path / "s.db",
     )  # fmt: skip
     assert_one_line_error(code, err, *mentions)
@@ -225,10 +225,22 @@ def test_bad_input_starts_nothing(
 
 def test_a_model_that_is_not_a_directory(cli: CliRunner, tmp_path: Path) -> None:
     code, _, err = cli(
-        "tune", "--engine", "transformers", "--model", tmp_path / "nothing",
+        "tune", "--engine", "transformers", "--model-dir", tmp_path / "nothing",
         "--space", "continuous-batching=on,off", "--slo", "ttft=1s", "--store", tmp_path / "s.db",
     )  # fmt: skip
     assert_one_line_error(code, err, "not a model directory")
+
+
+def test_model_has_one_meaning_across_commands(cli: CliRunner, tmp_path: Path) -> None:
+    # llm's --model is the name a server serves; tune's directory is --model-dir
+    code, _, err = cli(
+        "tune", "--engine", "vllm", "--model", tmp_path, "--space", "max-num-seqs=1,8",
+        "--slo", "ttft=1s", "--store", tmp_path / "s.db",
+    )  # fmt: skip
+    assert_one_line_error(code, err, "--model-dir", "served name")
+    code, _, err = cli("tune", "--engine", "vllm", "--slo", "ttft=1s", "--store", tmp_path / "s")
+    assert_one_line_error(code, err, "give --model-dir DIR")
+    assert not (tmp_path / "s.db").exists()
 
 
 def test_a_port_range_with_nothing_free(cli: CliRunner, tmp_path: Path) -> None:
@@ -239,7 +251,7 @@ def test_a_port_range_with_nothing_free(cli: CliRunner, tmp_path: Path) -> None:
         held.listen()
         port = held.getsockname()[1]
         code, _, err = cli(
-            "tune", "--engine", "template", "--model", "m", "--server-command", SERVER,
+            "tune", "--engine", "template", "--model-dir", "m", "--server-command", SERVER,
             "--space", "max-running=1", "--slo", "ttft=1s", "--port-range", f"{port}-{port}",
             "--store", tmp_path / "s.db",
         )  # fmt: skip

@@ -211,7 +211,7 @@ def _documents(store: Path, kind: str) -> list[dict[str, object]]:
 def _start_tune(store: Path, extra: list[str]) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "accelscope.cli", "tune", "--engine", "template",
-        "--model", "fake-model",
+        "--model-dir", "fake-model",
         "--server-command", " ".join([FAKE, "--startup-s 2 --max-running {max_running}", *extra]),
         "--space", "max-running=1,2,4", "--concurrency", "2", "--requests", "20",
         "--input-tokens", "8", "--output-tokens", "8", "--slo", "ttft=1s",
@@ -250,7 +250,7 @@ def test_kill_9_mid_tune_leaves_no_server_and_resume_measures_nothing_again(
     # the server it was starting gets the parent-death signal and is gone
     _wait_for(lambda: not cmdline.exists() or not cmdline.read_bytes(), 30)
     code, _, err = cli(
-        "tune", "--engine", "template", "--model", "fake-model",
+        "tune", "--engine", "template", "--model-dir", "fake-model",
         "--server-command", FAKE + " --startup-s 2 --max-running {max_running}",
         "--space", "max-running=1,2,4", "--concurrency", "2", "--requests", "20",
         "--input-tokens", "8", "--output-tokens", "8", "--slo", "ttft=1s",

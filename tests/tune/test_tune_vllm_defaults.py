@@ -325,7 +325,7 @@ def test_when_nothing_started_the_run_says_so_and_why(tmp_path: Path, environmen
 
 def test_the_terminal_shows_the_first_error_and_the_note(tmp_path: Path, cli: CliRunner) -> None:
     code, out, err = cli(
-        "tune", "--engine", "template", "--model", "fake-model",
+        "tune", "--engine", "template", "--model-dir", "fake-model",
         "--server-command", _exiting_server(tmp_path), "--space", "max-num-seqs=1,8",
         "--concurrency", "8", "--requests", "8", "--input-tokens", "8", "--output-tokens", "4",
         "--slo", "tpot=500ms", "--confirm-rounds", "0", "--store", tmp_path / "store.db",

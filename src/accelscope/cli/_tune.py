@@ -56,7 +56,10 @@ def _port_range(value: Any) -> PortRange:
 @app.command("tune")
 def tune_command(
     engine: str = typer.Option(..., "--engine", help="vllm, transformers or template."),
-    model: Path = typer.Option(..., "--model", help="The model directory the server loads."),
+    model_dir: Path | None = typer.Option(
+        None, "--model-dir", help="The model directory the server loads (template: {model})."
+    ),
+    old_model: str | None = typer.Option(None, "--model", hidden=True),
     space: list[str] | None = typer.Option(
         None, "--space", help="FLAG=V1,V2,... (repeat: the grid of all of them)."
     ),
@@ -71,7 +74,7 @@ def tune_command(
     ),
     health_path: str | None = typer.Option(None, "--health-path", help="Template: /health."),
     served_name: str | None = typer.Option(
-        None, "--served-name", help="Template: the model name to send (default --model)."
+        None, "--served-name", help="Template: the model name to send (default --model-dir)."
     ),
     quality_flag: list[str] | None = typer.Option(
         None, "--quality-flag", help="Template: a flag that can change the answers (repeatable)."
@@ -150,6 +153,14 @@ def tune_command(
     as_json: bool = JsonOption,
 ) -> None:
     """Find the LLM server configuration with the most good tokens/s at your SLO."""
+    if old_model is not None:  # one meaning per flag: llm's --model is the name a server serves
+        raise BadInputError(
+            f"--model {old_model}: tune calls the directory its servers load --model-dir "
+            "(--model is the served name in llm; --served-name sets it for a template)"
+        )
+    if model_dir is None:
+        raise BadInputError("give --model-dir DIR: the model directory the servers load")
+    model = model_dir
     if rate is not None and concurrency is not None:
         raise BadInputError("give --rate or --concurrency (a fixed load), not both")
     fixed = None
