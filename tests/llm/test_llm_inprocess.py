@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from accelscope.errors import BadInputError
-from accelscope.llm.inprocess import Batching, InProcessModel
+from accelscope.llm.inprocess import (
+    Batching,
+    ContinuousBatchingModel,
+    InProcessModel,
+    StaticBatchingModel,
+    in_process_model,
+)
 from accelscope.llm.records import LlmRequest, RequestRecord
 from accelscope.testing.llm_model import build_tiny_llama
 
@@ -39,16 +45,16 @@ def tokenizer(model_dir: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def static(model_dir: Path) -> Iterator[InProcessModel]:
-    target = InProcessModel(model_dir, max_batch=4)
+def static(model_dir: Path) -> Iterator[StaticBatchingModel]:
+    target = StaticBatchingModel(model_dir, max_batch=4)
     target.check()
     yield target
     target.close()
 
 
 @pytest.fixture(scope="module")
-def continuous(model_dir: Path) -> Iterator[InProcessModel]:
-    target = InProcessModel(model_dir, max_batch=4, batching="continuous")
+def continuous(model_dir: Path) -> Iterator[ContinuousBatchingModel]:
+    target = ContinuousBatchingModel(model_dir, max_batch=4)
     try:
         target.check()
     except BadInputError as error:  # the pinned transformers has it on CPU: a refusal fails
@@ -106,10 +112,12 @@ def wait_until(condition: Callable[[], bool], seconds: float = 60.0) -> None:
 class Gate:
     """Wraps the static target's ``generate``: records each call's rows and generated steps,
     holds the next call until released when armed, raises when told to, and shows how many
-    tokens the running call's first row has so far (:meth:`generated`)."""
+    decoding steps the running call has made so far (:meth:`generated`)."""
 
-    def __init__(self, target: InProcessModel, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.model = target._model
+    def __init__(self, target: StaticBatchingModel, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.target = target
+        self.model = target.model
+        assert self.model is not None, "load the target before gating it"
         self.original = self.model.generate
         self.calls: list[tuple[int, int]] = []
         self.armed = False
@@ -117,12 +125,10 @@ class Gate:
         self.started = threading.Event()
         self.release = threading.Event()
         self.raise_next: Exception | None = None
-        self.streamers: list[Any] = []
         monkeypatch.setattr(self.model, "generate", self.generate)
 
     def generate(self, **kwargs: Any) -> Any:
         rows, width = kwargs["input_ids"].shape
-        self.streamers.append(kwargs["streamer"])
         self.started.set()
         if self.armed:
             self.armed = False
@@ -149,16 +155,12 @@ class Gate:
         self.release.set()
 
     def generated(self) -> int:
-        """Tokens the first row of the latest ``generate`` call has received so far."""
-        if not self.streamers:
-            return 0
-        first = self.streamers[-1].slots[0]
-        with first.lock:
-            return len(first.tokens)
+        """Decoding steps the running ``generate`` call has made so far (0 between calls)."""
+        return self.target.progress().batch_steps
 
 
 @pytest.fixture
-def gate(static: InProcessModel, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
+def gate(static: StaticBatchingModel, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     g = Gate(static, monkeypatch)
     yield g
     g.open()
@@ -183,12 +185,12 @@ def assert_well_timed(record: RequestRecord, tokens: int) -> None:
 
 
 def test_static_batches_concurrent_requests_into_one_generate(
-    static: InProcessModel, gate: Gate, tokenizer: Any
+    static: StaticBatchingModel, gate: Gate, tokenizer: Any
 ) -> None:
     blocker, blocker_threads = gate.hold(static)
     limits = [10, 3, 10, 6]
     records, threads = send(static, list(zip(PROMPTS, limits, strict=True)))
-    wait_until(lambda: static._queue.qsize() == 4)
+    wait_until(lambda: static.progress().queued == 4)
     gate.open()
     for thread in [*threads, *blocker_threads]:
         thread.join(60)
@@ -209,13 +211,13 @@ def test_static_batches_concurrent_requests_into_one_generate(
     assert short.end_s < records[0].end_s
 
 
-def test_static_batches_are_told_per_trial(static: InProcessModel, gate: Gate) -> None:
+def test_static_batches_are_told_per_trial(static: StaticBatchingModel, gate: Gate) -> None:
     """How the static batches formed is a note of the trial (an H100 run had concurrency 4
     below concurrency 1 in tokens/s, and nothing in the report said why)."""
     static.trial_notes()  # what earlier tests left
     _, blocker_threads = gate.hold(static)
     _, threads = send(static, [(p, 2) for p in PROMPTS[:3]])
-    wait_until(lambda: static._queue.qsize() == 3)
+    wait_until(lambda: static.progress().queued == 3)
     gate.open()
     for thread in [*threads, *blocker_threads]:
         thread.join(60)
@@ -226,7 +228,7 @@ def test_static_batches_are_told_per_trial(static: InProcessModel, gate: Gate) -
     assert static.trial_notes() == []  # said once: the next trial starts afresh
 
 
-def test_static_single_request_and_describe(static: InProcessModel, model_dir: Path) -> None:
+def test_static_single_request_and_describe(static: StaticBatchingModel, model_dir: Path) -> None:
     [record] = run(static, [("the model", 5)])
     assert_well_timed(record, 5)
     assert record.sent_s >= 0
@@ -240,20 +242,20 @@ def test_static_single_request_and_describe(static: InProcessModel, model_dir: P
     assert isinstance(info.parameters, int) and info.parameters > 0
 
 
-def test_static_greedy_output_is_the_same_alone_or_batched(static: InProcessModel) -> None:
+def test_static_greedy_output_is_the_same_alone_or_batched(static: StaticBatchingModel) -> None:
     alone = run(static, [(PROMPTS[2], 8)])[0]
     together = run(static, [(p, 8) for p in PROMPTS])
     assert together[2].output_chars == alone.output_chars
 
 
 def test_static_cancel_while_waiting_is_prompt_and_never_generated(
-    static: InProcessModel, gate: Gate
+    static: StaticBatchingModel, gate: Gate
 ) -> None:
     # the fault: cancel once the request is queued behind the held blocker
     _, blocker_threads = gate.hold(static)
     cancel = threading.Event()
     records, threads = send(static, [("cancel me", 5)], cancels=[cancel])
-    wait_until(lambda: static._queue.qsize() == 1)
+    wait_until(lambda: static.progress().queued == 1)
     started = time.perf_counter()
     cancel.set()
     threads[0].join(5)
@@ -271,7 +273,7 @@ def test_static_cancel_while_waiting_is_prompt_and_never_generated(
 
 
 def test_static_cancel_while_running_ends_an_all_abandoned_batch(
-    static: InProcessModel, gate: Gate
+    static: StaticBatchingModel, gate: Gate
 ) -> None:
     # the fault: cancel once the request's first token is generated (its batch is running)
     cancel = threading.Event()
@@ -286,7 +288,7 @@ def test_static_cancel_while_running_ends_an_all_abandoned_batch(
     assert gate.calls[0][1] < 1500  # the batch stopped once its only row was abandoned
 
 
-def test_static_timeout_while_waiting(static: InProcessModel, gate: Gate) -> None:
+def test_static_timeout_while_waiting(static: StaticBatchingModel, gate: Gate) -> None:
     # the fault: the request's own 0.3 s timeout, while the gate holds the worker
     _, blocker_threads = gate.hold(static)
     started = time.perf_counter()
@@ -300,18 +302,18 @@ def test_static_timeout_while_waiting(static: InProcessModel, gate: Gate) -> Non
 
 
 def test_static_generation_error_is_the_batch_error_and_the_worker_survives(
-    static: InProcessModel, gate: Gate
+    static: StaticBatchingModel, gate: Gate
 ) -> None:
     # the fault: the next generate call raises (counted, not timed)
     gate.raise_next = RuntimeError("boom\nsecond line")
     records = run(static, [("one", 3)])
-    assert records[0].error == "generation failed: RuntimeError: boom second line"
+    assert records[0].error == "generation failed: RuntimeError: boom"  # its first line
     assert records[0].output_tokens == 0
     [after] = run(static, [("two", 3)])
     assert_well_timed(after, 3)
 
 
-def test_static_refuses_a_request_longer_than_the_context(static: InProcessModel) -> None:
+def test_static_refuses_a_request_longer_than_the_context(static: StaticBatchingModel) -> None:
     [record] = run(static, [("the model serves", 2048)])
     assert "exceeds the model's context of 2048 tokens" in record.error
     assert record.prompt_tokens is not None and record.prompt_tokens > 0
@@ -319,7 +321,7 @@ def test_static_refuses_a_request_longer_than_the_context(static: InProcessModel
     assert zero.error == "max_tokens 0: give at least 1"
 
 
-def test_cancel_set_before_sending(static: InProcessModel) -> None:
+def test_cancel_set_before_sending(static: StaticBatchingModel) -> None:
     # the fault: cancel set before the request is sent
     cancel = threading.Event()
     cancel.set()
@@ -331,30 +333,30 @@ def test_cancel_set_before_sending(static: InProcessModel) -> None:
 
 
 def test_continuous_generates_exact_tokens_with_per_token_times(
-    continuous: InProcessModel, tokenizer: Any
+    continuous: ContinuousBatchingModel, tokenizer: Any
 ) -> None:
     limits = [10, 3, 6, 1]
     records = run(continuous, list(zip(PROMPTS, limits, strict=True)))
     for record, prompt, limit in zip(records, PROMPTS, limits, strict=True):
         assert_well_timed(record, limit)
         assert record.prompt_tokens == len(tokenizer(prompt)["input_ids"])
-    assert continuous.batch_sizes == []
+    assert continuous.trial_notes() == []  # no static batches to tell of
     assert continuous.describe().batching == "continuous"
 
 
 def test_continuous_matches_static_greedy_output(
-    continuous: InProcessModel, static: InProcessModel
+    continuous: ContinuousBatchingModel, static: StaticBatchingModel
 ) -> None:
     [a] = run(continuous, [(PROMPTS[0], 6)])
     [b] = run(static, [(PROMPTS[0], 6)])
     assert a.output_chars == b.output_chars
 
 
-def test_continuous_cancel_and_timeout(continuous: InProcessModel) -> None:
+def test_continuous_cancel_and_timeout(continuous: ContinuousBatchingModel) -> None:
     # the fault: cancel once the manager holds the request (routed: it is in the scheduler)
     cancel = threading.Event()
     records, threads = send(continuous, [("a long one", 1800)], cancels=[cancel])
-    wait_until(lambda: len(continuous._routes) == 1)
+    wait_until(lambda: continuous.progress().scheduled == 1)
     started = time.perf_counter()
     cancel.set()
     threads[0].join(5)
@@ -366,7 +368,9 @@ def test_continuous_cancel_and_timeout(continuous: InProcessModel) -> None:
     assert_well_timed(after, 4)
 
 
-def test_continuous_refuses_a_request_longer_than_its_cache(continuous: InProcessModel) -> None:
+def test_continuous_refuses_a_request_longer_than_its_cache(
+    continuous: ContinuousBatchingModel,
+) -> None:
     [record] = run(continuous, [("the model serves", 2048)])
     assert "exceeds the 2048 tokens a request may hold" in record.error
     [after] = run(continuous, [("still serving", 2)])
@@ -379,7 +383,7 @@ def test_continuous_refuses_a_request_longer_than_its_cache(continuous: InProces
 def test_bad_model_directories_are_one_line_bad_input(tmp_path: Path, model_dir: Path) -> None:
     def refused(directory: Path) -> str:
         with pytest.raises(BadInputError) as caught:
-            InProcessModel(directory).check()
+            in_process_model(directory).check()
         message = str(caught.value)
         assert "\n" not in message
         return message
@@ -403,7 +407,7 @@ def test_bad_model_directories_are_one_line_bad_input(tmp_path: Path, model_dir:
         shutil.copy(model_dir / name, no_tokenizer)
     assert "no tokenizer" in refused(no_tokenizer)
 
-    target = InProcessModel(tmp_path / "missing")  # stream never raises: the record says why
+    target = in_process_model(tmp_path / "missing")  # stream never raises: the record says why
     [record] = run(target, [("x", 2)])
     assert "no such model directory" in record.error
 
@@ -419,20 +423,19 @@ def test_bad_model_directories_are_one_line_bad_input(tmp_path: Path, model_dir:
 )
 def test_bad_arguments(kwargs: dict[str, Any], words: str, model_dir: Path) -> None:
     with pytest.raises(BadInputError, match=words):
-        InProcessModel(model_dir, **kwargs)
+        in_process_model(model_dir, **kwargs)
 
 
 def test_close_stops_the_worker(model_dir: Path) -> None:
     import torch
 
     threads = torch.get_num_threads()  # set_num_threads is process-wide: keep it as it is
-    target = InProcessModel(model_dir, max_batch=2, dtype="float32", threads=threads)
+    target = in_process_model(model_dir, max_batch=2, dtype="float32", threads=threads)
     [record] = run(target, [("loaded lazily", 2)])  # no check(): the first request loads
     assert_well_timed(record, 2)
-    worker = target._worker
-    assert worker is not None and worker.is_alive()
+    assert target.worker_running
     target.close()
-    assert not worker.is_alive()
+    assert not target.worker_running
     [after] = run(target, [("closed", 2)])
     assert after.error == "the in-process target is closed"
     target.close()  # twice is fine
@@ -443,18 +446,19 @@ def test_close_stops_the_worker(model_dir: Path) -> None:
 def test_close_fails_what_is_in_flight(
     model_dir: Path, batching: Batching, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    target = InProcessModel(model_dir, max_batch=1, batching=batching)
+    target = in_process_model(model_dir, max_batch=1, batching=batching)
     try:
         target.check()
     except BadInputError as error:
         pytest.fail(f"{batching} batching refused with the pinned transformers: {error}")
-    gate = Gate(target, monkeypatch) if batching == "static" else None
+    gate = Gate(target, monkeypatch) if isinstance(target, StaticBatchingModel) else None
     records, threads = send(target, [("a long one", 1800), ("waits behind it", 1800)])
     # the fault: close once one request generates (static) or both are routed (continuous)
     if gate is not None:
-        wait_until(lambda: gate.generated() >= 1 and target._queue.qsize() == 1)
+        wait_until(lambda: gate.generated() >= 1 and gate.target.progress().queued == 1)
     else:
-        wait_until(lambda: len(target._routes) == 2)
+        assert isinstance(target, ContinuousBatchingModel)
+        wait_until(lambda: target.progress().scheduled == 2)
     started = time.perf_counter()
     target.close()
     for thread in threads:

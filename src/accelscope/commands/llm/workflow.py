@@ -190,10 +190,10 @@ def _endpoint(request: LlmRequestSettings, tokenizer: TokenCounter | None) -> Ta
 
 
 def _in_process(request: LlmRequestSettings, tokenizer: TokenCounter | None) -> Target:
-    from accelscope.llm.inprocess import InProcessModel
+    from accelscope.llm.inprocess import in_process_model
 
     assert request.hf_model is not None
-    return InProcessModel(
+    return in_process_model(
         request.hf_model,
         max_batch=request.max_batch,
         batching=request.batching,

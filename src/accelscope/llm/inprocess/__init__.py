@@ -1,0 +1,50 @@
+"""An in-process ``Target``: a local Hugging Face model directory served from this process,
+for CPU-only machines and CI, where no inference server (and no HTTP) is wanted.
+
+One class per batching strategy behind :class:`InProcessModel` (loading, the client side of a
+request, closing): :class:`StaticBatchingModel` (one ``generate`` call per batch of what
+queued) and :class:`ContinuousBatchingModel` (``transformers``' paged scheduler).
+:func:`in_process_model` builds the one a batching name asks for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from accelscope.errors import BadInputError
+from accelscope.llm.inprocess.base import Batching, InProcessModel
+from accelscope.llm.inprocess.continuous import ContinuousBatchingModel, ContinuousProgress
+from accelscope.llm.inprocess.static import StaticBatchingModel, StaticProgress
+
+__all__ = [
+    "STRATEGIES",
+    "Batching",
+    "ContinuousBatchingModel",
+    "ContinuousProgress",
+    "InProcessModel",
+    "StaticBatchingModel",
+    "StaticProgress",
+    "in_process_model",
+]
+
+STRATEGIES: dict[str, type[InProcessModel]] = {
+    cls.batching: cls for cls in (StaticBatchingModel, ContinuousBatchingModel)
+}
+"""The batching strategies, by name."""
+
+
+def in_process_model(
+    model_dir: Path,
+    *,
+    batching: str = "static",
+    max_batch: int = 8,
+    dtype: str | None = "auto",
+    device: str = "cpu",
+    threads: int | None = None,
+) -> InProcessModel:
+    """The in-process target for ``batching`` (``static`` or ``continuous``; anything else is
+    one line of bad input), with the settings of :class:`InProcessModel`."""
+    strategy = STRATEGIES.get(batching)
+    if strategy is None:
+        raise BadInputError(f"batching {batching!r}: give {' or '.join(STRATEGIES)}")
+    return strategy(model_dir, max_batch=max_batch, dtype=dtype, device=device, threads=threads)

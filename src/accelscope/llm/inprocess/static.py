@@ -1,0 +1,280 @@
+"""Static batching in process: one worker takes up to ``max_batch`` waiting requests
+(whatever queued while the previous batch ran), left-pads them into one batch and runs one
+greedy ``model.generate`` with ``max_new_tokens`` the largest of the batch.
+
+A streamer stamps ``time.perf_counter()`` at every decoding step; each row still wanting
+tokens gets that stamp as a one-token chunk. A row stops counting at its own ``max_tokens`` or
+at the model's end-of-sequence id (which is not counted: it carries no text), and its client is
+released then, while the batch runs on for the others. A new request waits for the whole batch
+to finish: the head-of-line blocking static batching is measured for. A cancelled or timed-out
+request that waits is never generated; a running one stops counting, and its batch stops early
+only when every row of it is done or abandoned. An exception raised by ``generate`` becomes the
+error of every request of that batch (one line) and the worker goes on.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from accelscope.errors import BadInputError, exception_line
+from accelscope.llm.inprocess.base import CLOSED, Batching, InProcessModel
+from accelscope.llm.inprocess.loading import LoadedModel
+from accelscope.llm.inprocess.slot import Slot
+from accelscope.llm.records import LlmRequest
+
+__all__ = ["StaticBatchingModel", "StaticProgress"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaticProgress:
+    """What the static worker holds at one moment."""
+
+    queued: int
+    """Requests waiting for the next ``generate`` call."""
+    batch_rows: int
+    """Rows of the ``generate`` call running now; 0 between calls."""
+    batch_steps: int
+    """Decoding steps the running call has made so far; 0 between calls."""
+
+
+@dataclass(eq=False)
+class _Batch:
+    """One ``generate`` call's rows and how many decoding steps it has made."""
+
+    slots: list[Slot]
+    steps: int = 0
+
+
+_Item = Slot | None
+"""What the worker's queue carries: a request, or ``None``, which wakes it to stop."""
+
+
+@functools.cache
+def _generate_hooks() -> tuple[type[Any], type[Any]]:
+    """The streamer and stopping-criterion classes, built on first use (transformers is
+    imported only when a model is loaded)."""
+    import torch
+    from transformers import StoppingCriteria
+    from transformers.generation.streamers import BaseStreamer
+
+    class StepStreamer(BaseStreamer):
+        """Stamps each decoding step and hands its tokens to the rows still counting."""
+
+        def __init__(self, batch: _Batch, eos: frozenset[int]) -> None:
+            self.batch = batch
+            self.eos = eos
+            self.prompt_seen = False
+
+        def put(self, value: torch.Tensor) -> None:
+            if not self.prompt_seen:  # the first call is the prompt ids
+                self.prompt_seen = True
+                return
+            stamp = time.perf_counter()
+            slots = self.batch.slots
+            tokens = [int(t) for t in value.reshape(len(slots), -1)[:, -1].tolist()]
+            for slot, token in zip(slots, tokens, strict=True):
+                slot.add_token(token, stamp, self.eos)
+            self.batch.steps += 1
+
+        def end(self) -> None:
+            pass
+
+    class RowsDone(StoppingCriteria):
+        """Marks a row finished once it has its ``max_tokens`` or its client gave up, so the
+        batch ends as soon as no row wants more (``max_new_tokens`` is the batch's largest),
+        and every row once ``stopping`` is set (the target is closing)."""
+
+        def __init__(self, slots: list[Slot], width: int, stopping: threading.Event) -> None:
+            self.slots = slots
+            self.width = width
+            self.stopping = stopping
+
+        def __call__(
+            self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any
+        ) -> torch.Tensor:
+            generated = input_ids.shape[1] - self.width
+            closing = self.stopping.is_set()
+            done = [closing or not slot.wants_more(generated) for slot in self.slots]
+            return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+    return StepStreamer, RowsDone
+
+
+class StaticBatchingModel(InProcessModel):
+    """Static batching (see the module docstring)."""
+
+    batching: ClassVar[Batching] = "static"
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        max_batch: int = 8,
+        dtype: str | None = "auto",
+        device: str = "cpu",
+        threads: int | None = None,
+    ) -> None:
+        super().__init__(
+            model_dir, max_batch=max_batch, dtype=dtype, device=device, threads=threads
+        )
+        self._queue: queue.Queue[_Item] = queue.Queue()
+        self._running: _Batch | None = None
+        self._batch_sizes: list[int] = []
+        self._noted_batches = 0
+
+    def progress(self) -> StaticProgress:
+        """What the worker holds now (a test waits on it for a queued or running request)."""
+        running = self._running
+        return StaticProgress(
+            queued=self._queue.qsize(),
+            batch_rows=len(running.slots) if running else 0,
+            batch_steps=running.steps if running else 0,
+        )
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        """Rows of each ``generate`` call so far, in order."""
+        return list(self._batch_sizes)
+
+    def trial_notes(self) -> list[str]:
+        """How the batches formed since the last call: a ``generate`` call takes what is
+        queued when it starts, so at a low concurrency most calls hold one row (seen on an
+        H100: concurrency 4 gave fewer tokens/s than 1)."""
+        sizes = self._batch_sizes[self._noted_batches :]
+        self._noted_batches = len(self._batch_sizes)
+        if not sizes:
+            return []
+        return [
+            f"static batching: {len(sizes)} generate call(s) of {sum(sizes) / len(sizes):.1f} "
+            f"rows on average (at most {self.max_batch}; {sizes.count(1)} of one row): a call "
+            "takes what is queued when it starts, and what arrives later waits for the whole call"
+        ]
+
+    # -- the strategy ---------------------------------------------------------------------------
+
+    def _start(self, loaded: LoadedModel) -> threading.Thread:
+        self._warm_up(loaded)
+        return threading.Thread(target=self._loop, name="accelscope-inprocess-worker", daemon=True)
+
+    def _hand_over(self, slot: Slot) -> str:
+        self._queue.put(slot)
+        return ""
+
+    def _withdraw(self, slot: Slot) -> None:
+        pass  # the worker skips an abandoned slot that waits, and stops counting a running one
+
+    def _stop_worker(self) -> None:
+        self._queue.put(None)
+
+    def _release(self) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item.finish_now(CLOSED)
+
+    # -- the worker -----------------------------------------------------------------------------
+
+    def _warm_up(self, loaded: LoadedModel) -> None:
+        """Generate two tokens for one row, then for ``max_batch`` rows of different lengths, so
+        a model that cannot fails here and the first trial pays no first-call costs: the
+        decoding step (a first token is only the prefill) and the padded batch's kernels too
+        (on an H100, warmed with a one-token prefill only, some requests of the first static
+        trial at concurrency 4 ran 58 ms a step against 6 ms)."""
+        ids = self._encode("warm up the model") or [loaded.pad_id]
+        for rows in sorted({1, self.max_batch}):
+            probes = [
+                Slot(
+                    request=LlmRequest(index=-1 - row, prompt="warm up", max_tokens=2),
+                    input_ids=ids[: max(1, len(ids) - row)],
+                    sent_pc=time.perf_counter(),
+                )
+                for row in range(rows)
+            ]
+            for probe in probes:
+                probe.start()
+            self._run_batch(probes)
+            first = probes[0]
+            if first.error or not first.tokens:
+                why = first.error or "no token came back"
+                raise BadInputError(f"{self.model_dir}: the model cannot generate: {why}")
+        self._batch_sizes.clear()
+        self._noted_batches = 0
+
+    def _loop(self) -> None:
+        stop = False
+        while not stop:
+            item = self._queue.get()
+            if item is None:
+                break
+            if self._stopping.is_set():  # closing: fail what waits instead of generating it
+                item.finish_now(CLOSED)
+                continue
+            batch: list[Slot] = [item] if item.start() else []
+            while len(batch) < self.max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                if item.start():
+                    batch.append(item)
+            if batch:
+                self._run_batch(batch)
+
+    def _run_batch(self, slots: list[Slot]) -> None:
+        """One ``generate`` call for ``slots``; never raises."""
+        batch = _Batch(slots)
+        try:
+            import torch
+            from transformers import StoppingCriteriaList
+
+            streamer_cls, criterion_cls = _generate_hooks()
+            loaded = self._require_loaded()
+            width = max(len(slot.input_ids) for slot in slots)
+            ids = torch.full((len(slots), width), loaded.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(slots), width), dtype=torch.long)
+            for row, slot in enumerate(slots):
+                n = len(slot.input_ids)
+                ids[row, width - n :] = torch.tensor(slot.input_ids, dtype=torch.long)
+                mask[row, width - n :] = 1
+            config = copy.deepcopy(loaded.generation_config)
+            config.do_sample = False
+            config.num_beams = 1
+            config.max_new_tokens = max(slot.request.max_tokens for slot in slots)
+            config.pad_token_id = loaded.pad_id
+            for name in ("temperature", "top_p", "top_k"):
+                setattr(config, name, None)
+            device = loaded.model.device
+            self._batch_sizes.append(len(slots))
+            self._running = batch
+            with torch.inference_mode():
+                loaded.model.generate(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    generation_config=config,
+                    streamer=streamer_cls(batch, loaded.eos_ids),
+                    stopping_criteria=StoppingCriteriaList(
+                        [criterion_cls(slots, width, self._stopping)]
+                    ),
+                )
+        except Exception as error:  # noqa: BLE001 - a batch's failure is its requests' error
+            message = f"generation failed: {exception_line(error, named=True)}"
+            for slot in slots:
+                slot.finish_now(message)
+        finally:
+            self._running = None
+            closed = CLOSED if self._stopping.is_set() else ""
+            for slot in slots:  # rows the batch ended before they had their tokens
+                slot.finish_now(closed)
