@@ -11,6 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "accelscope"
 # Lower number = lower layer. A module may import its own package and lower layers only.
 LAYERS: dict[str, int] = {
     "errors": 0,
+    "aten": 1,  # the aten operator vocabulary: names only, read by roofline and plan
     "spec": 1,
     "units": 1,
     "validation": 1,

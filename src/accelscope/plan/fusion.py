@@ -4,7 +4,7 @@ An eager profile counts every operator's inputs and outputs as DRAM traffic. An 
 runtime (TensorRT, ``torch.compile``/inductor, OpenVINO, ONNX Runtime) folds batch norm into
 the convolution weights and runs activations, residual adds, casts and views in the epilogue
 of the neighbouring matrix kernel, so those intermediate tensors never reach DRAM. The rule,
-by operator name (``aten::add_.Tensor`` → ``add``):
+by operator name (``aten::add_.Tensor`` → ``add``), over the groups of :mod:`accelscope.aten`:
 
 - **anchor** (convolutions, ``mm``/``addmm``/``bmm``/``linear``/``matmul``, scaled-dot-product
   attention): a real kernel; FLOPs and bytes kept, and it runs at the configuration's
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from accelscope import aten
 from accelscope.documents import Operator, normalise_dtype
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
     "at_precision",
     "fuse",
     "fusion_role",
-    "op_base_name",
 ]
 
 ANCHOR, FUSED, KEPT = "anchor", "fused", "kept"
@@ -49,158 +49,37 @@ ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1}
 """Bytes per element of each precision a configuration runs in."""
 
 _ANCHORS = frozenset(
-    {
-        "convolution",
-        "_convolution",
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "conv_transpose1d",
-        "conv_transpose2d",
-        "conv_transpose3d",
-        "mkldnn_convolution",
-        "_mkldnn_convolution",
-        "cudnn_convolution",
-        "cudnn_convolution_transpose",
-        "_convolution_mode",
-        "mm",
-        "addmm",
-        "bmm",
-        "baddbmm",
-        "_addmm_activation",
-        "linear",
-        "_linear",
-        "mkldnn_linear",
-        "matmul",
-        "_int_mm",
-        "mv",
-        "addmv",
-        "einsum",
-        "scaled_dot_product_attention",
-        "_scaled_dot_product_flash_attention_for_cpu",
-        "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_attention_math",
-        "_scaled_dot_product_cudnn_attention",
-        "_scaled_dot_product_fused_attention_overrideable",
-    }
+    (
+        *aten.MATMUL,
+        *aten.MM,
+        *aten.ADDMM,
+        *aten.MV,
+        *aten.LINEAR,
+        *aten.EINSUM,
+        *aten.CONVOLUTION,
+        *aten.CONV_TRANSPOSE,
+        *aten.ATTENTION,
+    )
 )
-
 _FUSED = frozenset(
-    {
-        # elementwise and activations
-        "add",
-        "sub",
-        "mul",
-        "div",
-        "rsub",
-        "neg",
-        "abs",
-        "relu",
-        "relu6",
-        "gelu",
-        "silu",
-        "sigmoid",
-        "tanh",
-        "exp",
-        "exp2",
-        "expm1",
-        "log",
-        "log1p",
-        "log2",
-        "sqrt",
-        "rsqrt",
-        "pow",
-        "hardtanh",
-        "hardswish",
-        "hardsigmoid",
-        "clamp",
-        "clamp_min",
-        "clamp_max",
-        "leaky_relu",
-        "elu",
-        "selu",
-        "celu",
-        "erf",
-        "erfc",
-        "where",
-        "maximum",
-        "minimum",
-        "masked_fill",
-        "reciprocal",
-        "square",
-        "softplus",
-        "mish",
-        "threshold",
-        "prelu",
-        "glu",
-        "_add_relu",
-        "addcmul",
-        "addcdiv",
-        "lerp",
-        "sin",
-        "cos",
-        # norms and softmax
-        "batch_norm",
-        "native_batch_norm",
-        "_batch_norm_impl_index",
-        "_native_batch_norm_legit_no_training",
-        "_native_batch_norm_legit",
-        "_batch_norm_no_update",
-        "layer_norm",
-        "native_layer_norm",
-        "group_norm",
-        "native_group_norm",
-        "instance_norm",
-        "rms_norm",
-        "_fused_rms_norm",
-        "softmax",
-        "_softmax",
-        "log_softmax",
-        "_log_softmax",
-        "_safe_softmax",
-        # casts, views, layout copies, inference no-ops
-        "to",
-        "_to_copy",
-        "type_as",
-        "contiguous",
-        "view",
-        "view_as",
-        "_unsafe_view",
-        "reshape",
-        "_reshape_alias",
-        "flatten",
-        "unflatten",
-        "permute",
-        "transpose",
-        "t",
-        "expand",
-        "squeeze",
-        "unsqueeze",
-        "detach",
-        "alias",
-        "lift_fresh",
-        "dropout",
-        "native_dropout",
-        "feature_dropout",
-        "alpha_dropout",
-        "quantize_per_tensor",
-        "dequantize",
-    }
+    (
+        *aten.ELEMENTWISE,
+        *aten.ELEMENTWISE_MULTIPLY_ADD,
+        *aten.LAYER_NORM,
+        *aten.RMS_NORM,
+        *aten.BATCH_NORM,
+        *aten.SOFTMAX,
+        *aten.CASTS,
+        *aten.VIEWS,
+        *aten.DROPOUT,
+        *aten.QUANTIZE,
+    )
 )
-
-
-def op_base_name(name: str) -> str:
-    """``aten::add_.Tensor`` → ``add``: namespace, overload and in-place suffix removed."""
-    base = name.split("::", 1)[-1].split(".", 1)[0].strip().lower()
-    if base.endswith("_") and not base.endswith("__"):
-        base = base[:-1]
-    return base
 
 
 def fusion_role(name: str) -> str:
     """``anchor``, ``fused`` or ``kept`` for an operator name (see the module docstring)."""
-    base = op_base_name(name)
+    base = aten.op_base_name(name)
     if base in _ANCHORS:
         return ANCHOR
     return FUSED if base in _FUSED else KEPT

@@ -32,7 +32,9 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["Category", "categorize", "flops_of", "op_base_name"]
+from accelscope import aten
+
+__all__ = ["Category", "categorize", "flops_of"]
 
 Category = str
 """One of ``matmul``, ``conv``, ``attention``, ``norm``, ``softmax``, ``elementwise``,
@@ -167,191 +169,6 @@ def _pool(bound: Bound, out: Any) -> float:
     return float(_out_numel(out) * math.prod(sizes))
 
 
-_ELEMENTWISE = [
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "rsub",
-    "neg",
-    "abs",
-    "relu",
-    "gelu",
-    "silu",
-    "sigmoid",
-    "tanh",
-    "exp",
-    "exp2",
-    "expm1",
-    "log",
-    "log1p",
-    "log2",
-    "sqrt",
-    "rsqrt",
-    "pow",
-    "hardtanh",
-    "hardswish",
-    "hardsigmoid",
-    "clamp",
-    "clamp_min",
-    "clamp_max",
-    "leaky_relu",
-    "elu",
-    "selu",
-    "celu",
-    "erf",
-    "erfc",
-    "where",
-    "maximum",
-    "minimum",
-    "fmax",
-    "fmin",
-    "eq",
-    "ne",
-    "lt",
-    "gt",
-    "le",
-    "ge",
-    "masked_fill",
-    "reciprocal",
-    "sin",
-    "cos",
-    "floor",
-    "ceil",
-    "round",
-    "trunc",
-    "sign",
-    "logical_not",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-    "bitwise_and",
-    "bitwise_or",
-    "bitwise_xor",
-    "bitwise_not",
-    "square",
-    "softplus",
-    "mish",
-    "threshold",
-    "relu6",
-    "prelu",
-    "glu",
-    "nan_to_num",
-    "remainder",
-    "fmod",
-    "isnan",
-    "isinf",
-    "isfinite",
-    "_add_relu",
-    "hardshrink",
-    "softshrink",
-    "logit",
-]
-_FUSED_ELEMENTWISE = ["addcmul", "addcdiv", "lerp"]
-_REDUCTIONS = [
-    "sum",
-    "mean",
-    "amax",
-    "amin",
-    "max",
-    "min",
-    "argmax",
-    "argmin",
-    "prod",
-    "any",
-    "all",
-    "cumsum",
-    "cumprod",
-]
-_VARIANCE = ["var", "std", "var_mean", "std_mean"]
-_NORMS = ["norm", "linalg_vector_norm", "frobenius_norm", "logsumexp"]
-_MOVEMENT = [
-    "copy",
-    "_to_copy",
-    "to",
-    "clone",
-    "contiguous",
-    "cat",
-    "stack",
-    "index_select",
-    "embedding",
-    "gather",
-    "scatter",
-    "index",
-    "index_put",
-    "slice_scatter",
-    "select_scatter",
-    "constant_pad_nd",
-    "pad",
-    "reflection_pad2d",
-    "replication_pad2d",
-    "repeat",
-    "expand_copy",
-    "fill",
-    "zero",
-    "zeros",
-    "ones",
-    "empty",
-    "empty_like",
-    "zeros_like",
-    "ones_like",
-    "full",
-    "full_like",
-    "arange",
-    "new_zeros",
-    "new_ones",
-    "new_empty",
-    "new_full",
-    "new_empty_strided",
-    "empty_strided",
-    "lift_fresh",
-    "detach",
-    "alias",
-    "reshape",
-    "flatten",
-    "unflatten",
-    "tril",
-    "triu",
-    "flip",
-    "roll",
-    "masked_select",
-    "nonzero",
-    "_unsafe_view",
-    "dropout",
-    "native_dropout",
-    "feature_dropout",
-    "alpha_dropout",
-    "_reshape_alias",
-    "view",
-    "view_as",
-    "permute",
-    "transpose",
-    "t",
-    "expand",
-    "expand_as",
-    "squeeze",
-    "unsqueeze",
-    "select",
-    "slice",
-    "narrow",
-    "split",
-    "split_with_sizes",
-    "chunk",
-    "unbind",
-    "unfold",
-    "as_strided",
-    "movedim",
-    "type_as",
-    "_local_scalar_dense",
-    "item",
-    "scalar_tensor",
-    "_index_put_impl",
-    "one_hot",
-    "is_nonzero",
-    "equal",
-    "_assert_async",
-]
-
 _RULES: dict[str, tuple[Category, FlopRule]] = {}
 
 
@@ -360,119 +177,39 @@ def _register(category: Category, rule: FlopRule, *names: str) -> None:
         _RULES[name] = (category, rule)
 
 
-_register("matmul", _matmul, "matmul", "_int_mm", "dot", "vdot", "inner")
-_register("matmul", _mm_like(False), "mm", "bmm")
-_register("matmul", _mm_like(True), "addmm", "baddbmm", "_addmm_activation")
-_register("matmul", _mv, "mv", "addmv")
-_register("matmul", _linear, "linear", "_linear", "mkldnn_linear")
-_register(
-    "conv",
-    _conv,
-    "convolution",
-    "_convolution",
-    "conv1d",
-    "conv2d",
-    "conv3d",
-    "mkldnn_convolution",
-    "_mkldnn_convolution",
-    "cudnn_convolution",
-    "_convolution_mode",
-    "_nnpack_spatial_convolution",
-)
-_register(
-    "conv",
-    _conv_transposed,
-    "conv_transpose1d",
-    "conv_transpose2d",
-    "conv_transpose3d",
-    "cudnn_convolution_transpose",
-    "mkldnn_convolution_transpose",
-)
-_register(
-    "attention",
-    _attention,
-    "scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_attention_math",
-    "_scaled_dot_product_cudnn_attention",
-    "_scaled_dot_product_fused_attention_overrideable",
-)
-_register(
-    "norm",
-    _layer_norm,
-    "layer_norm",
-    "native_layer_norm",
-    "group_norm",
-    "native_group_norm",
-    "instance_norm",
-)
-_register("norm", _rms_norm, "rms_norm", "_fused_rms_norm")
-_register(
-    "norm",
-    _batch_norm,
-    "batch_norm",
-    "native_batch_norm",
-    "_batch_norm_impl_index",
-    "_native_batch_norm_legit_no_training",
-    "_native_batch_norm_legit",
-    "_batch_norm_with_update",
-    "_batch_norm_no_update",
-)
-_register(
-    "softmax", _per_output(5), "softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"
-)
-_register(
-    "pooling",
-    _pool,
-    "max_pool1d",
-    "max_pool2d",
-    "max_pool3d",
-    "max_pool2d_with_indices",
-    "max_pool3d_with_indices",
-    "avg_pool1d",
-    "avg_pool2d",
-    "avg_pool3d",
-    "mkldnn_max_pool2d",
-)
-_register(
-    "pooling",
-    _per_input(1),
-    "adaptive_avg_pool1d",
-    "adaptive_avg_pool2d",
-    "adaptive_avg_pool3d",
-    "_adaptive_avg_pool2d",
-    "_adaptive_avg_pool3d",
-    "adaptive_max_pool2d",
-    "mkldnn_adaptive_avg_pool2d",
-)
-_register("elementwise", _per_output(1), *_ELEMENTWISE)
-_register("elementwise", _per_output(2), *_FUSED_ELEMENTWISE)
-_register("reduction", _per_input(1), *_REDUCTIONS)
-_register("reduction", _per_input(3), *_VARIANCE)
-_register("reduction", _per_input(2), *_NORMS)
-_register("movement", _per_output(0), *_MOVEMENT)
-
-
-def op_base_name(name: str) -> str:
-    """``aten::add_`` → ``add``: namespace, overload and the in-place ``_`` suffix removed."""
-    base = name.split("::", 1)[-1].split(".", 1)[0]
-    if base.endswith("_") and not base.endswith("__") and base[:-1] in _RULES:
-        return base[:-1]
-    return base
+_register("matmul", _matmul, *aten.MATMUL)
+_register("matmul", _mm_like(False), *aten.MM)
+_register("matmul", _mm_like(True), *aten.ADDMM)
+_register("matmul", _mv, *aten.MV)
+_register("matmul", _linear, *aten.LINEAR)
+_register("conv", _conv, *aten.CONVOLUTION)
+_register("conv", _conv_transposed, *aten.CONV_TRANSPOSE)
+_register("attention", _attention, *aten.ATTENTION)
+_register("norm", _layer_norm, *aten.LAYER_NORM)
+_register("norm", _rms_norm, *aten.RMS_NORM)
+_register("norm", _batch_norm, *aten.BATCH_NORM)
+_register("softmax", _per_output(5), *aten.SOFTMAX)
+_register("pooling", _pool, *aten.WINDOW_POOLING)
+_register("pooling", _per_input(1), *aten.ADAPTIVE_POOLING)
+_register("elementwise", _per_output(1), *aten.ELEMENTWISE)
+_register("elementwise", _per_output(2), *aten.ELEMENTWISE_MULTIPLY_ADD)
+_register("reduction", _per_input(1), *aten.REDUCTION)
+_register("reduction", _per_input(3), *aten.VARIANCE)
+_register("reduction", _per_input(2), *aten.VECTOR_NORM)
+# data movement, casts and views: 0 FLOPs by definition (their cost is bytes)
+_register("movement", _per_output(0), *aten.DATA_MOVEMENT, *aten.CASTS, *aten.VIEWS, *aten.DROPOUT)
 
 
 def categorize(name: str) -> Category:
     """The op's category (see :data:`Category`); ``uncounted`` when there is no FLOP rule."""
-    found = _RULES.get(op_base_name(name))
+    found = _RULES.get(aten.op_base_name(name))
     return found[0] if found else "uncounted"
 
 
 def flops_of(name: str, bound: Bound, out: Any) -> float | None:
     """FLOPs of one call of ``name`` (``aten::conv2d``) with arguments ``bound`` (by schema
     name) and result ``out``; ``None`` when accelscope has no rule for the op."""
-    found = _RULES.get(op_base_name(name))
+    found = _RULES.get(aten.op_base_name(name))
     if found is None:
         return None
     return float(found[1](bound, out))
