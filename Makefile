@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install vllm browser prometheus tools demo test check benchmarks clean
+.PHONY: install vllm peers browser prometheus tools demo test check benchmarks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,37 @@ $(VLLM_STAMP): constraints-vllm.txt
 	touch $(VLLM_STAMP)
 
 vllm: $(VLLM_STAMP)
+
+# The peer LLM benchmark clients that `accelscope llm conformance` grades beside its own, each in an
+# environment of its own (their pins clash with ours and with each other's). Not part of `make test`:
+# the conformance tests grade vLLM's `bench serve` (.venv-vllm) and skip a peer that is not built.
+# inference-perf needs Python >= 3.12 and pins transformers 5.13.0 (ours is 5.23.0): no constraints
+# file there (it pulls no torch). Each venv ignores itself in git (a `*` .gitignore inside).
+# (pyenv's shim refuses python3.12 unless that version is selected: take its interpreter directly)
+PEER_PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+GUIDELLM_VERSION       := 0.8.1
+AIPERF_VERSION         := 0.13.0
+INFERENCE_PERF_VERSION := 0.7.0
+
+.venv-guidellm/.installed:
+	$(PYTHON) -m venv .venv-guidellm && echo '*' > .venv-guidellm/.gitignore
+	.venv-guidellm/bin/python -m pip install --quiet --upgrade pip
+	.venv-guidellm/bin/python -m pip install --quiet -c constraints.txt guidellm==$(GUIDELLM_VERSION)
+	touch $@
+
+.venv-aiperf/.installed:
+	$(PYTHON) -m venv .venv-aiperf && echo '*' > .venv-aiperf/.gitignore
+	.venv-aiperf/bin/python -m pip install --quiet --upgrade pip
+	.venv-aiperf/bin/python -m pip install --quiet -c constraints.txt aiperf==$(AIPERF_VERSION)
+	touch $@
+
+.venv-inference-perf/.installed:
+	$(PEER_PYTHON312) -m venv .venv-inference-perf && echo '*' > .venv-inference-perf/.gitignore
+	.venv-inference-perf/bin/python -m pip install --quiet --upgrade pip
+	.venv-inference-perf/bin/python -m pip install --quiet inference-perf==$(INFERENCE_PERF_VERSION)
+	touch $@
+
+peers: .venv-guidellm/.installed .venv-aiperf/.installed .venv-inference-perf/.installed
 
 # The demo shows what is fast on the machine it runs on: `env --probe` measures each runtime's
 # reduced-precision kernels against its fp32 ones (cached per machine), and the sweep measures

@@ -18,6 +18,7 @@ from accelscope.cli._app import (
     given,
     run_and_print,
 )
+from accelscope.cli._llm_conformance import LlmCommand
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import (
     Numbers,
@@ -70,7 +71,7 @@ def _counts(flag: str) -> Any:
     return parse
 
 
-@app.command("llm")
+@app.command("llm", cls=LlmCommand)
 def llm_command(
     url: str | None = typer.Argument(
         None, help="The server's base URL, e.g. http://localhost:8000 (OpenAI-compatible)."

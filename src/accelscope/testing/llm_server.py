@@ -59,6 +59,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from accelscope.files import write_atomic
+from accelscope.llm.conformance.script import (
+    CHAT_TEMPLATE_GENERATION_TOKENS,
+    CHAT_TEMPLATE_MESSAGE_TOKENS,
+    ServedRequest,
+    read_hosted_cases,
+    stamps_json,
+)
 from accelscope.llm.server_process import ServerProcess, ServerStartError
 from accelscope.testing._service import Service
 
@@ -67,6 +75,7 @@ __all__ = [
     "KV_CACHE_TOKENS",
     "FakeLLMServer",
     "ReceivedRequest",
+    "StreamShape",
     "TransformersServe",
     "VllmServe",
 ]
@@ -142,6 +151,19 @@ def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
 
 
 @dataclass(frozen=True)
+class StreamShape:
+    """What the script made of one generation request, decided before its first byte:
+    the tokens it counted, each output chunk's tokens, and the first chunk with answer text
+    (None: none)."""
+
+    prompt_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    chunk_tokens: tuple[int, ...]
+    content_chunk: int | None
+
+
+@dataclass(frozen=True)
 class ReceivedRequest:
     """One request the fake server received: method, path, the parsed JSON body (``None`` for
     a GET or a body that is not JSON) and its receipt time on ``time.perf_counter``.
@@ -159,6 +181,8 @@ class ReceivedRequest:
     ended_s: list[float] = field(default_factory=list)
     """When a stream's trailing events began to leave (the finish chunk, or a scripted error
     event), one stamp; empty until then."""
+    shape: list[StreamShape] = field(default_factory=list)
+    """A generation request's :class:`StreamShape`, one entry once it is decided."""
 
 
 class _Dying(Exception):
@@ -212,6 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     _sent: list[float]
     _ended: list[float]
+    _shape: list[StreamShape]
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -301,6 +326,7 @@ class _Handler(BaseHTTPRequestHandler):
         record = ReceivedRequest("POST", path, body, received)
         self._sent = record.sent_s
         self._ended = record.ended_s
+        self._shape = record.shape
         owner._record(record)
         if owner._fault_kind == "not-openai":
             self._send_bytes(200, _HTML_PAGE, "text/html; charset=utf-8")
@@ -356,6 +382,10 @@ class _Handler(BaseHTTPRequestHandler):
             n_out = DEFAULT_MAX_TOKENS
         prompt_words = _prompt_words(path, body)
         prompt_tokens = len(prompt_words) * owner.prompt_tokens_per_word
+        if chat and owner.chat_template:
+            messages = body.get("messages")
+            count = len(messages) if isinstance(messages, list) else 0
+            prompt_tokens += count * CHAT_TEMPLATE_MESSAGE_TOKENS + CHAT_TEMPLATE_GENERATION_TOKENS
         owner._prefix_cache(prompt_words)
         slots = owner._slots
         if slots is not None:  # max_running: wait for a slot, as a server's scheduler queue
@@ -418,6 +448,20 @@ class _Handler(BaseHTTPRequestHandler):
 
         if reasoning_end and owner.report_reasoning_tokens:
             usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_end}
+        answers = [
+            number
+            for number, (start, stop) in enumerate(chunks)
+            if max(start, reasoning_end) < min(stop, tool_start)
+        ]
+        self._shape.append(
+            StreamShape(
+                prompt_tokens=prompt_tokens,
+                output_tokens=n_out,
+                reasoning_tokens=reasoning_end,
+                chunk_tokens=tuple(stop - start for start, stop in chunks),
+                content_chunk=answers[0] if answers else None,
+            )
+        )
 
         if not body.get("stream", False):
             self._sleep_until(deadline(max(n_out - 1, 0)))
@@ -600,7 +644,12 @@ class FakeLLMServer(Service):
     with ``text: ""``; ``tail_s`` holds the trailing events (finish chunk, usage, ``[DONE]``)
     that long after the last token (:attr:`ReceivedRequest.ended_s` stamps when they began).
     A request whose ``stream_options`` asks for ``continuous_usage_stats`` (with
-    ``include_usage``) gets vLLM's running ``usage`` on every chunk.
+    ``include_usage``) gets vLLM's running ``usage`` on every chunk. ``chat_template`` counts
+    a chat template into a chat request's ``usage.prompt_tokens``, as a real server applies
+    one: :data:`~accelscope.llm.conformance.script.CHAT_TEMPLATE_MESSAGE_TOKENS` per message
+    and :data:`~accelscope.llm.conformance.script.CHAT_TEMPLATE_GENERATION_TOKENS` for the
+    assistant header. :meth:`served` is what each generation request was served, for a
+    conformance grade.
 
     ``requests`` lists every request received (:class:`ReceivedRequest`), ``concurrent_max``
     the most generation requests ever in flight at once. ``/metrics`` exports vLLM's
@@ -633,6 +682,7 @@ class FakeLLMServer(Service):
         first_chunk_tokens: int | None = None,
         empty_opening_chunk: bool = False,
         tail_s: float = 0.0,
+        chat_template: bool = False,
     ) -> None:
         if ttft_s < 0 or itl_s < 0 or tail_s < 0:
             raise ValueError("ttft_s, itl_s and tail_s must not be negative")
@@ -649,6 +699,7 @@ class FakeLLMServer(Service):
         self.first_chunk_tokens = first_chunk_tokens
         self.empty_opening_chunk = empty_opening_chunk
         self.tail_s = tail_s
+        self.chat_template = chat_template
         if tokens_per_chunk < 1:
             raise ValueError("tokens_per_chunk must be at least 1")
         if output_tokens is not None and output_tokens < 0:
@@ -798,6 +849,31 @@ class FakeLLMServer(Service):
         """Every request received so far, in order of receipt (a copy)."""
         with self._lock:
             return list(self._requests)
+
+    def served(self) -> list[ServedRequest]:
+        """Each generation request that was served a shape, as
+        :class:`~accelscope.llm.conformance.script.ServedRequest` (its stamps and counts)."""
+        found = []
+        for request in self.requests:
+            if not request.shape:
+                continue
+            shape = request.shape[0]
+            sent = list(request.sent_s)
+            ended = request.ended_s[0] if request.ended_s else None
+            found.append(
+                ServedRequest(
+                    received_s=request.received_s,
+                    sent_s=sent,
+                    ended_s=ended,
+                    chunk_tokens=list(shape.chunk_tokens[: len(sent)]),
+                    prompt_tokens=shape.prompt_tokens,
+                    output_tokens=shape.output_tokens,
+                    reasoning_tokens=shape.reasoning_tokens,
+                    content_chunk=shape.content_chunk,
+                    errored=self._fault_kind == "error-mid-stream" and ended is not None,
+                )
+            )
+        return found
 
     @property
     def closed(self) -> bool:
@@ -1030,6 +1106,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--fault", default="", help="a fault of FakeLLMServer, or none")
     parser.add_argument("--startup-s", type=float, default=0.0)
     parser.add_argument("--ignore-term", action="store_true", help="survive SIGTERM")
+    parser.add_argument(
+        "--cases",
+        type=Path,
+        default=None,
+        help="a JSON list of conformance cases (name, port, script), each served on its port "
+        "beside the one above (their scripts replace its timing options)",
+    )
+    parser.add_argument(
+        "--stamps-dir",
+        type=Path,
+        default=None,
+        help="on the way out, write what each case served to NAME.json here",
+    )
     args = parser.parse_args(argv)
     if args.max_running is not None and args.max_running < 1:
         parser.error("--max-running must be at least 1")
@@ -1049,12 +1138,29 @@ def main(argv: Sequence[str] | None = None) -> None:
         fault="" if args.fault == "none" else args.fault,
         port=args.port,
     )
-    with server:
-        print(f"fake LLM server on {server.url}", flush=True)
-        while not stop.wait(0.1):
-            if server.closed:  # die-after: the process ends, as a crashed server's would
-                print("the fake server died (scripted)", flush=True)
-                sys.exit(1)
+    # one process hosts every case (an accelscope import costs seconds; a case's server, a
+    # thread): each case's own server, on its own port, with its own stamps
+    hosted = read_hosted_cases(args.cases.read_bytes()) if args.cases else []
+    cases = {
+        case.name: FakeLLMServer(model=args.model, port=case.port, **case.script.model_dump())
+        for case in hosted
+    }
+    with contextlib.ExitStack() as running:
+        for case_server in cases.values():
+            running.enter_context(case_server)
+        try:
+            with server:
+                print(f"fake LLM server on {server.url}", flush=True)
+                while not stop.wait(0.1):
+                    if server.closed:  # die-after: the process ends, as a crashed server's would
+                        print("the fake server died (scripted)", flush=True)
+                        sys.exit(1)
+        finally:
+            for name, case_server in cases.items():
+                if args.stamps_dir is not None:
+                    write_atomic(
+                        args.stamps_dir / f"{name}.json", stamps_json(case_server.served())
+                    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,88 @@
+"""``accelscope llm conformance``: grade accelscope's LLM client and the peer clients found
+installed against scripted streams whose truth is known.
+
+``llm`` itself takes a server URL as its first argument, so ``conformance`` is dispatched by
+:class:`LlmCommand`: when the first argument is ``conformance`` the rest goes to this command's
+parser, and every other ``accelscope llm ...`` line parses exactly as before."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from typer._click.core import Context  # the click typer bundles (its commands subclass it)
+from typer.core import TyperCommand
+
+from accelscope.cli._app import JsonOption, _err, _out
+from accelscope.commands.llm.conformance import (
+    OWN_CLIENT,
+    ConformanceRequest,
+    conformance,
+    conformance_view,
+)
+from accelscope.errors import EXIT_FAILURE
+from accelscope.llm.conformance import CASES, CLIENTS
+
+__all__ = ["SUBCOMMAND", "LlmCommand"]
+
+SUBCOMMAND = "conformance"
+
+_sub = typer.Typer(add_completion=False)
+
+
+def _names(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return tuple(n.strip() for n in value.split(",") if n.strip())
+
+
+@_sub.command(SUBCOMMAND)
+def conformance_command(
+    client: str | None = typer.Option(
+        None,
+        "--client",
+        help=f"Clients to grade, e.g. accelscope,vllm (default: {OWN_CLIENT} and every peer "
+        f"installed; known: {', '.join(CLIENTS)}).",
+    ),
+    case: str | None = typer.Option(
+        None, "--case", help=f"Cases to run (default all: {', '.join(c.name for c in CASES)})."
+    ),
+    workdir: Path | None = typer.Option(
+        None, "--workdir", help="Keep the peers' outputs and logs here (default: a temporary one)."
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Grade LLM benchmark clients against scripted streams whose truth is known; exit 1 when
+    accelscope fails a case."""
+    request = ConformanceRequest(clients=_names(client), cases=_names(case), workdir=workdir)
+    events = None if as_json else (lambda line: _err.print(line, style="dim", markup=False))
+    report = conformance(request, events)
+    if as_json:
+        sys.stdout.write(report.model_dump_json() + "\n")
+    else:
+        _out.print(conformance_view(report))
+    ran_own = any(c.name == OWN_CLIENT and c.ran for c in report.clients)
+    if ran_own and not report.passes_every_case(OWN_CLIENT):
+        raise typer.Exit(EXIT_FAILURE)
+
+
+_CONFORMANCE = typer.main.get_command(_sub)
+"""The command alone (a Typer of one command is that command, not a group)."""
+
+
+class LlmCommand(TyperCommand):
+    """``llm``, which hands ``llm conformance ...`` to the conformance command."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: Context | None = None,
+        **extra: Any,
+    ) -> Context:
+        if args and args[0] == SUBCOMMAND:
+            name = f"{info_name} {SUBCOMMAND}"
+            return _CONFORMANCE.make_context(name, args[1:], parent, **extra)
+        return super().make_context(info_name, args, parent, **extra)

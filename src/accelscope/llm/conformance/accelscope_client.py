@@ -1,0 +1,108 @@
+"""accelscope's own client, graded in-process through the harness the ``llm`` command uses:
+the same endpoint, workload, trial and summary, so the figures graded are the ones ``llm``
+prints (medians of the trial's summary, token means of its requests), with the server asked
+for its per-chunk usage (:data:`PER_CHUNK_USAGE`)."""
+
+from __future__ import annotations
+
+from accelscope.llm.client import OpenAIEndpoint
+from accelscope.llm.conformance.cases import Case, Figure
+from accelscope.llm.conformance.clients import ClientRun, Endpoint, register_client
+from accelscope.llm.documents import Arrivals, LlmTrial
+from accelscope.llm.harness import Harness
+from accelscope.llm.workload import (
+    Lengths,
+    SessionWorkload,
+    Workload,
+    WorkloadSource,
+    load_tokenizer,
+)
+
+__all__ = ["AccelscopeClient"]
+
+_TIMEOUT_S = 30.0
+PER_CHUNK_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+"""What the client asks of the server: the usage on every chunk (vLLM's and SGLang's
+``continuous_usage_stats``), the only way a stream says how many tokens each chunk holds, so
+TPOT divides by N - k1 with k1 known. A server that ignores it leaves k1 assumed 1 (and the
+trial's note says so): the k-per-chunk cases grade the client with it asked."""
+
+
+def _workload(case: Case) -> WorkloadSource:
+    prompt = Lengths(case.input_tokens, case.input_tokens)
+    answer = Lengths(case.max_tokens, case.max_tokens)
+    if case.turns > 1:
+        return SessionWorkload(
+            sessions_per_trial=case.requests,
+            turns=Lengths(case.turns, case.turns),
+            input_tokens=prompt,
+            output_tokens=answer,
+        )
+    return Workload(input_tokens=prompt, output_tokens=answer)
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value * 1000.0
+
+
+def figures_of(trial: LlmTrial) -> dict[Figure, float | None]:
+    """The graded figures of one ``llm`` trial, as its summary reports them."""
+    summary = trial.summary
+    metrics = summary.metrics
+    tokens = summary.tokens
+    lag = summary.client_lag_s
+    return {
+        Figure.TTFT_MS: _ms(metrics.ttft_s.p50),
+        Figure.TTFC_MS: _ms(metrics.ttfc_s.p50),
+        Figure.TPOT_MS: _ms(metrics.tpot_s.p50),
+        Figure.ITL_MS: _ms(metrics.itl_s.p50),
+        Figure.E2E_MS: _ms(metrics.e2e_s.p50),
+        Figure.OUTPUT_TOKENS: tokens.output_mean if tokens else None,
+        Figure.REASONING_TOKENS: tokens.reasoning_mean if tokens else None,
+        Figure.PROMPT_TOKENS: tokens.prompt_mean if tokens else None,
+        Figure.FAILED_SHARE: summary.errors / summary.requests if summary.requests else None,
+        Figure.LAG_P99_MS: _ms(lag.p99) if lag else None,
+        Figure.CLIENT_BOUND: float(summary.client_bound),
+    }
+
+
+class AccelscopeClient:
+    name = "accelscope"
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
+        target = OpenAIEndpoint(
+            endpoint.url,
+            endpoint.model,
+            api=case.api,
+            tokenizer=load_tokenizer(endpoint.tokenizer_dir),
+            extra_body=PER_CHUNK_USAGE,
+        )
+        harness = Harness(
+            target=target,
+            workload=_workload(case),
+            count=case.requests,
+            timeout_s=_TIMEOUT_S,
+        )
+        if case.client_threads:
+            harness.max_in_flight = case.client_threads
+        arrivals = (
+            Arrivals(rate_per_s=case.rate_per_s, cv=1.0)
+            if case.rate_per_s
+            else Arrivals(concurrency=1)
+        )
+        try:
+            trial = harness.trial(arrivals)
+        finally:
+            target.close()
+        records = sorted(trial.records, key=lambda r: r.sent_s)
+        return ClientRun(
+            figures=figures_of(trial),
+            schedule_s=tuple(r.scheduled_s for r in records),
+            first_sent_s=records[0].sent_s if records else None,
+        )
+
+
+register_client(AccelscopeClient)
