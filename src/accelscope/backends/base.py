@@ -89,6 +89,9 @@ class Backend(ABC):
     formats: frozenset[ModelFormat] = frozenset()
     precisions: frozenset[Precision] = frozenset()
     devices: frozenset[Device] = frozenset({Device.CPU})
+    cuda_precisions: frozenset[Precision] = frozenset()
+    """Precisions it runs on CUDA devices only: a default sweep elsewhere leaves them out
+    rather than listing a row that can never run there."""
     options: ClassVar[dict[str, tuple[str, ...]]] = {}
     """Backend options (``RunSpec.options`` keys) and their allowed values."""
     tf32_control: ClassVar[bool] = False

@@ -1,4 +1,5 @@
-"""PyTorch ``torch.compile`` backend (inductor): fp32, bf16, fp16 (CUDA) and int8 (PT2E).
+"""PyTorch ``torch.compile`` backend (inductor): fp32, bf16, fp16 (CUDA), int8 (PT2E) and fp8
+(torchao float8, Hopper).
 
 Compile timing: :meth:`CompileBackend.prepare` compiles *eagerly*. It runs one warm call on a
 synthetic batch of the spec's shapes (``make_batch``, seed 0), so the whole compile lands in
@@ -15,6 +16,12 @@ Precisions:
   freezing the weight casts are constant-folded: measured on ResNet-50 as fast as casting the
   model to bf16 (185 vs 185 items/s), with the same accuracy, while numerically sensitive ops
   (softmax, norms, reductions) stay float32 and the user's module is left untouched.
+* bf16 / fp16 with ``weights=cast``: the module cast to the reduced dtype before compiling (no
+  autocast); floating inputs cast once, before timing.
+* fp8 (CUDA, sm_90+, torchao): the module in bf16 with torchao's float8 dynamic-activation,
+  float8-weight linear layers (``Float8DynamicActivationFloat8WeightConfig``), then compiled.
+  Only Linear-heavy models are tried (the linear layers hold most of the weights): a
+  convolutional network keeps its convolutions in bf16, so float8 buys it little.
 * int8: static post-training quantization through PT2E with torchao's x86 inductor quantizer
   (:mod:`accelscope.backends.quantize`), calibrated on the ``calibration`` batches, then
   compiled; CPU (x86) only. ``quantization=dynamic`` computes activation scales from each batch
@@ -37,11 +44,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelscope.backends.base import Availability, Backend, Batch, Runner
 from accelscope.backends.eager import (
+    TORCH_OPTIONS,
     TorchRunner,
     channels_last_requested,
     own_module,
-    to_channels_last,
+    reduced_dtype,
     torch_device,
+    torch_options_refusal,
+    weights_cast,
 )
 from accelscope.backends.quantize import (
     TORCHAO_INSTALL_HINT,
@@ -59,7 +69,20 @@ if TYPE_CHECKING:
 
     from accelscope.hardware.fingerprint import Environment
 
-__all__ = ["CompileBackend", "cxx_compiler", "inductor_options"]
+__all__ = [
+    "FP8_MIN_CC",
+    "LINEAR_HEAVY_SHARE",
+    "CompileBackend",
+    "cxx_compiler",
+    "float8_refusal",
+    "inductor_options",
+    "linear_weight_share",
+]
+
+FP8_MIN_CC = (9, 0)
+"""torchao's float8 inference kernels (row-wise scaled ``_scaled_mm``) target Hopper."""
+LINEAR_HEAVY_SHARE = 0.5
+"""A model is Linear-heavy when its ``nn.Linear`` layers hold at least this share of the weights."""
 
 _DEFAULTS = {"channels_last": "false", "freezing": "true", "mode": "default"}
 _X86 = ("x86_64", "amd64", "x86", "i686")
@@ -102,6 +125,66 @@ def inductor_options(spec: RunSpec) -> dict[str, Any]:
     return options
 
 
+def linear_weight_share(module: Any) -> float:
+    """The share of ``module``'s parameters (by element count) held by ``nn.Linear`` layers."""
+    import torch
+
+    total = sum(p.numel() for p in module.parameters())
+    linear = sum(
+        p.numel()
+        for layer in module.modules()
+        if isinstance(layer, torch.nn.Linear)
+        for p in layer.parameters(recurse=False)
+    )
+    return linear / total if total else 0.0
+
+
+def float8_refusal(model: LoadedModel, spec: RunSpec, env: Environment) -> str:
+    """Why torchao float8 cannot run ``model`` under ``spec`` here (empty when it can): CUDA,
+    sm_90+, torchao installed, a Linear-heavy PyTorch module."""
+    import importlib.util
+
+    if spec.device is not Device.CUDA:
+        return "fp8 (torchao float8) runs on CUDA GPUs"
+    gpu = next((g for g in env.gpus if g.index == spec.device_index), None)
+    if gpu is None or gpu.cc_tuple is None or gpu.cc_tuple < FP8_MIN_CC:
+        where = f"{gpu.name} is {gpu.sm}" if gpu is not None else "no such GPU"
+        return f"float8 needs Hopper (sm_90) or newer; {where}"
+    if importlib.util.find_spec("torchao") is None:
+        return f"float8 needs torchao ({TORCHAO_INSTALL_HINT})"
+    if model.module is None or model.format is not ModelFormat.TORCH:
+        return "float8 quantizes PyTorch modules (zoo or factory models)"
+    share = linear_weight_share(model.module)
+    if share < LINEAR_HEAVY_SHARE:
+        return (
+            f"not Linear-heavy: linear layers hold {share:.0%} of the weights (float8 converts "
+            f"linear layers only; tried from {LINEAR_HEAVY_SHARE:.0%})"
+        )
+    return ""
+
+
+def _float8(module: Any) -> Any:
+    """``module`` in bf16 with torchao float8 linear layers (dynamic activation scales)."""
+    import torch
+
+    try:
+        from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, quantize_
+    except ImportError as exc:
+        raise MeasurementError(f"float8 needs torchao's float8 configs: {exc}") from exc
+
+    def fits(layer: torch.nn.Module, _fqn: str) -> bool:
+        # float8 matmuls need both dimensions divisible by 16 (a 1000-class head is not)
+        return (
+            isinstance(layer, torch.nn.Linear)
+            and layer.in_features % 16 == 0
+            and layer.out_features % 16 == 0
+        )
+
+    module = module.to(torch.bfloat16)
+    quantize_(module, Float8DynamicActivationFloat8WeightConfig(), filter_fn=fits)
+    return module
+
+
 class _CompiledRunner(TorchRunner):
     """Runs a compiled callable on prepared inputs under ``no_grad`` (freezing requires it)."""
 
@@ -112,16 +195,23 @@ class _CompiledRunner(TorchRunner):
         input_names: tuple[str, ...],
         freezing: bool = False,
     ) -> None:
+        import torch
 
         super().__init__(spec)
         self._compiled: Callable[..., Any] | None = compiled
         self._freezing = freezing
         self._names = input_names
         self._channels_last = channels_last_requested(spec)
+        if spec.precision is Precision.FP8:
+            self._input_dtype = torch.bfloat16  # the float8 model's activations are bf16
+        # CUDA graphs (reduce-overhead) reuse their output buffers: each call starts a new
+        # step, so the previous call's outputs are not read after they are overwritten
+        self._graphs = dict(spec.options).get("mode") == "reduce-overhead" and (
+            spec.device is Device.CUDA
+        )
 
     def feed(self, batch: Batch) -> Any:
-        tensors = [batch[name].to(self._device) for name in self._names]
-        return to_channels_last(tensors) if self._channels_last else tensors
+        return self.place([batch[name] for name in self._names], channels_last=self._channels_last)
 
     def run(self, feed: Any) -> Any:
         import torch
@@ -130,15 +220,17 @@ class _CompiledRunner(TorchRunner):
             raise MeasurementError("this runner was closed")
         from torch._inductor import config as inductor_config
 
+        if self._graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]
         # no_grad rather than inference_mode: inductor freezing requires grad mode off, and
         # inference tensors fed to a graph compiled outside inference_mode force recompiles.
         with torch.no_grad():
             if inductor_config.freezing == self._freezing:
-                return self._compiled(*feed)
+                return self._compiled(*self.arrive(feed))
             # Dynamo reads the *global* freezing flag when it traces, so a recompile (a new
             # batch size, say) must see the flag this runner was prepared with.
             with inductor_config.patch(freezing=self._freezing):
-                return self._compiled(*feed)
+                return self._compiled(*self.arrive(feed))
 
     def close(self) -> None:
         self._compiled = None
@@ -146,11 +238,12 @@ class _CompiledRunner(TorchRunner):
 
 
 def _autocast_wrapped(module: torch.nn.Module, spec: RunSpec) -> Callable[..., Any]:
-    """``module`` as a callable running under autocast for bf16/fp16 (itself for fp32/int8)."""
+    """``module`` as a callable running under autocast for bf16/fp16 (itself for fp32, int8,
+    fp8, and for weights cast to bf16/fp16 already)."""
     import torch
 
-    dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(spec.precision)
-    if dtype is None:
+    dtype = reduced_dtype(spec)
+    if dtype is None or weights_cast(spec):
         return module
     device_type = "cuda" if spec.device is Device.CUDA else "cpu"
 
@@ -187,9 +280,15 @@ def _eager_failure(
     spec rather than a compiler or quantizer problem), else ``None``."""
     import torch
 
+    # a cast (or float8) module takes its own floating dtype: feed it that, so a dtype
+    # mismatch is not mistaken for a wrong input spec
+    dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
+    tensors = [batch[name].to(torch_device(spec)) for name in model.input_names]
+    if dtype is not None and spec.precision is not Precision.INT8:
+        tensors = [t.to(dtype) if t.is_floating_point() else t for t in tensors]
     try:
         with torch.no_grad():
-            module(*[batch[name].to(torch_device(spec)) for name in model.input_names])
+            module(*tensors)
     except Exception as exc:  # noqa: BLE001 - the user's model can raise anything
         shapes = ", ".join(s.to_text() for s in model.inputs)
         return BadInputError(
@@ -219,10 +318,13 @@ class CompileBackend(Backend):
     name = "compile"
     description = "torch.compile (inductor; bf16/fp16 autocast, int8 PT2E static quantization)"
     formats = frozenset({ModelFormat.TORCH, ModelFormat.EXPORTED})
-    precisions = frozenset({Precision.FP32, Precision.BF16, Precision.FP16, Precision.INT8})
+    precisions = frozenset(
+        {Precision.FP32, Precision.BF16, Precision.FP16, Precision.INT8, Precision.FP8}
+    )
     devices = frozenset({Device.CPU, Device.CUDA})
+    cuda_precisions = frozenset({Precision.FP8})
     options: ClassVar[dict[str, tuple[str, ...]]] = {
-        "channels_last": ("true", "false"),
+        **TORCH_OPTIONS,
         "freezing": ("true", "false"),
         "mode": ("default", "max-autotune", "reduce-overhead"),
         "quantization": ("static", "dynamic"),
@@ -240,6 +342,11 @@ class CompileBackend(Backend):
             return base
         if "quantization" in dict(spec.options) and spec.precision is not Precision.INT8:
             return Availability(False, "option quantization applies to int8 only")
+        refusal = torch_options_refusal(spec)
+        if not refusal and spec.precision is Precision.FP8:
+            refusal = float8_refusal(model, spec, env)
+        if refusal:
+            return Availability(False, refusal)
         if spec.device is Device.CUDA:
             return self._supports_cuda(spec, env)
         if spec.precision is Precision.FP16:
@@ -291,10 +398,14 @@ class CompileBackend(Backend):
         static_int8 = options.get("quantization", "static") == "static"
         if spec.precision is Precision.INT8 and static_int8 and not calibration:
             raise MeasurementError("int8 static quantization needs calibration data")
-        # the caller's module stays where it is: a copy moves (and may turn channels-last)
-        module = own_module(
-            model.module, torch_device(spec), copy_always=options["channels_last"] == "true"
+        # the caller's module stays where it is: a copy moves (and may turn channels-last, be
+        # cast or converted to float8)
+        changes = (
+            options["channels_last"] == "true"
+            or weights_cast(spec)
+            or spec.precision is Precision.FP8
         )
+        module = own_module(model.module, torch_device(spec), copy_always=changes)
         if model.format is ModelFormat.TORCH:  # an exported program's module refuses eval()
             module.eval()
         names = model.input_names
@@ -310,6 +421,11 @@ class CompileBackend(Backend):
                 )
             except MeasurementError as exc:
                 raise (_eager_failure(model, spec, module, warm_batch) or exc) from exc
+        dtype = reduced_dtype(spec)
+        if dtype is not None and weights_cast(spec):
+            module = module.to(dtype)
+        if spec.precision is Precision.FP8:
+            module = _float8(module)
         if options["channels_last"] == "true":
             module = module.to(memory_format=torch.channels_last)
         compiled = _compile(_autocast_wrapped(module, spec), spec)

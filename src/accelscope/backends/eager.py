@@ -1,4 +1,17 @@
-"""PyTorch eager backend: the model as written, fp32 or autocast bf16/fp16."""
+"""PyTorch eager backend: the model as written, fp32 or bf16/fp16 (autocast, or the weights cast).
+
+Options (``RunSpec.options``), shared with ``compile`` through :class:`TorchRunner`:
+
+* ``channels_last`` (NHWC weights and 4-D inputs);
+* ``weights=cast`` (bf16/fp16 only): the module's weights and floating inputs are cast to the
+  reduced dtype once, before timing, instead of autocast re-casting every weight on every call
+  (on a GPU at small batch those casts are a large share of the step);
+* ``cudnn_benchmark`` (CUDA): cuDNN times its convolution algorithms per shape and keeps the
+  fastest; set for the runner's life and set back on close, like TF32;
+* ``inputs=pinned`` (CUDA): each timed call starts from a batch in pinned host memory and
+  includes its host-to-device copy (what a service sees); the default ``device`` keeps the
+  batch resident on the device (MLPerf's ``start_from_device``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +24,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from accelscope.backends.base import Availability, Backend, Batch, Runner
 from accelscope.errors import MeasurementError
 from accelscope.hardware.sync import CudaEventInterval, device_synchronizer
-from accelscope.hardware.tf32 import Fp32Math, apply_tf32, read_fp32_math, restore_fp32_math
+from accelscope.hardware.tf32 import (
+    Fp32Math,
+    apply_cudnn_benchmark,
+    apply_tf32,
+    read_fp32_math,
+    restore_fp32_math,
+)
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.spec import Device, Precision, RunSpec
 
@@ -22,14 +41,27 @@ if TYPE_CHECKING:
     from accelscope.hardware.sync import IntervalTimer
 
 __all__ = [
+    "TORCH_OPTIONS",
     "EagerBackend",
     "TorchRunner",
     "channels_last_requested",
     "flatten_outputs",
     "own_module",
+    "pinned_inputs",
+    "reduced_dtype",
     "to_channels_last",
     "torch_device",
+    "torch_options_refusal",
+    "weights_cast",
 ]
+
+TORCH_OPTIONS: dict[str, tuple[str, ...]] = {
+    "channels_last": ("true", "false"),
+    "weights": ("autocast", "cast"),
+    "cudnn_benchmark": ("true", "false"),
+    "inputs": ("device", "pinned"),
+}
+"""The options every torch runner honours (see the module docstring)."""
 
 
 def flatten_outputs(value: Any) -> list[torch.Tensor]:
@@ -57,6 +89,34 @@ def flatten_outputs(value: Any) -> list[torch.Tensor]:
 def channels_last_requested(spec: RunSpec) -> bool:
     """True when the spec asks for the channels-last (NHWC) memory format."""
     return dict(spec.options).get("channels_last") == "true"
+
+
+def weights_cast(spec: RunSpec) -> bool:
+    """True when the spec casts the weights to its reduced precision (``weights=cast``)."""
+    return dict(spec.options).get("weights") == "cast"
+
+
+def pinned_inputs(spec: RunSpec) -> bool:
+    """True when each timed call includes the batch's copy from pinned host memory."""
+    return dict(spec.options).get("inputs") == "pinned"
+
+
+def reduced_dtype(spec: RunSpec) -> torch.dtype | None:
+    """The torch dtype of a bf16/fp16 spec (``None`` for the others)."""
+    import torch
+
+    return {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(spec.precision)
+
+
+def torch_options_refusal(spec: RunSpec) -> str:
+    """Why the torch options of ``spec`` cannot run (empty when they can)."""
+    options = dict(spec.options)
+    if options.get("weights") == "cast" and spec.precision not in (Precision.BF16, Precision.FP16):
+        return "option weights=cast applies to bf16 and fp16"
+    for key in ("cudnn_benchmark", "inputs"):
+        if key in options and spec.device is not Device.CUDA:
+            return f"option {key} applies to CUDA devices"
+    return ""
 
 
 def to_channels_last(tensors: list[Any]) -> list[Any]:
@@ -128,6 +188,32 @@ class TorchRunner(Runner):
         if spec.device is Device.CUDA:
             self._device_before = torch.cuda.current_device()
             torch.cuda.set_device(spec.device_index)
+        self._benchmark = dict(spec.options).get("cudnn_benchmark")
+        self._benchmark_before: bool | None = None
+        if self._benchmark is not None:
+            self._benchmark_before = apply_cudnn_benchmark(self._benchmark == "true", torch)
+        self._pinned = pinned_inputs(spec) and spec.device is Device.CUDA
+        self._input_dtype = reduced_dtype(spec) if weights_cast(spec) else None
+
+    def place(self, tensors: list[torch.Tensor], *, channels_last: bool = False) -> list[Any]:
+        """A batch as the timed call starts from it (not timed): floating inputs cast when the
+        weights are, 4-D inputs channels-last when asked, then on the device, or in pinned
+        host memory when each call includes the copy (:meth:`arrive` does it)."""
+        if self._input_dtype is not None:
+            tensors = [t.to(self._input_dtype) if t.is_floating_point() else t for t in tensors]
+        if channels_last:
+            tensors = to_channels_last(tensors)
+        if self._pinned:
+            return [t.pin_memory() for t in tensors]
+        return [t.to(self._device) for t in tensors]
+
+    def arrive(self, feed: list[Any]) -> list[Any]:
+        """Inside the timed call: the pinned batch's asynchronous copy to the device (queued on
+        the current stream, so the device timer's events enclose it); the feed itself when it
+        is resident there already."""
+        if not self._pinned:
+            return feed
+        return [t.to(self._device, non_blocking=True) for t in feed]
 
     def outputs(self, raw: Any) -> list[torch.Tensor]:
         tensors = flatten_outputs(raw)
@@ -149,6 +235,8 @@ class TorchRunner(Runner):
         import torch
 
         apply_tf32(self.spec.tf32, torch)
+        if self._benchmark is not None:
+            apply_cudnn_benchmark(self._benchmark == "true", torch)
         if self.spec.device is Device.CUDA:
             torch.cuda.set_device(self.spec.device_index)
 
@@ -159,6 +247,9 @@ class TorchRunner(Runner):
         before, self._fp32_before = self._fp32_before, None
         if before is not None:
             restore_fp32_math(before, torch)
+        benchmark, self._benchmark_before = self._benchmark_before, None
+        if benchmark is not None:
+            apply_cudnn_benchmark(benchmark, torch)
         device, self._device_before = self._device_before, None
         if device is not None:
             torch.cuda.set_device(device)
@@ -170,14 +261,18 @@ class _EagerRunner(TorchRunner):
 
         super().__init__(spec)
         self._channels_last = channels_last_requested(spec)
-        self._module = own_module(module, self._device, copy_always=self._channels_last)
+        # casting or changing the memory format changes the module: work on a copy
+        changes = self._channels_last or (weights_cast(spec) and reduced_dtype(spec) is not None)
+        self._module = own_module(module, self._device, copy_always=changes)
         with suppress(NotImplementedError):  # a .pt2 program's module() has no train mode
             self._module.eval()
         if self._channels_last:
             self._module = self._module.to(memory_format=torch.channels_last)
         self._names = input_names
-        autocast_dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
-        dtype = autocast_dtype.get(spec.precision)
+        dtype = reduced_dtype(spec)
+        if dtype is not None and weights_cast(spec):
+            self._module = self._module.to(dtype)  # a copy: own_module copied it (see below)
+            dtype = None
         self._autocast = (
             torch.autocast(device_type=self._device.type, dtype=dtype)
             if dtype is not None
@@ -185,25 +280,24 @@ class _EagerRunner(TorchRunner):
         )
 
     def feed(self, batch: Batch) -> Any:
-        tensors = [batch[name].to(self._device) for name in self._names]
-        return to_channels_last(tensors) if self._channels_last else tensors
+        return self.place([batch[name] for name in self._names], channels_last=self._channels_last)
 
     def run(self, feed: Any) -> Any:
         import torch
 
         with torch.inference_mode(), self._autocast:
-            return self._module(*feed)
+            return self._module(*self.arrive(feed))
 
 
 class EagerBackend(Backend):
     """PyTorch eager mode; bf16/fp16 through autocast (weights stay fp32)."""
 
     name = "eager"
-    description = "PyTorch eager (fp32; bf16/fp16 via autocast)"
+    description = "PyTorch eager (fp32; bf16/fp16 via autocast or cast weights)"
     formats = frozenset({ModelFormat.TORCH, ModelFormat.EXPORTED})
     precisions = frozenset({Precision.FP32, Precision.BF16, Precision.FP16})
     devices = frozenset({Device.CPU, Device.CUDA})
-    options: ClassVar[dict[str, tuple[str, ...]]] = {"channels_last": ("true", "false")}
+    options: ClassVar[dict[str, tuple[str, ...]]] = dict(TORCH_OPTIONS)
     tf32_control = True
 
     def available(self, env: Environment) -> Availability:
@@ -217,7 +311,8 @@ class EagerBackend(Backend):
             return Availability(False, "no CUDA device found on this machine")
         if spec.precision is Precision.FP16 and spec.device is Device.CPU:
             return Availability(False, "fp16 autocast runs on CUDA only; use bf16 on CPU")
-        return Availability(True)
+        refusal = torch_options_refusal(spec)
+        return Availability(False, refusal) if refusal else Availability(True)
 
     def prepare(
         self, model: LoadedModel, spec: RunSpec, calibration: Sequence[Batch] = ()

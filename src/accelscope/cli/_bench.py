@@ -21,8 +21,8 @@ from accelscope.cli._types import (
     parse_sizes,
 )
 from accelscope.cli.config import config_option
-from accelscope.commands.bench.view import bench_view
-from accelscope.commands.bench.workflow import BenchRequest, bench
+from accelscope.commands.bench.view import bench_view, preview_view
+from accelscope.commands.bench.workflow import BenchRequest, bench, preview
 from accelscope.models.zoo import DEFAULT_MODEL
 from accelscope.result import Result, Status
 from accelscope.spec import DeviceRef, RunSpec, TensorSpec, parse_options
@@ -138,6 +138,11 @@ def bench_command(
     no_store: bool = typer.Option(False, "--no-store", help="Do not write results."),
     as_json: bool = JsonOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the table and verdict."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="List the configurations the sweep would run or skip; measure none.",
+    ),
 ) -> None:
     """Sweep runtime x precision x batch x threads; pick the fastest accurate config in SLA."""
     request = BenchRequest(
@@ -175,6 +180,32 @@ def bench_command(
             node_types=node_types.values if node_types else None,
         ),
     )
+    if dry_run:
+        plan = preview(request)
+        if as_json:
+            rows = [
+                {
+                    "label": c.spec.label(),
+                    "key": c.spec.key,
+                    "runs": c.runnable,
+                    "skip_reason": c.skip_reason,
+                    "needed_bytes": plan.memory.estimate.needed_bytes(c.spec)
+                    if plan.memory is not None and c.spec.device.value == "cuda"
+                    else None,
+                }
+                for c in plan.candidates
+            ]
+            free = plan.memory.device.free_bytes if plan.memory is not None else None
+            planned = {
+                "model": plan.model.ref,
+                "device_free_bytes": free,
+                "configurations": rows,
+                "notes": list(plan.notes),
+            }
+            _out.print_json(json.dumps(planned))
+        else:
+            _out.print(preview_view(plan))
+        return
     store_path = None if no_store else (store or DEFAULT_STORE_PATH)
     outcome = bench(
         request,
@@ -212,6 +243,7 @@ def bench_command(
             outcome.selections or {"": outcome.selection},
             title=f"bench: {outcome.model.ref}",
             rule=outcome.rule.describe(),
+            standing=outcome.standing,
         )
     )
     if not quiet:

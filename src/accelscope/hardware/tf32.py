@@ -26,6 +26,7 @@ __all__ = [
     "CONV_KEY",
     "MATMUL_KEY",
     "Fp32Math",
+    "apply_cudnn_benchmark",
     "apply_tf32",
     "numerics",
     "read_fp32_math",
@@ -142,6 +143,17 @@ def restore_fp32_math(before: Fp32Math, torch: Any = None) -> None:
     torch._C._set_fp32_precision_setter("cuda", "matmul", before.matmul)
     for op in ("conv", "rnn"):
         torch._C._set_fp32_precision_setter("cuda", op, before.conv)
+
+
+def apply_cudnn_benchmark(enabled: bool, torch: Any = None) -> bool:
+    """Set ``torch.backends.cudnn.benchmark`` (cuDNN times its convolution algorithms for each
+    new input shape and keeps the fastest) and return the value it had, so the caller can set
+    it back: like TF32 it is process-wide, and a runner must not leave it changed for the next
+    configuration. Host-side state only: nothing here initialises CUDA."""
+    torch = torch or _torch()
+    before = bool(torch.backends.cudnn.benchmark)
+    torch.backends.cudnn.benchmark = enabled
+    return before
 
 
 def numerics(torch: Any = None) -> tuple[tuple[str, str], ...]:

@@ -8,6 +8,7 @@ The rule depends on what the model's outputs mean, and is always shown with its 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from accelscope.result import Result, Status
@@ -44,6 +45,10 @@ class AccuracyRule:
         fidelity = accuracy.fidelity
         if fidelity is None:
             return ""
+        if not math.isfinite(fidelity.rel_l2):
+            # an fp16/fp8 overflow gives inf or NaN outputs, and NaN compares False with any
+            # tolerance: it would pass every check below
+            return f"accuracy: relative L2 error is {fidelity.rel_l2} (overflow or NaN outputs)"
         if fidelity.top1_agreement is not None:
             loss = 1.0 - fidelity.top1_agreement
             if loss > self.max_drop:

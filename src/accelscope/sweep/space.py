@@ -25,6 +25,8 @@ from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.models.base import LoadedModel
 from accelscope.spec import Device, Precision, RunSpec
+from accelscope.sweep.gpu_default import default_gpu_rows
+from accelscope.sweep.memory_fit import MemoryFit
 
 __all__ = ["Candidate", "SweepSpace", "expand", "probe_requests"]
 
@@ -39,6 +41,10 @@ class SweepSpace:
     ``device_index`` is the CUDA ordinal. ``tf32`` lists the TF32 settings fp32 configurations
     run under (``(False, True)``: IEEE fp32 and TF32 as separate rows); reduced precisions run
     with TF32 off, as does the added fp32 baseline.
+
+    ``gpu_default`` (CUDA only) replaces backends x precisions x options by the default GPU
+    sweep (:mod:`accelscope.sweep.gpu_default`) at each of ``batch_sizes``. ``memory``, where
+    given, holds each CUDA configuration against the device's free memory before it runs.
     """
 
     backends: tuple[str, ...] = ()
@@ -50,6 +56,8 @@ class SweepSpace:
     force_precisions: bool = False
     device_index: int = 0
     tf32: tuple[bool, ...] = (False,)
+    gpu_default: bool = False
+    memory: MemoryFit | None = None
 
     def __post_init__(self) -> None:
         if not self.batch_sizes or any(b <= 0 for b in self.batch_sizes):
@@ -64,6 +72,8 @@ class SweepSpace:
             raise BadInputError(
                 "--tf32 on needs --device cuda: TF32 is a mode of NVIDIA tensor cores"
             )
+        if self.gpu_default and self.device is not Device.CUDA:
+            raise BadInputError("the default GPU sweep needs --device cuda")
 
 
 @dataclass(frozen=True)
@@ -90,14 +100,19 @@ def _fast_path(env: Environment, precision: Precision, device: Device) -> tuple[
 def _specs(space: SweepSpace, model: LoadedModel, env: Environment) -> list[tuple[RunSpec, str]]:
     """Every configuration in a stable order (backend, precision, threads, batch ascending),
     with the backend's own verdict: ``""`` when it can run it, else why not."""
+    if space.gpu_default:
+        return _gpu_default_specs(space, model, env)
     backends = [get_backend(n) for n in space.backends] if space.backends else all_backends()
     precisions = space.precisions or tuple(Precision)
     out: list[tuple[RunSpec, str]] = []
     for backend, precision, threads, batch in product(
         backends, precisions, space.threads, sorted(space.batch_sizes)
     ):
-        if precision not in backend.precisions and not space.precisions:
-            continue  # default sweep: only what the backend can do at all
+        if not space.precisions and (
+            precision not in backend.precisions
+            or (precision in backend.cuda_precisions and space.device is not Device.CUDA)
+        ):
+            continue  # default sweep: only what the backend can do at all (on this device)
         tf32_values = space.tf32 if precision is Precision.FP32 else (False,)
         for options, tf32 in product(_option_variants(space.options, backend.options), tf32_values):
             spec = RunSpec(
@@ -115,6 +130,29 @@ def _specs(space: SweepSpace, model: LoadedModel, env: Environment) -> list[tupl
             out.append((spec, _support(backend, model, spec, env)))
     if not any(spec.precision is Precision.FP32 and not spec.tf32 for spec, _ in out):
         out.insert(0, _baseline(space, model, env))
+    return out
+
+
+def _gpu_default_specs(
+    space: SweepSpace, model: LoadedModel, env: Environment
+) -> list[tuple[RunSpec, str]]:
+    """The default GPU sweep's rows, batch ascending, each with its backend's verdict."""
+    out: list[tuple[RunSpec, str]] = []
+    for threads, batch in product(space.threads, sorted(space.batch_sizes)):
+        for row in default_gpu_rows(model, batch):
+            spec = RunSpec(
+                model=model.ref,
+                backend=row.backend,
+                precision=row.precision,
+                batch_size=batch,
+                threads=threads,
+                device=space.device,
+                model_digest=model.digest,
+                options=row.options,
+                device_index=space.device_index,
+                tf32=row.tf32,
+            )
+            out.append((spec, _support(get_backend(row.backend), model, spec, env)))
     return out
 
 
@@ -141,11 +179,23 @@ def expand(
 ) -> list[Candidate]:
     """All candidates in a stable order (backend, precision, threads, batch ascending), each
     pre-screened: the backend's own support first, then the precision (by ``probes`` where the
-    pair was probed, else by the ISA rule; ``--force-precision`` measures it anyway)."""
+    pair was probed, else by the ISA rule; ``--force-precision`` measures it anyway), then, on
+    a GPU with ``space.memory``, whether the batch fits in the device's free memory."""
     return [
-        Candidate(spec=spec, skip_reason=why or _precision_screen(space, spec, env, probes))
+        Candidate(
+            spec=spec,
+            skip_reason=why
+            or _precision_screen(space, spec, env, probes)
+            or _memory_screen(space, spec),
+        )
         for spec, why in _specs(space, model, env)
     ]
+
+
+def _memory_screen(space: SweepSpace, spec: RunSpec) -> str:
+    if space.memory is None or spec.device is not Device.CUDA:
+        return ""
+    return space.memory.refusal(spec)
 
 
 def probe_requests(

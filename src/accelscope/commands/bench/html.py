@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 import jinja2
 import plotly.graph_objects as go
 
+from accelscope.commands.bench.copies import copy_pairs
+from accelscope.commands.bench.standing import Standing
 from accelscope.report.format import format_bytes, ms
 from accelscope.report.page import (
     chart_layout,
@@ -381,8 +383,13 @@ def render_bench_report(
     sla_p99_s: float | None,
     baseline_key: str | None,
     confirmation: Confirmation | None = None,
+    standing: Standing | None = None,
 ) -> str:
     """One self-contained, offline HTML document for a bench run.
+
+    On a GPU it also shows each row's two throughputs (inputs on the device; each batch's copy
+    from pinned host memory included) with the compile time per shape, and the ``standing`` of
+    the best figure against the published records and the roofline floor.
 
     ``*_key`` values are :attr:`RunSpec.key` strings. Speedup is a configuration's throughput
     divided by the baseline's: from ``confirmation``'s interleaved rounds where it measured the
@@ -436,5 +443,7 @@ def render_bench_report(
             [{"id": cid, **fig.to_plotly_json()} for cid, _, _, fig in charts if fig]
         ),
         plot_config_json=script_safe_json({"displaylogo": False, "responsive": True}),
+        copy_pairs=copy_pairs(results),
+        standing=standing,
         plotly_js=plotly_js(),
     )

@@ -10,13 +10,14 @@ from __future__ import annotations
 import importlib
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from accelscope.accuracy.metrics import metric_fn
 from accelscope.commands._lifecycle import CommandRun, check_paths
 from accelscope.commands.bench.html import render_bench_report
+from accelscope.commands.bench.standing import Standing, standing
 from accelscope.engine.probe import ProbeTable, probe_table
 from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment, collect_environment
@@ -38,14 +39,24 @@ from accelscope.sweep.driver import (
     run_sweep,
 )
 from accelscope.sweep.executor import Executor, LocalExecutor
+from accelscope.sweep.gpu_default import DEFAULT_GPU_BATCHES
 from accelscope.sweep.guard import AccuracyRule
+from accelscope.sweep.memory_fit import MemoryFit, estimate_memory, read_device_memory
 from accelscope.sweep.ray_executor import RayExecutor, check_reachable, check_shippable
 from accelscope.sweep.select import Selection, select_by_node_type
-from accelscope.sweep.space import SweepSpace, probe_requests
+from accelscope.sweep.space import Candidate, SweepSpace, expand, probe_requests
 
 EXECUTORS = ("local", "ray")
 
-__all__ = ["EXECUTORS", "BenchOutcome", "BenchRequest", "bench", "selections_for_run"]
+__all__ = [
+    "EXECUTORS",
+    "BenchOutcome",
+    "BenchPreview",
+    "BenchRequest",
+    "bench",
+    "preview",
+    "selections_for_run",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +100,19 @@ class BenchRequest:
     ray_address: str = "auto"
     node_types: tuple[str, ...] = ()
 
+    @property
+    def gpu_default(self) -> bool:
+        """True for the default GPU sweep: ``--device cuda`` with no backend, precision, option
+        or TF32 choice (:mod:`accelscope.sweep.gpu_default`); its batch axis is
+        :data:`~accelscope.sweep.gpu_default.DEFAULT_GPU_BATCHES` unless ``--batch`` names one."""
+        return (
+            self.device is Device.CUDA
+            and not self.backends
+            and not self.precisions
+            and not self.options
+            and self.tf32 == (False,)
+        )
+
     def settings(self) -> dict[str, Any]:
         """What the run's verdict depends on, stored with the run."""
         settings: dict[str, Any] = {
@@ -119,6 +143,19 @@ class BenchOutcome:
     probes: ProbeTable | None = None
     selections: dict[str, Selection] = field(default_factory=dict)
     """One selection per node type (``""``: this machine)."""
+    standing: Standing | None = None
+    """On a GPU: the best device-resident figure against the records and the roofline floor."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchPreview:
+    """What ``bench --dry-run`` shows: every configuration the sweep would consider, each to be
+    measured or skipped with why, and the memory check the batches were held against."""
+
+    model: LoadedModel
+    candidates: tuple[Candidate, ...]
+    memory: MemoryFit | None
+    notes: tuple[str, ...] = ()
 
 
 def selections_for_run(
@@ -219,27 +256,10 @@ def bench(
     device = DeviceRef(request.device, request.device_index)
     if request.executor == "local":
         check_device(device, env.gpus)  # a cluster's node types are checked once described
-    threads = request.threads or (available_cores(),)
-    space = SweepSpace(
-        backends=request.backends,
-        precisions=request.precisions,
-        batch_sizes=request.batch_sizes or (8,),
-        threads=threads,
-        device=request.device,
-        options=request.options,
-        force_precisions=request.force_precisions,
-        device_index=request.device_index,
-        tf32=request.tf32,
-    )
+    space = _space(request)
     check_paths(store_path, request.report_path)
-    model = load_model(
-        request.model,
-        inputs=request.inputs,
-        weights=request.weights,
-        trust_model_code=request.trust_model_code,
-        eval_data=request.eval_data,
-        metric=request.metric,
-    )
+    model = _load(request)
+    space = _with_memory(space, model, env, request.executor)
     resume_id, prior = _prior(store_path, model, request) if request.resume else (None, [])
     rule = AccuracyRule(request.max_accuracy_drop)
     cluster = (
@@ -313,6 +333,7 @@ def bench(
         if cluster is not None:
             cluster.close()
     several = len(outcome.selections) > 1
+    found = None if several else standing(outcome.results, model, env)
     html = render_bench_report(
         outcome.results,
         title=f"accelscope bench: {model.ref}",
@@ -323,6 +344,7 @@ def bench(
         sla_p99_s=request.sla_p99_s,
         baseline_key=None if several else outcome.selection.baseline_key,
         confirmation=None if several else outcome.selection.confirmation,
+        standing=found,
     )
     report_path = run.write_report(html, request.report_path)
     return BenchOutcome(
@@ -338,6 +360,74 @@ def bench(
         resumed=len(prior),
         probes=probes,
         selections=outcome.selections,
+        standing=found,
+    )
+
+
+def _space(request: BenchRequest) -> SweepSpace:
+    """The space ``request`` asks for (bad input raised before the model loads)."""
+    default_batches = DEFAULT_GPU_BATCHES if request.gpu_default else (8,)
+    return SweepSpace(
+        backends=request.backends,
+        precisions=request.precisions,
+        batch_sizes=request.batch_sizes or default_batches,
+        threads=request.threads or (available_cores(),),
+        device=request.device,
+        options=request.options,
+        force_precisions=request.force_precisions,
+        device_index=request.device_index,
+        tf32=request.tf32,
+        gpu_default=request.gpu_default,
+    )
+
+
+def _load(request: BenchRequest) -> LoadedModel:
+    return load_model(
+        request.model,
+        inputs=request.inputs,
+        weights=request.weights,
+        trust_model_code=request.trust_model_code,
+        eval_data=request.eval_data,
+        metric=request.metric,
+    )
+
+
+def _with_memory(
+    space: SweepSpace, model: LoadedModel, env: Environment, executor: str
+) -> SweepSpace:
+    """On a local GPU, the space with its memory check: the model's activation peaks (measured
+    on this CPU) against the device's free memory now. Nothing to check on the CPU, on a
+    cluster (its nodes' memory is not known here) or for a model without a PyTorch module."""
+    gpu = next((g for g in env.gpus if g.index == space.device_index), None)
+    if space.device is not Device.CUDA or executor != "local" or gpu is None:
+        return space
+    if model.module is None:
+        return space
+    fit = MemoryFit(estimate=estimate_memory(model), device=read_device_memory(gpu))
+    return replace(space, memory=fit)
+
+
+def preview(request: BenchRequest, *, environment: Environment | None = None) -> BenchPreview:
+    """The configurations ``request`` would measure or skip, and why, without measuring: the
+    precision screen by the ISA rule where a real run would probe first (said in ``notes``)."""
+    _validate(request)
+    env = environment or collect_environment()
+    if request.executor == "local":
+        check_device(DeviceRef(request.device, request.device_index), env.gpus)
+    space = _space(request)
+    model = _load(request)
+    space = _with_memory(space, model, env, request.executor)
+    notes: list[str] = []
+    if probe_requests(space, model, env):
+        notes.append(
+            "reduced precisions screened by the ISA rule: a real run measures the precision "
+            "probes first and may skip what they find slower"
+        )
+    return BenchPreview(
+        model=model,
+        candidates=tuple(expand(space, model, env)),
+        memory=space.memory,
+        notes=tuple(notes),
     )
 
 
