@@ -46,9 +46,9 @@ class SweepCase:
 
 SWEEPS = (
     # b8: launch-bound (CUDA graphs); b256: the issue's >= 30k img/s device-resident figure
-    SweepCase(step="bench_sweep_resnet50", model="resnet50", batches=(8, 256), budget_s=420),
+    SweepCase(step="bench_sweep_resnet50", model="resnet50", batches=(8, 256), budget_s=360),
     # float8 and compile behave differently on attention: one throughput batch
-    SweepCase(step="bench_sweep_vit", model="vit-b-16", batches=(64,), budget_s=420),
+    SweepCase(step="bench_sweep_vit", model="vit-b-16", batches=(64,), budget_s=360),
 )
 
 

@@ -212,7 +212,7 @@ def test_int8_refuses_exported_programs(digits: LoadedModel, environment: Enviro
         (Precision.FP32, {"freezing": "yes"}, "freezing='yes'"),
         (Precision.BF16, {"quantization": "dynamic"}, "applies to int8 only"),
         (Precision.FP16, {}, "CUDA only"),
-        (Precision.FP8, {}, "supports precisions"),
+        (Precision.FP8, {}, "fp8 (torchao float8) runs on CUDA GPUs"),
     ],
 )
 def test_supports_rejects_with_a_reason(
@@ -231,11 +231,17 @@ def test_supports_accepts_every_declared_option(
     digits: LoadedModel, environment: Environment
 ) -> None:
     backend = CompileBackend()
+    cuda_only = ("cudnn_benchmark", "inputs")  # CUDA settings: refused here, said so
     for key, values in CompileBackend.options.items():
-        precision = Precision.INT8 if key == "quantization" else Precision.FP32
+        precision = {"quantization": Precision.INT8, "weights": Precision.BF16}.get(
+            key, Precision.FP32
+        )
         for value in values:
             verdict = backend.supports(digits, _spec(precision, **{key: value}), environment)
-            assert verdict.ok, (key, value, verdict.reason)
+            if key in cuda_only:
+                assert verdict.reason == f"option {key} applies to CUDA devices", (key, value)
+            else:
+                assert verdict.ok, (key, value, verdict.reason)
 
 
 def test_no_compiler_or_torchao_is_explained(

@@ -173,9 +173,11 @@ def _float8(module: Any) -> Any:
         raise MeasurementError(f"float8 needs torchao's float8 configs: {exc}") from exc
 
     def fits(layer: torch.nn.Module, _fqn: str) -> bool:
-        # float8 matmuls need both dimensions divisible by 16 (a 1000-class head is not)
+        # float8 matmuls need both dimensions divisible by 16 (a 1000-class head is not); only
+        # plain Linear layers: attention's out_proj (a Linear subclass) is read as a bare weight
+        # by F.multi_head_attention_forward, outside the layer's forward
         return (
-            isinstance(layer, torch.nn.Linear)
+            type(layer) is torch.nn.Linear
             and layer.in_features % 16 == 0
             and layer.out_features % 16 == 0
         )
