@@ -40,6 +40,7 @@ from typing import Any, Literal
 from accelscope.errors import BadInputError, one_line
 from accelscope.llm.documents import TargetDescription
 from accelscope.llm.records import LlmRequest, RequestRecord
+from accelscope.llm.sse_reader import READ_BYTES, Reactor, SseParser, StreamState
 from accelscope.llm.workload import TokenCounter
 
 __all__ = ["Api", "OpenAIEndpoint"]
@@ -47,6 +48,16 @@ __all__ = ["Api", "OpenAIEndpoint"]
 Api = Literal["completions", "chat"]
 _PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 MAX_ERROR_BODY = 2000
+
+
+def _rebuild(
+    base_url: str,
+    model: str,
+    options: dict[str, Any],
+    ignore_eos: bool,
+    extra_body: Mapping[str, Any] | None,
+) -> OpenAIEndpoint:
+    return OpenAIEndpoint(base_url, model, ignore_eos=ignore_eos, extra_body=extra_body, **options)
 
 
 def _error_message(status: int, body: bytes) -> str:
@@ -89,6 +100,7 @@ class OpenAIEndpoint:
             port = parsed.port
         except ValueError:
             raise BadInputError(f"{base_url!r}: the port is not a number") from None
+        self._arguments = (base_url, model, api, api_key, tokenizer, ignore_eos, extra_body)
         self.base_url = base_url.strip().rstrip("/")
         self.origin = f"{parsed.scheme}://{parsed.netloc}"
         self.scheme = parsed.scheme
@@ -105,6 +117,14 @@ class OpenAIEndpoint:
         self.extra_body = dict(extra_body or {})
         self._live: set[http.client.HTTPConnection] = set()
         self._lock = threading.Lock()
+        self._reactor = Reactor()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """An endpoint travels to another client process (``llm --workers``) as its arguments:
+        connections, locks and the reader thread are each process's own."""
+        base_url, model, api, api_key, tokenizer, ignore_eos, extra_body = self._arguments
+        options = {"api": api, "api_key": api_key, "tokenizer": tokenizer}
+        return _rebuild, (base_url, model, options, ignore_eos, extra_body)
 
     # -- the Target protocol -------------------------------------------------------------
 
@@ -187,7 +207,8 @@ class OpenAIEndpoint:
         conn = self._connection(timeout_s)
         with self._lock:
             self._live.add(conn)
-        stream = _StreamState()
+        stream = StreamState()
+        ended: float | None = None
         try:
             headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
             if self.api_key:
@@ -201,7 +222,17 @@ class OpenAIEndpoint:
             if "text/event-stream" not in kind:
                 record.error = f"not a streaming OpenAI response (Content-Type {kind or 'none'})"
                 return record
-            self._read_events(response, record, stream, origin_s, deadline, cancel)
+            parser = SseParser(
+                record,
+                stream,
+                origin_s=origin_s,
+                chat=self.api == "chat",
+                chunked=bool(response.chunked),
+                length=response.length,
+                cancel=cancel,
+            )
+            self._follow(conn, response, parser, deadline, f"timeout after {timeout_s:g} s")
+            ended = parser.ended_s
         except TimeoutError:
             record.error = f"timeout after {timeout_s:g} s"
         except (OSError, http.client.HTTPException) as exc:
@@ -213,7 +244,7 @@ class OpenAIEndpoint:
             with self._lock:
                 self._live.discard(conn)
             conn.close()
-            record.end_s = time.perf_counter() - origin_s
+            record.end_s = (ended if ended is not None else time.perf_counter()) - origin_s
         record.output_text = "".join(stream.answer)
         record.output_chars = sum(len(s) for s in stream.streamed)
         if record.output_tokens is None and not record.error and self.tokenizer is not None:
@@ -221,6 +252,39 @@ class OpenAIEndpoint:
             record.tokens_source = "tokenizer"
         stream.finish(record)
         return record
+
+    def _follow(
+        self,
+        conn: http.client.HTTPConnection,
+        response: http.client.HTTPResponse,
+        parser: SseParser,
+        deadline: float,
+        timeout_error: str,
+    ) -> None:
+        """Read the body into ``parser`` until the stream is over: a plain-HTTP socket on the
+        endpoint's reactor thread (non-blocking from here on; the bytes that came with the
+        headers first), a TLS one here, read by read."""
+        sock = conn.sock
+        fp = response.fp
+        assert fp is not None
+        if self.scheme == "http" and isinstance(sock, socket.socket):
+            sock.setblocking(False)
+            with_headers = fp.read1(READ_BYTES)
+            if with_headers and parser.feed(with_headers, time.perf_counter()):
+                return
+            self._reactor.follow(sock, parser, deadline, timeout_error)
+            return
+        while True:
+            data = fp.read1(READ_BYTES)
+            now = time.perf_counter()
+            if not data:
+                parser.eof(now)
+                return
+            if now > deadline:
+                parser.fail(now, timeout_error)
+                return
+            if parser.feed(data, now):
+                return
 
     def _tokenizer_count(self, streamed: list[str]) -> int:
         """The tokenizer's count over every channel's streamed text (reasoning, answer,
@@ -230,150 +294,3 @@ class OpenAIEndpoint:
         return sum(
             len(self.tokenizer.encode(part, add_special_tokens=False)) for part in channels if part
         )
-
-    def _read_events(
-        self,
-        response: http.client.HTTPResponse,
-        record: RequestRecord,
-        stream: _StreamState,
-        origin_s: float,
-        deadline: float,
-        cancel: threading.Event,
-    ) -> None:
-        done = False
-        while True:
-            line = response.readline()
-            now = time.perf_counter()
-            if cancel.is_set():
-                record.cancelled = True
-                return
-            if not line:
-                break
-            if now > deadline:
-                raise TimeoutError
-            line = line.strip()
-            if not line or line.startswith(b":") or not line.startswith(b"data:"):
-                continue  # blank separators, comments, event:/id: fields
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                done = True
-                break
-            try:
-                event = json.loads(data)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                record.error = f"malformed SSE data: {one_line(data.decode('utf-8', 'replace'))}"
-                return
-            if not isinstance(event, dict):
-                record.error = "malformed SSE data: not a JSON object"
-                return
-            if "error" in event:
-                record.error = one_line(f"server error in stream: {event['error']}")
-                return
-            choices = event.get("choices")
-            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-                done = done or bool(choices[0].get("finish_reason"))
-            content, reasoning, tool = self._pieces(event)
-            usage = event.get("usage")
-            completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
-            if not isinstance(completion, int) or isinstance(completion, bool):
-                completion = None
-            if content or reasoning or tool:
-                stamp = now - origin_s
-                if record.first_token_s is None:
-                    record.first_token_s = stamp
-                if content and record.first_content_s is None:
-                    record.first_content_s = stamp
-                record.last_token_s = stamp
-                record.chunk_times_s.append(stamp)
-                stream.chunk(completion, content, reasoning, tool)
-            if isinstance(usage, dict) and completion is not None:
-                record.output_tokens = completion
-                record.tokens_source = "usage"
-                if isinstance(usage.get("prompt_tokens"), int):
-                    record.prompt_tokens = usage["prompt_tokens"]
-                details = usage.get("completion_tokens_details")
-                if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
-                    stream.reported_reasoning = details["reasoning_tokens"]
-        if not done:
-            record.error = "the stream ended before a finish_reason or [DONE]"
-
-    def _pieces(self, event: dict[str, Any]) -> tuple[str, str, str]:
-        """(answer text, reasoning text, tool-call text) of one event: a chat delta's
-        ``content``, its ``reasoning`` (vLLM) or ``reasoning_content`` (the older name), and
-        its ``tool_calls[].function`` name and ``arguments``; a completion's ``text``."""
-        choices = event.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            return "", "", ""
-        choice = choices[0]
-        if self.api != "chat":
-            piece = choice.get("text") or ""
-            return (piece if isinstance(piece, str) else ""), "", ""
-        delta = choice.get("delta")
-        if not isinstance(delta, dict):
-            return "", "", ""
-        content = _string(delta.get("content"))
-        reasoning = _string(delta.get("reasoning")) or _string(delta.get("reasoning_content"))
-        tool: list[str] = []
-        calls = delta.get("tool_calls")
-        if isinstance(calls, list):
-            for call in calls:
-                function = call.get("function") if isinstance(call, dict) else None
-                if isinstance(function, dict):
-                    tool.append(_string(function.get("name")))
-                    tool.append(_string(function.get("arguments")))
-        return content, reasoning, "".join(tool)
-
-
-def _string(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-class _StreamState:
-    """What one stream tells beyond the record's stamps: each output chunk's tokens (from a
-    cumulative ``usage`` on the chunk itself, vLLM's ``continuous_usage_stats``), which chunks
-    carried reasoning, the reasoning tokens the usage reported, each channel's text."""
-
-    def __init__(self) -> None:
-        self.counts: list[int | None] = []
-        self.reasoning_only: list[bool] = []
-        self.mixed = False
-        self.counted = 0
-        self.reported_reasoning: int | None = None
-        self.answer: list[str] = []
-        self.streamed: list[str] = []
-        """(reasoning, answer, tool-call) text, chunk after chunk."""
-
-    def chunk(self, completion: int | None, content: str, reasoning: str, tool: str) -> None:
-        """An output chunk; ``completion``: the cumulative completion tokens it carried."""
-        if completion is None:
-            self.counts.append(None)
-        else:
-            self.counts.append(max(completion - self.counted, 0))
-            self.counted = completion
-        self.reasoning_only.append(bool(reasoning) and not (content or tool))
-        self.mixed = self.mixed or (bool(reasoning) and bool(content or tool))
-        self.answer.append(content)
-        self.streamed.extend((reasoning, content, tool))
-
-    def finish(self, record: RequestRecord) -> None:
-        """Each chunk's tokens when every chunk carried them; the reasoning tokens: as the
-        usage reported them, else 0 when no chunk carried reasoning, else counted over the
-        reasoning chunks when each chunk's tokens are known (reported, or one a chunk when the
-        usage's count equals the chunks), else not known."""
-        known = [c for c in self.counts if c is not None]
-        if self.counts and len(known) == len(self.counts):
-            record.chunk_tokens = known
-        if self.reported_reasoning is not None:
-            record.reasoning_tokens = self.reported_reasoning
-            return
-        if not self.mixed and not any(self.reasoning_only):
-            record.reasoning_tokens = 0 if record.first_token_s is not None else None
-            return
-        per_chunk = record.chunk_tokens
-        one_each = record.tokens_source == "usage" and record.output_tokens == len(self.counts)
-        if not per_chunk and one_each:
-            per_chunk = [1] * len(self.counts)
-        if per_chunk and not self.mixed:
-            record.reasoning_tokens = sum(
-                n for n, only in zip(per_chunk, self.reasoning_only, strict=True) if only
-            )

@@ -433,6 +433,12 @@ class TrialSummary(Document):
     notes: list[str] = Field(default_factory=list)
     client_cpu_cores: float | None = None
     client_cpu_s_per_request: float | None = None
+    client_cpu_ms_per_request: float | None = None
+    """The client's CPU per request sent, in its own thread (connect, send, read and parse the
+    stream), apart from the trial's fixed costs; ``client_cpu_s_per_request`` divides all of
+    the trial's CPU by the requests. ``None`` in runs stored before it."""
+    client_cpu_fixed_s: float | None = None
+    """The trial's CPU outside the requests' own threads (threads started, dispatch, scrapes)."""
     turns: list[TurnSummary] = Field(default_factory=list)
     prefix_reuse: PrefixReuse | None = None
     slo_breaks: list[SloBreak] = Field(default_factory=list)

@@ -33,6 +33,7 @@ from accelscope.llm.documents import (
 from accelscope.llm.explain import prefix_reuse
 from accelscope.llm.floor import FloorInputs
 from accelscope.llm.records import Target
+from accelscope.llm.scaleout import run_scaled_trial
 from accelscope.llm.server_metrics import ServerMetricsScraper, check_against_client
 from accelscope.llm.summary import WARMUP_FRACTION, steady_samples, summarise_trial
 from accelscope.llm.timeline import slo_breaks
@@ -84,6 +85,8 @@ class Harness:
     """The energy counters of the GPUs serving the target (one per GPU); none: not measured,
     ``no_energy_why`` says why."""
     no_energy_why: str = "no energy counter for this target"
+    workers: int = 1
+    """Client processes that share each trial's schedule (``llm.scaleout``); 1: this one."""
     trials: list[LlmTrial] = field(default_factory=list)
 
     def _say(self, line: str) -> None:
@@ -122,19 +125,31 @@ class Harness:
             meter.begin()
         interrupted = False
         try:
-            outcome = run_trial(
-                self.target,
-                sessions,
-                concurrency=arrivals.concurrency,
-                max_in_flight=self.max_in_flight,
-                timeout_s=self.timeout_s,
-                multi_turn=self.workload.multi_turn,
-            )
+            if self.workers > 1:
+                outcome = run_scaled_trial(
+                    self.target,
+                    sessions,
+                    self.workers,
+                    concurrency=arrivals.concurrency,
+                    max_in_flight=self.max_in_flight,
+                    timeout_s=self.timeout_s,
+                    multi_turn=self.workload.multi_turn,
+                )
+            else:
+                outcome = run_trial(
+                    self.target,
+                    sessions,
+                    concurrency=arrivals.concurrency,
+                    max_in_flight=self.max_in_flight,
+                    timeout_s=self.timeout_s,
+                    multi_turn=self.workload.multi_turn,
+                )
         except TrialInterrupted as stop:
             outcome, interrupted = stop.partial, True
-        cpu_s = time.process_time() - cpu_before
+        cpu_s = time.process_time() - cpu_before + outcome.worker_cpu_s
         energy = [meter.end() for meter in self.energy]
         notes = [f"{arrivals.label}: {note}" for note in self.target.trial_notes()]
+        notes += [f"{arrivals.label}: {note}" for note in outcome.notes]
         server = (
             check_against_client(scraper.stop(origin_s=outcome.origin_s), outcome.records)
             if scraper is not None
@@ -143,6 +158,12 @@ class Harness:
         notes += [f"{arrivals.label}: server /metrics {line}" for line in server.contradicted]
         found = self._trial(index, role, arrivals, requests, outcome, server, cpu_s, energy)
         found = found.model_copy(update={"interrupted": interrupted, "notes": notes})
+        per_request_ms = found.summary.client_cpu_ms_per_request
+        if per_request_ms is not None:
+            self._say(
+                f"trial {index + 1}: client CPU {per_request_ms:.2f} ms per request, "
+                f"{found.summary.client_cpu_fixed_s or 0.0:.2f} s fixed"
+            )
         self.trials.append(found.without_records())
         if self.on_trial is not None:
             self.on_trial(found)
@@ -167,6 +188,10 @@ class Harness:
         updates: dict[str, object] = {
             "client_cpu_cores": cpu_s / outcome.duration_s if outcome.duration_s else None,
             "client_cpu_s_per_request": cpu_s / max(1, len(records)),
+            "client_cpu_ms_per_request": (
+                outcome.request_cpu_s / outcome.streamed * 1e3 if outcome.streamed else None
+            ),
+            "client_cpu_fixed_s": max(0.0, cpu_s - outcome.request_cpu_s),
             "prefix_reuse": prefix_reuse(records, config=server.config, measured_share=measured),
             "energy": _energy(energy, records, self.no_energy_why),
         }

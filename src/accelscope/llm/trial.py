@@ -46,6 +46,14 @@ class TrialRecords:
     interrupted: bool = False
     unsent: int = 0
     notes: list[str] = field(default_factory=list)
+    request_cpu_s: float = 0.0
+    """The process's CPU seconds during the trial outside the dispatching thread (the client
+    threads, the target's reader thread; a metrics scraper running beside them): the cost
+    that grows with the requests, apart from the fixed ones around the trial."""
+    streamed: int = 0
+    """Requests handed to ``target.stream`` (the turns a failed session never sent are not)."""
+    worker_cpu_s: float = 0.0
+    """All the CPU of the client processes beside this one (``--workers``), fixed costs too."""
 
 
 class TrialInterrupted(Exception):
@@ -84,20 +92,28 @@ def run_trial(
     timeout_s: float = 300.0,
     multi_turn: bool | None = None,
     progress: Progress | None = None,
+    origin_s: float | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
 ) -> TrialRecords:
     """Run ``sessions`` (open loop when they carry ``scheduled_s``; closed loop at
     ``concurrency`` otherwise) and return every record; a plain request is a session of one
     turn. ``multi_turn`` (default: any session has more than one turn) numbers the records by
-    session and turn."""
+    session and turn. ``origin_s`` (``time.perf_counter``): the trial's start on a clock shared
+    with other client processes (the trial waits for it; default: now); ``on_record`` receives
+    each record as it ends, from the client thread that made it."""
     sessions = [item if isinstance(item, Session) else Session.of(item) for item in work]
     cancel = threading.Event()
     records: list[RequestRecord] = []
     lock = threading.Lock()
     total = sum(len(s.turns) for s in sessions)
     numbered = any(len(s.turns) > 1 for s in sessions) if multi_turn is None else multi_turn
-    origin = time.perf_counter()
+    origin = time.perf_counter() if origin_s is None else origin_s
+    time.sleep(max(0.0, origin - time.perf_counter()))
+    cpu = _StreamCpu()
 
     def finished(record: RequestRecord) -> None:
+        if on_record is not None:
+            on_record(record)
         with lock:
             records.append(record)
             done = len(records)
@@ -121,6 +137,7 @@ def run_trial(
                 timeout_s=timeout_s,
                 cancel=cancel,
             )
+            cpu.sent()
             finished(record)
             if record.cancelled or cancel.is_set():
                 return
@@ -170,6 +187,8 @@ def run_trial(
             origin_s=origin,
             interrupted=True,
             unsent=max(0, total - len(kept)),
+            request_cpu_s=cpu.total_s,
+            streamed=cpu.requests,
         )
         raise TrialInterrupted(partial) from None
     except BaseException:
@@ -181,5 +200,30 @@ def run_trial(
     for future in futures:
         future.result()  # a bug in a target surfaces here, not as a missing record
     return TrialRecords(
-        sorted(records, key=lambda r: r.index), time.perf_counter() - origin, origin_s=origin
+        sorted(records, key=lambda r: r.index),
+        time.perf_counter() - origin,
+        origin_s=origin,
+        request_cpu_s=cpu.total_s,
+        streamed=cpu.requests,
     )
+
+
+class _StreamCpu:
+    """The requests sent, and the process's CPU since the start outside the thread that
+    created this (the dispatcher): the client threads' and the target's reader's share."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process_s = time.process_time()
+        self._own_s = time.thread_time()
+        self.requests = 0
+
+    def sent(self) -> None:
+        with self._lock:
+            self.requests += 1
+
+    @property
+    def total_s(self) -> float:
+        """Call from the dispatching thread."""
+        process_s = time.process_time() - self._process_s
+        return max(0.0, process_s - (time.thread_time() - self._own_s))

@@ -1,0 +1,398 @@
+"""Reading an OpenAI server-sent-event stream into a request's record, for many streams at a
+time on one thread.
+
+:class:`SseParser` is push-style: each read of the socket (``feed``, stamped once when the read
+returned) goes through the chunked framing (``size CRLF data CRLF``), the SSE lines and each
+``data:`` event's JSON into the record's stamps and counts; the definitions are the client's
+(see :mod:`accelscope.llm.client`). :class:`Reactor` reads every plain-HTTP stream of an
+endpoint on one thread (``selectors``: one wake-up for every socket that is ready), so a chunk
+costs a ``recv`` and its parsing, not a thread switch: with a thread a stream, each chunk woke
+its thread and passed the GIL, about 40 us of CPU a chunk. The caller's thread sends the
+request, reads the headers and then waits for the stream's end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import json.scanner
+import selectors
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from accelscope.errors import one_line
+from accelscope.llm.records import RequestRecord
+
+__all__ = ["READ_BYTES", "Reactor", "SseParser", "StreamState"]
+
+READ_BYTES = 65536
+"""The most one read takes: whatever the socket holds, so a burst of chunks costs one call."""
+
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+"""The C scanner behind ``json.loads`` without its per-call wrappers (encoding detection, the
+decoder object, the trailing-whitespace regex): a chunk's JSON is most of its parsing cost."""
+
+_INCOMPLETE = one_line(f"IncompleteRead: {http.client.IncompleteRead(b'')}")
+"""What ``http.client`` said of a chunked body cut before its last chunk (kept word for word)."""
+
+
+def _json_object(data: bytes) -> dict[str, Any] | str:
+    """The JSON object of one ``data:`` payload (stripped), or the record's error when it is
+    none: what ``json.loads`` accepts, nothing else."""
+    text, event, end = "", None, -1
+    try:
+        text = data.decode()
+        event, end = _scan_json(text, 0)
+    except (StopIteration, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        end = -1
+    if end != len(text):
+        return f"malformed SSE data: {one_line(data.decode('utf-8', 'replace'))}"
+    if type(event) is not dict:
+        return "malformed SSE data: not a JSON object"
+    return event
+
+
+def _pieces(event: dict[str, Any], chat: bool) -> tuple[bool, str, str, str]:
+    """(finished, answer text, reasoning text, tool-call text) of one event: whether its
+    first choice carries a ``finish_reason``; a chat delta's ``content``, its ``reasoning``
+    (vLLM) or ``reasoning_content`` (the older name), and its ``tool_calls[].function`` name
+    and ``arguments``; a completion's ``text``."""
+    choices = event.get("choices")
+    if type(choices) is not list or not choices or type(choices[0]) is not dict:
+        return False, "", "", ""
+    choice = choices[0]
+    finished = bool(choice.get("finish_reason"))
+    if not chat:
+        return finished, _string(choice.get("text")), "", ""
+    delta = choice.get("delta")
+    if type(delta) is not dict:
+        return finished, "", "", ""
+    content = _string(delta.get("content"))
+    reasoning = _string(delta.get("reasoning")) or _string(delta.get("reasoning_content"))
+    calls = delta.get("tool_calls")
+    if not calls or type(calls) is not list:
+        return finished, content, reasoning, ""
+    tool: list[str] = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            tool.append(_string(function.get("name")))
+            tool.append(_string(function.get("arguments")))
+    return finished, content, reasoning, "".join(tool)
+
+
+def _string(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+class SseParser:
+    """One stream's body, fed read by read, into ``record`` and ``state``.
+
+    ``chunked``: the body has HTTP/1.1 chunked framing (else it ends with the connection or
+    after ``length`` bytes). :meth:`feed` returns True once the stream is over for the client
+    (``[DONE]``, an error event, malformed data, the body's last chunk, ``cancel``); the
+    stamps then are on the record. A read is stamped once: the chunks it brought arrived
+    together."""
+
+    def __init__(
+        self,
+        record: RequestRecord,
+        state: StreamState,
+        *,
+        origin_s: float,
+        chat: bool,
+        chunked: bool,
+        length: int | None,
+        cancel: threading.Event,
+    ) -> None:
+        self.record = record
+        self.state = state
+        self.origin_s = origin_s
+        self.chat = chat
+        self.chunked = chunked
+        self.left = length
+        self.cancel = cancel
+        self.done = False
+        """A ``finish_reason`` or ``[DONE]`` was seen."""
+        self.over = False
+        self.ended_s: float | None = None
+        """When the stream ended for the client (``time.perf_counter``)."""
+        self._raw = b""
+        self._pending = b""
+        self._first_token: float | None = None
+        self._first_content: float | None = None
+        self._last_token: float | None = None
+
+    def feed(self, data: bytes, now: float) -> bool:
+        """One read's bytes, read at ``now``; True: the stream is over."""
+        if self.cancel.is_set():
+            self.record.cancelled = True
+            return self._close(now)
+        if self.chunked:
+            self._raw += data
+            data, last = self._unframe()
+        else:
+            if self.left is not None:
+                data = data[: self.left]
+                self.left -= len(data)
+            last = self.left == 0
+        self._pending += data
+        if b"\n" in data and self._lines(now - self.origin_s):
+            return self._close(now)
+        if last:
+            return self.eof(now, cut=False)
+        return False
+
+    def eof(self, now: float, *, cut: bool = True) -> bool:
+        """The connection ended (``cut``: where a chunked body had more to come)."""
+        self._pending += b"\n"  # a last line the body did not end
+        if not self._lines(now - self.origin_s):
+            if cut and self.chunked:
+                self.record.error = _INCOMPLETE
+            elif not self.done:
+                self.record.error = "the stream ended before a finish_reason or [DONE]"
+        return self._close(now)
+
+    def fail(self, now: float, error: str = "", *, cancelled: bool = False) -> bool:
+        """The stream ended on an error of the connection (or the run's cancel)."""
+        if cancelled:
+            self.record.cancelled = True
+        elif not self.record.error:
+            self.record.error = error
+        return self._close(now)
+
+    def _close(self, now: float) -> bool:
+        record = self.record
+        record.first_token_s = self._first_token
+        record.first_content_s = self._first_content
+        record.last_token_s = self._last_token
+        self.ended_s = now
+        self.over = True
+        return True
+
+    def _unframe(self) -> tuple[bytes, bool]:
+        """The data of every whole chunk in the buffer, and whether the last chunk came."""
+        raw = self._raw
+        decoded: list[bytes] = []
+        at = 0
+        last = False
+        while (newline := raw.find(b"\r\n", at)) >= 0:
+            try:
+                size = int(raw[at:newline].split(b";", 1)[0], 16)
+            except ValueError:
+                self.record.error = one_line(
+                    f"IncompleteRead: {http.client.IncompleteRead(raw[at:newline])}"
+                )
+                last = True
+                break
+            if size == 0:  # the last chunk (trailers, if any, are not read)
+                last = True
+                break
+            stop = newline + 2 + size
+            if len(raw) < stop + 2:
+                break  # the rest of this chunk is still on its way
+            decoded.append(raw[newline + 2 : stop])
+            at = stop + 2
+        self._raw = raw[at:]
+        return (decoded[0] if len(decoded) == 1 else b"".join(decoded)), last
+
+    def _lines(self, stamp: float) -> bool:
+        """The whole lines pending, each ``data:`` an event; True: the stream is over."""
+        *lines, self._pending = self._pending.split(b"\n")
+        record, state = self.record, self.state
+        for line in lines:
+            if not line.startswith(b"data:"):
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event:/id: fields
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                self.done = True
+                return True
+            event = _json_object(data)
+            if isinstance(event, str):
+                record.error = event
+                return True
+            if "error" in event:
+                record.error = one_line(f"server error in stream: {event['error']}")
+                return True
+            finish, content, reasoning, tool = _pieces(event, self.chat)
+            self.done = self.done or finish
+            usage = event.get("usage")
+            completion = usage.get("completion_tokens") if type(usage) is dict else None
+            if type(completion) is not int:
+                completion = None  # bool, a float, a string: not a count
+            if content or reasoning or tool:
+                if self._first_token is None:
+                    self._first_token = stamp
+                if content and self._first_content is None:
+                    self._first_content = stamp
+                self._last_token = stamp
+                record.chunk_times_s.append(stamp)
+                state.chunk(completion, content, reasoning, tool)
+            if completion is not None:
+                assert isinstance(usage, dict)
+                _usage(usage, completion, record, state)
+        return bool(self.record.error)
+
+
+def _usage(
+    usage: dict[str, Any], completion: int, record: RequestRecord, state: StreamState
+) -> None:
+    """The counts of a ``usage`` that carries ``completion_tokens``."""
+    record.output_tokens = completion
+    record.tokens_source = "usage"
+    if isinstance(usage.get("prompt_tokens"), int):
+        record.prompt_tokens = usage["prompt_tokens"]
+    details = usage.get("completion_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
+        state.reported_reasoning = details["reasoning_tokens"]
+
+
+IDLE_S = 1.0
+"""A reactor thread with no stream for this long ends (the next stream starts one)."""
+
+
+class Reactor:
+    """Reads many streams' sockets on one daemon thread. :meth:`follow` hands it a socket
+    (non-blocking from then on) with its parser and a deadline and waits until the stream is
+    over; the thread starts with a stream and ends after :data:`IDLE_S` without one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._incoming: deque[
+            tuple[socket.socket, SseParser, tuple[float, str], threading.Event]
+        ] = deque()
+        self._thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+
+    def follow(
+        self, sock: socket.socket, parser: SseParser, deadline: float, timeout_error: str
+    ) -> None:
+        """Read ``sock`` into ``parser`` until the stream is over, or ``deadline``
+        (``time.perf_counter``) passes: then the record's error is ``timeout_error``."""
+        over = threading.Event()
+        with self._lock:
+            self._incoming.append((sock, parser, (deadline, timeout_error), over))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="llm-sse", daemon=True)
+                self._thread.start()
+        with contextlib.suppress(BlockingIOError):
+            self._wake_w.send(b"x")
+        over.wait()
+
+    def _run(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self._wake_r, selectors.EVENT_READ, None)
+        live: dict[socket.socket, tuple[SseParser, tuple[float, str], threading.Event]] = {}
+        next_check = time.perf_counter()
+        idle_since: float | None = None
+        while True:
+            ready = selector.select(timeout=0.05 if live else IDLE_S)
+            if not ready and not live:
+                with self._lock:  # idle: the thread ends; the next stream starts another
+                    if not self._incoming and idle_since is not None:
+                        self._thread = None
+                        selector.close()
+                        return
+                idle_since = time.perf_counter()
+                continue
+            idle_since = None
+            for key, _ in ready:
+                if key.data is None:
+                    with contextlib.suppress(BlockingIOError):
+                        self._wake_r.recv(4096)
+                    while self._incoming:
+                        sock, parser, deadline, over = self._incoming.popleft()
+                        live[sock] = (parser, deadline, over)
+                        selector.register(sock, selectors.EVENT_READ, sock)
+                    continue
+                sock = key.data
+                parser, _, over = live[sock]
+                try:
+                    data = sock.recv(READ_BYTES)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    now = time.perf_counter()
+                    cancelled = parser.cancel.is_set()
+                    message = one_line(f"{type(exc).__name__}: {exc}") or type(exc).__name__
+                    parser.fail(now, message, cancelled=cancelled)
+                else:
+                    now = time.perf_counter()
+                    if data:
+                        parser.feed(data, now)
+                    elif parser.cancel.is_set():
+                        parser.fail(now, cancelled=True)
+                    else:
+                        parser.eof(now)
+                if parser.over:
+                    selector.unregister(sock)
+                    del live[sock]
+                    over.set()
+            now = time.perf_counter()
+            if now >= next_check:  # deadlines, at most every 50 ms
+                next_check = now + 0.05
+                for sock, (parser, deadline, over) in list(live.items()):
+                    if now > deadline[0] or parser.cancel.is_set():
+                        selector.unregister(sock)
+                        del live[sock]
+                        parser.fail(now, deadline[1], cancelled=parser.cancel.is_set())
+                        over.set()
+
+
+class StreamState:
+    """What one stream tells beyond the record's stamps: each output chunk's tokens (from a
+    cumulative ``usage`` on the chunk itself, vLLM's ``continuous_usage_stats``), which chunks
+    carried reasoning, the reasoning tokens the usage reported, each channel's text."""
+
+    def __init__(self) -> None:
+        self.counts: list[int | None] = []
+        self.reasoning_only: list[bool] = []
+        self.mixed = False
+        self.counted = 0
+        self.reported_reasoning: int | None = None
+        self.answer: list[str] = []
+        self.streamed: list[str] = []
+        """(reasoning, answer, tool-call) text, chunk after chunk."""
+
+    def chunk(self, completion: int | None, content: str, reasoning: str, tool: str) -> None:
+        """An output chunk; ``completion``: the cumulative completion tokens it carried."""
+        if completion is None:
+            self.counts.append(None)
+        else:
+            self.counts.append(max(completion - self.counted, 0))
+            self.counted = completion
+        self.reasoning_only.append(bool(reasoning) and not (content or tool))
+        self.mixed = self.mixed or (bool(reasoning) and bool(content or tool))
+        self.answer.append(content)
+        self.streamed.extend((reasoning, content, tool))
+
+    def finish(self, record: RequestRecord) -> None:
+        """Each chunk's tokens when every chunk carried them; the reasoning tokens: as the
+        usage reported them, else 0 when no chunk carried reasoning, else counted over the
+        reasoning chunks when each chunk's tokens are known (reported, or one a chunk when the
+        usage's count equals the chunks), else not known."""
+        known = [c for c in self.counts if c is not None]
+        if self.counts and len(known) == len(self.counts):
+            record.chunk_tokens = known
+        if self.reported_reasoning is not None:
+            record.reasoning_tokens = self.reported_reasoning
+            return
+        if not self.mixed and not any(self.reasoning_only):
+            record.reasoning_tokens = 0 if record.first_token_s is not None else None
+            return
+        per_chunk = record.chunk_tokens
+        one_each = record.tokens_source == "usage" and record.output_tokens == len(self.counts)
+        if not per_chunk and one_each:
+            per_chunk = [1] * len(self.counts)
+        if per_chunk and not self.mixed:
+            record.reasoning_tokens = sum(
+                n for n, only in zip(per_chunk, self.reasoning_only, strict=True) if only
+            )
