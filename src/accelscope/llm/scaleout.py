@@ -1,0 +1,273 @@
+"""One trial's load from several client processes (``llm --workers N``).
+
+The arrival schedule is computed once, by the caller (the sessions and their ``scheduled_s``),
+and dealt round-robin by session: worker ``w`` sends sessions ``w, w + N, ...``, each on its
+own schedule offsets, so together they send exactly the one schedule. A closed loop's
+concurrency is dealt the same way (worker ``w`` runs ``C // N`` users, one more for the first
+``C % N``). Every worker is a fresh ``spawn`` process that imports the client, says it is
+ready, and gets one wall-clock start time a little in the future: it maps that instant onto its
+own ``time.perf_counter`` and runs :func:`~accelscope.llm.trial.run_trial` from it, so every
+record's times are relative to the same instant. Each record goes to the parent as it ends;
+the parent merges them by index, and the summary is computed over the merged records exactly as
+over one process's.
+
+Each worker's lag behind the schedule (``sent_s - scheduled_s``, its p99) is checked on its own:
+a worker over :data:`~accelscope.llm.summary.LAG_LIMIT_S` is named in a note (one slow worker
+hides in a merged p99 of several). A worker that dies keeps what it sent back; its requests
+without a record are counted as not sent (``unsent``), and a note says which worker and why:
+the run is kept.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from accelscope.llm.records import RequestRecord, Target
+from accelscope.llm.summary import LAG_LIMIT_S
+from accelscope.llm.trial import TrialInterrupted, TrialRecords, run_trial
+from accelscope.llm.workload import Session
+
+__all__ = ["READY_TIMEOUT_S", "START_LEAD_S", "WorkerPlan", "deal", "run_scaled_trial"]
+
+START_LEAD_S = 0.25
+"""How far in the future the shared start is set once every worker is ready: long enough for
+the message to reach each of them (local pipes: well under a millisecond)."""
+
+READY_TIMEOUT_S = 120.0
+"""How long a worker may take to start (a spawned interpreter imports accelscope)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerPlan:
+    """What one worker sends: its sessions (their own schedule offsets and indices) and its
+    share of a closed loop's users."""
+
+    worker: int
+    sessions: tuple[Session, ...]
+    concurrency: int | None
+    max_in_flight: int
+    timeout_s: float
+    multi_turn: bool
+
+    @property
+    def requests(self) -> int:
+        return sum(len(s.turns) for s in self.sessions)
+
+
+def deal(
+    sessions: Sequence[Session],
+    workers: int,
+    *,
+    concurrency: int | None,
+    max_in_flight: int,
+    timeout_s: float,
+    multi_turn: bool,
+) -> list[WorkerPlan]:
+    """The sessions dealt round-robin over ``workers``, no more workers than sessions (nor
+    than a closed loop's users: each worker needs one)."""
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
+    used = max(1, min(workers, len(sessions), concurrency or workers))
+    return [
+        WorkerPlan(
+            worker=worker,
+            sessions=tuple(sessions[worker::used]),
+            concurrency=(
+                None
+                if concurrency is None
+                else concurrency // used + (1 if worker < concurrency % used else 0)
+            ),
+            max_in_flight=max(1, -(-max_in_flight // used)),
+            timeout_s=timeout_s,
+            multi_turn=multi_turn,
+        )
+        for worker in range(used)
+    ]
+
+
+def _worker(conn: multiprocessing.connection.Connection, target: Target, plan: WorkerPlan) -> None:
+    """A worker process: ready, wait for the start time, send the plan, stream the records."""
+    sending = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with sending:
+            conn.send(message)
+
+    def sent(record: RequestRecord) -> None:
+        record.output_text = ""  # not stored; the parent needs no conversation
+        send(("record", record))
+
+    send(("ready",))
+    start_wall_s: float = conn.recv()
+    origin = time.perf_counter() + (start_wall_s - time.time())
+    try:
+        outcome = run_trial(
+            target,
+            plan.sessions,
+            concurrency=plan.concurrency,
+            max_in_flight=plan.max_in_flight,
+            timeout_s=plan.timeout_s,
+            multi_turn=plan.multi_turn,
+            origin_s=origin,
+            on_record=sent,
+        )
+    except TrialInterrupted as stop:
+        outcome = stop.partial
+    finally:
+        target.close()
+    send(("done", time.process_time(), outcome.request_cpu_s, outcome.streamed))
+
+
+@dataclass
+class _Worker:
+    plan: WorkerPlan
+    process: Any
+    conn: multiprocessing.connection.Connection
+    records: list[RequestRecord]
+    cpu_s: float = 0.0
+    request_cpu_s: float = 0.0
+    streamed: int = 0
+    finished: bool = False
+    ready: bool = False
+
+
+def run_scaled_trial(
+    target: Target,
+    sessions: Sequence[Session],
+    workers: int,
+    *,
+    concurrency: int | None = None,
+    max_in_flight: int = 256,
+    timeout_s: float = 300.0,
+    multi_turn: bool | None = None,
+    on_started: Callable[[list[int]], None] | None = None,
+) -> TrialRecords:
+    """``sessions`` sent by ``workers`` processes on one schedule; the merged records, the
+    workers' CPU in ``request_cpu_s`` (their client work) and ``worker_cpu_s`` (all of it),
+    and a note per worker that fell behind or died. ``target`` must pickle (an
+    :class:`~accelscope.llm.client.OpenAIEndpoint` does). ``on_started`` gets the workers'
+    process ids once all of them run (a fault test kills one)."""
+    numbered = any(len(s.turns) > 1 for s in sessions) if multi_turn is None else multi_turn
+    plans = deal(
+        sessions,
+        workers,
+        concurrency=concurrency,
+        max_in_flight=max_in_flight,
+        timeout_s=timeout_s,
+        multi_turn=numbered,
+    )
+    context = multiprocessing.get_context("spawn")
+    running: list[_Worker] = []
+    for plan in plans:
+        parent, child = context.Pipe()
+        process = context.Process(target=_worker, args=(child, target, plan), daemon=True)
+        process.start()
+        child.close()
+        running.append(_Worker(plan, process, parent, []))
+    origin = time.perf_counter()
+    try:
+        _wait_ready(running)
+        start_wall_s = time.time() + START_LEAD_S
+        origin = time.perf_counter() + START_LEAD_S
+        for worker in running:
+            if worker.ready:
+                worker.conn.send(start_wall_s)
+        if on_started is not None:
+            on_started([w.process.pid for w in running])
+        _collect(running)
+    except KeyboardInterrupt:
+        for worker in running:
+            worker.process.terminate()
+        _collect(running)
+        raise TrialInterrupted(_merge(running, origin, interrupted=True)) from None
+    finally:
+        for worker in running:
+            worker.process.join(timeout=10)
+            if worker.process.is_alive():
+                worker.process.kill()
+            worker.conn.close()
+    return _merge(running, origin)
+
+
+def _wait_ready(running: list[_Worker]) -> None:
+    """Each worker's ``ready`` (one that dies or hangs while starting stays not ready)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    waiting = {w.conn.fileno(): w for w in running}
+    while waiting and time.monotonic() < deadline:
+        conns = [w.conn for w in waiting.values()]
+        for conn in multiprocessing.connection.wait(conns, deadline - time.monotonic()):
+            assert isinstance(conn, multiprocessing.connection.Connection)
+            worker = waiting.pop(conn.fileno())
+            try:
+                worker.ready = conn.recv() == ("ready",)
+            except (EOFError, OSError):
+                worker.ready = False
+
+
+def _collect(running: list[_Worker]) -> None:
+    """Every message until each worker said it is done or its pipe closed (it died)."""
+    open_ = {w.conn.fileno(): w for w in running if w.ready and not w.finished}
+    while open_:
+        conns = [w.conn for w in open_.values()]
+        for conn in multiprocessing.connection.wait(conns):
+            assert isinstance(conn, multiprocessing.connection.Connection)
+            worker = open_[conn.fileno()]
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                del open_[conn.fileno()]  # the worker died
+                continue
+            if message[0] == "record":
+                worker.records.append(message[1])
+            elif message[0] == "done":
+                _, worker.cpu_s, worker.request_cpu_s, worker.streamed = message
+                worker.finished = True
+                del open_[conn.fileno()]
+
+
+def _merge(running: list[_Worker], origin_s: float, *, interrupted: bool = False) -> TrialRecords:
+    """One trial's records from the workers', with each worker's notes."""
+    records: list[RequestRecord] = []
+    notes: list[str] = []
+    unsent = 0
+    for worker in running:
+        records += worker.records
+        missing = worker.plan.requests - len(worker.records)
+        if not worker.finished and not interrupted:
+            worker.process.join(timeout=10)
+            code = worker.process.exitcode
+            why = "never started" if not worker.ready else f"died (exit code {code})"
+            notes.append(
+                f"worker {worker.plan.worker} {why}: {missing} of its {worker.plan.requests} "
+                "requests have no record and are counted as not sent"
+            )
+        unsent += missing
+        lags = [r.sent_s - r.scheduled_s for r in worker.records if not r.cancelled]
+        if lags:
+            p99 = float(np.percentile(lags, 99))
+            if p99 > LAG_LIMIT_S:
+                notes.append(
+                    f"worker {worker.plan.worker} fell behind its schedule (p99 send lag "
+                    f"{p99 * 1000:.0f} ms over {len(lags)} requests)"
+                )
+    records.sort(key=lambda r: r.index)
+    ends = [r.end_s for r in records]
+    return TrialRecords(
+        records,
+        max(ends) if ends else max(0.0, time.perf_counter() - origin_s),
+        origin_s=origin_s,
+        interrupted=interrupted,
+        unsent=unsent,
+        notes=notes,
+        request_cpu_s=sum(w.request_cpu_s for w in running),
+        streamed=sum(w.streamed for w in running),
+        worker_cpu_s=sum(w.cpu_s for w in running),
+    )

@@ -1,0 +1,111 @@
+"""``llm --workers``: one schedule dealt over client processes, merged back exactly.
+
+Each test spawns real client processes against the scripted fake server (in this process)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from accelscope.llm.client import OpenAIEndpoint
+from accelscope.llm.documents import Arrivals, LlmTrial, RequestRecord
+from accelscope.llm.harness import Harness
+from accelscope.llm.records import LlmRequest
+from accelscope.llm.scaleout import deal, run_scaled_trial
+from accelscope.llm.summary import summarise_trial
+from accelscope.llm.workload import Lengths, Session, Workload
+from accelscope.testing.llm_server import FakeLLMServer
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.005)
+
+
+def test_the_schedule_is_dealt_round_robin_and_whole() -> None:
+    sessions = [Session.of(LlmRequest(index=i, prompt="p", max_tokens=1)) for i in range(7)]
+    plans = deal(sessions, 3, concurrency=4, max_in_flight=10, timeout_s=1.0, multi_turn=False)
+    assert [[s.index for s in p.sessions] for p in plans] == [[0, 3, 6], [1, 4], [2, 5]]
+    assert [p.concurrency for p in plans] == [2, 1, 1]  # the 4 users, none lost
+    assert [p.max_in_flight for p in plans] == [4, 4, 4]
+    # a closed loop of 2 users over 3 workers: 2 workers, every session still sent
+    two = deal(sessions, 3, concurrency=2, max_in_flight=10, timeout_s=1.0, multi_turn=False)
+    assert sorted(s.index for p in two for s in p.sessions) == list(range(7))
+    assert [p.concurrency for p in two] == [1, 1]
+
+
+def test_two_workers_send_one_schedule_and_merge_to_the_same_percentiles() -> None:
+    with FakeLLMServer(ttft_s=0.01, itl_s=0.002, output_tokens=8) as fake:
+        workload = Workload(input_tokens=Lengths(16, 16), output_tokens=Lengths(8, 8), seed=3)
+        harness = Harness(
+            target=OpenAIEndpoint(fake.url, fake.model),
+            workload=workload,
+            count=40,
+            workers=2,
+        )
+        arrivals = Arrivals(rate_per_s=40.0)
+        trial = harness.trial(arrivals)
+        planned = workload.sessions(arrivals, 40)
+        assert len(fake.requests) == 40
+    # every request once, at the schedule computed once (no worker shifted its slice)
+    assert [r.index for r in trial.records] == list(range(40))
+    assert [r.scheduled_s for r in trial.records] == [s.scheduled_s for s in planned]
+    assert all(r.ok for r in trial.records)
+    assert trial.summary.client_cpu_ms_per_request is not None
+    # the trial's summary is exactly the one-process summary of the merged raw records
+    again = summarise_trial(trial.records, slo=None, duration_s=trial.summary.duration_s)
+    assert again.metrics == trial.summary.metrics
+    assert again.client_lag_s == trial.summary.client_lag_s
+    assert again.throughput == trial.summary.throughput
+    # and of the records as stored, to their microsecond rounding
+    stored = LlmTrial.model_validate_json(trial.model_dump_json())
+    from_store = summarise_trial(stored.records, slo=None, duration_s=trial.summary.duration_s)
+    for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        for q in ("p50", "p90", "p99"):
+            want = trial.summary.metrics.get(name).value(q)
+            assert want is not None
+            assert abs(from_store.metrics.get(name).value(q) - want) <= 2e-6  # type: ignore[operator]
+
+
+def test_a_worker_killed_after_its_first_request_leaves_the_rest_not_sent() -> None:
+    requests = [
+        LlmRequest(index=i, prompt=f"request {i}", max_tokens=30) for i in range(12)
+    ]  # worker w sends the indices w, w + 2, ... one at a time (one user each)
+    killed: list[int] = []
+
+    def kill_worker_1_once_it_sent(pids: list[int]) -> None:
+        def watch() -> None:
+            _wait_until(
+                lambda: any(
+                    int(r.body["prompt"].split()[1]) % 2 == 1
+                    for r in fake.requests
+                    if isinstance(r.body, dict) and "prompt" in r.body
+                )
+            )
+            os.kill(pids[1], signal.SIGKILL)
+            killed.append(pids[1])
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    with FakeLLMServer(ttft_s=0.01, itl_s=0.01, output_tokens=30) as fake:
+        outcome = run_scaled_trial(
+            OpenAIEndpoint(fake.url, fake.model),
+            [Session.of(r) for r in requests],
+            2,
+            concurrency=2,
+            on_started=kill_worker_1_once_it_sent,
+        )
+    assert killed
+    by_worker: dict[int, list[RequestRecord]] = {0: [], 1: []}
+    for record in outcome.records:
+        by_worker[record.index % 2].append(record)
+    assert len(by_worker[0]) == 6 and all(r.ok for r in by_worker[0])  # the run is kept
+    assert len(by_worker[1]) < 6
+    assert outcome.unsent == 6 - len(by_worker[1])
+    [note] = [n for n in outcome.notes if n.startswith("worker 1")]
+    assert "died (exit code -9)" in note and "counted as not sent" in note
