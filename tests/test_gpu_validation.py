@@ -3,6 +3,7 @@ command's JSON (fake documents shaped like the real ones), and the subprocess ha
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import io
 import json
@@ -13,6 +14,24 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from accelscope.documents import RooflineProfile
+from accelscope.hardware.energy import EnergyFigure
+from accelscope.llm.documents import (
+    Arrivals,
+    DecodeFloor,
+    Distribution,
+    LlmRun,
+    LlmTrial,
+    Metrics,
+    TargetDescription,
+    Throughput,
+    TrialSummary,
+)
+from accelscope.serialise import dump
+from accelscope.spec import Device, Precision
+from accelscope.testing import fake_result, fixed_environment
+from plan_helpers import roofline_payload
 
 PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "validate.py"
 
@@ -246,9 +265,16 @@ def test_ceilings_rows_are_shares_of_the_datasheet_and_h2_m5_l4_are_judged() -> 
             "flops_per_s": {"bf16": 989e12, "fp16": 989e12, "tf32": 494e12, "fp32": 67e12},
             "bandwidth_bytes_per_s": 3.35e12,
         },
-        "peaks": {"fp32": {"family": "mm"}},
+        "peaks": {
+            "fp32": {
+                "family": "mm",
+                "shape": [8192, 8192, 8192],
+                "threads": 0,
+                "flops_per_s": 5.1e13,
+            }
+        },
     }
-    out = v.summarize_ceilings(v.Outcome("ceilings", v.OK), doc)
+    out = v.summarize_ceilings(v.Outcome("ceilings", v.OK), v.Ceilings.model_validate(doc))
     verdicts = {c.id: c.verdict for c in out.checks}
     assert verdicts == {
         "H2": "refuted",
@@ -298,30 +324,36 @@ def test_facts_judge_the_premises_tf32_gpm_and_the_cuda13_clock_fields() -> None
 
 
 def test_bench_rows_give_items_per_second_energy_and_the_recorded_fp32_math() -> None:
-    def result(precision: str, batch: int, median_s: float, joules: float | None) -> dict:
-        return {
-            "status": "ok",
-            "spec": {
-                "model": "resnet50",
-                "device": "cuda",
-                "precision": precision,
-                "batch_size": batch,
-            },
-            "measurement": {"samples_s": [median_s] * 3, "items_per_call": batch},
-            "accuracy": {"fidelity": {"top1_agreement": 1.0}},
-            "energy": {"joules_per_item": joules, "mean_power_w": 600.0 if joules else None},
-            "environment": {
-                "numerics": [["cudnn_conv_fp32", "ieee"], ["cuda_matmul_fp32", "ieee"]]
-            },
-        }
+    ieee = dataclasses.replace(
+        fixed_environment(), numerics=(("cuda_matmul_fp32", "ieee"), ("cudnn_conv_fp32", "ieee"))
+    )
 
-    doc = {
+    def result(precision: str, batch: int, median_s: float, joules: float | None) -> Any:
+        base = fake_result(ieee, batch=batch)
+        assert base.measurement is not None and base.accuracy is not None
+        fidelity = dataclasses.replace(base.accuracy.fidelity, top1_agreement=1.0)
+        return dataclasses.replace(
+            base,
+            spec=dataclasses.replace(base.spec, precision=Precision(precision), device=Device.CUDA),
+            measurement=dataclasses.replace(base.measurement, samples_s=(median_s,) * 3),
+            accuracy=dataclasses.replace(base.accuracy, fidelity=fidelity),
+            energy=EnergyFigure(energy_j=joules * batch, items=batch, window_s=joules * batch / 600)
+            if joules
+            else EnergyFigure.not_measured("no energy counter in this fake"),
+        )
+
+    printed = {
+        "run_id": "r1",
+        "verdict": "bf16/b64",
         "results": [
-            result("fp32", 64, 0.016, 0.1),
-            result("bf16", 64, 0.004, 0.04),
-            result("bf16", 8, 0.0032, None),
-        ]
+            dump(result("fp32", 64, 0.016, 0.1)),
+            dump(result("bf16", 64, 0.004, 0.04)),
+            dump(result("bf16", 8, 0.0032, None)),
+        ],
     }
+    command = v.Command(["accelscope"], rc=0, seconds=1.0, stdout=json.dumps(printed), stderr="")
+    doc = command.document(v.ResultsJson)
+    assert doc is not None
     out = v.summarize_bench(v.Outcome("bench", v.OK), doc)
     assert out.figures["configs"]["bf16/b64"]["items_per_s"] == pytest.approx(16000)
     assert "bf16 b64 0.0400 J/image" in out.summary
@@ -330,6 +362,98 @@ def test_bench_rows_give_items_per_second_energy_and_the_recorded_fp32_math() ->
     assert verdicts["§3 bench b64"] == "confirmed"
     assert verdicts["§3 bench b8"] == "confirmed"  # 2,500 img/s
     assert verdicts["doc energy"] == "confirmed"
+
+
+def _printed(document: Any, noise: str = "") -> Any:
+    """A finished command whose stdout is ``document`` as ``--json`` prints it (its run id
+    and report first), after ``noise``."""
+    head = {"run_id": "r1", "report": ""}
+    line = json.dumps({**head, **document.model_dump(mode="json")})
+    return v.Command(argv=["accelscope"], rc=0, seconds=1.0, stdout=noise + line, stderr="")
+
+
+def test_roofline_is_read_as_the_typed_document_it_printed() -> None:
+    profile = RooflineProfile.model_validate(roofline_payload())
+    command = _printed(profile, noise="Loading weights\n")
+    doc = command.document(v.RooflineProfile)
+    assert doc == profile
+    out = v.summarize_roofline(v.Outcome("roofline", v.OK), doc, gpu=False)
+    calls = sum(op.calls or 1 for op in profile.operators)
+    assert sum(out.figures["bounds_by_calls"].values()) == calls
+    assert out.figures["measured_time_s"] == profile.measured_time_s
+    assert out.summary.startswith(f"{profile.model} {profile.precision} b{profile.batch_size}")
+    json.dumps(out.figures)  # the digest stores the figures as JSON
+
+
+def test_a_document_of_the_wrong_shape_fails_the_step_with_why() -> None:
+    command = _printed(RooflineProfile.model_validate(roofline_payload()))
+    assert command.document(v.Ceilings) is None
+    assert command.why().startswith("not Ceilings JSON: matmul_flops_per_s: ")
+    failed = v.Command(argv=["accelscope"], rc=2, seconds=1.0, stdout="", stderr="bad flag")
+    assert failed.document(v.Ceilings) is None
+    assert failed.why() == "exit 2: bad flag"
+
+
+def test_env_is_read_back_as_the_environment_it_printed() -> None:
+    env = fixed_environment()
+    printed = {**dump(env), "fingerprint": env.fingerprint(), "precision_support": []}
+    command = v.Command(["accelscope"], rc=0, seconds=1.0, stdout=json.dumps(printed), stderr="")
+    read = command.document(v.Environment)
+    assert read == env
+    assert read.fingerprint() == printed["fingerprint"]
+
+
+def test_llm_trials_are_read_as_attributes_of_the_llm_run() -> None:
+    def trial(index: int, concurrency: int, tpot_s: float) -> LlmTrial:
+        return LlmTrial(
+            index=index,
+            label=f"c{concurrency}",
+            arrivals=Arrivals(concurrency=concurrency),
+            summary=TrialSummary(
+                requests=8,
+                completed=8,
+                errors=0,
+                metrics=Metrics(
+                    ttft_s=Distribution(n=8, p50=0.02), tpot_s=Distribution(n=8, p50=tpot_s)
+                ),
+                throughput=Throughput(
+                    output_tokens_per_s=900.0, total_tokens_per_s=1800.0, requests_per_s=4.0
+                ),
+            ),
+            floor=DecodeFloor(
+                weights_read_bytes=2.2e8,
+                active_parameters=1.1e8,
+                kv_bytes_per_token=4096,
+                decode_batch_mean=concurrency,
+                context_mean_tokens=64,
+                bandwidth_bytes_per_s=2.2e12,
+                bandwidth_source="ceilings",
+                tpot_floor_s=1e-4,
+                decode_efficiency=0.025,
+                bound="bandwidth",
+            ),
+        )
+
+    run = LlmRun(
+        model="llama",
+        target=TargetDescription(
+            kind="in-process",
+            device="cuda",
+            dtype="bfloat16",
+            parameters=110_000_000,
+            batching="static",
+        ),
+        trials=[trial(0, 1, 0.004), trial(1, 4, 0.005)],
+    )
+    doc = _printed(run).document(v.LlmRun)
+    assert doc is not None
+    out = v.summarize_llm(v.Outcome("llm", v.OK), doc, gpu=True, gpu_memory_mib=900.0)
+    assert [t["concurrency"] for t in out.figures["trials"]] == [1, 4]
+    assert out.figures["trials"][0]["tpot_floor_s"] == 1e-4
+    assert "110 M params bfloat16 on cuda: TPOT p50 4 ms vs floor 0.1 ms (2%)" in out.summary
+    assert out.tables[0].rows[1][:3] == [4, "20 ms", "5 ms"]
+    assert {c.id: c.verdict for c in out.checks} == {"H3": "refuted"}  # it held GPU memory
+    json.dumps(out.figures)
 
 
 def test_helpers() -> None:

@@ -24,6 +24,7 @@ on the same warm machine merges its steps into the digest with the earlier ones 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import io
 import json
@@ -43,7 +44,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from accelscope.documents import Ceilings, RooflineProfile
+from accelscope.hardware.fingerprint import Environment
+from accelscope.llm.documents import LlmRun
+from accelscope.result import Result, Status
+from accelscope.serialise import dump
+
+DocumentT = TypeVar("DocumentT")
+"""A pydantic document, or one of accelscope's frozen dataclasses (:mod:`accelscope.serialise`)."""
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -313,19 +325,41 @@ def parse_json(text: str) -> Any:
     return None
 
 
-def items_per_s(result: dict[str, Any]) -> float | None:
-    """A stored result's throughput: items per call over the median sample."""
-    samples = dig(result, "measurement", "samples_s") or []
-    items = number(dig(result, "measurement", "items_per_call"))
-    if not samples or items is None:
+class ResultsJson(BaseModel):
+    """What ``bench --json`` and ``measure --json`` print: the CLI wraps its results (each a
+    stored :class:`~accelscope.result.Result`, read back with ``Result.from_dict``) in a plain
+    object, so only the wrapper is declared here."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    verdict: str | None = None
+    wall_time_s: float | None = None
+    results: list[dict[str, Any]]
+
+    def typed(self) -> list[Result]:
+        return [Result.from_dict(data) for data in self.results]
+
+
+def items_per_s(result: Result) -> float | None:
+    """A result's throughput: items per call over the median sample."""
+    measurement = result.measurement
+    if measurement is None or not measurement.samples_s:
         return None
-    median = statistics.median(samples)
-    return items / median if median > 0 else None
+    median = statistics.median(measurement.samples_s)
+    return measurement.items_per_call / median if median > 0 else None
 
 
-def numerics(result: dict[str, Any]) -> dict[str, str]:
-    pairs = dig(result, "environment", "numerics") or []
-    return {str(k): str(v) for k, v in pairs if isinstance(k, str)}
+def numerics(result: Result | None) -> dict[str, str]:
+    """What fp32 meant where ``result`` ran (``cudnn_conv_fp32``: ``ieee`` or ``tf32`` ...)."""
+    return dict(result.environment.numerics) if result is not None else {}
+
+
+def first_result(command: Command) -> Result | None:
+    """The first result a ``measure --json`` printed (``None``: none printed, or the command
+    failed)."""
+    doc = command.document(ResultsJson)
+    results = doc.typed() if doc is not None else []
+    return results[0] if results else None
 
 
 def opts(**flags: Any) -> list[str]:
@@ -358,6 +392,8 @@ class Command:
     stderr: str
     timed_out: bool = False
     gpu_memory_mib: float | None = None
+    invalid: str = ""
+    """Why stdout is not the document :meth:`document` was asked for ("" when it is)."""
 
     @property
     def ok(self) -> bool:
@@ -366,7 +402,35 @@ class Command:
     def json(self) -> Any:
         return parse_json(self.stdout)
 
+    def document(self, model: type[DocumentT], *, failed_too: bool = False) -> DocumentT | None:
+        """The ``--json`` document on stdout as accelscope's own ``model`` (validated once,
+        here); ``None`` when the command failed (unless ``failed_too``: bench prints what it
+        measured before a failure) or printed none that validates, and :meth:`why` says
+        which."""
+        self.invalid = ""
+        if not self.ok and not failed_too:
+            return None
+        text = self.stdout.strip()
+        adapter = TypeAdapter(model)
+        try:
+            return adapter.validate_json(text)
+        except ValidationError as first:
+            error = first
+        found = parse_json(text)  # leading noise before the document
+        if isinstance(found, dict):
+            try:
+                return adapter.validate_python(found)
+            except ValidationError as again:
+                error = again
+        problems = error.errors()
+        where = ".".join(str(part) for part in problems[0]["loc"]) if problems else ""
+        message = problems[0]["msg"] if problems else str(error)
+        self.invalid = f"not {model.__name__} JSON: {where or 'the document'}: {message}"
+        return None
+
     def why(self) -> str:
+        if self.invalid:
+            return self.invalid
         if self.timed_out:
             return f"killed at its {self.seconds:.0f} s limit"
         return f"exit {self.rc}: {last_line(self.stderr) or last_line(self.stdout) or 'no output'}"
@@ -782,30 +846,28 @@ def step_env(run: Runner, allowed: float) -> Outcome:
     deadline = time.monotonic() + allowed
     result = run.cli("env", "--json", "--store", str(run.store), timeout_s=allowed)
     run.record_command(out, result)
-    doc = result.json()
+    env = result.document(Environment)
     text = run.cli("env", "--store", str(run.store), timeout_s=deadline - time.monotonic())
     run.record_command(out, text)
-    if not result.ok or not isinstance(doc, dict):
+    if env is None:
         out.status, out.note = FAILED, result.why()
         return out
-    gpus = doc.get("gpus") or []
-    gpu = gpus[0] if gpus else {}
-    numerics_now = {str(k): str(v) for k, v in doc.get("numerics") or []}
+    fingerprint = env.fingerprint()  # what env --json prints beside the fields, recomputed
     out.figures = {
-        "fingerprint": doc.get("fingerprint"),
-        "gpus": gpus,
-        "numerics": numerics_now,
-        "cpu": dig(doc, "cpu", "model_name"),
-        "cores": dig(doc, "cpu", "logical_cores"),
+        "fingerprint": fingerprint,
+        "gpus": [dump(gpu) for gpu in env.gpus],
+        "numerics": dict(env.numerics),
+        "cpu": env.cpu.model_name,
+        "cores": env.cpu.logical_cores,
     }
+    gpu = env.gpus[0] if env.gpus else None
     out.summary = (
-        f"{gpu.get('name', 'no GPU')}, driver {gpu.get('driver_version')}, CUDA "
-        f"{gpu.get('cuda_runtime')}, cc {gpu.get('compute_capability')}; fingerprint "
-        f"{doc.get('fingerprint')}; {dig(doc, 'cpu', 'logical_cores')} CPUs"
-        if gpus
-        else f"no GPU seen; fingerprint {doc.get('fingerprint')}"
+        f"{gpu.name}, driver {gpu.driver_version}, CUDA {gpu.cuda_runtime}, cc "
+        f"{gpu.compute_capability}; fingerprint {fingerprint}; {env.cpu.logical_cores} CPUs"
+        if gpu is not None
+        else f"no GPU seen; fingerprint {fingerprint}"
     )
-    if gpus and text.ok:
+    if gpu is not None and text.ok:
         shown = re.search(r"sm_[0-9.]+", text.stdout)
         out.checks.append(
             Check(
@@ -827,23 +889,33 @@ def step_ceilings(run: Runner, allowed: float) -> Outcome:
         timeout_s=allowed,
     )
     run.record_command(out, result)
-    doc = result.json()
-    if not result.ok or not isinstance(doc, dict):
+    doc = result.document(Ceilings)
+    if doc is None:
         out.status, out.note = FAILED, result.why()
         return out
     return summarize_ceilings(out, doc, device_name=str(run.figure("facts", "device") or ""))
 
 
-def summarize_ceilings(out: Outcome, doc: dict[str, Any], device_name: str = "") -> Outcome:
-    name = device_name or str(doc.get("device_name") or "")
+def _family(doc: Ceilings, dtype: str) -> str:
+    """The kernel family of ``dtype``'s peak ("" when none was searched)."""
+    peak = doc.peaks.get(dtype)
+    return peak.family if peak is not None else ""
+
+
+def summarize_ceilings(out: Outcome, doc: Ceilings, device_name: str = "") -> Outcome:
+    name = device_name or doc.device_name
     sheet = _datasheet(name)
-    measured = doc.get("matmul_flops_per_s") or {}
-    theoretical = dig(doc, "theoretical", "flops_per_s") or {}
+    measured: dict[str, float] = dict(doc.matmul_flops_per_s)
+    theoretical: dict[str, float] = dict(doc.theoretical.flops_per_s)
+
+    def rate(table: dict[str, float], dtype: str) -> float | None:
+        return table.get(dtype)
+
     rows = []
     for dtype in ("bf16", "fp16", "tf32", "fp32", "int8", "fp8"):
         if dtype not in measured and dtype not in theoretical:
             continue
-        value, peak = number(measured.get(dtype)), number(theoretical.get(dtype))
+        value, peak = rate(measured, dtype), rate(theoretical, dtype)
         unit = "OP/s" if dtype == "int8" else "FLOP/s"
         rows.append(
             [
@@ -851,12 +923,12 @@ def summarize_ceilings(out: Outcome, doc: dict[str, Any], device_name: str = "")
                 si(value, unit),
                 si(peak, unit),
                 share(None if value is None or not peak else value / peak),
-                str(dig(doc, "peaks", dtype, "family") or ""),
+                _family(doc, dtype),
             ]
         )
-    bandwidth = number(doc.get("bandwidth_bytes_per_s"))
-    bw_peak = number(dig(doc, "theoretical", "bandwidth_bytes_per_s"))
-    detail = doc.get("bandwidth_detail_bytes_per_s") or {}
+    bandwidth = doc.bandwidth_bytes_per_s
+    bw_peak = doc.theoretical.bandwidth_bytes_per_s
+    detail = dict(doc.bandwidth_detail_bytes_per_s)
     rows.append(
         [
             "memory",
@@ -873,63 +945,63 @@ def summarize_ceilings(out: Outcome, doc: dict[str, Any], device_name: str = "")
     )
     out.tables.append(
         Table(
-            f"ceilings --device {doc.get('device')} ({doc.get('device_name')})",
+            f"ceilings --device {doc.device} ({doc.device_name})",
             ["row", "measured", "datasheet", "share", "kernel"],
             rows,
         )
     )
     out.figures = {
-        "device_name": doc.get("device_name"),
-        "environment_fingerprint": doc.get("environment_fingerprint"),
-        "measured_at": doc.get("measured_at"),
+        "device_name": doc.device_name,
+        "environment_fingerprint": doc.environment_fingerprint,
+        "measured_at": doc.measured_at,
         "matmul_flops_per_s": measured,
         "theoretical_flops_per_s": theoretical,
         "bandwidth_bytes_per_s": bandwidth,
         "bandwidth_detail": detail,
         "theoretical_bandwidth": bw_peak,
-        "fp32_family": dig(doc, "peaks", "fp32", "family"),
-        "derivation": dig(doc, "theoretical", "derivation"),
-        "search_s": doc.get("search_s"),
-        "notes": doc.get("notes"),
+        "fp32_family": _family(doc, "fp32") or None,
+        "derivation": doc.theoretical.derivation,
+        "search_s": doc.search_s,
+        "notes": list(doc.notes),
     }
     out.summary = (
         ", ".join(
-            f"{d} {si(measured.get(d), 'FLOP/s')}"
+            f"{d} {si(measured[d], 'FLOP/s')}"
             for d in ("bf16", "fp16", "tf32", "fp32")
             if d in measured
         )
         + f"; memory {si(bandwidth, 'B/s')}"
     )
-    if doc.get("device") == "cpu":
+    if doc.device == "cpu":
         return out
-    fp32 = number(measured.get("fp32"))
+    fp32 = rate(measured, "fp32")
     out.checks.append(
         Check(
             "H2",
             "the fp32 ceiling is a TF32 convolution rate (150-400 TFLOP/s), above the 67 "
             "TFLOP/s datasheet",
-            f"fp32 {si(fp32, 'FLOP/s')} ({dig(doc, 'peaks', 'fp32', 'family')}); tf32 row "
-            f"{si(measured.get('tf32'), 'FLOP/s')}",
+            f"fp32 {si(fp32, 'FLOP/s')} ({_family(doc, 'fp32') or None}); tf32 row "
+            f"{si(rate(measured, 'tf32'), 'FLOP/s')}",
             verdict(None if fp32 is None else fp32 > 80e12),
         )
     )
-    bf16 = number(measured.get("bf16"))
+    bf16 = rate(measured, "bf16")
     out.checks.append(
         Check(
             "L4 / §3",
             "bf16 (and fp16) ceiling 600-790 TFLOP/s",
-            f"bf16 {si(bf16, 'FLOP/s')}, fp16 {si(measured.get('fp16'), 'FLOP/s')}",
+            f"bf16 {si(bf16, 'FLOP/s')}, fp16 {si(rate(measured, 'fp16'), 'FLOP/s')}",
             verdict(in_range(None if bf16 is None else bf16 / 1e12, 600, 800)),
         )
     )
-    peak = number(theoretical.get("bf16"))
+    peak = rate(theoretical, "bf16")
     out.checks.append(
         Check(
             "M5 (peak)",
             "theoretical bf16 is 'unknown' (no clocks) or 1.07 PFLOP/s from the boost clock, "
             "not the 989 TFLOP/s datasheet",
             f"theoretical bf16 {si(peak, 'FLOP/s')}",
-            verdict(None if not doc.get("theoretical") else peak is None or peak > 1.02e15),
+            verdict(peak is None or peak > 1.02e15),
         )
     )
     low, high = sheet["copy_tb_s"]
@@ -943,7 +1015,7 @@ def summarize_ceilings(out: Outcome, doc: dict[str, Any], device_name: str = "")
             verdict(in_range(None if bandwidth is None else bandwidth / 1e12, low, high)),
         )
     )
-    int8 = number(measured.get("int8"))
+    int8 = rate(measured, "int8")
     if int8 is not None:
         out.checks.append(
             Check(
@@ -1276,8 +1348,8 @@ def step_bench(run: Runner, allowed: float) -> Outcome:
         label="bench",
     )
     run.record_command(out, result)
-    doc = result.json()
-    if not isinstance(doc, dict) or "results" not in doc:
+    doc = result.document(ResultsJson, failed_too=True)
+    if doc is None:
         out.status, out.note = FAILED, result.why()
         return out
     if not result.ok:
@@ -1285,40 +1357,43 @@ def step_bench(run: Runner, allowed: float) -> Outcome:
     return summarize_bench(out, doc, gpu=run.gpu)
 
 
-def summarize_bench(out: Outcome, doc: dict[str, Any], gpu: bool = True) -> Outcome:
+def summarize_bench(out: Outcome, doc: ResultsJson, gpu: bool = True) -> Outcome:
     rows, figures = [], {}
-    for r in doc.get("results") or []:
-        spec = r.get("spec") or {}
-        key = f"{spec.get('precision')}/b{spec.get('batch_size')}"
-        rate = items_per_s(r) if r.get("status") == "ok" else None
-        energy = r.get("energy") or {}
-        agreement = dig(r, "accuracy", "fidelity", "top1_agreement")
+    results = doc.typed()
+    for r in results:
+        spec = r.spec
+        key = f"{spec.precision.value}/b{spec.batch_size}"
+        ok = r.status is Status.OK
+        rate = items_per_s(r) if ok else None
+        energy = r.energy
+        joules = energy.joules_per_item if energy else None
+        power = energy.mean_power_w if energy else None
+        fidelity = r.accuracy.fidelity if r.accuracy else None
+        agreement = fidelity.top1_agreement if fidelity else None
         figures[key] = {
-            "status": r.get("status"),
-            "reason": r.get("status_reason"),
+            "status": r.status.value,
+            "reason": r.status_reason,
             "items_per_s": rate,
-            "joules_per_item": energy.get("joules_per_item"),
-            "mean_power_w": energy.get("mean_power_w"),
-            "energy_reason": energy.get("reason"),
+            "joules_per_item": joules,
+            "mean_power_w": power,
+            "energy_reason": energy.reason if energy else None,
             "top1_agreement": agreement,
-            "rel_l2": dig(r, "accuracy", "fidelity", "rel_l2"),
+            "rel_l2": fidelity.rel_l2 if fidelity else None,
             "numerics": numerics(r),
         }
         rows.append(
             [
-                spec.get("precision"),
-                spec.get("batch_size"),
-                f"{rate:,.0f}" if rate else (r.get("status_reason") or r.get("status") or "")[:60],
-                f"{energy['joules_per_item']:.4f}"
-                if number(energy.get("joules_per_item"))
-                else "n/a",
-                f"{energy['mean_power_w']:.0f}" if number(energy.get("mean_power_w")) else "n/a",
+                spec.precision.value,
+                spec.batch_size,
+                f"{rate:,.0f}" if rate else (r.status_reason or r.status.value)[:60],
+                f"{joules:.4f}" if joules is not None else "n/a",
+                f"{power:.0f}" if power is not None else "n/a",
                 share(agreement),
-                numerics(r).get("cudnn_conv_fp32", "") if r.get("status") == "ok" else "",
+                numerics(r).get("cudnn_conv_fp32", "") if ok else "",
             ]
         )
-    model = dig(doc, "results", 0, "spec", "model") or "?"
-    device = dig(doc, "results", 0, "spec", "device") or "?"
+    model = results[0].spec.model if results else "?"
+    device = results[0].spec.device.value if results else "?"
     out.tables.append(
         Table(
             f"bench {model} --device {device} (eager)",
@@ -1328,8 +1403,8 @@ def summarize_bench(out: Outcome, doc: dict[str, Any], gpu: bool = True) -> Outc
     )
     out.figures = {
         "configs": figures,
-        "verdict": doc.get("verdict"),
-        "wall_s": doc.get("wall_time_s"),
+        "verdict": doc.verdict,
+        "wall_s": doc.wall_time_s,
     }
     energy = figures.get("bf16/b64") or {}
     out.summary = ", ".join(
@@ -1412,15 +1487,15 @@ def step_roofline(run: Runner, allowed: float) -> Outcome:
         label="roofline",
     )
     run.record_command(out, result)
-    doc = result.json()
-    if not result.ok or not isinstance(doc, dict):
+    doc = result.document(RooflineProfile)
+    if doc is None:
         out.status, out.note = FAILED, result.why()
         return out
     out = summarize_roofline(out, doc, gpu=run.gpu)
     prints = {
         "env": run.figure("env", "fingerprint"),
         "ceilings": run.figure("ceilings", "environment_fingerprint"),
-        "roofline": doc.get("environment_fingerprint"),
+        "roofline": doc.environment_fingerprint,
     }
     known = {k: v for k, v in prints.items() if v}
     out.figures["fingerprints"] = known
@@ -1437,31 +1512,29 @@ def step_roofline(run: Runner, allowed: float) -> Outcome:
     return out
 
 
-def summarize_roofline(out: Outcome, doc: dict[str, Any], gpu: bool = True) -> Outcome:
-    operators = doc.get("operators") or []
-    bounds: dict[str, int] = {}
+def summarize_roofline(out: Outcome, doc: RooflineProfile, gpu: bool = True) -> Outcome:
+    operators = doc.operators
+    bounds: collections.Counter[str] = collections.Counter()
     for op in operators:
-        bounds[str(op.get("bound"))] = bounds.get(str(op.get("bound")), 0) + int(
-            op.get("calls") or 1
-        )
-    measured, floor = number(doc.get("measured_time_s")), number(doc.get("floor_time_s"))
-    profiled = number(doc.get("profiled_time_s"))
+        bounds[str(op.bound)] += op.calls or 1
+    measured, floor = doc.measured_time_s, doc.floor_time_s
+    profiled = doc.profiled_time_s
     out.figures = {
         "measured_time_s": measured,
         "floor_time_s": floor,
         "profiled_time_s": profiled,
-        "mfu": doc.get("mfu"),
-        "gap": doc.get("gap"),
-        "bounds_by_calls": bounds,
-        "ceilings_measured_at": dig(doc, "ceilings", "measured_at"),
-        "above_ceiling": doc.get("above_ceiling"),
-        "notes": doc.get("notes"),
+        "mfu": doc.mfu,
+        "gap": doc.gap,
+        "bounds_by_calls": dict(bounds),
+        "ceilings_measured_at": doc.ceilings.measured_at,
+        "above_ceiling": list(doc.above_ceiling),
+        "notes": list(doc.notes),
     }
     total = sum(bounds.values()) or 1
     out.summary = (
-        f"{doc.get('model')} {doc.get('precision')} b{doc.get('batch_size')}: measured "
+        f"{doc.model} {doc.precision} b{doc.batch_size}: measured "
         f"{_ms3(measured)}, profiled {_ms3(profiled)}, floor {_ms3(floor)}, MFU "
-        f"{share(doc.get('mfu'))}; ops by calls: "
+        f"{share(doc.mfu)}; ops by calls: "
         + ", ".join(f"{k} {v}" for k, v in sorted(bounds.items(), key=lambda kv: -kv[1]))
     )
     if not gpu:
@@ -1470,7 +1543,7 @@ def summarize_roofline(out: Outcome, doc: dict[str, Any], gpu: bool = True) -> O
         Check(
             "§3 roofline",
             "ResNet-50 bf16 b64: measured 2.5-6 ms, floor 0.7-1.0 ms, MFU 10-30 %",
-            f"measured {_ms3(measured)}, floor {_ms3(floor)}, MFU {share(doc.get('mfu'))}",
+            f"measured {_ms3(measured)}, floor {_ms3(floor)}, MFU {share(doc.mfu)}",
             verdict(
                 None
                 if measured is None or floor is None
@@ -1478,7 +1551,7 @@ def summarize_roofline(out: Outcome, doc: dict[str, Any], gpu: bool = True) -> O
             ),
         )
     )
-    overhead = bounds.get("overhead-bound", 0)
+    overhead = bounds["overhead-bound"]
     out.checks.append(
         Check(
             "M4",
@@ -1677,8 +1750,8 @@ def step_llm(run: Runner, allowed: float) -> Outcome:
         label="llm-static",
     )
     run.record_command(out, result)
-    doc = result.json()
-    if not result.ok or not isinstance(doc, dict):
+    doc = result.document(LlmRun)
+    if doc is None:
         out.status, out.note = FAILED, result.why()
         return out
     out = summarize_llm(out, doc, gpu=run.gpu, gpu_memory_mib=result.gpu_memory_mib)
@@ -1691,56 +1764,57 @@ def step_llm(run: Runner, allowed: float) -> Outcome:
             label="llm-continuous",
         )
         run.record_command(out, more)
-        extra = more.json()
-        tpot = dig(extra, "trials", 0, "summary", "metrics", "tpot_s", "p50")
+        extra = more.document(LlmRun)
+        tpot = extra.trials[0].summary.metrics.tpot_s.p50 if extra and extra.trials else None
         out.figures["continuous"] = {
-            "ok": more.ok,
-            "why": None if more.ok else more.why(),
+            "ok": extra is not None,
+            "why": None if extra is not None else more.why(),
             "tpot_p50_s": tpot,
-            "warnings": dig(extra, "warnings"),
+            "warnings": extra.warnings if extra is not None else None,
         }
         out.summary += "; continuous batching c4: " + (
-            f"TPOT p50 {_ms3(tpot)}" if more.ok else more.why()
+            f"TPOT p50 {_ms3(tpot)}" if extra is not None else more.why()
         )
     return out
 
 
 def summarize_llm(
-    out: Outcome, doc: dict[str, Any], gpu: bool = True, gpu_memory_mib: float | None = None
+    out: Outcome, doc: LlmRun, gpu: bool = True, gpu_memory_mib: float | None = None
 ) -> Outcome:
-    target = doc.get("target") or {}
+    target = doc.target
     trials = []
-    for trial in doc.get("trials") or []:
-        metrics = dig(trial, "summary", "metrics") or {}
-        fl = trial.get("floor") or {}
+    for trial in doc.trials:
+        metrics = trial.summary.metrics
+        fl = trial.floor
+        throughput = trial.summary.throughput
         trials.append(
             {
-                "label": trial.get("label"),
-                "concurrency": dig(trial, "arrivals", "concurrency"),
-                "ttft_p50_s": dig(metrics, "ttft_s", "p50"),
-                "tpot_p50_s": dig(metrics, "tpot_s", "p50"),
-                "output_tokens_per_s": dig(trial, "summary", "throughput", "output_tokens_per_s"),
-                "tpot_floor_s": fl.get("tpot_floor_s"),
-                "decode_efficiency": fl.get("decode_efficiency"),
-                "bandwidth_source": fl.get("bandwidth_source"),
-                "bound": fl.get("bound"),
-                "errors": dig(trial, "summary", "errors"),
+                "label": trial.label,
+                "concurrency": trial.arrivals.concurrency,
+                "ttft_p50_s": metrics.ttft_s.p50,
+                "tpot_p50_s": metrics.tpot_s.p50,
+                "output_tokens_per_s": throughput.output_tokens_per_s if throughput else None,
+                "tpot_floor_s": fl.tpot_floor_s if fl else None,
+                "decode_efficiency": fl.decode_efficiency if fl else None,
+                "bandwidth_source": fl.bandwidth_source if fl else None,
+                "bound": fl.bound if fl else None,
+                "errors": trial.summary.errors,
             }
         )
     out.figures = {
-        "device": target.get("device"),
-        "dtype": target.get("dtype"),
-        "parameters": target.get("parameters"),
-        "batching": target.get("batching"),
+        "device": target.device,
+        "dtype": target.dtype,
+        "parameters": target.parameters,
+        "batching": target.batching,
         "trials": trials,
         "gpu_memory_mib": gpu_memory_mib,
-        "warnings": doc.get("warnings"),
-        "floor_why": doc.get("floor_why"),
+        "warnings": doc.warnings,
+        "floor_why": doc.floor_why,
     }
     out.tables.append(
         Table(
-            f"llm --hf-model (random Llama, {_count(target.get('parameters'))} parameters, "
-            f"{target.get('dtype')} on {target.get('device')}, {target.get('batching')} batching)",
+            f"llm --hf-model (random Llama, {_count(target.parameters)} parameters, "
+            f"{target.dtype} on {target.device}, {target.batching} batching)",
             ["concurrency", "TTFT p50", "TPOT p50", "TPOT floor", "decode efficiency", "tokens/s"],
             [
                 [
@@ -1757,12 +1831,16 @@ def summarize_llm(
             ],
         )
     )
-    first = trials[0] if trials else {}
+    first: dict[str, Any] = (
+        trials[0]
+        if trials
+        else dict.fromkeys(("tpot_p50_s", "tpot_floor_s", "decode_efficiency", "ttft_p50_s"))
+    )
     out.summary = (
-        f"{_count(target.get('parameters'))} params {target.get('dtype')} on "
-        f"{target.get('device')}: TPOT p50 {_ms3(first.get('tpot_p50_s'))} vs floor "
-        f"{_ms3(first.get('tpot_floor_s'))} ({share(first.get('decode_efficiency'))}), TTFT p50 "
-        f"{_ms3(first.get('ttft_p50_s'))}; GPU memory seen "
+        f"{_count(target.parameters)} params {target.dtype} on "
+        f"{target.device}: TPOT p50 {_ms3(first['tpot_p50_s'])} vs floor "
+        f"{_ms3(first['tpot_floor_s'])} ({share(first['decode_efficiency'])}), TTFT p50 "
+        f"{_ms3(first['ttft_p50_s'])}; GPU memory seen "
         + (f"{gpu_memory_mib:.0f} MiB" if gpu_memory_mib else "none")
     )
     if not gpu:
@@ -1771,12 +1849,10 @@ def summarize_llm(
         Check(
             "H3",
             "llm --hf-model always runs on the CPU on a GPU machine (no device passed)",
-            f"target device {target.get('device')}; the process held "
+            f"target device {target.device}; the process held "
             + (f"{gpu_memory_mib:.0f} MiB of GPU memory" if gpu_memory_mib else "no GPU memory"),
             verdict(
-                None
-                if gpu_memory_mib is None and target.get("device") is None
-                else not gpu_memory_mib
+                None if gpu_memory_mib is None and target.device is None else not gpu_memory_mib
             ),
         )
     )
@@ -1803,16 +1879,17 @@ def step_tf32(run: Runner, allowed: float) -> Outcome:
     for mode in ("off", "on"):
         result = _measure(run, deadline - time.monotonic(), "--tf32", mode, label=f"tf32-{mode}")
         run.record_command(out, result)
-        first = dig(result.json(), "results", 0) or {}
-        rate = items_per_s(first) if first.get("status") == "ok" else None
+        first = first_result(result)
+        ok = first is not None and first.status is Status.OK
         figures[mode] = {
             "ok": result.ok,
             "why": None if result.ok else result.why(),
-            "items_per_s": rate,
+            "items_per_s": items_per_s(first) if first is not None and ok else None,
             "numerics": numerics(first),
-            "precision": dig(first, "spec", "precision"),
-            "joules_per_item": dig(first, "energy", "joules_per_item"),
+            "precision": first.spec.precision.value if first is not None else None,
+            "joules_per_item": first.energy.joules_per_item if first and first.energy else None,
         }
+        rate = figures[mode]["items_per_s"]
         rows.append(
             [
                 mode,
@@ -1879,23 +1956,23 @@ def step_compile(run: Runner, allowed: float) -> Outcome:
     out = Outcome("compile", OK)
     result = _measure(run, allowed, "--backend", "compile", "--precision", "bf16", label="compile")
     run.record_command(out, result)
-    first = dig(result.json(), "results", 0) or {}
-    if not result.ok or first.get("status") != "ok":
+    first = first_result(result)
+    if first is None or first.status is not Status.OK:
         out.status = FAILED
-        out.note = result.why() if not result.ok else str(first.get("status_reason"))
+        out.note = first.status_reason if first is not None else result.why()
         return out
     rate = items_per_s(first)
+    first_call_s = first.measurement.first_call_s if first.measurement else None
     out.figures = {
         "items_per_s": rate,
-        "first_call_s": dig(first, "measurement", "first_call_s"),
-        "prepare_s": first.get("prepare_s"),
+        "first_call_s": first_call_s,
+        "prepare_s": first.prepare_s,
         "wall_s": result.seconds,
-        "joules_per_item": dig(first, "energy", "joules_per_item"),
+        "joules_per_item": first.energy.joules_per_item if first.energy else None,
     }
     out.summary = (
         f"compile bf16 b{run.profile.roofline_batch}: {si(rate, '/s')}, prepare "
-        f"{number(first.get('prepare_s')) or 0:.0f} s, first call "
-        f"{number(dig(first, 'measurement', 'first_call_s')) or 0:.1f} s, "
+        f"{first.prepare_s or 0:.0f} s, first call {first_call_s or 0:.1f} s, "
         f"command {result.seconds:.0f} s"
     )
     if run.gpu:
