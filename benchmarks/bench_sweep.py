@@ -99,8 +99,9 @@ def main() -> None:
         print("precision probes (these decided what was measured):")
         for verdict in probes["verdicts"]:
             from accelscope.engine.probe import ProbeVerdict
+            from accelscope.serialise import load
 
-            probe = ProbeVerdict.from_dict(verdict)
+            probe = load(ProbeVerdict, verdict)
             print(f"- {'kept' if probe.keep else 'dropped'}: {probe.describe()}")
 
 

@@ -35,8 +35,9 @@ def one_run(model: str, batch: int, budget: str) -> dict[str, float | str | int]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     result = json.loads(output)["results"][0]
     from accelscope.measurement.record import Measurement
+    from accelscope.serialise import load
 
-    measurement = Measurement.from_dict(result["measurement"])
+    measurement = load(Measurement, result["measurement"])
     summary = measurement.summary
     return {
         "items_per_s": measurement.throughput_items_per_s,

@@ -15,6 +15,7 @@ LAYERS: dict[str, int] = {
     "spec": 1,
     "units": 1,
     "validation": 1,
+    "serialise": 1,
     "files": 1,
     "processes": 1,
     "hardware": 2,

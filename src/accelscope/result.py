@@ -10,7 +10,9 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import PlainSerializer
 
 from accelscope.accuracy.fidelity import Fidelity
 from accelscope.errors import StoreError
@@ -19,6 +21,7 @@ from accelscope.hardware.fingerprint import Environment
 from accelscope.measurement.memory import MemoryPeak
 from accelscope.measurement.record import Measurement
 from accelscope.measurement.threads import ThreadSettings
+from accelscope.serialise import dump, load
 from accelscope.spec import RunSpec
 
 __all__ = ["SCHEMA_VERSION", "Accuracy", "Result", "Status", "utc_now"]
@@ -63,34 +66,17 @@ class Accuracy:
             return None
         return self.reference_metric_value - self.metric_value
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "fidelity": None if self.fidelity is None else self.fidelity.to_dict(),
-            "metric_name": self.metric_name,
-            "metric_value": self.metric_value,
-            "reference_metric_value": self.reference_metric_value,
-            "metric_source": self.metric_source,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Accuracy:
-        """Inverse of :meth:`to_dict`."""
-        fidelity = data.get("fidelity")
-        return cls(
-            fidelity=None if fidelity is None else Fidelity.from_dict(fidelity),
-            metric_name=data.get("metric_name"),
-            metric_value=data.get("metric_value"),
-            reference_metric_value=data.get("reference_metric_value"),
-            metric_source=data.get("metric_source"),
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
 class Result:
     """Everything known about one measured (or failed) configuration."""
 
-    spec: RunSpec
+    # The stored key order puts the version and the time first (kw_only allows the defaults
+    # there).
+    schema_version: int = SCHEMA_VERSION
+    created_at: str = field(default_factory=utc_now)
+    spec: Annotated[RunSpec, PlainSerializer(RunSpec.to_dict)]
+    """Stored as :meth:`RunSpec.to_dict`, the form its key is the digest of."""
     environment: Environment
     status: Status
     status_reason: str = ""
@@ -105,62 +91,23 @@ class Result:
     energy: EnergyFigure | None = None
     """Joules over the configuration's energy window and the items it ran (joules per item),
     or "not measured: why"; ``None`` for results stored before energy was measured."""
-    created_at: str = field(default_factory=utc_now)
-    schema_version: int = SCHEMA_VERSION
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict; raw samples included, derived statistics not."""
-        return {
-            "schema_version": self.schema_version,
-            "created_at": self.created_at,
-            "spec": self.spec.to_dict(),
-            "environment": self.environment.to_dict(),
-            "status": self.status.value,
-            "status_reason": self.status_reason,
-            "measurement": None if self.measurement is None else self.measurement.to_dict(),
-            "memory": None if self.memory is None else self.memory.to_dict(),
-            "threads": None if self.threads is None else self.threads.to_dict(),
-            "accuracy": None if self.accuracy is None else self.accuracy.to_dict(),
-            "prepare_s": self.prepare_s,
-            "warnings": list(self.warnings),
-            "node": self.node,
-            "energy": None if self.energy is None else self.energy.to_dict(),
-        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Result:
-        """Inverse of :meth:`to_dict`; a newer schema than this accelscope knows is refused."""
+        """A result read back from :meth:`to_json`'s data; a newer schema than this accelscope
+        knows is refused (one stored before versions were written reads as version 0)."""
         version = int(data.get("schema_version", 0))
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"result has schema version {version}, newer than this accelscope "
                 f"({SCHEMA_VERSION}); upgrade accelscope to read it"
             )
-        measurement = data.get("measurement")
-        memory = data.get("memory")
-        threads = data.get("threads")
-        accuracy = data.get("accuracy")
-        energy = data.get("energy")
-        return cls(
-            spec=RunSpec.from_dict(data["spec"]),
-            environment=Environment.from_dict(data["environment"]),
-            status=Status(data["status"]),
-            status_reason=data.get("status_reason", ""),
-            measurement=None if measurement is None else Measurement.from_dict(measurement),
-            memory=None if memory is None else MemoryPeak.from_dict(memory),
-            threads=None if threads is None else ThreadSettings.from_dict(threads),
-            accuracy=None if accuracy is None else Accuracy.from_dict(accuracy),
-            prepare_s=data.get("prepare_s"),
-            warnings=tuple(data.get("warnings", [])),
-            node=str(data.get("node", "")),
-            energy=None if energy is None else EnergyFigure.from_dict(energy),
-            created_at=data["created_at"],
-            schema_version=version,
-        )
+        return load(cls, {**data, "schema_version": version})
 
     def to_json(self) -> str:
-        """Compact JSON text (floats round-trip exactly)."""
-        return json.dumps(self.to_dict(), sort_keys=True, allow_nan=True)
+        """Compact JSON text of the fields (raw samples included, derived statistics not;
+        floats round-trip exactly)."""
+        return json.dumps(dump(self), sort_keys=True, allow_nan=True)
 
     @classmethod
     def from_json(cls, text: str) -> Result:

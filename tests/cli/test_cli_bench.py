@@ -9,6 +9,7 @@ import pytest
 
 from accelscope.engine.probe import cache_path
 from accelscope.hardware.fingerprint import collect_environment
+from accelscope.serialise import dump
 from accelscope.spec import Precision
 from accelscope.testing import CliRunner, assert_one_line_error, fake_probe_table
 
@@ -27,7 +28,7 @@ def test_bench_digits_table_verdict_report_and_runs_show(tmp_path: Path, cli: Cl
     table = fake_probe_table(env, {("torch", Precision.BF16): 1.5}, threads=1)
     cached = cache_path(tmp_path / "probes", env.fingerprint(), 1)
     cached.parent.mkdir()
-    cached.write_text(json.dumps(table.to_dict()))
+    cached.write_text(json.dumps(dump(table)))
     code, out, err = cli(
         "bench",
         "--config",

@@ -9,6 +9,7 @@ from pathlib import Path
 from accelscope.engine.probe import cache_path, probe_pairs, probe_runtime_version
 from accelscope.hardware.fingerprint import collect_environment
 from accelscope.measurement.threads import available_cores
+from accelscope.serialise import dump
 from accelscope.spec import Precision
 from accelscope.testing import CliRunner, fake_probe_table
 
@@ -24,7 +25,7 @@ def test_env_probe_reads_the_cache_and_says_what_decides(tmp_path: Path, cli: Cl
     table = fake_probe_table(env, speedups, threads=available_cores())
     cached = cache_path(tmp_path / "probes", env.fingerprint(), available_cores())
     cached.parent.mkdir()
-    cached.write_text(json.dumps(table.to_dict()))
+    cached.write_text(json.dumps(dump(table)))
     code, out, _ = cli("env", "--probe", "--store", tmp_path / "r.db")
     assert code == 0
     assert "precision fast paths" in out and "measured precision probes" in out

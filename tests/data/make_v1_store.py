@@ -36,6 +36,7 @@ from accelscope.load.fakes import BatchLinearService
 from accelscope.load.scenarios import run_server
 from accelscope.load.summary import Scenario, TrialSettings
 from accelscope.result import Result
+from accelscope.serialise import dump
 from accelscope.spec import Precision, RunSpec
 from accelscope.sweep.confirm import Comparison, Confirmation
 from accelscope.testing import fake_result, fixed_environment
@@ -150,7 +151,7 @@ def _finish(db: sqlite3.Connection, path: Path) -> None:
 
 def make_first(path: Path, env: Environment) -> None:
     db = _create(path, SCHEMA_FIRST)
-    environment_json = json.dumps(env.to_dict())
+    environment_json = json.dumps(dump(env))
     runs = (
         ("20261120-220000-a1b2", "complete", "accelscope measure resnet50 --batch 1,8", (1, 8)),
         ("20261120-221000-c3d4", "interrupted", "accelscope measure resnet50 --batch 4", (4,)),
@@ -177,7 +178,7 @@ def make_first(path: Path, env: Environment) -> None:
 
 def make_last(path: Path, env: Environment) -> None:
     db = _create(path, SCHEMA_LAST)
-    environment_json = json.dumps(env.to_dict())
+    environment_json = json.dumps(dump(env))
     bench_id, load_id = "20261120-223000-e5f6", "20261120-224000-a7b8"
     _run(
         db,
@@ -213,7 +214,7 @@ def make_last(path: Path, env: Environment) -> None:
         lead=lead,
         block_s_per_item={large.spec.key: [0.01, 0.011], small.spec.key: [0.0125, 0.0135]},
     )
-    _add_document(db, bench_id, "confirmation", 33, confirmation.to_dict())
+    _add_document(db, bench_id, "confirmation", 33, dump(confirmation))
 
     spec = RunSpec(
         model="resnet50", backend="eager", precision=Precision.FP32, batch_size=8, threads=1

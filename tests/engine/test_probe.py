@@ -19,6 +19,7 @@ from accelscope.engine.probe import (
     probe_runtime_version,
     probe_table,
 )
+from accelscope.serialise import dump, load
 from accelscope.spec import Precision
 
 
@@ -55,7 +56,7 @@ def test_describe_quotes_the_numbers() -> None:
 
 def test_table_round_trips_and_maps_backends_to_runtimes() -> None:
     table = ProbeTable(fingerprint="f", threads=2, verdicts=(_verdict(1.5),))
-    again = ProbeTable.from_dict(json.loads(json.dumps(table.to_dict())))
+    again = load(ProbeTable, json.loads(json.dumps(dump(table))))
     assert again.verdicts == table.verdicts
     assert again.get("compile", Precision.INT8) == again.get("eager", Precision.INT8)
     assert again.get("onnxruntime", Precision.INT8) is None

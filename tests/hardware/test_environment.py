@@ -26,6 +26,7 @@ from accelscope.hardware import (
 from accelscope.hardware import cpu as cpu_mod
 from accelscope.hardware import fingerprint as fp_mod
 from accelscope.hardware.cpu import X86_FEATURES
+from accelscope.serialise import dump, load
 from accelscope.spec import Device, Precision
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -66,12 +67,12 @@ ENV = Environment(
 
 
 def json_round_trip(env: Environment) -> Environment:
-    return Environment.from_dict(json.loads(json.dumps(env.to_dict())))
+    return load(Environment, json.loads(json.dumps(dump(env))))
 
 
 def test_round_trip_with_gpus() -> None:
     assert json_round_trip(ENV) == ENV
-    data = ENV.to_dict()
+    data = dump(ENV)
     assert isinstance(data["gpus"], list) and isinstance(data["libraries"][0], list)
     assert data["cpu"]["isa"] == list(CPU.isa)
 

@@ -12,6 +12,7 @@ import torch
 
 from accelscope.hardware import gpu as gpu_mod
 from accelscope.hardware.gpu import GpuInfo, discover_gpus, driver_version
+from accelscope.serialise import dump, load
 
 H200_BYTES = 150_754_820_096
 
@@ -195,6 +196,6 @@ def test_gpuinfo_round_trip_and_unknown_capability() -> None:
         cuda_runtime="12.8",
         uuid="GPU-abc",
     )
-    assert GpuInfo.from_dict(info.to_dict()) == info
+    assert load(GpuInfo, dump(info)) == info
     odd = GpuInfo(index=1, name="mystery", memory_bytes=1, compute_capability="gfx942")
     assert odd.cc_tuple is None and odd.sm == "sm_?"

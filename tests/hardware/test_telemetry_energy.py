@@ -112,9 +112,9 @@ def test_figure_round_trips_and_describes_itself() -> None:
         resolution_j=0.001,
         uncertainty_j=10.6,
     )
-    assert EnergyFigure.from_dict(figure.to_dict()) == figure
+    assert EnergyFigure.model_validate(figure.model_dump(mode="json")) == figure
     text = figure.describe()
     assert text.startswith("0.4141 J/item (±5%, 212 J over 2 s")
     missing = EnergyFigure.not_measured("no NVIDIA GPU")
-    assert EnergyFigure.from_dict(missing.to_dict()) == missing
+    assert EnergyFigure.model_validate(missing.model_dump(mode="json")) == missing
     assert missing.describe() == "not measured: no NVIDIA GPU"

@@ -23,6 +23,7 @@ from accelscope.hardware.tf32 import (
     restore_fp32_math,
     tf32_mode,
 )
+from accelscope.serialise import dump, load
 from accelscope.testing import fixed_environment
 
 TORCH_DEFAULT = Fp32Math(matmul="ieee", conv="tf32")
@@ -112,10 +113,10 @@ def test_unreadable_flags_are_unknown_with_the_reason_and_left_alone() -> None:
 
 def test_environment_records_numerics_and_older_ones_load() -> None:
     env = replace(fixed_environment(), numerics=((CONV_KEY, "ieee"), (MATMUL_KEY, "ieee")))
-    assert Environment.from_dict(json.loads(json.dumps(env.to_dict()))) == env
-    old = env.to_dict()
+    assert load(Environment, json.loads(json.dumps(dump(env)))) == env
+    old = dump(env)
     del old["numerics"]
-    assert Environment.from_dict(old).numerics == ()  # stored before: not known
+    assert load(Environment, old).numerics == ()  # stored before: not known
     apply_tf32(True)
     measured = fixed_environment().with_numerics()
     assert dict(measured.numerics)[CONV_KEY] == "tf32"

@@ -14,6 +14,7 @@ from accelscope.load.early_stopping import (
     percentile_estimate,
     server_early_stopping,
 )
+from accelscope.serialise import dump
 
 
 @given(st.integers(0, 400), st.integers(1, 3000), st.floats(0.001, 0.5))
@@ -42,7 +43,7 @@ def test_each_overlatency_query_raises_the_count_needed() -> None:
     assert needed == sorted(needed) and len(set(needed)) == 6
     verdict = server_early_stopping(1000, 3)
     assert verdict.passes == (verdict.required_queries <= 1000)
-    assert verdict.to_dict()["passes"] == verdict.passes
+    assert dump(verdict)["passes"] == verdict.passes
 
 
 def test_percentile_estimate_is_conservative() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -88,7 +89,7 @@ def test_a_stalled_instance_cannot_hang_the_run(suts: list[SleepingSUT]) -> None
 def test_a_stall_that_recovers_only_times_out_the_late_queries(suts: list[SleepingSUT]) -> None:
     sut = SleepingSUT(service=FixedService(0.001), stall_queries=frozenset({15}), stall_s=0.4)
     suts.append(sut)
-    settings = TrialSettings(**{**FAST.to_dict(), "stall_limit_s": 5.0})
+    settings = replace(FAST, stall_limit_s=5.0)
     executor = ThreadedExecutor([sut])
     try:
         summary = run_server(executor, 100.0, NO_BATCHING, settings)

@@ -23,6 +23,7 @@ from accelscope.load.fakes import FixedService
 from accelscope.load.floor import FLOOR_QUERIES, HarnessFloor, measure_harness_floor
 from accelscope.load.scenarios import run_server
 from accelscope.load.summary import Distribution, Scenario, TrialSettings
+from accelscope.serialise import dump, load
 from accelscope.spec import Precision, RunSpec
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing import CliRunner
@@ -76,18 +77,18 @@ def test_the_floor_is_measured_on_the_real_path_with_a_null_sut() -> None:
     assert latency.p50_s < 0.5  # a sanity bound: a null query takes microseconds, not seconds
     assert floor.lag.count == 150 and floor.lag.p50_s >= 0.0
     assert floor.duration_s > 0.0
-    assert HarnessFloor.from_dict(json.loads(json.dumps(floor.to_dict()))) == floor
+    assert load(HarnessFloor, json.loads(json.dumps(dump(floor)))) == floor
     two = measure_harness_floor(2, queries=60, rate_per_s=1000.0)
     assert two.instances == 2 and two.rate_per_s == 2000.0 and two.latency.count == 60
 
 
 def test_the_floor_sentence() -> None:
-    text = harness_floor_text(_floor().to_dict())
+    text = harness_floor_text(dump(_floor()))
     assert text == (
         "harness floor: p50 0.060 ms, p99 0.210 ms per query (null system under test, 400 "
         "queries at 500 q/s) — service times well above this are measured faithfully"
     )
-    slow = harness_floor_text(_floor(p50_s=0.0012, p99_s=0.0035).to_dict())
+    slow = harness_floor_text(dump(_floor(p50_s=0.0012, p99_s=0.0035)))
     assert slow is not None and "p50 1.20 ms, p99 3.50 ms" in slow
     assert harness_floor_text(None) is None
     assert harness_floor_text({}) is None
@@ -117,7 +118,7 @@ def test_stored_documents_carry_the_floor_and_old_ones_still_render(
     environment: Environment,
 ) -> None:
     new = _documents(environment, _floor())
-    assert new["capacity"]["harness_floor"] == _floor().to_dict()
+    assert new["capacity"]["harness_floor"] == dump(_floor())
     summary = summary_document(
         Scenario.SERVER,
         RunSpec(model="m", backend="eager", precision=Precision.FP32, batch_size=1, threads=1),

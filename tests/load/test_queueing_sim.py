@@ -7,6 +7,7 @@ clock, so these are checks of the product code, not of a separate simulator.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -61,7 +62,7 @@ def test_md1_mean_latency_at_utilisation_half() -> None:
 @pytest.mark.parametrize("rho", [0.3, 0.8])
 def test_mm1_other_utilisations(rho: float) -> None:
     mu = SERVICE_RATE_PER_S
-    settings = TrialSettings(**{**LONG.to_dict(), "min_queries": 60_000})
+    settings = replace(LONG, min_queries=60_000)
     summary = run_server(
         _sim(ExponentialService(1.0 / mu, seed=2)), rho * mu, NO_BATCHING, settings
     )
@@ -76,7 +77,7 @@ def test_mm2_two_instances() -> None:
     Erlang-C probability of waiting is C = rho^2 ... = 1/3 for a = 1, c = 2."""
     mu = SERVICE_RATE_PER_S
     lam = mu  # offered load a = 1 Erlang on 2 servers
-    settings = TrialSettings(**{**LONG.to_dict(), "min_queries": 60_000})
+    settings = replace(LONG, min_queries=60_000)
     summary = run_server(
         _sim(ExponentialService(1.0 / mu, seed=3), instances=2), lam, NO_BATCHING, settings
     )
@@ -88,8 +89,8 @@ def test_mm2_two_instances() -> None:
 def test_burstier_arrivals_wait_longer() -> None:
     """Gamma gaps with CV 2 vs Poisson at the same rate: Kingman says waits grow with ca^2."""
     mu = SERVICE_RATE_PER_S
-    base = TrialSettings(**{**LONG.to_dict(), "min_queries": 40_000})
-    bursty = TrialSettings(**{**base.to_dict(), "burstiness_cv": 2.0})
+    base = replace(LONG, min_queries=40_000)
+    bursty = replace(base, burstiness_cv=2.0)
     poisson = run_server(_sim(FixedService(1 / mu)), 0.5 * mu, NO_BATCHING, base)
     burst = run_server(_sim(FixedService(1 / mu)), 0.5 * mu, NO_BATCHING, bursty)
     # G/D/1 Kingman approximation: Wq ~ rho/(1-rho) * (ca^2 + 0)/2 / mu

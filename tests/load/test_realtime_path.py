@@ -9,6 +9,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -138,7 +139,7 @@ def test_threaded_trials_account_for_every_query(
 def test_an_early_stop_from_a_server_thread_ends_the_trial() -> None:
     """Queries resolved over the bound by a server thread stop the trial (the trial's own
     thread is woken for it), and the executor serves the next trial."""
-    settings = TrialSettings(**{**QUICK.to_dict(), "min_queries": 1500})
+    settings = replace(QUICK, min_queries=1500)
     executor = ThreadedExecutor([SleepingSUT(service=FixedService(0.004))])
     try:
         summary = run_server(executor, 1000.0, NO_BATCHING, settings, 0.02, stop_when_failed=True)

@@ -10,6 +10,7 @@ import pytest
 from accelscope.errors import BadInputError
 from accelscope.load.batcher import BatchPolicy
 from accelscope.load.schedule import arrival_offsets_s, sample_indices
+from accelscope.serialise import dump, load
 
 
 @pytest.mark.parametrize("cv", [0.5, 1.0, 2.0])
@@ -44,7 +45,7 @@ def test_batch_policy_rule() -> None:
     assert policy.launch_at_s(0, 1.0) == math.inf
     assert policy.launch_at_s(2, 1.0) == pytest.approx(1.01)
     assert policy.launch_at_s(4, 1.0) == -math.inf
-    assert BatchPolicy.from_dict(policy.to_dict()) == policy
+    assert load(BatchPolicy, dump(policy)) == policy
     with pytest.raises(BadInputError):
         BatchPolicy(0, 0.0)
     with pytest.raises(BadInputError):

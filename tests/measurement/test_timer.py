@@ -7,6 +7,7 @@ import pytest
 from accelscope.errors import BadInputError
 from accelscope.measurement.record import Measurement, StopReason
 from accelscope.measurement.timer import HostInterval, Timer, TimerConfig
+from accelscope.serialise import dump, load
 from accelscope.testing import FakeClock, ScriptedWork
 
 
@@ -109,7 +110,7 @@ def test_measurement_round_trips_through_dict() -> None:
     config = TimerConfig(warmup_iters=1, warmup_min_s=0.0, min_samples=10, budget_s=100)
     timer, _ = _timer([0.1, 0.10000000000000002, 0.3], config)
     measurement = timer.measure()
-    again = Measurement.from_dict(measurement.to_dict())
+    again = load(Measurement, dump(measurement))
     assert again == measurement
     assert again.summary == measurement.summary
 

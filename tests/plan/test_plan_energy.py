@@ -65,7 +65,9 @@ def test_energy_not_measured_says_why() -> None:
 def _store(tmp_path: Path, environment: Environment) -> Path:
     path = tmp_path / "r.db"
     capacity = capacity_payload()
-    capacity["capacity_trial"] = {"energy": _figure(2000.0, 10_000).to_dict()}  # 0.2 J/query
+    capacity["capacity_trial"] = {
+        "energy": _figure(2000.0, 10_000).model_dump(mode="json")
+    }  # 0.2 J/query
     with ResultStore(path) as store:
         for kind, doc_kind, payload in (
             ("roofline", "roofline", roofline_payload()),

@@ -16,6 +16,7 @@ from accelscope.roofline.kernel_search import Candidate, best_first_search, meas
 from accelscope.roofline.kernels import Kernel, build_kernel, neighbors, seeds
 from accelscope.roofline.measure_ceilings import CeilingsPlan, measure_ceilings
 from accelscope.roofline.theoretical import parse_topology, theoretical_cpu
+from accelscope.serialise import dump
 from accelscope.testing import FakeClock, ScriptedWork
 
 
@@ -175,7 +176,7 @@ def test_theoretical_peak_from_the_isa(environment: Environment) -> None:
     assert topology.hypervisor
     cpu = environment.cpu.__class__(
         **{
-            **environment.cpu.to_dict(),
+            **dump(environment.cpu),
             "physical_cores": 2,
             "isa": ("amx_bf16", "amx_int8", "avx512f"),
         }

@@ -13,6 +13,7 @@ from accelscope.hardware.fingerprint import collect_environment
 from accelscope.measurement.stats import paired_ratio_ci
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.loading import load_model
+from accelscope.serialise import dump, load
 from accelscope.spec import Precision, RunSpec, TensorSpec
 from accelscope.sweep.confirm import Confirmation, confirmation_from_blocks
 from accelscope.sweep.executor import LocalExecutor
@@ -56,7 +57,7 @@ def test_a_clear_winner_is_confirmed_with_its_interval() -> None:
     assert confirmation.speedup.low < 3.0 < confirmation.speedup.high
     assert confirmation.speedup.rounds == 6 and confirmation.ranked
     assert confirmation.lead.ratio == pytest.approx(1.3, rel=0.02)
-    again = Confirmation.from_dict(confirmation.to_dict())
+    again = load(Confirmation, dump(confirmation))
     assert again == confirmation
 
 

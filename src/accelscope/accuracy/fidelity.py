@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -25,15 +25,6 @@ class Fidelity:
     max_abs: float
     cosine: float
     top1_agreement: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Fidelity:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**data)
 
 
 def compare_outputs(

@@ -25,6 +25,7 @@ from accelscope.commands.bench.view import bench_view, preview_view
 from accelscope.commands.bench.workflow import BenchRequest, bench, preview
 from accelscope.models.zoo import DEFAULT_MODEL
 from accelscope.result import Result, Status
+from accelscope.serialise import dump
 from accelscope.spec import DeviceRef, RunSpec, TensorSpec, parse_options
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
@@ -228,12 +229,12 @@ def bench_command(
             "lowest_latency": outcome.selection.lowest_latency_key,
             "baseline": outcome.selection.baseline_key,
             "confirmation": (
-                outcome.selection.confirmation.to_dict() if outcome.selection.confirmation else None
+                dump(outcome.selection.confirmation) if outcome.selection.confirmation else None
             ),
-            "probes": outcome.probes.to_dict() if outcome.probes else None,
+            "probes": dump(outcome.probes) if outcome.probes else None,
             "measurement_time_s": outcome.measurement_time_s,
             "wall_time_s": outcome.wall_time_s,
-            "results": [r.to_dict() for r in outcome.results],
+            "results": [dump(r) for r in outcome.results],
         }
         _out.print_json(json.dumps(document))
         return

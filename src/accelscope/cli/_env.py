@@ -20,6 +20,7 @@ from accelscope.engine.probe import probe_pairs, probe_runtime_version, probe_ta
 from accelscope.hardware.fingerprint import collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.models.zoo import DEFAULT_MODEL, ZOO
+from accelscope.serialise import dump
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
 
@@ -54,7 +55,7 @@ def env(
             refresh=refresh_probes,
         )
     if as_json:
-        document = environment.to_dict()
+        document = dump(environment)
         document["fingerprint"] = environment.fingerprint()
         document["precision_support"] = [
             {
@@ -66,7 +67,7 @@ def env(
             }
             for s in environment.precision_support()
         ]
-        document["probes"] = table.to_dict() if table is not None else None
+        document["probes"] = dump(table) if table is not None else None
         _out.print_json(json.dumps(document))
         return
     _out.print(environment_view(environment, table))

@@ -27,6 +27,7 @@ from accelscope.errors import BadInputError
 from accelscope.load.capacity_search import PolicyCapacity
 from accelscope.load.floor import HarnessFloor
 from accelscope.load.summary import Scenario, TrialSummary
+from accelscope.serialise import dump
 from accelscope.spec import (
     DeviceRef,
     Precision,
@@ -56,7 +57,7 @@ class _Events(LoadEvents):
             _err.print(f"[dim]preparing {spec.label()} (batch sizes {sizes}) ...[/]")
 
     def floor(self, floor: HarnessFloor) -> None:
-        text = harness_floor_text(floor.to_dict())
+        text = harness_floor_text(dump(floor))
         if not self.quiet and text is not None:
             _err.print(f"  {text}", style="dim", markup=False)
 
@@ -205,7 +206,7 @@ def load_command(
         command_line=command_line(),
     )
     trials = [t.to_dict() for t in outcome.trials]
-    floor = outcome.harness_floor.to_dict() if outcome.harness_floor is not None else None
+    floor = dump(outcome.harness_floor) if outcome.harness_floor is not None else None
     if as_json:
         document = {
             "run_id": outcome.run_id,

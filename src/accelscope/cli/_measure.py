@@ -24,6 +24,7 @@ from accelscope.commands.measure.workflow import MeasureRequest, measure
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.zoo import DEFAULT_MODEL
 from accelscope.report.tables import results_view
+from accelscope.serialise import dump
 from accelscope.spec import DeviceRef, Precision, TensorSpec, parse_options, parse_precision
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
@@ -105,7 +106,7 @@ def measure_command(
         document = {
             "run_id": outcome.run_id,
             "store": str(outcome.store_path or ""),
-            "results": [r.to_dict() for r in outcome.results],
+            "results": [dump(r) for r in outcome.results],
         }
         _out.print_json(json.dumps(document))
         return

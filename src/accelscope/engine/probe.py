@@ -32,14 +32,17 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from accelscope.errors import exception_line
 from accelscope.files import write_atomic
 from accelscope.hardware.fastpaths import PrecisionSupport
+from accelscope.serialise import dump, load
 from accelscope.spec import Device, Precision
 
 __all__ = [
@@ -141,37 +144,19 @@ class ProbeVerdict:
         note = f"; {self.note}" if self.note else ""
         return f"{head}: {parts} fp32 here{runs_as}{note}"
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        data = asdict(self)
-        data["precision"] = self.precision.value
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProbeVerdict:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            runtime=str(data["runtime"]),
-            precision=Precision(data["precision"]),
-            version=str(data["version"]),
-            threads=int(data["threads"]),
-            kernels=tuple(KernelTiming(**k) for k in data.get("kernels", [])),
-            executes_as=str(data.get("executes_as", "")),
-            note=str(data.get("note", "")),
-            error=str(data.get("error", "")),
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeTable:
-    """Probe verdicts of one machine at one thread count."""
+    """Probe verdicts of one machine at one thread count; cached and stored as
+    :func:`accelscope.serialise.dump` writes it."""
 
     fingerprint: str
     threads: int
-    verdicts: tuple[ProbeVerdict, ...] = ()
     measured_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
-    probe_s: float = 0.0
-    """Seconds the probes measured in this invocation took (0 when all came from the cache)."""
+    verdicts: tuple[ProbeVerdict, ...] = ()
+    probe_s: Annotated[float, Field(exclude=True)] = 0.0
+    """Seconds the probes measured in this invocation took (0 when all came from the cache);
+    not stored: it belongs to one invocation, not to the machine."""
 
     def get(self, backend: str, precision: Precision) -> ProbeVerdict | None:
         """The verdict for ``backend``'s runtime at ``precision``, if probed."""
@@ -180,25 +165,6 @@ class ProbeTable:
             if verdict.runtime == runtime and verdict.precision is precision:
                 return verdict
         return None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (the cache file and the stored document)."""
-        return {
-            "fingerprint": self.fingerprint,
-            "threads": self.threads,
-            "measured_at": self.measured_at,
-            "verdicts": [v.to_dict() for v in self.verdicts],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProbeTable:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            fingerprint=str(data["fingerprint"]),
-            threads=int(data["threads"]),
-            measured_at=str(data.get("measured_at", "")),
-            verdicts=tuple(ProbeVerdict.from_dict(v) for v in data.get("verdicts", [])),
-        )
 
 
 def probe_runtime_version(runtime: str) -> str:
@@ -523,7 +489,7 @@ def measure_probes(pairs: Iterable[tuple[str, Precision]], threads: int) -> list
 def measure_probes_json(pairs_json: str, threads: int) -> str:
     """:func:`measure_probes` across a process boundary (JSON in, JSON out)."""
     pairs = [(runtime, Precision(value)) for runtime, value in json.loads(pairs_json)]
-    return json.dumps([v.to_dict() for v in measure_probes(pairs, threads)])
+    return json.dumps([dump(v) for v in measure_probes(pairs, threads)])
 
 
 def needed_pairs(backends: Sequence[tuple[str, Precision]]) -> list[tuple[str, Precision]]:
@@ -553,7 +519,7 @@ def cache_path(cache_dir: Path, fingerprint: str, threads: int) -> Path:
 def _load_cached(path: Path) -> list[ProbeVerdict]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return [ProbeVerdict.from_dict(v) for v in data.get("verdicts", [])]
+        return [load(ProbeVerdict, v) for v in data.get("verdicts", [])]
     except (OSError, ValueError, KeyError, TypeError):
         return []  # a missing or damaged cache is measured again
 
@@ -561,7 +527,7 @@ def _load_cached(path: Path) -> list[ProbeVerdict]:
 def _save_cached(table: ProbeTable, path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(table.to_dict(), indent=1))
+        write_atomic(path, json.dumps(dump(table), indent=1))
     except OSError:
         pass  # an unwritable cache costs a re-probe next time, nothing else
 
@@ -579,7 +545,7 @@ def _measure_isolated(
     pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
     try:
         text = pool.submit(measure_probes_json, payload, threads).result(timeout=timeout_s)
-        return [ProbeVerdict.from_dict(v) for v in json.loads(text)]
+        return [load(ProbeVerdict, v) for v in json.loads(text)]
     except FutureTimeout:
         reason = f"the probe did not finish within {timeout_s:g} s"
     except Exception as exc:  # noqa: BLE001 - a crashed probe process (BrokenProcessPool, ...)

@@ -12,7 +12,7 @@ import os
 import platform
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,7 @@ class ParsedCpuinfo:
 
     model_name: str
     vendor: str
-    arch: str
+    arch: str = ""
     logical_cores: int
     physical_cores: int | None
     sockets: int | None
@@ -123,7 +123,7 @@ class CpuInfo:
 
     model_name: str
     vendor: str
-    arch: str
+    arch: str = ""
     logical_cores: int
     physical_cores: int
     usable_cores: int
@@ -136,35 +136,6 @@ class CpuInfo:
     def has(self, feature: str) -> bool:
         """True when the normalised ISA feature (e.g. ``amx_bf16``) is present."""
         return feature in self.isa
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``isa`` as a list)."""
-        data = asdict(self)
-        data["isa"] = list(self.isa)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CpuInfo:
-        """Inverse of :meth:`to_dict`."""
-
-        def opt_int(key: str) -> int | None:
-            value = data.get(key)
-            return None if value is None else int(value)
-
-        freq = data.get("max_freq_mhz")
-        return cls(
-            model_name=str(data["model_name"]),
-            vendor=str(data["vendor"]),
-            arch=str(data.get("arch", "")),
-            logical_cores=int(data["logical_cores"]),
-            physical_cores=int(data["physical_cores"]),
-            usable_cores=int(data["usable_cores"]),
-            sockets=int(data["sockets"]),
-            max_freq_mhz=None if freq is None else float(freq),
-            l2_cache_bytes=opt_int("l2_cache_bytes"),
-            l3_cache_bytes=opt_int("l3_cache_bytes"),
-            isa=tuple(str(f) for f in data.get("isa", [])),
-        )
 
 
 def _int_auto(text: str) -> int | None:

@@ -34,8 +34,9 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, computed_field
 
 __all__ = [
     "COUNTER_RESOLUTION_J",
@@ -61,14 +62,18 @@ CPU_REASON = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class EnergyFigure:
+class EnergyFigure(BaseModel):
     """Energy of one window. ``energy_j`` is ``None`` when not measured (``reason`` says why);
     ``items`` (set by :meth:`for_items`) is what the window processed.
 
     Units: joules, seconds, watts. ``uncertainty_j`` bounds the error: one update period at the
     window's mean power (each reading is stale by up to one period) plus the resolution.
+
+    Stored with ``model_dump(mode="json")``: the derived ``joules_per_item`` and
+    ``mean_power_w`` are written for readers of the JSON and recomputed when read back.
     """
+
+    model_config = ConfigDict(frozen=True)
 
     energy_j: float | None
     window_s: float | None = None
@@ -93,6 +98,7 @@ class EnergyFigure:
         """True when the window has a valid energy figure."""
         return self.energy_j is not None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def joules_per_item(self) -> float | None:
         """Joules per item processed in the window (``None``: not measured, or no items)."""
@@ -100,6 +106,7 @@ class EnergyFigure:
             return None
         return self.energy_j / self.items
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def mean_power_w(self) -> float | None:
         """Mean board power over the window, in watts."""
@@ -116,7 +123,7 @@ class EnergyFigure:
 
     def for_items(self, items: int) -> EnergyFigure:
         """This window's figure with the number of items it processed."""
-        return replace(self, items=int(items))
+        return self.model_copy(update={"items": int(items)})
 
     def describe(self, per: str = "item") -> str:
         """One line: ``0.41 J/item (±5 %, 212 J over 2.0 s, ...)`` or ``not measured: why``."""
@@ -128,43 +135,6 @@ class EnergyFigure:
         body = window if self.joules_per_item is not None else ""
         detail = ", ".join(x for x in (spread.strip(), body, self.source) if x)
         return f"{head} ({detail})" if detail else head
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (derived figures included for readers of the JSON)."""
-        return {
-            "energy_j": self.energy_j,
-            "window_s": self.window_s,
-            "items": self.items,
-            "joules_per_item": self.joules_per_item,
-            "mean_power_w": self.mean_power_w,
-            "source": self.source,
-            "reason": self.reason,
-            "update_period_s": self.update_period_s,
-            "update_period_basis": self.update_period_basis,
-            "resolution_j": self.resolution_j,
-            "uncertainty_j": self.uncertainty_j,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EnergyFigure:
-        """Inverse of :meth:`to_dict` (derived figures are recomputed)."""
-
-        def number(key: str) -> float | None:
-            value = data.get(key)
-            return None if value is None else float(value)
-
-        items = data.get("items")
-        return cls(
-            energy_j=number("energy_j"),
-            window_s=number("window_s"),
-            items=None if items is None else int(items),
-            source=str(data.get("source", "")),
-            reason=str(data.get("reason", "")),
-            update_period_s=number("update_period_s"),
-            update_period_basis=str(data.get("update_period_basis", "")),
-            resolution_j=number("resolution_j"),
-            uncertainty_j=number("uncertainty_j"),
-        )
 
 
 class EnergyCounter(Protocol):

@@ -68,42 +68,12 @@ class Environment:
     python: str
     cpu: CpuInfo
     memory_bytes: int
-    gpus: tuple[GpuInfo, ...]
-    libraries: tuple[tuple[str, str], ...]
-    torch_build: tuple[tuple[str, str], ...]
+    # The defaults are for environments stored without these keys (they still load).
+    gpus: tuple[GpuInfo, ...] = ()
+    libraries: tuple[tuple[str, str], ...] = ()
+    torch_build: tuple[tuple[str, str], ...] = ()
     collected_at: str
     numerics: tuple[tuple[str, str], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of plain lists, dicts, strings and numbers."""
-        return {
-            "hostname": self.hostname,
-            "os": self.os,
-            "python": self.python,
-            "cpu": self.cpu.to_dict(),
-            "memory_bytes": self.memory_bytes,
-            "gpus": [g.to_dict() for g in self.gpus],
-            "libraries": [[name, version] for name, version in self.libraries],
-            "torch_build": [[key, value] for key, value in self.torch_build],
-            "collected_at": self.collected_at,
-            "numerics": [[key, value] for key, value in self.numerics],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Environment:
-        """Exact inverse of :meth:`to_dict` (also after a JSON round trip)."""
-        return cls(
-            hostname=str(data["hostname"]),
-            os=str(data["os"]),
-            python=str(data["python"]),
-            cpu=CpuInfo.from_dict(data["cpu"]),
-            memory_bytes=int(data["memory_bytes"]),
-            gpus=tuple(GpuInfo.from_dict(g) for g in data.get("gpus", [])),
-            libraries=tuple((str(n), str(v)) for n, v in data.get("libraries", [])),
-            torch_build=tuple((str(k), str(v)) for k, v in data.get("torch_build", [])),
-            collected_at=str(data["collected_at"]),
-            numerics=tuple((str(k), str(v)) for k, v in data.get("numerics", [])),
-        )
 
     def with_numerics(self) -> Environment:
         """This environment with :attr:`numerics` read now (the state a measurement runs

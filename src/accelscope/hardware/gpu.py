@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from accelscope.errors import BadInputError, NotAvailableError
 from accelscope.spec import Device, DeviceRef
@@ -55,28 +54,6 @@ class GpuInfo:
         """The ``sm_XY`` architecture tag, e.g. ``sm_90``; ``sm_?`` if the capability is unknown."""
         cc = self.cc_tuple
         return f"sm_{cc[0]}{cc[1]}" if cc else "sm_?"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GpuInfo:
-        """Inverse of :meth:`to_dict`."""
-
-        def opt_str(key: str) -> str | None:
-            value = data.get(key)
-            return None if value is None else str(value)
-
-        return cls(
-            index=int(data["index"]),
-            name=str(data["name"]),
-            memory_bytes=int(data["memory_bytes"]),
-            compute_capability=str(data["compute_capability"]),
-            driver_version=opt_str("driver_version"),
-            cuda_runtime=opt_str("cuda_runtime"),
-            uuid=opt_str("uuid"),
-        )
 
 
 def _driver_version_nvml() -> str | None:

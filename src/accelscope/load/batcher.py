@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from accelscope.errors import BadInputError
 
@@ -49,15 +48,6 @@ class BatchPolicy:
         if not self.batching:
             return "no batching"
         return f"max batch {self.max_batch}, max delay {self.max_delay_s * 1e3:g} ms"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (the capacity contract's ``batching`` shape)."""
-        return {"max_batch": self.max_batch, "max_delay_s": self.max_delay_s}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BatchPolicy:
-        """Inverse of :meth:`to_dict`."""
-        return cls(max_batch=int(data["max_batch"]), max_delay_s=float(data["max_delay_s"]))
 
 
 NO_BATCHING = BatchPolicy(1, 0.0)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from pydantic import computed_field
+from pydantic.dataclasses import dataclass
 
 from accelscope.measurement.stats import binomial_cdf
 
@@ -73,22 +75,12 @@ class EarlyStopping:
     min_queries_no_overlatency: int
     """Queries needed when none is over the bound (459 at p99, 99 % confidence)."""
 
+    # A pydantic dataclass for this computed field: the stored verdict carries ``passes``.
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def passes(self) -> bool:
         """True when the run has enough queries to claim its percentile."""
         return self.queries >= self.required_queries
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready dict (with ``passes``)."""
-        return {
-            "percentile": self.percentile,
-            "confidence": self.confidence,
-            "queries": self.queries,
-            "overlatency": self.overlatency,
-            "required_queries": self.required_queries,
-            "min_queries_no_overlatency": self.min_queries_no_overlatency,
-            "passes": self.passes,
-        }
 
 
 def server_early_stopping(

@@ -10,8 +10,10 @@ Run at the start of each load run (under a second) and reported with it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Annotated
+
+from pydantic import Field
 
 from accelscope.load.batcher import NO_BATCHING
 from accelscope.load.executor import ThreadedExecutor
@@ -32,37 +34,18 @@ for another one and the trial takes about 0.8 s."""
 
 @dataclass(frozen=True, kw_only=True)
 class HarnessFloor:
-    """Latency (scheduled arrival to done) and generator lag of the null trial."""
+    """Latency (scheduled arrival to done) and generator lag of the null trial. Stored as the
+    ``harness_floor`` field of the load documents (:func:`accelscope.serialise.dump`)."""
 
     queries: int
     rate_per_s: float
-    instances: int
+    # The defaults of ``instances`` and ``duration_s`` read floors stored before they were.
+    instances: int = 1
     latency: Distribution
-    lag: Distribution
-    duration_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (the ``harness_floor`` field of the load documents)."""
-        return {
-            "queries": self.queries,
-            "rate_per_s": self.rate_per_s,
-            "instances": self.instances,
-            "latency": self.latency.to_dict(),
-            "generator_lag": self.lag.to_dict(),
-            "duration_s": self.duration_s,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HarnessFloor:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            queries=int(data["queries"]),
-            rate_per_s=float(data["rate_per_s"]),
-            instances=int(data.get("instances", 1)),
-            latency=Distribution.from_dict(data["latency"]),
-            lag=Distribution.from_dict(data["generator_lag"]),
-            duration_s=float(data.get("duration_s", 0.0)),
-        )
+    lag: Annotated[
+        Distribution, Field(serialization_alias="generator_lag", validation_alias="generator_lag")
+    ]
+    duration_s: float = 0.0
 
 
 def measure_harness_floor(
@@ -84,7 +67,7 @@ def measure_harness_floor(
     )
     executor = ThreadedExecutor([NullSUT() for _ in range(instances)])
     try:
-        warm = TrialSettings(**{**settings.to_dict(), "min_queries": FLOOR_WARMUP_QUERIES})
+        warm = replace(settings, min_queries=FLOOR_WARMUP_QUERIES)
         run_server(executor, rate_per_s * instances, NO_BATCHING, warm)  # first-call costs
         summary = run_server(executor, rate_per_s * instances, NO_BATCHING, settings)
     finally:

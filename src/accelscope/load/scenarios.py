@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 from accelscope.hardware.energy import EnergyFigure, EnergyMeter
 from accelscope.load.batcher import NO_BATCHING, BatchPolicy
@@ -69,7 +70,7 @@ def run_offline(
     full batches back to back."""
     count = settings.min_queries
     source = OpenSchedule([0.0] * count, sample_indices(count, settings.pool_size, settings.seed))
-    offline_settings = TrialSettings(**{**settings.to_dict(), "query_timeout_s": math.inf})
+    offline_settings = replace(settings, query_timeout_s=math.inf)
     record, figure = _metered(
         energy,
         lambda: run_trial(source, executor, policy, _limits(offline_settings, None, False)),

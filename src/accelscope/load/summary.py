@@ -18,6 +18,7 @@ from accelscope.load.early_stopping import (
 )
 from accelscope.load.trial import QueryStatus, TrialRecord
 from accelscope.measurement.stats import percentile
+from accelscope.serialise import dump, load
 
 __all__ = ["Distribution", "Scenario", "TrialSettings", "TrialSummary", "summarize_trial"]
 
@@ -47,10 +48,6 @@ class TrialSettings:
     confidence: float = 0.99
     pool_size: int = 64
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return dict(self.__dict__)
-
 
 @dataclass(frozen=True, kw_only=True)
 class Distribution:
@@ -77,15 +74,6 @@ class Distribution:
             p99_s=percentile(ordered, 99),
             max_s=ordered[-1],
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Distribution:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +147,7 @@ class TrialSummary:
         """JSON-ready dict (the stored ``load-trial`` document)."""
         return {
             "scenario": self.scenario.value,
-            "batching": self.policy.to_dict(),
+            "batching": dump(self.policy),
             "offered_rate_per_s": self.offered_rate_per_s,
             "sla_p99_s": self.sla_p99_s,
             "issued": self.issued,
@@ -167,17 +155,15 @@ class TrialSummary:
             "errors": self.errors,
             "timeouts": self.timeouts,
             "cancelled": self.cancelled,
-            "latency": self.latency.to_dict(),
-            "queue": self.queue.to_dict(),
-            "compute": self.compute.to_dict(),
-            "generator_lag": self.lag.to_dict(),
+            "latency": dump(self.latency),
+            "queue": dump(self.queue),
+            "compute": dump(self.compute),
+            "generator_lag": dump(self.lag),
             "duration_s": self.duration_s,
             "throughput_per_s": self.throughput_per_s,
             "mean_batch": self.mean_batch,
             "batches": self.batches,
-            "early_stopping": None
-            if self.early_stopping is None
-            else self.early_stopping.to_dict(),
+            "early_stopping": None if self.early_stopping is None else dump(self.early_stopping),
             "p90_estimate_s": self.p90_estimate_s,
             "p99_estimate_s": self.p99_estimate_s,
             "invalid_reasons": list(self.invalid_reasons),
@@ -189,7 +175,7 @@ class TrialSummary:
             "stalled_instances": self.stalled_instances,
             "p99_is_lower_bound": self.p99_is_lower_bound,
             "query_samples": self.query_samples,
-            "energy": None if self.energy is None else self.energy.to_dict(),
+            "energy": None if self.energy is None else self.energy.model_dump(mode="json"),
         }
 
     @classmethod
@@ -198,7 +184,7 @@ class TrialSummary:
         es = data.get("early_stopping")
         return cls(
             scenario=Scenario(data["scenario"]),
-            policy=BatchPolicy.from_dict(data["batching"]),
+            policy=load(BatchPolicy, data["batching"]),
             offered_rate_per_s=data["offered_rate_per_s"],
             sla_p99_s=data["sla_p99_s"],
             issued=int(data["issued"]),
@@ -206,24 +192,15 @@ class TrialSummary:
             errors=int(data["errors"]),
             timeouts=int(data["timeouts"]),
             cancelled=int(data["cancelled"]),
-            latency=Distribution.from_dict(data["latency"]),
-            queue=Distribution.from_dict(data["queue"]),
-            compute=Distribution.from_dict(data["compute"]),
-            lag=Distribution.from_dict(data["generator_lag"]),
+            latency=load(Distribution, data["latency"]),
+            queue=load(Distribution, data["queue"]),
+            compute=load(Distribution, data["compute"]),
+            lag=load(Distribution, data["generator_lag"]),
             duration_s=float(data["duration_s"]),
             throughput_per_s=float(data["throughput_per_s"]),
             mean_batch=float(data["mean_batch"]),
             batches=int(data["batches"]),
-            early_stopping=None
-            if es is None
-            else EarlyStopping(
-                percentile=es["percentile"],
-                confidence=es["confidence"],
-                queries=es["queries"],
-                overlatency=es["overlatency"],
-                required_queries=es["required_queries"],
-                min_queries_no_overlatency=es["min_queries_no_overlatency"],
-            ),
+            early_stopping=None if es is None else load(EarlyStopping, es),
             p90_estimate_s=data["p90_estimate_s"],
             p99_estimate_s=data["p99_estimate_s"],
             invalid_reasons=tuple(data["invalid_reasons"]),
@@ -232,7 +209,7 @@ class TrialSummary:
             stalled_instances=int(data.get("stalled_instances", 0)),
             p99_is_lower_bound=bool(data.get("p99_is_lower_bound", False)),
             query_samples=dict(data.get("query_samples", {})),
-            energy=EnergyFigure.from_dict(data["energy"]) if data.get("energy") else None,
+            energy=EnergyFigure.model_validate(data["energy"]) if data.get("energy") else None,
         )
 
 

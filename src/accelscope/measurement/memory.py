@@ -11,9 +11,8 @@ import resource
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 __all__ = ["MemoryPeak", "MemoryProbe", "track_peak_memory"]
 
@@ -58,15 +57,6 @@ class MemoryPeak:
     rss_method: str
     cuda_allocated_peak_bytes: int | None = None
     cuda_reserved_peak_bytes: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MemoryPeak:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**data)
 
 
 class MemoryProbe:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
-from typing import Any
 
 from accelscope.measurement.stats import Summary, summarize
 
@@ -80,30 +79,3 @@ class Measurement:
         if self.stop_reason is not StopReason.CONVERGED:
             found.append(self.stop_explanation())
         return found
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict holding the raw samples (statistics are derived, not stored)."""
-        return {
-            "samples_s": list(self.samples_s),
-            "items_per_call": self.items_per_call,
-            "first_call_s": self.first_call_s,
-            "warmup_samples_s": list(self.warmup_samples_s),
-            "stop_reason": self.stop_reason.value,
-            "target_rel_ci": self.target_rel_ci,
-            "confidence": self.confidence,
-            "budget_s": self.budget_s,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            samples_s=tuple(float(x) for x in data["samples_s"]),
-            items_per_call=int(data["items_per_call"]),
-            first_call_s=float(data["first_call_s"]),
-            warmup_samples_s=tuple(float(x) for x in data.get("warmup_samples_s", [])),
-            stop_reason=StopReason(data.get("stop_reason", "converged")),
-            target_rel_ci=float(data.get("target_rel_ci", 0.02)),
-            confidence=float(data.get("confidence", 0.95)),
-            budget_s=float(data.get("budget_s", 0.0)),
-        )

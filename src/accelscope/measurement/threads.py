@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from accelscope.errors import BadInputError
 
@@ -32,15 +31,6 @@ class ThreadSettings:
     inter_op: int
     omp_num_threads: str | None
     available_cores: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ThreadSettings:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**data)
 
 
 @contextmanager

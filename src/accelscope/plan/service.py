@@ -37,6 +37,7 @@ from accelscope.plan.fleet import (
     requests_per_month,
 )
 from accelscope.plan.traffic import Traffic
+from accelscope.serialise import dump
 
 __all__ = ["PLAN_SCHEMA", "THIS_MACHINE", "BenchFigure", "CapacityPlan", "Evidence", "build_plan"]
 
@@ -104,7 +105,7 @@ class Evidence:
         for capacity in self.capacities:
             energy = (capacity.capacity_trial or {}).get("energy")
             if isinstance(energy, dict):
-                found[figure_key("measured", capacity.label)] = EnergyFigure.from_dict(energy)
+                found[figure_key("measured", capacity.label)] = EnergyFigure.model_validate(energy)
         return found
 
     @property
@@ -140,13 +141,13 @@ class CapacityPlan:
             "mode": "capacity",
             "model": self.model,
             "traffic": self.traffic.model_dump(mode="json"),
-            "settings": self.settings.to_dict(),
+            "settings": dump(self.settings),
             "options": [o.to_dict() for o in self.options],
-            "recommendation": self.recommendation.to_dict(),
+            "recommendation": dump(self.recommendation),
             "here": self.here,
             "catalog_files": list(self.catalog_files),
             "sources": list(self.sources),
-            "energy_price": None if self.energy_price is None else self.energy_price.to_dict(),
+            "energy_price": None if self.energy_price is None else dump(self.energy_price),
         }
 
 

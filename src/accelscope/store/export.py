@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from accelscope.result import Result
+from accelscope.serialise import dump
 from accelscope.store.sqlite import RunRecord
 
 __all__ = ["CSV_COLUMNS", "result_row", "run_to_csv", "run_to_json"]
@@ -113,7 +114,7 @@ def run_to_json(run: RunRecord) -> str:
         "finished_at": run.finished_at,
         "status": run.status,
         "settings": run.settings,
-        "results": [result.to_dict() for result in run.results],
+        "results": [dump(result) for result in run.results],
         "documents": [
             {"kind": d.kind, "created_at": d.created_at, "payload": d.payload}
             for d in run.documents

@@ -28,6 +28,7 @@ from typing import Any
 from accelscope.errors import BadInputError, StoreError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.result import Result, utc_now
+from accelscope.serialise import dump
 
 __all__ = [
     "DEFAULT_STORE_PATH",
@@ -282,7 +283,7 @@ class ResultStore:
                     model,
                     command,
                     utc_now(),
-                    json.dumps(environment.to_dict()),
+                    json.dumps(dump(environment)),
                     json.dumps(settings or {}),
                 ),
             )

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from accelscope.measurement.stats import paired_ratio_ci
 from accelscope.result import Result
@@ -57,23 +56,15 @@ class Comparison:
             f"{self.rounds} interleaved rounds)"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Comparison:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
-
 
 @dataclass(frozen=True, kw_only=True)
 class Confirmation:
     """The interleaved re-measure of a sweep's top: the winner's speedup over the baseline and,
-    when the runner-up was close, the winner's lead over it. ``error`` says why it is missing."""
+    when the runner-up was close, the winner's lead over it. ``error`` says why it is missing.
+    Stored (the run's ``confirmation`` document) as :func:`accelscope.serialise.dump` writes it."""
 
     best_key: str
-    baseline_key: str | None
+    baseline_key: str | None = None
     runner_up_key: str | None = None
     speedup: Comparison | None = None
     lead: Comparison | None = None
@@ -92,32 +83,6 @@ class Confirmation:
         if self.error or not self.block_s_per_item or key not in self.block_s_per_item:
             return None
         return _round_totals(self.block_s_per_item[key])
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (stored as the run's ``confirmation`` document)."""
-        return {
-            "best_key": self.best_key,
-            "baseline_key": self.baseline_key,
-            "runner_up_key": self.runner_up_key,
-            "speedup": self.speedup.to_dict() if self.speedup else None,
-            "lead": self.lead.to_dict() if self.lead else None,
-            "block_s_per_item": self.block_s_per_item,
-            "error": self.error,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Confirmation:
-        """Inverse of :meth:`to_dict`."""
-        speedup, lead = data.get("speedup"), data.get("lead")
-        return cls(
-            best_key=str(data["best_key"]),
-            baseline_key=data.get("baseline_key"),
-            runner_up_key=data.get("runner_up_key"),
-            speedup=Comparison.from_dict(speedup) if speedup else None,
-            lead=Comparison.from_dict(lead) if lead else None,
-            block_s_per_item=data.get("block_s_per_item"),
-            error=str(data.get("error", "")),
-        )
 
 
 def runner_up(accepted: Sequence[Result], best: Result) -> Result | None:

@@ -42,6 +42,7 @@ from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.models.factory import is_factory_ref
 from accelscope.result import Result
+from accelscope.serialise import dump, load
 from accelscope.spec import Precision
 from accelscope.sweep.executor import NODE_LOST, LocalExecutor, ProgressFn, WorkerOutcome
 from accelscope.sweep.worker import InterleaveTask, WorkerTask
@@ -249,14 +250,15 @@ def describe_node(pairs_json: str, threads: int | None, refresh: bool = False) -
     pairs = [(runtime, Precision(p)) for runtime, p in json.loads(pairs_json)]
     probes = None
     if pairs:
-        probes = probe_table(
+        table = probe_table(
             pairs,
             fingerprint=env.fingerprint(),
             threads=min(threads or cores, cores),
             cache_dir=Path.home() / ".cache" / "accelscope" / "probes",
             refresh=refresh,
-        ).to_dict()
-    return {"environment": env.to_dict(), "cores": cores, "probes": probes}
+        )
+        probes = dump(table)
+    return {"environment": dump(env), "cores": cores, "probes": probes}
 
 
 class RayExecutor:
@@ -386,9 +388,9 @@ class RayExecutor:
             NodeDescription(
                 node_type=t,
                 nodes=counts.get(t, 0),
-                environment=Environment.from_dict(a["environment"]),
+                environment=load(Environment, a["environment"]),
                 cores=int(a["cores"]),
-                probes=ProbeTable.from_dict(a["probes"]) if a["probes"] else None,
+                probes=load(ProbeTable, a["probes"]) if a["probes"] else None,
             )
             for t, a in zip(self.node_types, answers, strict=True)
         ]
@@ -550,9 +552,7 @@ class RayExecutor:
         if flight.attempts > 1:
             note = f"measured on a second node: {flight.first_failure}"
             if result is not None:
-                result = Result.from_dict(
-                    {**result.to_dict(), "warnings": [*result.warnings, note]}
-                )
+                result = replace(result, warnings=(*result.warnings, note))
             elif failure:
                 failure = f"{failure} ({note})"
         return WorkerOutcome(

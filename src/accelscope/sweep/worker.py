@@ -36,6 +36,7 @@ from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.inputs import make_batch
 from accelscope.models.loading import load_model
+from accelscope.serialise import dump, load
 from accelscope.spec import RunSpec, TensorSpec
 
 __all__ = ["InterleaveTask", "ReferenceTask", "WorkerTask", "main", "worker_main"]
@@ -67,7 +68,7 @@ class WorkerTask:
             {
                 "spec": self.spec.to_dict(),
                 "model_ref": self.model_ref,
-                "environment": self.environment.to_dict(),
+                "environment": dump(self.environment),
                 "timer": asdict(self.timer),
                 "inputs": None if self.inputs is None else [asdict(s) for s in self.inputs],
                 "weights": self.weights,
@@ -88,7 +89,7 @@ class WorkerTask:
         return cls(
             spec=RunSpec.from_dict(data["spec"]),
             model_ref=data["model_ref"],
-            environment=Environment.from_dict(data["environment"]),
+            environment=load(Environment, data["environment"]),
             timer=TimerConfig(**data["timer"]),
             inputs=None
             if inputs is None

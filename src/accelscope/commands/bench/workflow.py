@@ -27,6 +27,7 @@ from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.loading import load_model
 from accelscope.result import Result
+from accelscope.serialise import dump, load
 from accelscope.spec import Device, DeviceRef, Precision, TensorSpec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
 from accelscope.sweep.confirm import Confirmation
@@ -169,7 +170,7 @@ def selections_for_run(
     return select_by_node_type(
         results,
         float(sla) if sla is not None else None,
-        [Confirmation.from_dict(c) for c in confirmations],
+        [load(Confirmation, c) for c in confirmations],
     )
 
 
@@ -320,15 +321,13 @@ def bench(
                 reference_runner=reference_runner,
             )
             if probes is not None and probes.verdicts:
-                run.add_document("probes", probes.to_dict())
+                run.add_document("probes", dump(probes))
             for node in nodes:
                 if node.probes is not None and node.probes.verdicts:
-                    run.add_document(
-                        "probes", {**node.probes.to_dict(), "node_type": node.node_type}
-                    )
+                    run.add_document("probes", {**dump(node.probes), "node_type": node.node_type})
             for chosen in outcome.selections.values():
                 if chosen.confirmation is not None:
-                    run.add_document("confirmation", chosen.confirmation.to_dict())
+                    run.add_document("confirmation", dump(chosen.confirmation))
     finally:
         if cluster is not None:
             cluster.close()

@@ -40,6 +40,7 @@ from accelscope.load.scenarios import run_offline, run_server, run_single_stream
 from accelscope.load.summary import Scenario, TrialSettings, TrialSummary
 from accelscope.measurement.threads import available_cores, pinned_threads
 from accelscope.models.loading import load_model
+from accelscope.serialise import dump
 from accelscope.spec import Device, Precision, RunSpec, TensorSpec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, check_store_path
 from accelscope.sweep.select import select
@@ -287,14 +288,14 @@ def capacity_document(
         scenario=Scenario.SERVER.value,
         sla_p99_s=sla_p99_s,
         capacity_qps=float(best.offered_rate_per_s or 0.0) if best is not None else 0.0,
-        batching=policy.to_dict() if policy is not None and policy.batching else None,
+        batching=dump(policy) if policy is not None and policy.batching else None,
         environment_fingerprint=env.fingerprint(),
         device=spec.device,
         valid=best is not None and best.valid,
         capacity_trial=best.to_dict() if best is not None else None,
         policies=tuple(
             SearchedPolicy(
-                batching=p.policy.to_dict(),
+                batching=dump(p.policy),
                 capacity_qps=p.capacity_qps,
                 ceiling_qps=p.ceiling_qps,
                 trials=len(p.trials),
@@ -305,7 +306,7 @@ def capacity_document(
         curve=tuple(
             CurvePoint(
                 offered_rate_per_s=t.offered_rate_per_s,
-                batching=t.policy.to_dict(),
+                batching=dump(t.policy),
                 p50_s=t.latency.p50_s,
                 p90_s=t.latency.p90_s,
                 p99_s=t.latency.p99_s,
@@ -315,7 +316,7 @@ def capacity_document(
             for t in trials
             if t.offered_rate_per_s is not None
         ),
-        harness_floor=harness_floor.to_dict() if harness_floor is not None else None,
+        harness_floor=dump(harness_floor) if harness_floor is not None else None,
     ).model_dump(mode="json")
 
 
@@ -327,7 +328,7 @@ def summary_document(
     return {
         "scenario": scenario.value,
         "label": spec.label(),
-        "harness_floor": harness_floor.to_dict() if harness_floor is not None else None,
+        "harness_floor": dump(harness_floor) if harness_floor is not None else None,
     }
 
 
@@ -382,7 +383,7 @@ def _run_scenario(
 
     def throughput(probe_policy: BatchPolicy) -> float:
         count = max(64, _PROBE_QUERIES_PER_BATCH * probe_policy.max_batch)
-        probe = TrialSettings(**{**settings.to_dict(), "min_queries": count, "min_duration_s": 0.0})
+        probe = replace(settings, min_queries=count, min_duration_s=0.0)
         summary = run_offline(executor, probe_policy, probe)
         if summary.errors or summary.stopped_reason:
             reason = summary.error_messages[0] if summary.error_messages else summary.stopped_reason
@@ -511,6 +512,6 @@ def _write_report(request: LoadRequest, outcome: LoadOutcome, run: CommandRun) -
         trials=[t.to_dict() for t in outcome.trials],
         capacity=outcome.capacity,
         notes=outcome.notes,
-        harness_floor=outcome.harness_floor.to_dict() if outcome.harness_floor else None,
+        harness_floor=dump(outcome.harness_floor) if outcome.harness_floor else None,
     )
     return run.write_report(html, request.report_path)

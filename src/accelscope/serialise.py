@@ -1,0 +1,60 @@
+"""The JSON form of accelscope's frozen dataclasses, declared by their field types.
+
+The in-memory figures (a :class:`~accelscope.measurement.record.Measurement`, a doctor
+``Breakdown``, a load ``TrialSummary``...) are frozen dataclasses; what they store and print is
+what pydantic makes of their annotated fields (``mode="json"``: enums as their values, tuples as
+lists, nested dataclasses as objects). Where a stored key differs from the field, the field says
+so with ``Annotated[..., Field(serialization_alias=..., validation_alias=...)]``; a field that is
+not stored says ``Field(exclude=True)``; a bound that may be infinite is :data:`Unbounded`. So
+there is no hand-written ``to_dict`` to keep in step with the fields, and reading back
+(:func:`load`) validates through the same types: keys a reader does not know are ignored and
+fields added later have defaults, so documents stored by earlier versions still load.
+
+Pydantic models (the documents) need none of this: they are dumped with ``model_dump``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from pydantic import PlainSerializer, TypeAdapter
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["Unbounded", "dump", "load"]
+
+T = TypeVar("T")
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
+
+
+Unbounded = Annotated[float, PlainSerializer(_finite_or_none, return_type=float | None)]
+"""A float that may be infinite or undefined (a one-sided interval, a ratio over zero): JSON
+has neither, so such a value is stored as ``null``."""
+
+
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+    # Building an adapter walks the class's annotations: once per class, not per value.
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
+
+
+def dump(value: DataclassInstance) -> dict[str, Any]:
+    """``value`` (a dataclass) as JSON-ready plain data, in the shape its fields declare."""
+    data: dict[str, Any] = _adapter(type(value)).dump_python(value, mode="json", by_alias=True)
+    return data
+
+
+def load(cls: type[T], data: Any) -> T:
+    """A ``cls`` validated from what :func:`dump` wrote (also after a JSON round trip)."""
+    value: T = _adapter(cls).validate_python(data)
+    return value
