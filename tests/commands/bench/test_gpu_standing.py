@@ -185,3 +185,27 @@ def test_dry_run_lists_the_default_gpu_sweep(cli, tmp_path: Path) -> None:  # ty
     assert plan["device_free_bytes"] > 0
     assert all(row["needed_bytes"] > 0 for row in rows.values())
     assert "configurations would run" in text and "device memory:" in text
+
+
+class _Boom(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("boom")
+
+
+def test_a_model_that_fails_on_the_cpu_loses_its_floor_not_its_report(h100: Environment) -> None:
+    from accelscope.commands.bench.workflow import _with_memory
+    from accelscope.sweep.space import SweepSpace
+
+    model = replace(_linear_model("resnet50"), module=_Boom())
+    found = standing([_row(h100, 8000.0)], model, h100)
+    assert found is not None and found.floor.items_per_s is None
+    assert "counting its operators on the CPU failed (RuntimeError: boom)" in found.floor.derivation
+    notes: list[str] = []
+
+    class Events:
+        def note(self, text: str) -> None:
+            notes.append(text)
+
+    space = SweepSpace(device=Device.CUDA, gpu_default=True, threads=(1,))
+    assert _with_memory(space, model, h100, "local", Events()) is space  # type: ignore[arg-type]
+    assert notes == ["memory check off: the model failed on the CPU (RuntimeError: boom)"]

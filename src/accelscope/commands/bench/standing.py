@@ -143,8 +143,13 @@ def floor_for(model: LoadedModel, spec: RunSpec, gpu_name: str) -> Floor:
         def call(feed: list[Any] = feed) -> Any:
             return module(*feed)
 
-        with torch.no_grad():
-            records, _ = count_ops(call)
+        try:
+            with torch.no_grad():
+                records, _ = count_ops(call)
+        except Exception as exc:  # noqa: BLE001 - the user's model can raise anything
+            # the sweep's figures stand without a floor: say why, never lose the report
+            why = f"counting its operators on the CPU failed ({type(exc).__name__}: {exc})"
+            return Floor(items_per_s=None, derivation=why)
         counts.append(records)
     scale = _ACTIVATION_SCALE.get(spec.precision, 1.0)
     bandwidth = sheet.bandwidth_bytes_per_s

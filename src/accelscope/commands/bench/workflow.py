@@ -19,7 +19,7 @@ from accelscope.commands._lifecycle import CommandRun, check_paths
 from accelscope.commands.bench.html import render_bench_report
 from accelscope.commands.bench.standing import Standing, standing
 from accelscope.engine.probe import ProbeTable, probe_table
-from accelscope.errors import BadInputError
+from accelscope.errors import BadInputError, exception_line
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.hardware.gpu import check_device
 from accelscope.measurement.threads import available_cores
@@ -260,7 +260,7 @@ def bench(
     space = _space(request)
     check_paths(store_path, request.report_path)
     model = _load(request)
-    space = _with_memory(space, model, env, request.executor)
+    space = _with_memory(space, model, env, request.executor, events)
     resume_id, prior = _prior(store_path, model, request) if request.resume else (None, [])
     rule = AccuracyRule(request.max_accuracy_drop)
     cluster = (
@@ -392,7 +392,11 @@ def _load(request: BenchRequest) -> LoadedModel:
 
 
 def _with_memory(
-    space: SweepSpace, model: LoadedModel, env: Environment, executor: str
+    space: SweepSpace,
+    model: LoadedModel,
+    env: Environment,
+    executor: str,
+    events: SweepEvents | None = None,
 ) -> SweepSpace:
     """On a local GPU, the space with its memory check: the model's activation peaks (measured
     on this CPU) against the device's free memory now. Nothing to check on the CPU, on a
@@ -402,8 +406,15 @@ def _with_memory(
         return space
     if model.module is None:
         return space
-    fit = MemoryFit(estimate=estimate_memory(model), device=read_device_memory(gpu))
-    return replace(space, memory=fit)
+    try:
+        estimate = estimate_memory(model)
+    except Exception as exc:  # noqa: BLE001 - the user's model can raise anything
+        # no estimate, no check: each batch runs, and an out-of-memory ends its batch axis
+        if events is not None:
+            why = f"{type(exc).__name__}: {exception_line(exc)}"
+            events.note(f"memory check off: the model failed on the CPU ({why})")
+        return space
+    return replace(space, memory=MemoryFit(estimate=estimate, device=read_device_memory(gpu)))
 
 
 def preview(request: BenchRequest, *, environment: Environment | None = None) -> BenchPreview:
