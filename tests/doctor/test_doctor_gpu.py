@@ -21,6 +21,7 @@ from accelscope.doctor.verdict import Diagnosis, diagnose
 from accelscope.doctor.whatif import plan_what_ifs
 from accelscope.hardware.fastpaths import cpu_support, gpu_support
 from accelscope.hardware.gpu import GpuInfo
+from accelscope.serialise import dump
 from accelscope.testing import fake_cpu
 from accelscope.testing.cuda_stream import FakeCudaStream
 
@@ -154,7 +155,7 @@ def _run(
         device_status="measured: CUDA events per step",
         facts=facts or _facts(),
     )
-    profile = Profile.from_dict(profile.to_dict())  # as the parent reads the child's JSON
+    profile = Profile.from_dict(dump(profile))  # as the parent reads the child's JSON
     ctx = RuleContext(
         profile=profile,
         breakdown=breakdown(profile.measured),

@@ -26,6 +26,7 @@ from accelscope.doctor.inprocess.recorder import N_COPY, N_SYNC, Recorder
 from accelscope.doctor.profile import GpuMemory, OpSummary, Profile
 from accelscope.doctor.verdict import diagnose
 from accelscope.hardware.telemetry import GpuSample, NvmlSource, Telemetry, TelemetrySample
+from accelscope.serialise import dump
 from accelscope.testing.cuda_stream import FakeTorchCuda
 from accelscope.testing.nvml import FakeNvml
 
@@ -401,22 +402,19 @@ def test_readbacks_of_device_tensors_and_copies_are_bracketed() -> None:
 def test_gpu_figures_survive_the_documents_and_old_documents_still_load() -> None:
     ctx = _run(HEALTHY)
     profile = replace(ctx.profile, gpu_memory=_memory(), first_step_monotonic_s=12.5)
-    assert Profile.from_dict(profile.to_dict()) == profile
+    assert Profile.from_dict(dump(profile)) == profile
     b = ctx.breakdown
-    assert Breakdown.from_dict(b.to_dict()) == b
-    old = b.to_dict()
+    assert Breakdown.from_dict(dump(b)) == b
+    old = dump(b)
     del old["device"]
     old |= {"device_idle_share": 0.25, "device_step_mean_s": 0.08}
     legacy = Breakdown.from_dict(old)
     assert legacy.device is not None and legacy.device.wait_share is None
     assert legacy.device.idle_share == pytest.approx(0.25)
-    step = profile.steps[-1].to_dict()
+    step = dump(profile.steps[-1])
     assert step["device"]["busy_s"] == pytest.approx(profile.steps[-1].device.busy_s)  # type: ignore[union-attr]
     del step["device"]["sync_wait_s"]  # written before the split
-    assert (
-        Profile.from_dict({**profile.to_dict(), "steps": [step]}).steps[0].device.sync_wait_s
-        is None
-    )  # type: ignore[union-attr]
+    assert Profile.from_dict({**dump(profile), "steps": [step]}).steps[0].device.sync_wait_s is None  # type: ignore[union-attr]
 
 
 def _result(ctx: RuleContext) -> DoctorResult:

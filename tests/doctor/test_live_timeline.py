@@ -36,6 +36,7 @@ from accelscope.doctor.launcher import Launcher
 from accelscope.doctor.profile import DeviceTraceRecord, Profile
 from accelscope.doctor.verdict import diagnose
 from accelscope.hardware.fingerprint import collect_environment
+from accelscope.serialise import dump
 from accelscope.testing import fake_environment
 
 
@@ -146,7 +147,7 @@ def test_without_a_timeline_the_cuda_event_rules_stand() -> None:
 
 def test_the_record_round_trips_through_the_profile() -> None:
     ctx = _ctx(_run(HEALTHY), sync_bound)
-    data = json.loads(json.dumps(ctx.profile.to_dict()))
+    data = json.loads(json.dumps(dump(ctx.profile)))
     again = Profile.from_dict(data)
     assert again.device_trace == replace(
         ctx.profile.device_trace,  # type: ignore[arg-type]

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from accelscope.doctor.profile import PHASES, DeviceStep, Step
 from accelscope.measurement.stats import median_ci, summarize
+from accelscope.serialise import load
 
 __all__ = ["ALL_PHASES", "Breakdown", "DeviceBreakdown", "Rate", "breakdown", "rate"]
 
@@ -29,15 +30,6 @@ class Rate:
     median: float
     low: float
     high: float
-
-    def to_dict(self) -> dict[str, float]:
-        """JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Rate:
-        """Inverse of :meth:`to_dict`."""
-        return cls(float(data["median"]), float(data["low"]), float(data["high"]))
 
 
 def rate(amounts: Sequence[float], durations_s: Sequence[float]) -> Rate:
@@ -106,29 +98,6 @@ class DeviceBreakdown:
         """:attr:`wait_s` as a share of step time (``None``: not measured)."""
         return self.share(self.wait_s)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DeviceBreakdown:
-        """Inverse of :meth:`to_dict`."""
-
-        def opt(key: str) -> float | None:
-            value = data.get(key)
-            return None if value is None else float(value)
-
-        return cls(
-            steps=int(data["steps"]),
-            host_step_mean_s=float(data["host_step_mean_s"]),
-            device_step_mean_s=float(data["device_step_mean_s"]),
-            input_idle_s=float(data["input_idle_s"]),
-            sync_wait_s=opt("sync_wait_s"),
-            sync_idle_s=opt("sync_idle_s"),
-            copy_wait_s=opt("copy_wait_s"),
-            copy_idle_s=opt("copy_idle_s"),
-        )
-
 
 def device_breakdown(steps: Sequence[Step]) -> DeviceBreakdown | None:
     """Per-step means over the steps that have a device record; ``None`` if none has one."""
@@ -179,47 +148,22 @@ class Breakdown:
         """IQR / median of step times: the run's own noise."""
         return self.step_iqr_s / self.step_median_s if self.step_median_s > 0 else math.inf
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        data = asdict(self)
-        data["steps_per_s"] = self.steps_per_s.to_dict()
-        data["items_per_s"] = self.items_per_s.to_dict()
-        data["device"] = None if self.device is None else self.device.to_dict()
-        return data
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Breakdown:
-        """Inverse of :meth:`to_dict`. Documents stored before the device split held only
-        ``device_idle_share`` (of device time) and ``device_step_mean_s``: read as input
-        idle, the one idle they measured, with the waits not measured."""
-        device = data.get("device")
-        if device is not None:
-            timeline: DeviceBreakdown | None = DeviceBreakdown.from_dict(device)
-        elif data.get("device_idle_share") is not None:
+        """Read back what :func:`accelscope.serialise.dump` stored. Documents stored before the
+        device split held only ``device_idle_share`` (of device time) and
+        ``device_step_mean_s``: read as input idle, the one idle they measured, with the waits
+        not measured."""
+        if data.get("device") is None and data.get("device_idle_share") is not None:
             step_s = float(data.get("device_step_mean_s") or 0.0)
-            timeline = DeviceBreakdown(
+            device = DeviceBreakdown(
                 steps=int(data["steps"]),
                 host_step_mean_s=step_s,
                 device_step_mean_s=step_s,
                 input_idle_s=float(data["device_idle_share"]) * step_s,
             )
-        else:
-            timeline = None
-        return cls(
-            steps=int(data["steps"]),
-            step_median_s=float(data["step_median_s"]),
-            step_mean_s=float(data["step_mean_s"]),
-            step_iqr_s=float(data["step_iqr_s"]),
-            step_ci_low_s=float(data["step_ci_low_s"]),
-            step_ci_high_s=float(data["step_ci_high_s"]),
-            shares={str(k): float(v) for k, v in data["shares"].items()},
-            phase_mean_s={str(k): float(v) for k, v in data["phase_mean_s"].items()},
-            counts_per_step={str(k): float(v) for k, v in data["counts_per_step"].items()},
-            items_per_step=float(data["items_per_step"]),
-            steps_per_s=Rate.from_dict(data["steps_per_s"]),
-            items_per_s=Rate.from_dict(data["items_per_s"]),
-            device=timeline,
-        )
+            data = {**data, "device": device}
+        return load(cls, data)
 
 
 def breakdown(steps: Sequence[Step]) -> Breakdown:

@@ -23,7 +23,9 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 __all__ = [
     "ADVICE",
@@ -268,7 +270,8 @@ class StepTimeline:
     busy_us: float
     copy_by_kind: dict[str, float]
     by_cause: dict[str, float]
-    gaps: tuple[IdleGap, ...]
+    gaps: Annotated[tuple[IdleGap, ...], Field(exclude=True)]
+    """Not stored: the verdict does not need them."""
     kernel_by_class: dict[str, float] = field(default_factory=dict)
     """Kernel busy time (union per class, clipped to the step): ``matrix reduced``,
     ``matrix fp32``, ``matrix unknown``, ``memory``, ``other``; classes may overlap in time."""
@@ -285,22 +288,10 @@ class StepTimeline:
     def shares(self) -> dict[str, float]:
         return {cause: self.share(us) for cause, us in self.by_cause.items()}
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready (the idle gaps are left out: the verdict does not need them)."""
-        return {
-            "index": self.index,
-            "step_us": self.step_us,
-            "compute_busy_us": self.compute_busy_us,
-            "copy_busy_us": self.copy_busy_us,
-            "busy_us": self.busy_us,
-            "copy_by_kind": dict(self.copy_by_kind),
-            "by_cause": dict(self.by_cause),
-            "kernel_by_class": dict(self.kernel_by_class),
-        }
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepTimeline:
-        """Inverse of :meth:`to_dict` (causes this version does not know are kept as read)."""
+        """Read back what :func:`accelscope.serialise.dump` stored, without the idle gaps
+        (causes this version does not know are kept as read)."""
 
         def floats(key: str) -> dict[str, float]:
             return {str(k): float(v) for k, v in (data.get(key) or {}).items()}

@@ -31,6 +31,7 @@ from accelscope.doctor.whatif import (
 from accelscope.errors import MeasurementError
 from accelscope.hardware.fastpaths import PrecisionSupport
 from accelscope.hardware.telemetry import Telemetry
+from accelscope.serialise import dump, load
 
 __all__ = ["DoctorEvents", "DoctorPlan", "DoctorResult", "failure_message", "run_doctor"]
 
@@ -84,8 +85,8 @@ class DoctorResult:
         diagnosis = {
             "script": self.script,
             "args": list(self.args),
-            "diagnosis": self.diagnosis.to_dict(),
-            "profile": self.profile.to_dict(),
+            "diagnosis": dump(self.diagnosis),
+            "profile": dump(self.profile),
             "best": self.best,
             "recommendation": self.recommendation,
             "telemetry_steps_at_s": self.telemetry_steps_at_s,
@@ -93,7 +94,7 @@ class DoctorResult:
         return {
             "diagnosis": diagnosis,
             "telemetry": None if self.telemetry is None else self.telemetry.to_dict(),
-            "whatif": [w.to_dict() for w in self.what_ifs],
+            "whatif": [dump(w) for w in self.what_ifs],
         }
 
     @classmethod
@@ -112,7 +113,7 @@ class DoctorResult:
             profile=Profile.from_dict(diagnosis["profile"]),
             telemetry=None if telemetry is None else Telemetry.from_dict(telemetry),
             diagnosis=Diagnosis.from_dict(diagnosis["diagnosis"]),
-            what_ifs=tuple(WhatIfResult.from_dict(w) for w in whatifs),
+            what_ifs=tuple(load(WhatIfResult, w) for w in whatifs),
             best=None if best is None else str(best),
             recommendation=str(diagnosis.get("recommendation", "")),
             telemetry_steps_at_s=None if steps_at is None else float(steps_at),

@@ -189,38 +189,6 @@ class Finding:
         """True when the rule's threshold was crossed."""
         return self.status == FIRED
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "rule": self.rule,
-            "title": self.title,
-            "status": self.status,
-            "summary": self.summary,
-            "threshold": self.threshold,
-            "share": self.share,
-            "severity": self.severity,
-            "evidence": dict(self.evidence),
-            "advice": self.advice,
-            "what_ifs": list(self.what_ifs),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Finding:
-        """Inverse of :meth:`to_dict`."""
-        share = data.get("share")
-        return cls(
-            rule=str(data["rule"]),
-            title=str(data["title"]),
-            status=str(data["status"]),
-            summary=str(data["summary"]),
-            threshold=str(data["threshold"]),
-            share=None if share is None else float(share),
-            severity=str(data.get("severity", "")),
-            evidence=dict(data.get("evidence", {})),
-            advice=str(data.get("advice", "")),
-            what_ifs=tuple(str(w) for w in data.get("what_ifs", [])),
-        )
-
 
 class Rule(Protocol):
     """A rule: a name and a check over a :class:`RuleContext`."""

@@ -32,6 +32,7 @@ from accelscope.doctor.device_timeline import (
     step_timeline,
 )
 from accelscope.errors import BadInputError
+from accelscope.serialise import dump
 
 __all__ = [
     "MAX_TRACE_BYTES",
@@ -439,7 +440,7 @@ def read_live_trace(raw: dict[str, Any]) -> dict[str, Any]:
     if not steps or all(s.step_us <= 0 for s in steps):
         out["status"] = "not read: no step of positive length in the trace"
         return out
-    out["timeline"] = [s.to_dict() for s in steps]
+    out["timeline"] = [dump(s) for s in steps]
     out["device_name"] = trace.device_name
     out["step_source"] = trace.step_source
     return out

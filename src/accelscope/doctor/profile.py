@@ -7,8 +7,11 @@ in use, facts about the loop (DataLoaders, threads, the main model) and how the 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import computed_field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from accelscope.doctor.device_timeline import StepTimeline
 
@@ -42,7 +45,7 @@ def _f(data: dict[str, Any], key: str) -> float:
     return float(data[key])
 
 
-@dataclass(frozen=True, kw_only=True)
+@pydantic_dataclass(frozen=True, kw_only=True)
 class DeviceStep:
     """One step on the CUDA timeline (seconds, measured with CUDA events; the definitions are
     in :mod:`accelscope.doctor.inprocess.device` and docs/doctor.md).
@@ -68,6 +71,9 @@ class DeviceStep:
     copy_wait_s: float | None = None
     copy_idle_s: float | None = None
 
+    # Stored with the fields for readers of the profile (a pydantic dataclass for the
+    # computed field); recomputed when read back.
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def busy_s(self) -> float:
         """Device time not seen idle (input waits, readbacks and copies after the drain): an
@@ -75,13 +81,10 @@ class DeviceStep:
         idle = self.idle_s + (self.sync_idle_s or 0.0) + (self.copy_idle_s or 0.0)
         return max(0.0, self.device_s - idle)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``busy_s`` included for readers of the stored profile)."""
-        return {**asdict(self), "busy_s": self.busy_s}
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceStep:
-        """Inverse of :meth:`to_dict`; reads profiles written before the split too."""
+        """Read back what :func:`accelscope.serialise.dump` stored; reads profiles written
+        before the split too."""
 
         def opt(key: str) -> float | None:
             value = data.get(key)
@@ -126,21 +129,9 @@ class DeviceTraceRecord:
         """A timeline with at least one step of positive length."""
         return any(s.step_us > 0 for s in self.timeline)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "status": self.status,
-            "steps": self.steps,
-            "profiled_s": self.profiled_s,
-            "stop_s": self.stop_s,
-            "timeline": [s.to_dict() for s in self.timeline],
-            "device_name": self.device_name,
-            "step_source": self.step_source,
-        }
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceTraceRecord:
-        """Inverse of :meth:`to_dict`."""
+        """Read back what :func:`accelscope.serialise.dump` stored."""
         name = data.get("device_name")
         return cls(
             status=str(data.get("status", "")),
@@ -173,19 +164,10 @@ class Step:
         """Samples the main model processed in this step (its forwards' batch sizes)."""
         return self.counts.get("items", 0)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "start_s": self.start_s,
-            "duration_s": self.duration_s,
-            "phases_s": dict(self.phases_s),
-            "counts": dict(self.counts),
-            "device": None if self.device is None else self.device.to_dict(),
-        }
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Step:
-        """Inverse of :meth:`to_dict` (validates the phase and counter names)."""
+        """Read back what :func:`accelscope.serialise.dump` stored (validates the phase and
+        counter names)."""
         phases = {name: float(data["phases_s"][name]) for name in PHASES}
         counts = {name: int(data["counts"].get(name, 0)) for name in COUNTERS}
         device = data.get("device")
@@ -453,33 +435,3 @@ class Profile:
             if not isinstance(device_trace, dict)
             else DeviceTraceRecord.from_dict(device_trace),
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict that :meth:`from_dict` reads back."""
-        return {
-            "status": self.status,
-            "mode": self.mode,
-            "warmup": self.warmup,
-            "target_steps": self.target_steps,
-            "steps": [s.to_dict() for s in self.steps],
-            "spans": [asdict(s) for s in self.spans],
-            "probe": None
-            if self.probe is None
-            else {
-                **asdict(self.probe),
-                "devices": list(self.probe.devices),
-                "top_ops": list(self.probe.top_ops),
-            },
-            "op_overhead_s": self.op_overhead_s,
-            "device_status": self.device_status,
-            "facts": None
-            if self.facts is None
-            else {**asdict(self.facts), "loaders": [asdict(x) for x in self.facts.loaders]},
-            "exit_code": self.exit_code,
-            "error": None if self.error is None else asdict(self.error),
-            "whatif": dict(self.whatif),
-            "first_step_monotonic_s": self.first_step_monotonic_s,
-            "gpu_memory": None if self.gpu_memory is None else asdict(self.gpu_memory),
-            "gpu_memory_status": self.gpu_memory_status,
-            "device_trace": None if self.device_trace is None else self.device_trace.to_dict(),
-        }

@@ -11,6 +11,7 @@ from accelscope.doctor.breakdown import Breakdown
 from accelscope.doctor.findings import Finding, Rule, RuleContext
 from accelscope.doctor.rules import all_rules
 from accelscope.measurement.stats import NOISE_IQR_RATIO
+from accelscope.serialise import load
 
 __all__ = ["Diagnosis", "diagnose", "machine_notes"]
 
@@ -36,28 +37,11 @@ class Diagnosis:
         """The findings whose rule fired, ranked."""
         return tuple(f for f in self.findings if f.fired)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "bottleneck": self.bottleneck,
-            "title": self.title,
-            "headline": self.headline,
-            "findings": [f.to_dict() for f in self.findings],
-            "breakdown": self.breakdown.to_dict(),
-            "notes": list(self.notes),
-        }
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            bottleneck=str(data["bottleneck"]),
-            title=str(data["title"]),
-            headline=str(data["headline"]),
-            findings=tuple(Finding.from_dict(f) for f in data["findings"]),
-            breakdown=Breakdown.from_dict(data["breakdown"]),
-            notes=tuple(str(n) for n in data.get("notes", [])),
-        )
+        """Read back what :func:`accelscope.serialise.dump` stored (the breakdown through
+        :meth:`Breakdown.from_dict`, which also reads the older shape)."""
+        return load(cls, {**data, "breakdown": Breakdown.from_dict(data["breakdown"])})
 
 
 def _rank(finding: Finding) -> tuple[float, int]:

@@ -20,6 +20,7 @@ from accelscope.doctor.findings import RuleContext
 from accelscope.doctor.inprocess.inject import describe
 from accelscope.errors import BadInputError
 from accelscope.measurement.stats import ratio_from_intervals
+from accelscope.serialise import Unbounded
 from accelscope.spec import Device, Precision
 
 __all__ = [
@@ -249,60 +250,11 @@ class WhatIfResult:
     steps_per_s: Rate | None = None
     items_per_s: Rate | None = None
     items_per_step: float = 0.0
-    speedup: float | None = None
-    speedup_low: float | None = None
-    speedup_high: float | None = None
+    speedup: Unbounded | None = None
+    speedup_low: Unbounded | None = None
+    speedup_high: Unbounded | None = None
     caveat: str = ""
     details: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (infinite bounds become ``None``)."""
-
-        def finite(x: float | None) -> float | None:
-            return None if x is None or x != x or x in (float("inf"), float("-inf")) else x
-
-        return {
-            "name": self.name,
-            "label": self.label,
-            "status": self.status,
-            "reason": self.reason,
-            "notes": list(self.notes),
-            "steps": self.steps,
-            "steps_per_s": None if self.steps_per_s is None else self.steps_per_s.to_dict(),
-            "items_per_s": None if self.items_per_s is None else self.items_per_s.to_dict(),
-            "items_per_step": self.items_per_step,
-            "speedup": finite(self.speedup),
-            "speedup_low": finite(self.speedup_low),
-            "speedup_high": finite(self.speedup_high),
-            "caveat": self.caveat,
-            "details": dict(self.details),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WhatIfResult:
-        """Inverse of :meth:`to_dict`."""
-
-        def opt(key: str) -> float | None:
-            value = data.get(key)
-            return None if value is None else float(value)
-
-        steps_rate, items_rate = data.get("steps_per_s"), data.get("items_per_s")
-        return cls(
-            name=str(data["name"]),
-            label=str(data["label"]),
-            status=str(data["status"]),
-            reason=str(data.get("reason", "")),
-            notes=tuple(str(n) for n in data.get("notes", [])),
-            steps=int(data.get("steps", 0)),
-            steps_per_s=None if steps_rate is None else Rate.from_dict(steps_rate),
-            items_per_s=None if items_rate is None else Rate.from_dict(items_rate),
-            items_per_step=float(data.get("items_per_step", 0.0)),
-            speedup=opt("speedup"),
-            speedup_low=opt("speedup_low"),
-            speedup_high=opt("speedup_high"),
-            caveat=str(data.get("caveat", "")),
-            details=dict(data.get("details", {})),
-        )
 
 
 def caveat_for(name: str, details: dict[str, Any]) -> str:
