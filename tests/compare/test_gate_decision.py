@@ -20,6 +20,7 @@ from accelscope.compare.gate import (
 )
 from accelscope.errors import BadInputError
 from accelscope.measurement.stats import paired_ratio, rounds_to_settle
+from accelscope.serialise import dump
 
 
 def _rounds(
@@ -282,11 +283,11 @@ def test_to_dict_is_json_serialisable() -> None:
     assert full["accuracy_baseline"] is None and full["accuracy_drop"] is None
 
 
-def test_process_figures_to_dict() -> None:
+def test_process_figures_stored_shape() -> None:
     process = ProcessFigures(
         side="candidate", round_index=2, median_s=0.1, p99_s=0.2, samples=7, accuracy=0.5
     )
-    assert process.to_dict() == {
+    assert dump(process) == {
         "side": "candidate",
         "round_index": 2,
         "median_s": 0.1,

@@ -113,7 +113,7 @@ def test_arrivals_labels() -> None:
     assert Arrivals(rate_per_s=4.0).label == "4 req/s"
     assert Arrivals(rate_per_s=2.5, cv=3.0).label == "2.5 req/s, gamma CV 3"
     assert Arrivals(concurrency=8).label == "concurrency 8"
-    assert Arrivals(concurrency=2).to_dict() == {
+    assert Arrivals(concurrency=2).model_dump(mode="json") == {
         "rate_per_s": None,
         "concurrency": 2,
         "cv": 1.0,
@@ -270,8 +270,8 @@ def test_prompts_file_requests_come_from_the_file(tmp_path: Path, tokenizer: Any
         assert request.prompt_tokens == len(
             tokenizer.encode(request.prompt, add_special_tokens=False)
         )
-    assert workload.to_dict()["prompts_count"] == 2
-    assert workload.to_dict()["input_tokens"] is None
+    assert workload.summary().model_dump(mode="json")["prompts_count"] == 2
+    assert workload.summary().model_dump(mode="json")["input_tokens"] is None
 
 
 # -- read_prompts ----------------------------------------------------------------------------

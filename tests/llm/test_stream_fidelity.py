@@ -400,7 +400,7 @@ def test_the_definitions_say_so() -> None:
 def test_records_of_earlier_versions_keep_their_meaning() -> None:
     """A stored record without the new fields: the last chunk is the last token, all output
     is answer, k1 is 1."""
-    old = RequestRecord.from_dict(
+    old = RequestRecord.model_validate(
         {
             "index": 0,
             "scheduled_s": 0.0,

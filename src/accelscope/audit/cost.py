@@ -184,20 +184,7 @@ class Action:
     devices: tuple[str, ...]
     assumptions: tuple[str, ...] = ()
     detail: Mapping[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return {
-            "kind": self.kind,
-            "title": self.title,
-            "usd_per_month": self.usd_per_month,
-            "basis": self.basis,
-            "evidence": list(self.evidence),
-            "verify": self.verify,
-            "devices": list(self.devices),
-            "assumptions": list(self.assumptions),
-            "detail": dict(self.detail) if self.detail else None,
-        }
+    """Figures behind the action (never empty: ``None`` when there are none)."""
 
 
 def _usd(figure: DeviceFigures, hours: float, price: GpuPrice, per_month: float) -> float:

@@ -17,6 +17,7 @@ from accelscope.audit.analysis import (
 )
 from accelscope.audit.cost import HOURS_PER_MONTH, Action, GpuPrice
 from accelscope.audit.telemetry import Grid
+from accelscope.serialise import dump
 
 __all__ = ["AUDIT_SCHEMA", "DEFINITIONS", "audit_document"]
 
@@ -192,6 +193,6 @@ def audit_document(
             [(f.holders[0] if f.holders else "(unallocated)", f, u) for f, u in rows]
         ),
         "cpu_nodes": cpu,
-        "actions": [a.to_dict() for a in actions],
+        "actions": [dump(a) for a in actions],
         "ignored_series": dict(ignored),
     }

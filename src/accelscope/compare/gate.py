@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -84,10 +84,6 @@ class ProcessFigures:
     samples: int
     peak_memory_bytes: float | None = None
     accuracy: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
 
 
 def round_order(round_index: int) -> tuple[str, str]:

@@ -470,10 +470,6 @@ class Workload:
     def mean_turns(self) -> float:
         return 1.0
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready description (not the prompts themselves)."""
-        return self.summary().model_dump(mode="json")
-
     def summary(self) -> WorkloadSummary:
         return WorkloadSummary(
             kind="prompts" if self.prompts else "synthetic",

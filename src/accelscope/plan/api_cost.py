@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 from accelscope.errors import BadInputError
 from accelscope.plan.fleet import HOURS_PER_MONTH
@@ -39,15 +39,9 @@ class ApiComparison:
     api_per_million: float
     break_even_tokens_per_month: float | None
     cheaper: str
+    mode: Literal["api"] = "api"
+    """Which ``plan`` document this is (stored: :func:`accelscope.serialise.dump`)."""
     assumptions: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The stored ``plan`` document for API mode (JSON-ready)."""
-        return {
-            **{k: v for k, v in self.__dict__.items() if k != "assumptions"},
-            "mode": "api",
-            "assumptions": list(self.assumptions),
-        }
 
 
 def compare_api(

@@ -68,32 +68,6 @@ class CapacityEstimate:
         """True for projections (never shown without the ``estimate`` label)."""
         return self.basis == "projected"
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "qps_per_instance": self.qps_per_instance,
-            "basis": self.basis,
-            "label": self.label,
-            "meets_sla": self.meets_sla,
-            "latency_s": self.latency_s,
-            "assumptions": list(self.assumptions),
-            "detail": dict(self.detail),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CapacityEstimate:
-        """Inverse of :meth:`to_dict`."""
-        latency = data.get("latency_s")
-        return cls(
-            qps_per_instance=float(data["qps_per_instance"]),
-            basis=str(data["basis"]),
-            label=str(data["label"]),
-            meets_sla=bool(data["meets_sla"]),
-            latency_s=None if latency is None else float(latency),
-            assumptions=tuple(str(a) for a in data.get("assumptions", ())),
-            detail=dict(data.get("detail", {})),
-        )
-
 
 def measured_capacity(doc: LoadCapacity, sla_p99_s: float, devices: int = 1) -> CapacityEstimate:
     """A load run's capacity. Valid for this SLA only if it was measured under an SLA at least

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from accelscope.errors import BadInputError
 from accelscope.hardware.energy import EnergyFigure
@@ -45,10 +44,6 @@ class EnergyPrice:
         if not (math.isfinite(self.pue) and self.pue >= 1.0):
             raise BadInputError(f"--pue must be 1.0 or more (wall / IT energy), got {self.pue}")
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {"usd_per_kwh": self.usd_per_kwh, "pue": self.pue}
-
 
 @dataclass(frozen=True, kw_only=True)
 class OptionEnergy:
@@ -62,18 +57,6 @@ class OptionEnergy:
     kwh_per_month: float | None = None
     usd_per_month: float | None = None
     usd_per_million: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "joules_per_item": self.joules_per_item,
-            "source": self.source,
-            "reason": self.reason,
-            "uncertainty_rel": self.uncertainty_rel,
-            "kwh_per_month": self.kwh_per_month,
-            "usd_per_month": self.usd_per_month,
-            "usd_per_million": self.usd_per_million,
-        }
 
 
 def _figure_key(capacity: CapacityEstimate) -> str | None:

@@ -17,6 +17,7 @@ from typing import Any
 from accelscope.plan.capacity import CapacityEstimate
 from accelscope.plan.energy import OptionEnergy
 from accelscope.plan.traffic import HOURS, Traffic
+from accelscope.serialise import dump
 
 __all__ = [
     "HOURS_PER_MONTH",
@@ -41,14 +42,6 @@ class PlanSettings:
     sla_p99_s: float
     headroom: float = 0.2
     min_instances: int = 1
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "sla_p99_s": self.sla_p99_s,
-            "headroom": self.headroom,
-            "min_instances": self.min_instances,
-        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +88,7 @@ class OptionCost:
             "description": o.description,
             "price_usd_per_hour": o.price_usd_per_hour,
             "spot_price_usd_per_hour": o.spot_price_usd_per_hour,
-            "capacity": None if o.capacity is None else o.capacity.to_dict(),
+            "capacity": None if o.capacity is None else dump(o.capacity),
             "feasible": self.feasible,
             "reason": self.reason or o.reason,
             "instances_at_peak": self.instances_at_peak,
@@ -109,7 +102,7 @@ class OptionCost:
             "per_million_full_use": self.per_million_full_use,
             "utilisation_always_on": self.utilisation_always_on,
             "utilisation_autoscaled": self.utilisation_autoscaled,
-            "energy": None if self.energy is None else self.energy.to_dict(),
+            "energy": None if self.energy is None else dump(self.energy),
         }
 
 
@@ -119,10 +112,6 @@ class Recommendation:
 
     choice: str | None
     why: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {"choice": self.choice, "why": list(self.why)}
 
 
 def requests_per_month(traffic: Traffic) -> float:

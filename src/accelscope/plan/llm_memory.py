@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
@@ -346,10 +346,6 @@ class GpuFit:
     max_sequences: int
     price_usd_per_hour: float
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return dict(self.__dict__)
-
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryEstimate:
@@ -368,18 +364,10 @@ class MemoryEstimate:
     activation_bytes: float
     overhead_bytes: float
     total_bytes: float
+    mode: Literal["memory"] = "memory"
+    """Which ``plan`` document this is (stored: :func:`accelscope.serialise.dump`)."""
     fits: tuple[GpuFit, ...]
     assumptions: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The stored ``plan`` document for memory mode (JSON-ready)."""
-        data = {k: v for k, v in self.__dict__.items() if k not in ("fits", "assumptions")}
-        return {
-            **data,
-            "mode": "memory",
-            "fits": [f.to_dict() for f in self.fits],
-            "assumptions": list(self.assumptions),
-        }
 
 
 def _activations(shape: ModelShape, batch: int, context: int, act_bytes: float) -> float:

@@ -76,7 +76,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 def _hostile(document: LlmRun, records: dict[int, list[RequestRecord]]) -> Run:
     """The run with hostile text wherever the report shows untrusted text."""
     doc = document.model_dump(mode="json")
-    recs = {index: [r.to_dict() for r in trial] for index, trial in records.items()}
+    recs = {index: [r.model_dump(mode="json") for r in trial] for index, trial in records.items()}
     doc["target"]["url"] = "http://example.invalid/" + HOSTILE
     doc["slo_label"] = "p99 " + HOSTILE
     doc["warnings"].append("warning " + HOSTILE)
@@ -88,7 +88,9 @@ def _hostile(document: LlmRun, records: dict[int, list[RequestRecord]]) -> Run:
     last["floor"]["bandwidth_source"] = "source " + HOSTILE
     failed = recs[last["index"]][0]
     failed.update(error="error " + HOSTILE, first_token_s=None, chunk_times_s=[])
-    hostile = {index: [RequestRecord.from_dict(r) for r in trial] for index, trial in recs.items()}
+    hostile = {
+        index: [RequestRecord.model_validate(r) for r in trial] for index, trial in recs.items()
+    }
     return LlmRun.from_payload(doc), hostile, Path()
 
 

@@ -49,6 +49,7 @@ from accelscope.models.base import LoadedModel
 from accelscope.models.factory import is_factory_ref
 from accelscope.models.loading import load_model
 from accelscope.result import Result, Status
+from accelscope.serialise import dump
 from accelscope.spec import Device, Precision, RunSpec, TensorSpec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 from accelscope.sweep.executor import Executor, InterpreterExecutor, LocalExecutor, WorkerOutcome
@@ -282,7 +283,7 @@ def gate(
                         run.add_result(result)
                         figures.append(_figures(result, side, round_index))
                 processes.extend(figures)
-                run.add_document(ROUND_DOCUMENT, {"processes": [f.to_dict() for f in figures]})
+                run.add_document(ROUND_DOCUMENT, {"processes": [dump(f) for f in figures]})
                 decision = decide(processes, request.thresholds)
                 if on_round is not None:
                     on_round(round_index + 1, decision)
@@ -291,7 +292,7 @@ def gate(
             assert decision is not None
             document = {
                 "settings": settings,
-                "processes": [p.to_dict() for p in processes],
+                "processes": [dump(p) for p in processes],
                 "decision": decision.to_dict(),
             }
             run.add_document(GATE_DOCUMENT, document)

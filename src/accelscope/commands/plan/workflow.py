@@ -27,6 +27,7 @@ from accelscope.plan.llm_memory import estimate_memory, load_model_config, shape
 from accelscope.plan.service import BenchFigure, Evidence, build_plan
 from accelscope.plan.traffic import load_traffic
 from accelscope.result import Result, Status
+from accelscope.serialise import dump
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord
 from accelscope.sweep.driver import latest_by_key
 
@@ -349,7 +350,7 @@ def plan_capacity(
     run = _store_document(
         store_path if save else None,
         model,
-        settings.to_dict(),
+        dump(settings),
         document,
         environment,
         command_line,
@@ -384,7 +385,7 @@ def plan_memory(
         kv_precision=request.kv_precision,
         origin=str(request.config),
     )
-    document = estimate.to_dict()
+    document = dump(estimate)
     name = str(config.get("_name_or_path") or request.config)
     settings = {"mode": "memory"}
     run = _store_document(store_path, name, settings, document, environment, command_line)
@@ -425,7 +426,7 @@ def plan_api(
         throughput_basis=basis,
         headroom=request.headroom,
     )
-    document = comparison.to_dict()
+    document = dump(comparison)
     if measured is not None:
         good = measured.good_output_tokens_per_s or 0.0
         document["from_run"] = request.from_run
