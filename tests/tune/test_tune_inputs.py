@@ -11,7 +11,8 @@ import pytest
 
 from accelscope.errors import BadInputError
 from accelscope.testing import CliRunner, assert_one_line_error
-from accelscope.tune.engines import FailureKind, TemplateEngine, classify_failure
+from accelscope.tune.engines import TemplateEngine
+from accelscope.tune.failures import FailureKind, classify_failure
 from accelscope.tune.flags import convert, parse_help, render
 from accelscope.tune.search import Budget, choose_strategy
 from accelscope.tune.space import DEFAULTS_KEY, Config, Space

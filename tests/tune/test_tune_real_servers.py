@@ -27,6 +27,7 @@ from accelscope.llm.workload import Lengths, Workload
 from accelscope.testing import CliRunner
 from accelscope.testing.llm_model import build_tiny_llama
 from accelscope.tune.documents import TuneConfig
+from accelscope.tune.failures import FailureKind
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +107,7 @@ def test_vllm_known_answer_failures_quality_and_resume(
     assert eight.goodput_tokens_per_s and one.goodput_tokens_per_s
     assert eight.server_config is not None and eight.server_config.block_size_tokens == 128
     refused = by_key["max-num-seqs=0"]
-    assert refused.status == "failed" and refused.failure == "configuration refused by the engine"
+    assert refused.status == "failed" and refused.failure is FailureKind.INVALID
     assert refused.log_tail
     fp32 = by_key["max-num-seqs=8,dtype=float32"]
     assert fp32.quality is not None and fp32.quality.method == "teacher-forced"
@@ -174,7 +175,7 @@ def test_transformers_batching_on_off_and_a_server_killed_mid_measurement(
     defaults, batched, killed = run.configs
     assert defaults.status == batched.status == "measured"
     assert defaults.goodput_tokens_per_s and batched.goodput_tokens_per_s
-    assert killed.status == "failed" and killed.failure == "died while it was measured"
+    assert killed.status == "failed" and killed.failure is FailureKind.DIED
     assert killed.trials and killed.trials[0].summary.errors > 0  # what it measured is kept
     # the best two measured again in one alternated round, each in a fresh server: one round
     # has no spread between server starts, so it cannot tell, and says what would

@@ -23,6 +23,7 @@ from accelscope.llm.workload import Lengths, Workload
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing import CliRunner, restore_default_sigint
 from accelscope.tune.documents import TuneConfig, TuneRound, TuneRun
+from accelscope.tune.failures import FailureKind
 
 FAKE = f"{sys.executable} -m accelscope.testing.llm_server --port {{port}} --itl-ms 4 --ttft-ms 10"
 WORKLOAD = Workload(input_tokens=Lengths(8, 8), output_tokens=Lengths(12, 12), seed=1)
@@ -46,10 +47,10 @@ def _request(**changes: object) -> TuneRequest:
 
 
 def _fakes() -> list[int]:
-    """Pids of fake servers still running (any test's)."""
-    found = subprocess.run(
-        ["pgrep", "-f", "accelscope.testing.llm_server --port"], capture_output=True, text=True
-    )
+    """Pids of this file's fake servers still running (their command line is :data:`FAKE`'s:
+    a fake server another suite starts on the same machine meanwhile is not this test's)."""
+    pattern = r"accelscope\.testing\.llm_server --port [0-9]+ --itl-ms 4 --ttft-ms 10"
+    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
     return [int(p) for p in found.stdout.split()]
 
 
@@ -184,10 +185,10 @@ def test_a_refused_setting_and_a_server_that_dies_are_recorded(
     )
     by_key = {c.key: c for c in outcome.document.configs}
     refused = by_key["max-running=0,fault=none"]
-    assert refused.status == "failed" and refused.failure == "configuration refused by the engine"
+    assert refused.status == "failed" and refused.failure is FailureKind.INVALID
     assert "must be at least 1" in refused.log_tail
     died = by_key["max-running=4,fault=die-after:10"]
-    assert died.status == "failed" and died.failure == "died while it was measured"
+    assert died.status == "failed" and died.failure is FailureKind.DIED
     assert "fake LLM server on" in died.log_tail  # the server's last lines
     assert died.trials  # what was measured is kept
     assert died.trials[0].summary.errors > 0

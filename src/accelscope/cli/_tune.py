@@ -30,7 +30,7 @@ from accelscope.errors import BadInputError
 from accelscope.llm.documents import Arrivals, Slo
 from accelscope.llm.workload import Lengths, PrefixScenario, ThinkTime
 from accelscope.store.sqlite import RunRecord
-from accelscope.tune.documents import TuneConfig, TuneRun
+from accelscope.tune.documents import TuneConfig, TuneRun, TuneSettings
 
 
 @dataclass(frozen=True)
@@ -242,10 +242,10 @@ def _show(run: RunRecord) -> None:
         TuneConfig.from_payload(p, f"run {run.id}'s tune-config")
         for p in run.documents_of(TuneConfig.kind)
     ]
-    settings = run.settings
-    slo = Slo.model_validate(settings["slo"]) if settings.get("slo") else None
+    settings = TuneSettings.from_payload(run.settings, f"run {run.id}'s settings")
+    slo = settings.slo
     document = TuneRun(
-        engine=str(settings.get("engine", "?")),
+        engine=settings.engine,
         model=run.model,
         slo=slo,
         slo_label=slo.label if slo else "none",

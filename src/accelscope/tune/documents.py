@@ -1,40 +1,72 @@
 """The typed documents of ``accelscope tune``: one per configuration (``tune-config``, committed
 as it is measured, what ``--resume`` skips), one per confirmation measurement (``tune-round``),
-and the run's summary (``tune``): every configuration, the search, the confirmed verdict, the
-winner's launch command."""
+the run's summary (``tune``): every configuration, the search, the confirmed verdict, the
+winner's launch command; and the run's settings (:class:`TuneSettings`, what ``--resume``
+checks against)."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import dataclasses
+import math
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, PlainSerializer
 
 from accelscope.documents import Document
-from accelscope.llm.documents import CapacitySummary, LlmTrial, ServerConfig, Slo, WorkloadSummary
+from accelscope.llm.documents import (
+    Arrivals,
+    CapacitySummary,
+    LlmTrial,
+    ServerConfig,
+    Slo,
+    WorkloadSummary,
+)
+from accelscope.measurement.stats import RatioEstimate
+from accelscope.tune.failures import FailureKind
+from accelscope.tune.outcome import (
+    Attempt,
+    Failed,
+    Measured,
+    Outcome,
+    Phase,
+    Role,
+    Spent,
+    Status,
+)
 from accelscope.tune.quality import QualityResult, ReferenceAnswers
 
-__all__ = ["Ratio", "TuneConfig", "TuneRound", "TuneRun", "TuneVerdict"]
+__all__ = ["Ratio", "TuneConfig", "TuneRound", "TuneRun", "TuneSettings", "TuneVerdict"]
 
-Status = Literal["measured", "failed", "rejected", "skipped"]
+StrategyName = Literal["grid", "screen"]
+SearchChoice = Literal["auto", "grid", "screen"]
+CapacityKind = Literal["rate", "concurrency"]
 
 
-class Ratio(Document):
-    """``candidate / baseline`` with its interval and p-value (``measurement.stats``)."""
+def _read_ratio(stored: object) -> object:
+    # JSON has no infinity: an unbounded side is stored as null (a ratio of positive figures
+    # is bounded below by 0)
+    if isinstance(stored, dict):
+        low, high = stored.get("low"), stored.get("high")
+        unbounded = {"low": 0.0 if low is None else low, "high": math.inf if high is None else high}
+        return {**stored, **unbounded}
+    return stored
 
-    ratio: float
-    low: float | None
-    high: float | None
-    p_value: float
-    confidence: float
-    method: str
-    units: str
 
-    @property
-    def separated(self) -> bool:
-        """The interval excludes 1."""
-        low = self.low if self.low is not None else 0.0
-        high = self.high if self.high is not None else float("inf")
-        return low > 1.0 or high < 1.0
+def _write_ratio(ratio: RatioEstimate) -> dict[str, Any]:
+    fields = dataclasses.asdict(ratio)
+    return {k: None if isinstance(v, float) and math.isinf(v) else v for k, v in fields.items()}
+
+
+Ratio = Annotated[
+    RatioEstimate,
+    BeforeValidator(_read_ratio),
+    PlainSerializer(_write_ratio, when_used="json"),
+]
+"""``candidate / baseline`` with its interval and p-value: the estimate
+:mod:`accelscope.measurement.stats` produces, stored as it is (an unbounded side as null)."""
+
+StoredFailure = Annotated[FailureKind, BeforeValidator(FailureKind.read)]
+"""A failure kind by name; a run stored before holds its sentence, read as the member."""
 
 
 class TuneConfig(Document):
@@ -46,10 +78,10 @@ class TuneConfig(Document):
 
     key: str
     values: dict[str, bool | int | float | str] = Field(default_factory=dict)
-    role: Literal["reference", "candidate"] = "candidate"
-    phase: Literal["full", "screen"] = "full"
+    role: Role = "candidate"
+    phase: Phase = "full"
     status: Status
-    failure: str | None = None
+    failure: StoredFailure | None = None
     why: str = ""
     log_tail: str = ""
     first_error: str = ""
@@ -73,10 +105,66 @@ class TuneConfig(Document):
     reference_answers: ReferenceAnswers | None = None
     cost_per_million_good_tokens_usd: float | None = None
 
+    @classmethod
+    def compile(
+        cls,
+        attempt: Attempt,
+        outcome: Outcome,
+        *,
+        startup_s: float | None,
+        spent: Spent,
+        price_usd_per_hour: float | None = None,
+    ) -> TuneConfig:
+        """The document of ``attempt``: what became of it, its server's start-up (``None``:
+        it did not start), what the tuner spent, and the dollars per million good tokens at
+        ``price_usd_per_hour``."""
+        failed = outcome if isinstance(outcome, Failed) else None
+        measured = outcome if isinstance(outcome, Measured) else None
+        if measured is not None:
+            failed = measured.died
+        point = measured.point if measured else None
+        good = measured.goodput_tokens_per_s if measured else None
+        cost = None
+        if price_usd_per_hour is not None and good:
+            cost = price_usd_per_hour / (good * 3600.0) * 1e6
+        return cls(
+            key=attempt.config.key,
+            values=attempt.config.as_dict(),
+            role=attempt.role,
+            phase=attempt.phase,
+            status=outcome.status,
+            failure=failed.kind if failed else None,
+            why=outcome.why,
+            log_tail=failed.log_tail if failed else "",
+            first_error=failed.first_error if failed else "",
+            command=list(attempt.command),
+            launch=attempt.launch,
+            startup_s=startup_s,
+            wall_s=spent.wall_s,
+            tuner_cpu_s=spent.tuner_cpu_s,
+            tuner_peak_rss_bytes=spent.tuner_peak_rss_bytes,
+            load_label=point.label if point else "",
+            load=point.arrivals.load if point else None,
+            capacity=measured.capacity if measured else None,
+            goodput_tokens_per_s=good,
+            throughput_tokens_per_s=measured.throughput_tokens_per_s if measured else None,
+            point=point,
+            trials=list(measured.trials) if measured else [],
+            server_config=measured.server_config if measured else None,
+            quality=outcome.quality if not isinstance(outcome, Failed) else None,
+            reference_answers=measured.reference_answers if measured else None,
+            cost_per_million_good_tokens_usd=cost,
+        )
+
     @property
     def usable(self) -> bool:
         """Measured, with a goodput, and not rejected by the quality guard."""
         return self.status == "measured" and self.goodput_tokens_per_s is not None
+
+    @property
+    def status_text(self) -> str:
+        """``failed: out of memory``, ``measured``: the status with the failure in words."""
+        return f"{self.status}: {self.failure.description}" if self.failure else self.status
 
 
 class TuneRound(Document):
@@ -105,6 +193,31 @@ class TuneVerdict(Document):
     gain_text: str = ""
 
 
+class TuneSettings(Document):
+    """The run's settings as stored (``runs.settings_json``): what ``--resume`` must match and
+    what ``runs show`` names for a tune that did not finish."""
+
+    engine: str
+    model: str
+    spaces: list[str] = Field(default_factory=list)
+    configs: list[str] = Field(default_factory=list)
+    reference: str | None = None
+    server_command: str | None = None
+    engine_args: list[str] = Field(default_factory=list)
+    workload: WorkloadSummary = Field(default_factory=WorkloadSummary)
+    fixed: Arrivals | None = None
+    capacity: CapacityKind = "concurrency"
+    slo: Slo | None = None
+    search: SearchChoice = "auto"
+    budget_s: float | None = None
+    confirm_rounds: int = 2
+    quality_threshold: float = 0.9
+    kv_cache_gib: float | None = None
+    """vLLM's CPU build: the KV-cache space every configuration got (whole GiB)."""
+    kv_cache: str = ""
+    """How that space was decided."""
+
+
 class TuneRun(Document):
     """The ``tune`` document."""
 
@@ -115,7 +228,7 @@ class TuneRun(Document):
     model: str
     served_model: str = ""
     space: dict[str, list[str]] = Field(default_factory=dict)
-    strategy: str = "grid"
+    strategy: StrategyName = "grid"
     strategy_why: str = ""
     skipped: list[str] = Field(default_factory=list)
     budget_s: float | None = None

@@ -1,7 +1,9 @@
 """The servers ``tune`` can configure (:data:`ENGINES`): how each is found, the flags it accepts
 (read from its own ``--help``, cached per install), the command line of one configuration, the
 launch line to paste, which flags can change the answers (the quality guard), and what a failed
-start was (:func:`classify_failure`: a value, decided once).
+start can be (:mod:`accelscope.tune.failures`). Each engine builds itself from the same typed
+:class:`EngineSpec` (:meth:`Engine.build`), so ``--engine`` picks a class from :data:`ENGINES` and
+nothing else branches on the name.
 
 - ``vllm``: ``python -m vllm.entrypoints.openai.api_server`` of the environment
   :func:`accelscope.llm.engines.find_vllm` finds; on its CPU build with a KV-cache space sized
@@ -14,7 +16,6 @@ start was (:func:`classify_failure`: a value, decided once).
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import re
 import shlex
@@ -22,8 +23,9 @@ import string
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Self
 
 from accelscope.errors import BadInputError, one_line
 from accelscope.files import write_atomic
@@ -52,52 +54,38 @@ from accelscope.tune.space import Config
 __all__ = [
     "ENGINES",
     "Engine",
-    "FailureKind",
+    "EngineSettings",
+    "EngineSpec",
     "TemplateEngine",
     "TransformersEngine",
     "VllmEngine",
-    "classify_failure",
 ]
 
 
-class FailureKind(enum.StrEnum):
-    """Why a configuration has no measurement."""
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec:
+    """What ``tune`` was told about its servers; each engine takes what it needs."""
 
-    EXITED = "exited before it was ready"
-    TIMEOUT = "not ready in time"
-    OUT_OF_MEMORY = "out of memory"
-    INVALID = "configuration refused by the engine"
-    DIED = "died while it was measured"
-    NO_ANSWER = "ready but did not answer"
-
-
-_OOM = re.compile(
-    r"out of memory|OutOfMemory|No available memory for the cache blocks|"
-    r"insufficient memory|Cannot allocate memory|std::bad_alloc|KV cache.*(?:not enough|too small)|"
-    # vLLM's start-up check: "Available memory on node 0 (11.87/13.21 GiB) on startup is less
-    # than desired CPU memory utilization" (a ValueError, which alone reads as a refusal)
-    r"(?:Available|Free) memory on (?:node|device).*less than",
-    re.IGNORECASE,
-)
-_INVALID = re.compile(
-    r"error: argument|error: unrecognized arguments|ValueError|ValidationError|"
-    r"validation error|Invalid value|not supported|must be (?:greater|less|at least|positive)",
-    re.IGNORECASE,
-)
+    model: Path
+    """The directory every server loads (a template's ``{model}``)."""
+    cache: Path
+    """Where engines keep what they read once per install (their ``--help``)."""
+    engine_args: tuple[str, ...] = ()
+    vllm_python: Path | None = None
+    kv_cache_gib: float | None = None
+    server_command: str | None = None
+    health_path: str = "/health"
+    served_name: str | None = None
+    quality_flags: tuple[str, ...] = ()
 
 
-def classify_failure(exit_code: int | None, log_tail: str, *, timed_out: bool) -> FailureKind:
-    """What a failed start was, from the server's exit and its log (the last lines, and the
-    first error line, which a traceback chain pushes above them): out of memory (the log says
-    so, or the kernel's OOM killer's SIGKILL), a configuration the engine refused (argparse's
-    exit 2, a validation error), not ready in time, or exited."""
-    if timed_out:
-        return FailureKind.TIMEOUT
-    if _OOM.search(log_tail) or exit_code in (-9, 137):
-        return FailureKind.OUT_OF_MEMORY
-    if exit_code == 2 or _INVALID.search(log_tail):
-        return FailureKind.INVALID
-    return FailureKind.EXITED
+@dataclass(frozen=True, kw_only=True)
+class EngineSettings:
+    """What :meth:`Engine.prepare` decided, stored with the run (the KV-cache space vLLM's CPU
+    build got; nothing for the others)."""
+
+    kv_cache_gib: float | None = None
+    kv_cache: str = ""
 
 
 class Engine(ABC):
@@ -110,6 +98,33 @@ class Engine(ABC):
     quality guard."""
     managed: frozenset[str] = frozenset()
     """Flags tune sets itself (model, host, port): refused in the space."""
+    local: bool = True
+    """It loads ``--model-dir`` itself (a template may serve anything)."""
+    ignores_eos: bool = True
+    """It honours ``ignore_eos`` (exact output lengths) by default; ``transformers serve``
+    refuses the field."""
+
+    @classmethod
+    def check(cls, spec: EngineSpec) -> None:
+        """One line of bad input when ``spec`` cannot make this engine (before anything runs)."""
+        if spec.server_command:
+            raise BadInputError("--server-command is the template engine's: add --engine template")
+        if cls.local and not (spec.model.is_dir() and (spec.model / "config.json").is_file()):
+            raise BadInputError(
+                f"--model-dir {spec.model}: not a model directory (no config.json); give the "
+                "directory the server loads"
+            )
+
+    @classmethod
+    @abstractmethod
+    def build(cls, spec: EngineSpec) -> Self:
+        """The engine of ``spec`` (found on this machine: one line when it is not)."""
+
+    @property
+    def has_defaults(self) -> bool:
+        """Whether the engine started with no flag of the space is a configuration (a
+        template with placeholders is not: every one needs a value)."""
+        return True
 
     def __init__(self, model: Path, *, extra_args: Sequence[str] = ()) -> None:
         self.model = model
@@ -122,9 +137,9 @@ class Engine(ABC):
         (vLLM's CPU build: its KV-cache space); ``space_flags``: every flag the space sets."""
         self.notes = []  # nothing to settle (an engine that sizes something says what here)
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> EngineSettings:
         """What :meth:`prepare` decided, for the stored run's settings."""
-        return {}
+        return EngineSettings()
 
     @abstractmethod
     def flags(self) -> dict[str, FlagSpec]:
@@ -245,6 +260,16 @@ class VllmEngine(Engine):
         """The KV-cache space every configuration gets (:meth:`prepare`)."""
         self._flags: dict[str, FlagSpec] | None = None
 
+    @classmethod
+    def build(cls, spec: EngineSpec) -> Self:
+        return cls(
+            spec.model,
+            python=spec.vllm_python,
+            extra_args=spec.engine_args,
+            cache=spec.cache,
+            kv_cache_gib=spec.kv_cache_gib,
+        )
+
     def prepare(self, space_flags: Sequence[str]) -> None:
         # once for every configuration: their KV caches equal, so they compare
         given = [w[2:].partition("=")[0] for w in self.extra_args if w.startswith("--")]
@@ -256,10 +281,10 @@ class VllmEngine(Engine):
         )
         self.notes = [self.kv_cache.why] if self.kv_cache.why else []
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> EngineSettings:
         if self.kv_cache is None:
-            return {}
-        return {"kv_cache_gib": self.kv_cache.gib, "kv_cache": self.kv_cache.why}
+            return EngineSettings()
+        return EngineSettings(kv_cache_gib=self.kv_cache.gib, kv_cache=self.kv_cache.why)
 
     def _kv_cache_gib(self) -> float | None:
         return self.kv_cache.gib if self.kv_cache is not None else self.kv_cache_gib
@@ -300,6 +325,7 @@ class TransformersEngine(Engine):
     name = "transformers"
     quality_flags = frozenset({"dtype", "quantization", "attn-implementation"})
     managed = frozenset({"host", "port", "help", "format", "json", "quiet"})
+    ignores_eos = False
 
     def __init__(
         self,
@@ -313,6 +339,10 @@ class TransformersEngine(Engine):
         self.executable = executable or find_transformers()
         self.cache = cache
         self._flags: dict[str, FlagSpec] | None = None
+
+    @classmethod
+    def build(cls, spec: EngineSpec) -> Self:
+        return cls(spec.model, extra_args=spec.engine_args, cache=spec.cache)
 
     def flags(self) -> dict[str, FlagSpec]:
         if self._flags is None:
@@ -340,6 +370,23 @@ class TemplateEngine(Engine):
 
     name = "template"
     quality_flags = frozenset({"dtype", "kv-cache-dtype", "quantization", "speculative-config"})
+    local = False
+
+    @classmethod
+    def check(cls, spec: EngineSpec) -> None:
+        if not spec.server_command:
+            raise BadInputError("--engine template needs --server-command 'CMD ... {port} ...'")
+
+    @classmethod
+    def build(cls, spec: EngineSpec) -> Self:
+        assert spec.server_command is not None  # check() refused a spec without one
+        return cls(
+            spec.model,
+            template=spec.server_command,
+            health_path=spec.health_path,
+            served_name=spec.served_name,
+            quality_flags=spec.quality_flags,
+        )
 
     def __init__(
         self,
@@ -372,6 +419,10 @@ class TemplateEngine(Engine):
         self.health_path = health_path
         self._served = served_name
         self.quality_flags = self.quality_flags | frozenset(quality_flags)
+
+    @property
+    def has_defaults(self) -> bool:
+        return not self.fields
 
     def flags(self) -> dict[str, FlagSpec]:
         return {f.replace("_", "-"): FlagSpec(f.replace("_", "-"), "text") for f in self.fields}

@@ -14,10 +14,11 @@ says what would tell.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
-from accelscope.measurement.stats import process_ratio
-from accelscope.tune.documents import Ratio, TuneConfig, TuneRound, TuneVerdict
+from accelscope.measurement.stats import RatioEstimate, process_ratio
+from accelscope.tune.documents import TuneConfig, TuneRound, TuneVerdict
 
 __all__ = ["confirmation_order", "verdict"]
 
@@ -33,7 +34,7 @@ def confirmation_order(keys: Sequence[str], rounds: int) -> list[tuple[int, str]
 
 def _paired(
     rounds: Sequence[TuneRound], baseline: str, candidate: str
-) -> tuple[Ratio | None, str, int]:
+) -> tuple[RatioEstimate | None, str, int]:
     """(the interval over complete rounds, why there is none, the rounds) by the one rule for
     ratios between processes (:func:`accelscope.measurement.stats.process_ratio`): an interval
     needs two or more rounds."""
@@ -49,13 +50,12 @@ def _paired(
     judged = process_ratio([b for b, _ in pairs], [c for _, c in pairs], paired=True)
     if judged.estimate is None:
         return None, judged.why, len(pairs)
-    return Ratio.model_validate(judged.estimate.to_dict()), "", len(pairs)
+    return judged.estimate, "", len(pairs)
 
 
-def _interval(ratio: Ratio) -> str:
-    low = "?" if ratio.low is None else f"{ratio.low:.2f}"
-    high = "unbounded" if ratio.high is None else f"{ratio.high:.2f}"
-    return f"{ratio.ratio:.2f}x (95 % CI {low} to {high}, {ratio.units})"
+def _interval(ratio: RatioEstimate) -> str:
+    high = "unbounded" if math.isinf(ratio.high) else f"{ratio.high:.2f}"
+    return f"{ratio.ratio:.2f}x (95 % CI {ratio.low:.2f} to {high}, {ratio.units})"
 
 
 def verdict(
@@ -119,7 +119,7 @@ def verdict(
 
 
 def _gain_text(
-    best: str, reference: str | None, gain: Ratio | None, by_key: dict[str, TuneConfig]
+    best: str, reference: str | None, gain: RatioEstimate | None, by_key: dict[str, TuneConfig]
 ) -> str:
     if reference is None:
         return "no gain over the reference: the reference did not meet the SLO"

@@ -129,7 +129,7 @@ def _row(config: TuneConfig, run: TuneRun) -> dict[str, Any]:
         "role": config.role,
         "status": config.status,
         "phase": config.phase,
-        "failure": config.failure or "",
+        "failure": config.failure.description if config.failure else "",
         "why": config.why,
         "log": config.log_tail.strip().splitlines()[-8:],
         "startup": NOT_MEASURED if config.startup_s is None else f"{config.startup_s:,.0f}",

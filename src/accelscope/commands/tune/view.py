@@ -32,7 +32,7 @@ def _status(config: TuneConfig) -> str:
     colors = {"measured": "green", "failed": "red", "rejected": "red", "skipped": "yellow"}
     word = config.status + (" (screen)" if config.phase == "screen" else "")
     if config.failure:
-        word += f": {config.failure}"
+        word += f": {config.failure.description}"
     return f"[{colors[config.status]}]{escape(word)}[/]"
 
 
