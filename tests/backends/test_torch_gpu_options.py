@@ -131,3 +131,12 @@ def test_float8_is_for_linear_heavy_models_on_hopper(environment: Environment) -
         assert found == ""
     # compile runs fp8 on CUDA only: a CPU default sweep never lists it
     assert Precision.FP8 in CompileBackend.cuda_precisions
+
+
+def test_float8_compiles_unfrozen_unless_asked() -> None:
+    from accelscope.backends.compiled import inductor_options
+
+    fp8 = spec(backend="compile", precision=Precision.FP8, device=Device.CUDA)
+    assert inductor_options(fp8)["freezing"] is False
+    assert inductor_options(replace(fp8, options=(("freezing", "true"),)))["freezing"] is True
+    assert inductor_options(replace(fp8, precision=Precision.BF16))["freezing"] is True

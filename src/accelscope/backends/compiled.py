@@ -85,6 +85,17 @@ LINEAR_HEAVY_SHARE = 0.5
 """A model is Linear-heavy when its ``nn.Linear`` layers hold at least this share of the weights."""
 
 _DEFAULTS = {"channels_last": "false", "freezing": "true", "mode": "default"}
+
+
+def _chosen(spec: RunSpec) -> dict[str, str]:
+    """The spec's options over the defaults. float8 compiles without freezing unless asked:
+    freezing folds parameters into constants, and torchao's float8 weights are tensor
+    subclasses that inductor's constant folding does not handle (torchao compiles them
+    unfrozen)."""
+    defaults = {**_DEFAULTS, "freezing": "false"} if spec.precision is Precision.FP8 else _DEFAULTS
+    return {**defaults, **dict(spec.options)}
+
+
 _X86 = ("x86_64", "amd64", "x86", "i686")
 
 
@@ -119,7 +130,7 @@ def inductor_options(spec: RunSpec) -> dict[str, Any]:
     """
     from torch._inductor import list_mode_options
 
-    chosen = {**_DEFAULTS, **dict(spec.options)}
+    chosen = _chosen(spec)
     options: dict[str, Any] = dict(list_mode_options(chosen["mode"]))
     options["freezing"] = chosen["freezing"] == "true"
     return options
@@ -396,7 +407,7 @@ class CompileBackend(Backend):
 
         if model.module is None:
             raise MeasurementError(f"model {model.ref!r} has no PyTorch module to run")
-        options = {**_DEFAULTS, **dict(spec.options)}
+        options = _chosen(spec)
         static_int8 = options.get("quantization", "static") == "static"
         if spec.precision is Precision.INT8 and static_int8 and not calibration:
             raise MeasurementError("int8 static quantization needs calibration data")
