@@ -11,6 +11,14 @@ the figures are medians over the rounds with the order-statistic 95 % interval.
     git worktree add /tmp/old-client e3c5a8d
     .venv/bin/python benchmarks/llm_client_cpu.py --baseline-src /tmp/old-client/src \\
         --out benchmarks/results/llm_client_cpu.json
+
+``--workers 1,2`` measures instead how many requests a second 1 and 2 client processes
+(``llm --workers``) send on schedule: open-loop trials at rising rates (interleaved: each rate
+for every worker count before the next rate), each trial's p99 send lag against the 50 ms
+client-bound limit; the highest rate under it is the on-schedule rate.
+
+    .venv/bin/python benchmarks/llm_client_cpu.py --workers 1,2 \\
+        --out benchmarks/results/llm_scaleout.json
 """
 
 from __future__ import annotations
@@ -71,6 +79,58 @@ def _measure(src: Path, url: str, requests: int, args: argparse.Namespace) -> di
     return found
 
 
+def on_schedule(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Each worker count's trials at the rates (interleaved), and its on-schedule rate."""
+    from accelscope.llm.client import OpenAIEndpoint
+    from accelscope.llm.documents import Arrivals
+    from accelscope.llm.harness import Harness
+    from accelscope.llm.scaleout import Workers
+    from accelscope.llm.summary import LAG_LIMIT_S
+    from accelscope.llm.workload import Lengths, Workload
+
+    counts = [int(c) for c in args.workers.split(",")]
+    rates = [float(r) for r in args.rates.split(",")]
+    rows: list[dict[str, Any]] = []
+    for rate in rates:
+        for count in counts:
+            harness = Harness(
+                target=OpenAIEndpoint(url, "fake-model"),
+                workload=Workload(
+                    input_tokens=Lengths(16, 16),
+                    output_tokens=Lengths(args.tokens, args.tokens),
+                    seed=1,
+                ),
+                count=max(args.small, int(rate * args.trial_s)),
+                workers=Workers(count),
+            )
+            summary = harness.trial(Arrivals(rate_per_s=rate)).summary
+            lag = summary.client_lag_s
+            rows.append(
+                {
+                    "workers": count,
+                    "rate_per_s": rate,
+                    "requests": summary.requests,
+                    "errors": summary.errors,
+                    "lag_p99_ms": lag.p99 * 1e3 if lag else None,
+                    "client_bound": summary.client_bound,
+                    "client_cpu_ms_per_request": summary.client_cpu_ms_per_request,
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    best = {
+        count: max(
+            (
+                r["rate_per_s"]
+                for r in rows
+                if r["workers"] == count and not r["client_bound"] and not r["errors"]
+            ),
+            default=None,
+        )
+        for count in counts
+    }
+    return {"lag_limit_ms": LAG_LIMIT_S * 1e3, "on_schedule_rate_per_s": best, "trials": rows}
+
+
 def _median_ci(values: list[float]) -> dict[str, float]:
     from accelscope.measurement.stats import median_ci
 
@@ -89,6 +149,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=80)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--itl-ms", type=float, default=5.0)
+    parser.add_argument("--workers", help="worker counts to compare, e.g. 1,2")
+    parser.add_argument("--rates", default="100,200,300,400,500,600", help="req/s, rising")
+    parser.add_argument("--trial-s", type=float, default=4.0, help="each trial's schedule span")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.child:
@@ -108,6 +171,16 @@ def main() -> None:
     )
     assert server.stdout is not None and server.stdin is not None
     url = server.stdout.readline().strip()
+    if args.workers:
+        try:
+            document = {"setup": vars(args) | {"out": None}, **on_schedule(url, args)}
+        finally:
+            server.stdin.close()
+            server.wait()
+        print(json.dumps(document["on_schedule_rate_per_s"]))
+        if args.out:
+            args.out.write_text(json.dumps(document, indent=2, default=str) + "\n")
+        return
     marginal: dict[str, list[float]] = {name: [] for name in versions}
     whole: dict[str, list[float]] = {name: [] for name in versions}
     raw: list[dict[str, Any]] = []

@@ -9,14 +9,19 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 from accelscope.llm.client import OpenAIEndpoint
 from accelscope.llm.documents import Arrivals, LlmTrial, RequestRecord
 from accelscope.llm.harness import Harness
 from accelscope.llm.records import LlmRequest
-from accelscope.llm.scaleout import deal, run_scaled_trial
+from accelscope.llm.scaleout import Workers, deal, run_scaled_trial
 from accelscope.llm.summary import summarise_trial
 from accelscope.llm.workload import Lengths, Session, Workload
+from accelscope.store.sqlite import ResultStore
+from accelscope.testing import CliRunner, assert_one_line_error
 from accelscope.testing.llm_server import FakeLLMServer
 
 
@@ -46,7 +51,7 @@ def test_two_workers_send_one_schedule_and_merge_to_the_same_percentiles() -> No
             target=OpenAIEndpoint(fake.url, fake.model),
             workload=workload,
             count=40,
-            workers=2,
+            workers=Workers(2),
         )
         arrivals = Arrivals(rate_per_s=40.0)
         trial = harness.trial(arrivals)
@@ -109,3 +114,56 @@ def test_a_worker_killed_after_its_first_request_leaves_the_rest_not_sent() -> N
     assert outcome.unsent == 6 - len(by_worker[1])
     [note] = [n for n in outcome.notes if n.startswith("worker 1")]
     assert "died (exit code -9)" in note and "counted as not sent" in note
+
+
+@pytest.mark.parametrize("given", ["0", "ray:", "two", "k8s:2"])
+def test_a_bad_worker_count_is_one_line(given: str, cli: CliRunner, tmp_path: Path) -> None:
+    code, _, err = cli(
+        "llm", "http://127.0.0.1:9", "--model", "m", "--rate", "1", "--workers", given
+    )
+    assert_one_line_error(code, err, "--workers")
+
+
+def test_llm_with_two_workers_stores_every_request(cli: CliRunner, tmp_path: Path) -> None:
+    store = tmp_path / "r.db"
+    with FakeLLMServer(ttft_s=0.01, itl_s=0.002, output_tokens=4) as fake:
+        code, _, err = cli(
+            "llm", fake.url, "--model", fake.model, "--concurrency", "4", "--requests", "12",
+            "--output-tokens", "4", "--workers", "2", "--no-server-metrics", "--store", store,
+        )  # fmt: skip
+    assert code == 0, err
+    with ResultStore(store) as opened:
+        run = opened.get_run("latest")
+    assert run.settings["workers"] == "2"
+    [trial] = run.documents_of("llm-trial")
+    assert sorted(r["index"] for r in trial["records"]) == list(range(12))
+    assert trial["summary"]["completed"] == 12
+
+
+def test_two_ray_nodes_send_one_schedule() -> None:
+    pytest.importorskip("ray")
+    from accelscope.llm.scaleout_ray import run_ray_trial
+    from accelscope.testing.ray_cluster import LocalRayCluster
+
+    requests = [
+        LlmRequest(index=i, prompt=f"request {i}", max_tokens=4, scheduled_s=0.05 * i)
+        for i in range(16)
+    ]
+    placed: list[str] = []
+    with (
+        LocalRayCluster(["node_a", "node_b"]) as cluster,
+        FakeLLMServer(ttft_s=0.01, itl_s=0.002, output_tokens=4) as fake,
+    ):
+        outcome = run_ray_trial(
+            OpenAIEndpoint(fake.url, fake.model),
+            [Session.of(r) for r in requests],
+            2,
+            address=cluster.address,
+            on_started=placed.extend,
+        )
+    assert len(set(placed)) == 2  # one worker on each node
+    assert [r.index for r in outcome.records] == list(range(16))
+    assert [r.scheduled_s for r in outcome.records] == [r.scheduled_s for r in requests]
+    assert all(r.ok for r in outcome.records) and outcome.unsent == 0
+    # the shared clock: every request was sent on schedule, whichever node sent it
+    assert max(r.sent_s - r.scheduled_s for r in outcome.records) < 0.05

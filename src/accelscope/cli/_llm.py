@@ -38,6 +38,7 @@ from accelscope.commands.llm.workflow import (
 )
 from accelscope.errors import BadInputError
 from accelscope.llm.documents import LlmRun, LlmTrial, Slo, TargetDescription
+from accelscope.llm.scaleout import Workers
 from accelscope.llm.trace import MOONCAKE_BLOCK_TOKENS
 from accelscope.llm.workload import (
     Lengths,
@@ -183,6 +184,7 @@ def llm_command(
         None, "--instance", help="Catalog instance the server runs on (datasheet floor)."
     ),
     max_in_flight: int | None = typer.Option(None, "--max-in-flight", help="Client threads (256)."),
+    workers: Workers | None = shared.WorkersOption,
     no_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not read /metrics."),
     config: Path | None = config_option("llm"),
     report: Path | None = shared.ReportOption,
@@ -249,6 +251,7 @@ def llm_command(
             peak_flops_per_s=peak_flops,
             instance=instance,
             max_in_flight=max_in_flight,
+            workers=workers,
         ),
     )
     run_and_print(llm, request, llm_view, store=store, no_store=no_store, as_json=as_json)

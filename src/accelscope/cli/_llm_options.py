@@ -16,6 +16,7 @@ from accelscope.cli._types import duration_option
 from accelscope.errors import BadInputError
 from accelscope.llm.conversations import ConversationWorkload
 from accelscope.llm.documents import Slo
+from accelscope.llm.scaleout import Workers
 from accelscope.llm.trace import MOONCAKE_BLOCK_TOKENS, TraceWorkload
 from accelscope.llm.workload import (
     Lengths,
@@ -183,6 +184,19 @@ SloPercentileOption: Any = typer.Option(
     None, "--slo-percentile", help="Percentile the SLO bounds (99; LoadGen tail claims)."
 )
 RequestsOption: Any = typer.Option(None, "--requests", help="Requests per trial (100).")
+
+
+def parse_workers(value: Any) -> Workers:
+    return value if isinstance(value, Workers) else Workers.parse(str(value))
+
+
+WorkersOption: Any = typer.Option(
+    None,
+    "--workers",
+    parser=parse_workers,
+    help="Client processes sending each trial's one schedule: N on this machine, or ray:N on "
+    "a Ray cluster's nodes (RAY_ADDRESS, else auto). Percentiles over the merged samples.",
+)
 CapacityStartOption: Any = typer.Option(
     None, "--capacity-start", help="First load of the capacity search."
 )

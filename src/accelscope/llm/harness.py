@@ -33,7 +33,8 @@ from accelscope.llm.documents import (
 from accelscope.llm.explain import prefix_reuse
 from accelscope.llm.floor import FloorInputs
 from accelscope.llm.records import Target
-from accelscope.llm.scaleout import run_scaled_trial
+from accelscope.llm.scaleout import Workers, run_scaled_trial
+from accelscope.llm.scaleout_ray import run_ray_trial
 from accelscope.llm.server_metrics import ServerMetricsScraper, check_against_client
 from accelscope.llm.summary import WARMUP_FRACTION, steady_samples, summarise_trial
 from accelscope.llm.timeline import slo_breaks
@@ -85,8 +86,10 @@ class Harness:
     """The energy counters of the GPUs serving the target (one per GPU); none: not measured,
     ``no_energy_why`` says why."""
     no_energy_why: str = "no energy counter for this target"
-    workers: int = 1
+    workers: Workers = field(default_factory=Workers)
     """Client processes that share each trial's schedule (``llm.scaleout``); 1: this one."""
+    ray_address: str = "auto"
+    """The Ray cluster of ``workers.ray``."""
     trials: list[LlmTrial] = field(default_factory=list)
 
     def _say(self, line: str) -> None:
@@ -125,11 +128,22 @@ class Harness:
             meter.begin()
         interrupted = False
         try:
-            if self.workers > 1:
+            if self.workers.ray:
+                outcome = run_ray_trial(
+                    self.target,
+                    sessions,
+                    self.workers.count,
+                    address=self.ray_address,
+                    concurrency=arrivals.concurrency,
+                    max_in_flight=self.max_in_flight,
+                    timeout_s=self.timeout_s,
+                    multi_turn=self.workload.multi_turn,
+                )
+            elif self.workers.count > 1:
                 outcome = run_scaled_trial(
                     self.target,
                     sessions,
-                    self.workers,
+                    self.workers.count,
                     concurrency=arrivals.concurrency,
                     max_in_flight=self.max_in_flight,
                     timeout_s=self.timeout_s,

@@ -30,12 +30,22 @@ from typing import Any
 
 import numpy as np
 
+from accelscope.errors import BadInputError
 from accelscope.llm.records import RequestRecord, Target
 from accelscope.llm.summary import LAG_LIMIT_S
 from accelscope.llm.trial import TrialInterrupted, TrialRecords, run_trial
 from accelscope.llm.workload import Session
 
-__all__ = ["READY_TIMEOUT_S", "START_LEAD_S", "WorkerPlan", "deal", "run_scaled_trial"]
+__all__ = [
+    "READY_TIMEOUT_S",
+    "START_LEAD_S",
+    "WorkerOutcome",
+    "WorkerPlan",
+    "Workers",
+    "deal",
+    "merge_workers",
+    "run_scaled_trial",
+]
 
 START_LEAD_S = 0.25
 """How far in the future the shared start is set once every worker is ready: long enough for
@@ -43,6 +53,27 @@ the message to reach each of them (local pipes: well under a millisecond)."""
 
 READY_TIMEOUT_S = 120.0
 """How long a worker may take to start (a spawned interpreter imports accelscope)."""
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How many client processes send a trial, and where: this machine (``N``) or the nodes
+    of a Ray cluster (``ray:N``, one worker a node where there are enough)."""
+
+    count: int = 1
+    ray: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> Workers:
+        """``4`` or ``ray:4``; anything else is one line of bad input."""
+        kind, _, count = str(text).strip().rpartition(":")
+        if kind not in ("", "ray") or not count.isdigit() or int(count) < 1:
+            raise BadInputError(f"--workers {text!r}: give a count (2) or ray:COUNT (ray:2)")
+        return cls(int(count), ray=kind == "ray")
+
+    @property
+    def label(self) -> str:
+        return f"ray:{self.count}" if self.ray else str(self.count)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,20 +264,35 @@ def _collect(running: list[_Worker]) -> None:
                 del open_[conn.fileno()]
 
 
-def _merge(running: list[_Worker], origin_s: float, *, interrupted: bool = False) -> TrialRecords:
-    """One trial's records from the workers', with each worker's notes."""
+@dataclass(frozen=True, kw_only=True)
+class WorkerOutcome:
+    """What one worker brought back: its records, its CPU (in its client threads, and its
+    whole process where known), the requests it sent, and why it ended early (empty: it
+    did not)."""
+
+    plan: WorkerPlan
+    records: list[RequestRecord]
+    request_cpu_s: float = 0.0
+    process_cpu_s: float = 0.0
+    streamed: int = 0
+    died: str = ""
+
+
+def merge_workers(
+    outcomes: Sequence[WorkerOutcome], origin_s: float, *, interrupted: bool = False
+) -> TrialRecords:
+    """One trial's records from the workers', sorted by index, with a note for each worker
+    that died (its requests without a record counted as not sent) or fell behind."""
     records: list[RequestRecord] = []
     notes: list[str] = []
     unsent = 0
-    for worker in running:
+    for worker in outcomes:
+        plan = worker.plan
         records += worker.records
-        missing = worker.plan.requests - len(worker.records)
-        if not worker.finished and not interrupted:
-            worker.process.join(timeout=10)
-            code = worker.process.exitcode
-            why = "never started" if not worker.ready else f"died (exit code {code})"
+        missing = plan.requests - len(worker.records)
+        if worker.died:
             notes.append(
-                f"worker {worker.plan.worker} {why}: {missing} of its {worker.plan.requests} "
+                f"worker {plan.worker} {worker.died}: {missing} of its {plan.requests} "
                 "requests have no record and are counted as not sent"
             )
         unsent += missing
@@ -255,7 +301,7 @@ def _merge(running: list[_Worker], origin_s: float, *, interrupted: bool = False
             p99 = float(np.percentile(lags, 99))
             if p99 > LAG_LIMIT_S:
                 notes.append(
-                    f"worker {worker.plan.worker} fell behind its schedule (p99 send lag "
+                    f"worker {plan.worker} fell behind its schedule (p99 send lag "
                     f"{p99 * 1000:.0f} ms over {len(lags)} requests)"
                 )
     records.sort(key=lambda r: r.index)
@@ -267,7 +313,28 @@ def _merge(running: list[_Worker], origin_s: float, *, interrupted: bool = False
         interrupted=interrupted,
         unsent=unsent,
         notes=notes,
-        request_cpu_s=sum(w.request_cpu_s for w in running),
-        streamed=sum(w.streamed for w in running),
-        worker_cpu_s=sum(w.cpu_s for w in running),
+        request_cpu_s=sum(w.request_cpu_s for w in outcomes),
+        streamed=sum(w.streamed for w in outcomes),
+        worker_cpu_s=sum(w.process_cpu_s for w in outcomes),
     )
+
+
+def _merge(running: list[_Worker], origin_s: float, *, interrupted: bool = False) -> TrialRecords:
+    outcomes = []
+    for worker in running:
+        died = ""
+        if not worker.finished and not interrupted:
+            worker.process.join(timeout=10)
+            code = worker.process.exitcode
+            died = "never started" if not worker.ready else f"died (exit code {code})"
+        outcomes.append(
+            WorkerOutcome(
+                plan=worker.plan,
+                records=worker.records,
+                request_cpu_s=worker.request_cpu_s,
+                process_cpu_s=worker.cpu_s,
+                streamed=worker.streamed,
+                died=died,
+            )
+        )
+    return merge_workers(outcomes, origin_s, interrupted=interrupted)

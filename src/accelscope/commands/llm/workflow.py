@@ -37,6 +37,7 @@ from accelscope.llm.explain import explanations
 from accelscope.llm.floor import FloorInputs, resolve_floor_inputs
 from accelscope.llm.harness import Harness, LoadKind, capacity_summary
 from accelscope.llm.records import Target
+from accelscope.llm.scaleout import Workers
 from accelscope.llm.summary import DEFINITIONS
 from accelscope.llm.workload import TokenCounter, Workload, WorkloadSource, load_tokenizer
 from accelscope.measurement.threads import available_cores
@@ -95,6 +96,10 @@ class LlmRequestSettings:
     instance: str | None = None
     catalog_files: tuple[Path, ...] = ()
     max_in_flight: int = 256
+    workers: Workers = field(default_factory=Workers)
+    """Client processes that share each trial's schedule (``--workers``)."""
+    ray_address: str = "auto"
+    """The Ray cluster of ``--workers ray:N``."""
     scrape_metrics: bool = True
     report_path: Path | None = None
 
@@ -115,6 +120,7 @@ class LlmRequestSettings:
             "capacity": self.capacity,
             "timeout_s": self.timeout_s,
             "ignore_eos": self.ignore_eos,
+            "workers": self.workers.label,
         }
 
 
@@ -157,6 +163,8 @@ def _validate(request: LlmRequestSettings) -> None:
         raise BadInputError("--timeout must be positive")
     if request.max_batch < 1 or request.max_in_flight < 1:
         raise BadInputError("--max-batch and --max-in-flight must be >= 1")
+    if (request.workers.count > 1 or request.workers.ray) and request.url is None:
+        raise BadInputError("--workers sends to a server URL; an in-process model has one client")
     for rate in request.rates:
         Arrivals(rate_per_s=rate, cv=request.burstiness)
     for count in request.concurrencies:
@@ -331,6 +339,8 @@ def llm(
         count=request.requests,
         timeout_s=request.timeout_s,
         max_in_flight=request.max_in_flight,
+        workers=request.workers,
+        ray_address=request.ray_address,
         burstiness=request.burstiness,
         on_trial=keep,
         events=say,
