@@ -129,15 +129,6 @@ class RequestRecord(BaseModel):
     def _round_times(self, value: list[float]) -> list[float]:
         return [round(t, 6) for t in value]
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (times rounded to the microsecond; ``output_text`` left out)."""
-        return self.model_dump(mode="json")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
-        """The inverse of :meth:`to_dict`."""
-        return cls.model_validate(data)
-
 
 # -- what a trial asks for --------------------------------------------------------------------
 
@@ -191,10 +182,6 @@ class Arrivals(Document):
         if self.concurrency is not None:
             return f"concurrency {self.concurrency}"
         return f"trace x{self.speed:g}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return self.model_dump(mode="json")
 
 
 # -- a trial's figures ------------------------------------------------------------------------
