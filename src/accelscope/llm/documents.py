@@ -421,11 +421,12 @@ class TrialSummary(Document):
     client_cpu_cores: float | None = None
     client_cpu_s_per_request: float | None = None
     client_cpu_ms_per_request: float | None = None
-    """The client's CPU per request sent, in its own thread (connect, send, read and parse the
-    stream), apart from the trial's fixed costs; ``client_cpu_s_per_request`` divides all of
-    the trial's CPU by the requests. ``None`` in runs stored before it."""
+    """The client's CPU per request sent (connect, send, read and parse the stream: the
+    client threads' and the stream reader's, in every worker process), apart from the trial's
+    fixed costs; ``client_cpu_s_per_request`` divides all of the trial's CPU by the requests.
+    ``None`` in runs stored before it."""
     client_cpu_fixed_s: float | None = None
-    """The trial's CPU outside the requests' own threads (threads started, dispatch, scrapes)."""
+    """The rest of the trial's CPU: dispatch, threads and worker processes started, scrapes."""
     turns: list[TurnSummary] = Field(default_factory=list)
     prefix_reuse: PrefixReuse | None = None
     slo_breaks: list[SloBreak] = Field(default_factory=list)
