@@ -288,9 +288,29 @@ class Reactor:
         over.wait()
 
     def _run(self) -> None:
+        live: dict[socket.socket, tuple[SseParser, tuple[float, str], threading.Event]] = {}
+        try:
+            self._loop(live)
+        except BaseException:
+            # a bug here must not leave a caller waiting forever: every stream in hand ends
+            # with the error, the traceback goes to the thread's excepthook
+            with self._lock:
+                self._thread = None
+                waiting = [(parser, over) for _, parser, _, over in self._incoming]
+                self._incoming.clear()
+            now = time.perf_counter()
+            for parser, _, over in live.values():
+                waiting.append((parser, over))
+            for parser, over in waiting:
+                parser.fail(now, "the stream reader thread failed")
+                over.set()
+            raise
+
+    def _loop(
+        self, live: dict[socket.socket, tuple[SseParser, tuple[float, str], threading.Event]]
+    ) -> None:
         selector = selectors.DefaultSelector()
         selector.register(self._wake_r, selectors.EVENT_READ, None)
-        live: dict[socket.socket, tuple[SseParser, tuple[float, str], threading.Event]] = {}
         next_check = time.perf_counter()
         idle_since: float | None = None
         while True:

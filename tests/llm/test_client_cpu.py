@@ -1,0 +1,105 @@
+"""The stream reader behind the client's CPU budget: the chunked framing and the SSE lines are
+cut by hand (``llm.sse_reader``), so a body split at any byte, or packed into one read, must
+give the record one read per chunk gives."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accelscope.llm.records import LlmRequest, RequestRecord
+from accelscope.llm.sse_reader import SseParser, StreamState
+
+
+def _event(payload: object) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+_EVENTS = [
+    _event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+    _event({"choices": [{"index": 0, "delta": {"reasoning": " think"}}]}),
+    b": a comment line\n\n",
+    _event({"choices": [{"index": 0, "delta": {"content": " caf\u00e9"}}]}),
+    _event(
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"function": {"arguments": "{}"}}]}}]}
+    ),
+    _event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+    _event(
+        {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 5,
+                "completion_tokens": 3,
+                "completion_tokens_details": {"reasoning_tokens": 1},
+            },
+        }
+    ),
+    b"data: [DONE]\n\n",
+]
+_BODY = b"".join(_chunk(e) for e in _EVENTS) + b"0\r\n\r\n"
+
+
+def _read(pieces: list[bytes]) -> tuple[RequestRecord, SseParser]:
+    record = LlmRequest(index=0, prompt="p", max_tokens=3).record(scheduled_s=0.0, sent_s=0.0)
+    state = StreamState()
+    parser = SseParser(
+        record,
+        state,
+        origin_s=0.0,
+        chat=True,
+        chunked=True,
+        length=None,
+        cancel=threading.Event(),
+    )
+    for at, piece in enumerate(pieces):
+        if parser.feed(piece, float(at + 1)):
+            break
+    else:
+        parser.eof(float(len(pieces) + 1))
+    state.finish(record)
+    return record, parser
+
+
+def test_one_read_per_chunk_reads_every_channel() -> None:
+    record, parser = _read([_chunk(e) for e in _EVENTS] + [b"0\r\n\r\n"])
+    assert parser.done and not record.error
+    assert record.chunk_times_s == [2.0, 4.0, 5.0]  # reasoning, content, tool call
+    assert (record.first_token_s, record.first_content_s, record.last_token_s) == (2.0, 4.0, 5.0)
+    assert (record.output_tokens, record.prompt_tokens, record.reasoning_tokens) == (3, 5, 1)
+    assert "".join(parser.state.answer) == " café"  # the answer alone, as the next turn needs
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=len(_BODY) - 1), unique=True, max_size=40))
+def test_a_body_split_at_any_bytes_reads_the_same(cuts: list[int]) -> None:
+    cuts = sorted(cuts)
+    pieces = [_BODY[a:b] for a, b in zip([0, *cuts], [*cuts, len(_BODY)], strict=True)]
+    whole, _ = _read([_BODY])
+    split, parser = _read(pieces)
+    assert not split.error and parser.done
+    assert len(split.chunk_times_s) == 3
+    # the same counts and channels; stamps only where the reads fell
+    for name in ("output_tokens", "prompt_tokens", "reasoning_tokens", "chunk_tokens"):
+        assert getattr(split, name) == getattr(whole, name)
+    assert split.first_token_s <= split.first_content_s <= split.last_token_s  # type: ignore[operator]
+
+
+def test_a_body_cut_before_its_last_chunk_is_an_error_as_http_client_says() -> None:
+    record, _ = _read([_BODY[: len(_BODY) // 2]])
+    assert record.error.startswith("IncompleteRead")
+
+
+def test_malformed_data_is_the_records_error() -> None:
+    record, _ = _read([_chunk(b"data: {not json\n\n")])
+    assert record.error == "malformed SSE data: {not json"
+    record, _ = _read([_chunk(b"data: [1, 2]\n\n")])
+    assert record.error == "malformed SSE data: not a JSON object"
+    record, _ = _read([_chunk(b'data: {"a": 1} trailing\n\n')])
+    assert record.error.startswith("malformed SSE data")
