@@ -89,9 +89,25 @@ def _result(backend: str, rate: float, pinned: bool, prepare_s: float) -> dict[s
 
 
 def test_the_step_pairs_each_row_with_its_copy_twin() -> None:
+    standing = {
+        "best": "compile/bf16/b256/t1",
+        "best_items_per_s": 30000.0,
+        "records": [
+            {
+                "benchmark": "MLPerf Inference v4.0, closed division, datacenter",
+                "scenario": "Offline",
+                "items_per_s": 88714.3,
+                "share": 30000.0 / 88714.3,
+            }
+        ],
+        "floor_items_per_s": 120000.0,
+        "floor_share": 0.25,
+        "floor_derivation": "d",
+    }
     doc = {
         "verdict": "compile bf16 wins",
         "best": "k",
+        "standing": standing,
         "results": [
             _result("eager", 8000.0, False, 0.5),
             _result("eager", 6000.0, True, 0.5),
@@ -109,3 +125,8 @@ def test_the_step_pairs_each_row_with_its_copy_twin() -> None:
         ["compile/bf16/b256/weights=cast", "30,000", "—", "55 s", "ok"],
     ]
     assert out.figures["rows"]["compile/bf16/b256/weights=cast"]["compile_s"] == 55.0
+    assert out.summary == (
+        "resnet50: best compile/bf16/b256/t1 30,000/s; 34% of MLPerf Inference v4.0 Offline "
+        "(88,714/s); 25% of the roofline floor (120,000/s)"
+    )
+    assert out.note == "compile bf16 wins"

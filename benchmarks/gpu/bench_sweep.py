@@ -30,7 +30,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SWEEPS", "SweepCase", "bench_sweep_step", "dry_run", "summarize"]
+__all__ = [
+    "SWEEPS",
+    "SweepCase",
+    "bench_sweep_step",
+    "dry_run",
+    "standing_text",
+    "summarize",
+]
 
 
 @dataclass(frozen=True)
@@ -126,8 +133,32 @@ def summarize(doc: dict[str, Any]) -> tuple[list[list[str]], dict[str, Any]]:
         ]
         for label, e in rows.items()
     ]
-    figures = {"rows": rows, "verdict": doc.get("verdict"), "best": doc.get("best")}
+    figures = {
+        "rows": rows,
+        "verdict": doc.get("verdict"),
+        "best": doc.get("best"),
+        "standing": doc.get("standing"),
+    }
     return table, figures
+
+
+def standing_text(standing: dict[str, Any] | None) -> str:
+    """One line: the best device-resident figure as a share of each record and of the floor."""
+    if not standing:
+        return "no GPU row measured, so no standing"
+    parts = [f"best {standing['best']} {standing['best_items_per_s']:,.0f}/s"]
+    parts += [
+        f"{r['share']:.0%} of {r['benchmark'].split(',')[0]} {r['scenario']} "
+        f"({r['items_per_s']:,.0f}/s)"
+        for r in standing["records"]
+    ]
+    share = standing.get("floor_share")
+    parts.append(
+        f"{share:.0%} of the roofline floor ({standing['floor_items_per_s']:,.0f}/s)"
+        if share is not None
+        else f"floor not known: {standing['floor_derivation']}"
+    )
+    return "; ".join(parts)
 
 
 def bench_sweep_step(
@@ -156,7 +187,8 @@ def bench_sweep_step(
         return out
     rows, figures = summarize(doc)
     out.figures = figures
-    out.summary = f"{case.model}: {doc.get('verdict', '')}"
+    out.summary = f"{case.model}: {standing_text(doc.get('standing'))}"
+    out.note = str(doc.get("verdict", ""))
     out.tables.append(
         table(
             f"bench {case.model} --device cuda (the default GPU sweep)",
@@ -165,7 +197,7 @@ def bench_sweep_step(
         )
     )
     if not result.ok:
-        out.note = result.why()
+        out.note = f"{result.why()}; {out.note}"
     return out
 
 

@@ -234,6 +234,7 @@ def bench_command(
             "probes": dump(outcome.probes) if outcome.probes else None,
             "measurement_time_s": outcome.measurement_time_s,
             "wall_time_s": outcome.wall_time_s,
+            "standing": outcome.standing.summary() if outcome.standing else None,
             "results": [dump(r) for r in outcome.results],
         }
         _out.print_json(json.dumps(document))

@@ -134,6 +134,11 @@ def test_the_best_figure_against_the_record_in_table_and_report(h100: Environmen
     [gap] = found.records
     assert gap.share == pytest.approx(8000.0 / 88714.3)
     assert found.floor_share is not None and found.floor_share > 0
+    summary = found.summary()
+    assert summary["best_items_per_s"] == pytest.approx(8000.0)
+    assert summary["floor_share"] == found.floor_share
+    [record] = summary["records"]  # type: ignore[misc]
+    assert record["items_per_s"] == 88714.3 and record["source"].endswith("summary.txt")
     text = "\n".join(found.lines())
     assert "9% of MLPerf Inference v4.0" in text and "mlperf_log_summary.txt" in text
     from rich.console import Console

@@ -67,6 +67,30 @@ class Standing:
             return None
         return self.best_items_per_s / self.floor.items_per_s
 
+    def summary(self) -> dict[str, object]:
+        """JSON-ready figures (``bench --json``): the best row, each record's share, the floor."""
+        return {
+            "gpu": self.gpu_name,
+            "best": self.best_label,
+            "best_items_per_s": self.best_items_per_s,
+            "records": [
+                {
+                    "benchmark": gap.record.benchmark,
+                    "scenario": gap.record.scenario,
+                    "items_per_s": gap.record.items_per_s,
+                    "precision": gap.record.precision,
+                    "stack": gap.record.stack,
+                    "batch_size": gap.record.batch_size,
+                    "source": gap.record.source,
+                    "share": gap.share,
+                }
+                for gap in self.records
+            ],
+            "floor_items_per_s": self.floor.items_per_s,
+            "floor_share": self.floor_share,
+            "floor_derivation": self.floor.derivation,
+        }
+
     def lines(self) -> list[str]:
         """What the table and the report say, one line each."""
         head = f"best on {self.gpu_name}: {self.best_label} {self.best_items_per_s:,.0f} items/s"
