@@ -2,10 +2,13 @@
 server, ``transformers serve`` or any server speaking ``/v1/completions`` or
 ``/v1/chat/completions`` with server-sent events.
 
-Each request is one HTTP/1.1 connection (``http.client``, blocking, one client thread per
-request in flight), so no connection pool or event loop sits between the server's bytes and
-the timestamps. A chunk is stamped with ``time.perf_counter()`` as soon as its ``data:`` line is
-read. Output arrives on three channels: the answer (a completion's ``text``, a chat delta's
+Each request is one HTTP/1.1 connection (``http.client`` sends it and reads the headers, in
+one client thread per request in flight), so no connection pool sits between the server's
+bytes and the timestamps. The body of every plain-HTTP stream is read by one reader thread per
+endpoint (:mod:`accelscope.llm.sse_reader`: a chunk then costs a ``recv`` and its parsing, not a
+thread wake-up and a GIL hand-off); a chunk is stamped with ``time.perf_counter()`` as soon as
+the read that brought it returns (chunks that came in one read share the stamp: they arrived
+together). A TLS stream is read in its own thread, the same way. Output arrives on three channels: the answer (a completion's ``text``, a chat delta's
 ``content``), reasoning (``delta.reasoning``, vLLM's current field, or ``delta.reasoning_content``)
 and tool calls (``delta.tool_calls[].function`` name and ``arguments``); the first chunk carrying
 any of them is the first token, the first with answer text the first content, the last with any
