@@ -17,8 +17,15 @@ from accelscope.llm.client import OpenAIEndpoint
 from accelscope.llm.documents import Arrivals, LlmTrial, RequestRecord
 from accelscope.llm.harness import Harness
 from accelscope.llm.records import LlmRequest
-from accelscope.llm.scaleout import Workers, deal, run_scaled_trial
-from accelscope.llm.summary import summarise_trial
+from accelscope.llm.scaleout import (
+    WorkerOutcome,
+    WorkerPlan,
+    Workers,
+    deal,
+    merge_workers,
+    run_scaled_trial,
+)
+from accelscope.llm.summary import LAG_LIMIT_S, summarise_trial
 from accelscope.llm.workload import Lengths, Session, Workload
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing import CliRunner, assert_one_line_error
@@ -42,6 +49,28 @@ def test_the_schedule_is_dealt_round_robin_and_whole() -> None:
     two = deal(sessions, 3, concurrency=2, max_in_flight=10, timeout_s=1.0, multi_turn=False)
     assert sorted(s.index for p in two for s in p.sessions) == list(range(7))
     assert [p.concurrency for p in two] == [1, 1]
+
+
+def test_a_worker_behind_its_schedule_is_a_warning_naming_it() -> None:
+    sessions = [Session.of(LlmRequest(index=i, prompt="p", max_tokens=1)) for i in range(40)]
+    plans = deal(sessions, 2, concurrency=None, max_in_flight=8, timeout_s=1.0, multi_turn=False)
+
+    def records(plan: WorkerPlan, lag_s: float) -> list[RequestRecord]:
+        return [
+            RequestRecord(index=s.index, scheduled_s=0.1, sent_s=0.1 + lag_s, end_s=0.5)
+            for s in plan.sessions
+        ]
+
+    merged = merge_workers(
+        [
+            WorkerOutcome(plan=plans[0], records=records(plans[0], 0.001)),
+            WorkerOutcome(plan=plans[1], records=records(plans[1], LAG_LIMIT_S * 2)),
+        ],
+        origin_s=0.0,
+    )
+    [warning] = merged.warnings
+    assert warning.startswith("worker 1 fell behind its schedule (p99 send lag 100 ms")
+    assert merged.unsent == 0 and not merged.notes
 
 
 def test_two_workers_send_one_schedule_and_merge_to_the_same_percentiles() -> None:

@@ -223,7 +223,10 @@ class Harness:
             summary=summary,
             server_metrics=server,
             floor=self.floor.floor(records, summary),
-            warnings=self._warnings(arrivals, summary, server),
+            warnings=[
+                *self._warnings(arrivals, summary, server),
+                *(f"{arrivals.label}: {line}" for line in outcome.warnings),
+            ],
             samples=steady_samples(records, summary),
             records=records,
         )

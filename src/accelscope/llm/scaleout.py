@@ -282,9 +282,11 @@ def merge_workers(
     outcomes: Sequence[WorkerOutcome], origin_s: float, *, interrupted: bool = False
 ) -> TrialRecords:
     """One trial's records from the workers', sorted by index, with a note for each worker
-    that died (its requests without a record counted as not sent) or fell behind."""
+    that died (its requests without a record counted as not sent) and a warning for each that
+    fell behind its schedule (p99 send lag over ``LAG_LIMIT_S``)."""
     records: list[RequestRecord] = []
     notes: list[str] = []
+    warnings: list[str] = []
     unsent = 0
     for worker in outcomes:
         plan = worker.plan
@@ -300,9 +302,10 @@ def merge_workers(
         if lags:
             p99 = float(np.percentile(lags, 99))
             if p99 > LAG_LIMIT_S:
-                notes.append(
+                warnings.append(
                     f"worker {plan.worker} fell behind its schedule (p99 send lag "
-                    f"{p99 * 1000:.0f} ms over {len(lags)} requests)"
+                    f"{p99 * 1000:.0f} ms over {len(lags)} requests): its share of this load "
+                    "was not generated"
                 )
     records.sort(key=lambda r: r.index)
     ends = [r.end_s for r in records]
@@ -313,6 +316,7 @@ def merge_workers(
         interrupted=interrupted,
         unsent=unsent,
         notes=notes,
+        warnings=warnings,
         request_cpu_s=sum(w.request_cpu_s for w in outcomes),
         streamed=sum(w.streamed for w in outcomes),
         worker_cpu_s=sum(w.process_cpu_s for w in outcomes),

@@ -54,6 +54,8 @@ class TrialRecords:
     """Requests handed to ``target.stream`` (the turns a failed session never sent are not)."""
     worker_cpu_s: float = 0.0
     """All the CPU of the client processes beside this one (``--workers``), fixed costs too."""
+    warnings: list[str] = field(default_factory=list)
+    """What makes the trial's load doubtful (a worker that fell behind its schedule)."""
 
 
 class TrialInterrupted(Exception):
