@@ -18,7 +18,7 @@ from accelscope.cli._app import (
     given,
     run_and_print,
 )
-from accelscope.cli._llm_conformance import LlmCommand
+from accelscope.cli._llm_conformance import CONFORMANCE_EPILOG, LlmCommand
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import (
     Numbers,
@@ -72,7 +72,7 @@ def _counts(flag: str) -> Any:
     return parse
 
 
-@app.command("llm", cls=LlmCommand)
+@app.command("llm", cls=LlmCommand, epilog=CONFORMANCE_EPILOG)
 def llm_command(
     url: str | None = typer.Argument(
         None, help="The server's base URL, e.g. http://localhost:8000 (OpenAI-compatible)."

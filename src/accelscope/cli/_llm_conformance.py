@@ -25,9 +25,14 @@ from accelscope.commands.llm.conformance import (
 from accelscope.errors import EXIT_FAILURE
 from accelscope.llm.conformance import CASES, CLIENTS
 
-__all__ = ["SUBCOMMAND", "LlmCommand"]
+__all__ = ["CONFORMANCE_EPILOG", "SUBCOMMAND", "LlmCommand"]
 
 SUBCOMMAND = "conformance"
+CONFORMANCE_EPILOG = (
+    "accelscope llm conformance [--client accelscope,vllm,...] [--case NAME] [--json]: grade "
+    "accelscope's client and the peer clients installed against scripted streams whose truth "
+    "is known."
+)
 
 _sub = typer.Typer(add_completion=False)
 

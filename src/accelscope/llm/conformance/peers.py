@@ -9,6 +9,7 @@ runs from (where the make targets build them)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,7 +19,13 @@ from accelscope.errors import one_line
 from accelscope.llm.conformance.cases import Case, Figure
 from accelscope.llm.conformance.clients import ClientRun, Endpoint, register_client
 
-__all__ = ["VllmBenchClient", "peer_executable"]
+__all__ = [
+    "AiperfClient",
+    "GuidellmClient",
+    "InferencePerfClient",
+    "VllmBenchClient",
+    "peer_executable",
+]
 
 PEER_TIMEOUT_S = 300.0
 """A peer's whole run of one case (vLLM's import alone takes 10-20 s on a loaded 2-core
@@ -36,9 +43,11 @@ def peer_executable(venv: str, command: str) -> Path | None:
     return None
 
 
-def _run(command: Sequence[str], workdir: Path, env: Mapping[str, str] | None = None) -> str:
+def _run(command: Sequence[str], workdir: Path, *, online: bool = False) -> str:
     """Run a peer; "" when it exited 0, else one line: its exit and its last error line. Its
-    output is kept in ``workdir/log.txt``."""
+    output is kept in ``workdir/log.txt``. ``online``: without the offline switches (for a
+    peer that mishandles a local tokenizer directory under them; nothing here is on a hub, and
+    this machine reaches none)."""
     log = workdir / "log.txt"
     try:
         with log.open("wb") as out:
@@ -49,7 +58,7 @@ def _run(command: Sequence[str], workdir: Path, env: Mapping[str, str] | None = 
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 timeout=PEER_TIMEOUT_S,
-                env={**_base_env(), **(env or {})},
+                env=_base_env(online=online),
                 check=False,
             )
     except subprocess.TimeoutExpired:
@@ -61,13 +70,15 @@ def _run(command: Sequence[str], workdir: Path, env: Mapping[str, str] | None = 
     return f"exit {answer.returncode}: {one_line(last)[:200]}"
 
 
-def _base_env() -> dict[str, str]:
-    import os
-
+def _base_env(*, online: bool) -> dict[str, str]:
     env = dict(os.environ)
-    # offline: nothing is fetched at run time (a peer that wants a hub fails, and says so)
-    env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("VIRTUAL_ENV", None)
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    if online:
+        env.pop("HF_HUB_OFFLINE", None)
+        env.pop("TRANSFORMERS_OFFLINE", None)
+    else:  # nothing is fetched at run time (a peer that wants a hub fails, and says so)
+        env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     return env
 
 
@@ -161,3 +172,241 @@ class VllmBenchClient:
 
 
 register_client(VllmBenchClient)
+
+
+def _stat(payload: Mapping[str, Any], metric: str, stat: str) -> float | None:
+    """AIPerf's ``{metric: {stat: value}}``; None where it did not report the metric."""
+    found = payload.get(metric)
+    return _number(found, stat) if isinstance(found, Mapping) else None
+
+
+class AiperfClient:
+    """NVIDIA AIPerf's ``aiperf profile`` (synthetic prompts from the tokenizer, streaming,
+    one request at a time), its ``profile_export_aiperf.json`` read: p50 of
+    ``time_to_first_token``, ``time_to_first_output_token`` (its time to first content),
+    ``inter_token_latency`` (per request, its TPOT), ``inter_chunk_latency`` (its ITL),
+    ``request_latency``; means of ``output_sequence_length``, ``reasoning_token_count``,
+    ``input_sequence_length`` (the figures it prints); its error count over all requests.
+
+    It runs online-mode tokenizer loading on the local directory: with ``HF_HUB_OFFLINE`` set,
+    AIPerf 0.13 hands a local path to ``snapshot_download`` and stops (a hub id is expected)."""
+
+    name = "aiperf"
+
+    def unavailable(self) -> str | None:
+        if peer_executable(".venv-aiperf", "aiperf") is None:
+            return "not installed: make peers (builds .venv-aiperf)"
+        return None
+
+    def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
+        executable = peer_executable(".venv-aiperf", "aiperf")
+        assert executable is not None
+        out = endpoint.workdir / "aiperf"
+        command = [
+            str(executable), "profile",
+            "--model", endpoint.model,
+            "--url", endpoint.url,
+            "--endpoint-type", "chat" if case.api == "chat" else "completions",
+            "--streaming",
+            "--tokenizer", str(endpoint.tokenizer_dir),
+            "--prompt-input-tokens-mean", str(case.input_tokens),
+            "--prompt-input-tokens-stddev", "0",
+            "--prompt-output-tokens-mean", str(case.max_tokens),
+            "--prompt-output-tokens-stddev", "0",
+            "--request-count", str(case.requests * case.turns),
+            "--concurrency", str(case.client_threads or 1),
+            "--random-seed", "0",
+            "--ui-type", "none",
+            "--artifact-dir", str(out),
+        ]  # fmt: skip
+        if case.rate_per_s:
+            command += ["--request-rate", str(case.rate_per_s)]
+        error = _run(command, endpoint.workdir, online=True)
+        result = out / "profile_export_aiperf.json"
+        if not result.is_file():
+            return ClientRun(error=error or "wrote no profile_export_aiperf.json")
+        payload = json.loads(result.read_text())
+        errors = payload.get("error_summary")
+        failed = (
+            sum(_number(e, "count") or 0 for e in errors if isinstance(e, Mapping))
+            if isinstance(errors, list)
+            else 0.0
+        )
+        completed = _stat(payload, "request_count", "avg") or 0.0
+        sent = completed + failed
+        figures: dict[Figure, float | None] = {
+            Figure.TTFT_MS: _stat(payload, "time_to_first_token", "p50"),
+            Figure.TTFC_MS: _stat(payload, "time_to_first_output_token", "p50"),
+            Figure.TPOT_MS: _stat(payload, "inter_token_latency", "p50"),
+            Figure.ITL_MS: _stat(payload, "inter_chunk_latency", "p50"),
+            Figure.E2E_MS: _stat(payload, "request_latency", "p50"),
+            Figure.OUTPUT_TOKENS: _stat(payload, "output_sequence_length", "avg"),
+            Figure.REASONING_TOKENS: _stat(payload, "reasoning_token_count", "avg"),
+            Figure.PROMPT_TOKENS: _stat(payload, "input_sequence_length", "avg"),
+            Figure.FAILED_SHARE: failed / sent if sent else None,
+        }
+        return ClientRun(
+            figures=figures,
+            not_expressed={Figure.LAG_P99_MS: _NO_LAG, Figure.CLIENT_BOUND: _NO_LAG},
+        )
+
+
+register_client(AiperfClient)
+
+
+def _guidellm(metrics: Mapping[str, Any], metric: str, stat: str = "median") -> float | None:
+    """GuideLLM's ``{metric: {"successful": {stat: value}}}``; None where it is missing."""
+    found = metrics.get(metric)
+    successful = found.get("successful") if isinstance(found, Mapping) else None
+    return _number(successful, stat) if isinstance(successful, Mapping) else None
+
+
+class GuidellmClient:
+    """GuideLLM's ``guidellm run`` (synthetic text from the tokenizer, the synchronous profile:
+    one request at a time), its JSON output read: medians of ``time_to_first_token_ms``,
+    ``time_to_first_output_token_ms``, ``inter_token_latency_ms`` (its (latency - TTFT) /
+    (N - 1), our TPOT: its own ``time_per_output_token_ms`` is latency / N, TTFT included),
+    ``request_latency``; means of ``output_token_count`` and ``prompt_token_count``; errored
+    over all requests. It has no per-chunk gap (ITL) and no reasoning count."""
+
+    name = "guidellm"
+
+    def unavailable(self) -> str | None:
+        if peer_executable(".venv-guidellm", "guidellm") is None:
+            return "not installed: make peers (builds .venv-guidellm)"
+        return None
+
+    def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
+        executable = peer_executable(".venv-guidellm", "guidellm")
+        assert executable is not None
+        out = endpoint.workdir / "guidellm.json"
+        route = "/v1/chat/completions" if case.api == "chat" else "/v1/completions"
+        profile = (
+            f"kind=constant,rate={case.rate_per_s:g}" if case.rate_per_s else "kind=synchronous"
+        )
+        command = [
+            str(executable), "run",
+            "--backend",
+            f"kind=openai_http,target={endpoint.url},model={endpoint.model},request_format={route}",
+            "--profile", profile,
+            "--constraint", f"kind=max_requests,count={case.requests * case.turns}",
+            "--tokenizer", f"kind=huggingface_auto,model={endpoint.tokenizer_dir}",
+            "--data",
+            f"kind=synthetic_text,prompt_tokens={case.input_tokens},output_tokens={case.max_tokens}",
+            "--output", f"kind=json,path={out}",
+            "--disable-console-interactive",
+        ]  # fmt: skip
+        error = _run(command, endpoint.workdir)
+        if error or not out.is_file():
+            return ClientRun(error=error or "wrote no JSON output")
+        payload = json.loads(out.read_text())
+        benchmarks = payload.get("benchmarks")
+        if not isinstance(benchmarks, list) or not benchmarks:
+            return ClientRun(error="its JSON output holds no benchmark")
+        metrics = benchmarks[0].get("metrics", {})
+        totals = metrics.get("request_totals", {})
+        errored, total = _number(totals, "errored"), _number(totals, "total")
+        latency_s = _guidellm(metrics, "request_latency")
+        figures: dict[Figure, float | None] = {
+            Figure.TTFT_MS: _guidellm(metrics, "time_to_first_token_ms"),
+            Figure.TTFC_MS: _guidellm(metrics, "time_to_first_output_token_ms"),
+            Figure.TPOT_MS: _guidellm(metrics, "inter_token_latency_ms"),
+            Figure.E2E_MS: None if latency_s is None else latency_s * 1000.0,
+            Figure.OUTPUT_TOKENS: _guidellm(metrics, "output_token_count", "mean"),
+            Figure.PROMPT_TOKENS: _guidellm(metrics, "prompt_token_count", "mean"),
+            Figure.FAILED_SHARE: errored / total if errored is not None and total else None,
+        }
+        return ClientRun(
+            figures=figures,
+            not_expressed={
+                Figure.ITL_MS: "has no gap between chunks (its ITL is per token: our TPOT)",
+                Figure.REASONING_TOKENS: "does not count reasoning tokens",
+                Figure.LAG_P99_MS: _NO_LAG,
+                Figure.CLIENT_BOUND: _NO_LAG,
+            },
+        )
+
+
+register_client(GuidellmClient)
+
+
+INFERENCE_PERF_RATE_PER_S = 4.0
+"""inference-perf sends a rate for a duration, not a count: 4 requests a second for N / 4 s, a
+rate at which the cases' requests (80-330 ms each) mostly run one at a time."""
+
+
+def _seconds_ms(latency: Mapping[str, Any], metric: str) -> float | None:
+    found = latency.get(metric)
+    value = _number(found, "median") if isinstance(found, Mapping) else None
+    return None if value is None else value * 1000.0
+
+
+class InferencePerfClient:
+    """The Kubernetes serving group's ``inference-perf`` (its ``mock`` data, the only synthetic
+    data it sends to a chat API; a constant rate for a duration), its
+    ``summary_lifecycle_metrics.json`` read: medians of ``time_to_first_token``,
+    ``time_per_output_token``, ``inter_token_latency``, ``request_latency`` (seconds); means
+    of ``output_tokens`` and ``prompt_tokens``; failures over all. It has no time to first
+    content and no reasoning count."""
+
+    name = "inference-perf"
+
+    def unavailable(self) -> str | None:
+        if peer_executable(".venv-inference-perf", "inference-perf") is None:
+            return "not installed: make peers (builds .venv-inference-perf)"
+        return None
+
+    def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
+        executable = peer_executable(".venv-inference-perf", "inference-perf")
+        assert executable is not None
+        out = endpoint.workdir / "out"
+        requests = case.requests * case.turns
+        config = {  # YAML is a superset of JSON
+            "load": {
+                "type": "constant",
+                "stages": [
+                    {
+                        "rate": case.rate_per_s or INFERENCE_PERF_RATE_PER_S,
+                        "duration": requests / (case.rate_per_s or INFERENCE_PERF_RATE_PER_S),
+                    }
+                ],
+            },
+            "api": {"type": "chat" if case.api == "chat" else "completion", "streaming": True},
+            "server": {"type": "vllm", "model_name": endpoint.model, "base_url": endpoint.url},
+            "tokenizer": {"pretrained_model_name_or_path": str(endpoint.tokenizer_dir)},
+            "data": {"type": "mock"},
+            "storage": {"local_storage": {"path": str(out)}},
+        }
+        path = endpoint.workdir / "config.yml"
+        path.write_text(json.dumps(config, indent=1))
+        error = _run([str(executable), "-c", str(path)], endpoint.workdir)
+        result = out / "summary_lifecycle_metrics.json"
+        if error or not result.is_file():
+            return ClientRun(error=error or "wrote no summary_lifecycle_metrics.json")
+        payload = json.loads(result.read_text())
+        successes = payload.get("successes") or {}
+        failures = payload.get("failures") or {}
+        latency = successes.get("latency") or {}
+        good = _number(successes, "count") or 0.0
+        bad = _number(failures, "count") or 0.0
+        figures: dict[Figure, float | None] = {
+            Figure.TTFT_MS: _seconds_ms(latency, "time_to_first_token"),
+            Figure.TPOT_MS: _seconds_ms(latency, "time_per_output_token"),
+            Figure.ITL_MS: _seconds_ms(latency, "inter_token_latency"),
+            Figure.E2E_MS: _seconds_ms(latency, "request_latency"),
+            Figure.OUTPUT_TOKENS: _number(successes.get("output_tokens") or {}, "mean"),
+            Figure.PROMPT_TOKENS: _number(successes.get("prompt_tokens") or {}, "mean"),
+            Figure.FAILED_SHARE: bad / (good + bad) if good + bad else None,
+        }
+        return ClientRun(
+            figures=figures,
+            not_expressed={
+                Figure.TTFC_MS: "has no time to first content",
+                Figure.REASONING_TOKENS: "does not count reasoning tokens",
+                Figure.LAG_P99_MS: _NO_LAG,
+                Figure.CLIENT_BOUND: _NO_LAG,
+            },
+        )
+
+
+register_client(InferencePerfClient)
