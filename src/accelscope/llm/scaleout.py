@@ -103,7 +103,8 @@ def deal(
     multi_turn: bool,
 ) -> list[WorkerPlan]:
     """The sessions dealt round-robin over ``workers``, no more workers than sessions (nor
-    than a closed loop's users: each worker needs one)."""
+    than a closed loop's users: each worker needs one). ``max_in_flight`` bounds each
+    worker's client threads (a process's limit: more processes, more threads)."""
     if workers < 1:
         raise ValueError("workers must be at least 1")
     used = max(1, min(workers, len(sessions), concurrency or workers))
@@ -116,7 +117,7 @@ def deal(
                 if concurrency is None
                 else concurrency // used + (1 if worker < concurrency % used else 0)
             ),
-            max_in_flight=max(1, -(-max_in_flight // used)),
+            max_in_flight=max_in_flight,  # a thread limit: each process's own
             timeout_s=timeout_s,
             multi_turn=multi_turn,
         )
