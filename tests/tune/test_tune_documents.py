@@ -58,7 +58,7 @@ def test_a_failure_is_stored_by_name_and_the_old_sentence_still_loads() -> None:
     failed = Failed(kind=FailureKind.OUT_OF_MEMORY, why="exited", log_tail="oom", first_error="E")
     config = TuneConfig.compile(ATTEMPT, failed, startup_s=None, spent=SPENT)
     assert config.model_dump(mode="json")["failure"] == "out_of_memory"
-    assert config.status_text == "failed: out of memory"
+    assert config.failure is not None and config.failure.description == "out of memory"
     assert _round_trip(config) == config
     # the shape tune stored before: the kind's sentence
     old = TuneConfig.from_payload(

@@ -161,11 +161,6 @@ class TuneConfig(Document):
         """Measured, with a goodput, and not rejected by the quality guard."""
         return self.status == "measured" and self.goodput_tokens_per_s is not None
 
-    @property
-    def status_text(self) -> str:
-        """``failed: out of memory``, ``measured``: the status with the failure in words."""
-        return f"{self.status}: {self.failure.description}" if self.failure else self.status
-
 
 class TuneRound(Document):
     """One configuration measured again in a confirmation round (its own server start)."""

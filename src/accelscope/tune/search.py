@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from accelscope.errors import BadInputError
 from accelscope.llm.documents import Arrivals
 from accelscope.llm.harness import arrivals_at
-from accelscope.tune.documents import CapacityKind, SearchChoice, StrategyName, TuneConfig
+from accelscope.tune.documents import CapacityKind, StrategyName, TuneConfig
 from accelscope.tune.outcome import Phase
 from accelscope.tune.space import Config, Space
 
@@ -55,7 +55,7 @@ class Strategy:
 
 def choose_strategy(
     candidates: int,
-    requested: SearchChoice | str = "auto",
+    requested: str = "auto",
     grid_max: int = DEFAULT_GRID_MAX,
     finalists: int = DEFAULT_FINALISTS,
 ) -> Strategy:
