@@ -108,9 +108,9 @@ def tuned(model: Path, store: Path, rounds: int) -> dict[str, Any]:
         "winner": run.winner,
         "launch": run.winner_launch,
         "verdict": verdict.text if verdict else None,
-        "gain": verdict.gain.model_dump() if verdict and verdict.gain else None,
+        "gain": verdict.model_dump(mode="json")["gain"] if verdict else None,
         "gain_text": verdict.gain_text if verdict else None,
-        "ratio": verdict.ratio.model_dump() if verdict and verdict.ratio else None,
+        "ratio": verdict.model_dump(mode="json")["ratio"] if verdict else None,
         "configs": _configs(run),
     }
 
