@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import functools
 import io
 import json
 import os
@@ -58,6 +59,9 @@ DocumentT = TypeVar("DocumentT")
 """A pydantic document, or one of accelscope's frozen dataclasses (:mod:`accelscope.serialise`)."""
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_sweep import SWEEPS, bench_sweep_step  # noqa: E402  (the default GPU sweep steps)
+
 ROOT = HERE.parents[1]
 DEFAULT_WORKDIR = Path("/tmp/accelscope-gpu-validation")
 GPU_BUDGET_S = 450.0
@@ -2053,6 +2057,17 @@ def build_steps(gpu: bool) -> list[Step]:
         ("ordinal", "--device cuda:N missing", 8, 5, 30, step_ordinal),
         ("compile", "measure --backend compile bf16 b64", 120, 90, 240, step_compile),
         ("load", "load resnet50 offline b32", 30, 25, 60, step_load),
+    ] + [
+        # each default-sweep case is its own device call (`--only STEP --budget 520`): last here
+        (
+            c.step,
+            f"default GPU sweep: {c.model} b{c.batches}",
+            c.budget_s + 60,
+            120,
+            540,
+            functools.partial(bench_sweep_step, case=c, outcome=Outcome, table=Table),
+        )
+        for c in SWEEPS
     ]
     steps = [Step(n, t, e, lo, hi, body) for n, t, e, lo, hi, body in table]
     if gpu:
