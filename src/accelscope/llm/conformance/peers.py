@@ -9,6 +9,7 @@ runs from (where the make targets build them)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -331,8 +332,9 @@ register_client(GuidellmClient)
 
 
 INFERENCE_PERF_RATE_PER_S = 4.0
-"""inference-perf sends a rate for a duration, not a count: 4 requests a second for N / 4 s, a
-rate at which the cases' requests (80-330 ms each) mostly run one at a time."""
+"""inference-perf sends a rate for a duration (whole seconds), not a count: about 4 requests a
+second for N / 4 s, a rate at which the cases' requests (80-330 ms each) mostly run one at a
+time."""
 
 
 def _seconds_ms(latency: Mapping[str, Any], metric: str) -> float | None:
@@ -361,15 +363,12 @@ class InferencePerfClient:
         assert executable is not None
         out = endpoint.workdir / "out"
         requests = case.requests * case.turns
+        # its stage lasts whole seconds: the rate that sends the case's requests in them
+        duration_s = max(1, math.ceil(requests / (case.rate_per_s or INFERENCE_PERF_RATE_PER_S)))
         config = {  # YAML is a superset of JSON
             "load": {
                 "type": "constant",
-                "stages": [
-                    {
-                        "rate": case.rate_per_s or INFERENCE_PERF_RATE_PER_S,
-                        "duration": requests / (case.rate_per_s or INFERENCE_PERF_RATE_PER_S),
-                    }
-                ],
+                "stages": [{"rate": requests / duration_s, "duration": duration_s}],
             },
             "api": {"type": "chat" if case.api == "chat" else "completion", "streaming": True},
             "server": {"type": "vllm", "model_name": endpoint.model, "base_url": endpoint.url},
