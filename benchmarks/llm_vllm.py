@@ -31,6 +31,7 @@ from accelscope.llm.engines import find_vllm, vllm_environment
 from accelscope.llm.trace import TraceWorkload
 from accelscope.llm.workload import Lengths, SessionWorkload, Workload
 from accelscope.measurement.stats import paired_ratio
+from accelscope.serialise import dump
 from accelscope.testing.llm_model import build_tiny_llama
 from accelscope.testing.llm_server import FakeLLMServer, VllmServe
 
@@ -124,7 +125,7 @@ def peer(rounds: int, requests: int) -> dict[str, Any]:
         estimate = paired_ratio(
             [r["vllm"][metric] for r in rows], [r["ours"][metric] for r in rows]
         )
-        found[f"{metric}_ours_over_vllm"] = estimate.to_dict()
+        found[f"{metric}_ours_over_vllm"] = dump(estimate)
     return found
 
 

@@ -5,7 +5,8 @@ The in-memory figures (a :class:`~accelscope.measurement.record.Measurement`, a 
 what pydantic makes of their annotated fields (``mode="json"``: enums as their values, tuples as
 lists, nested dataclasses as objects). Where a stored key differs from the field, the field says
 so with ``Annotated[..., Field(serialization_alias=..., validation_alias=...)]``; a field that is
-not stored says ``Field(exclude=True)``; a bound that may be infinite is :data:`Unbounded`. So
+not stored says ``Field(exclude=True)``; a bound that may be infinite is :data:`Unbounded`
+(:data:`FiniteOrNull` where NaN is stored as ``null`` too). So
 there is no hand-written ``to_dict`` to keep in step with the fields, and reading back
 (:func:`load`) validates through the same types: keys a reader does not know are ignored and
 fields added later have defaults, so documents stored by earlier versions still load.
@@ -23,7 +24,7 @@ from pydantic import PlainSerializer, TypeAdapter
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["Unbounded", "dump", "load"]
+__all__ = ["FiniteOrNull", "Unbounded", "dump", "load"]
 
 T = TypeVar("T")
 
@@ -32,9 +33,16 @@ def _finite_or_none(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else value
 
 
-Unbounded = Annotated[float, PlainSerializer(_finite_or_none, return_type=float | None)]
-"""A float that may be infinite or undefined (a one-sided interval, a ratio over zero): JSON
-has neither, so such a value is stored as ``null``."""
+def _bounded_or_none(value: float | None) -> float | None:
+    return None if value is None or math.isinf(value) else value
+
+
+Unbounded = Annotated[float, PlainSerializer(_bounded_or_none, return_type=float | None)]
+"""A float that may be infinite (a one-sided interval, a ratio over zero): JSON has no
+infinity, so an unbounded value is stored as ``null``."""
+
+FiniteOrNull = Annotated[float, PlainSerializer(_finite_or_none, return_type=float | None)]
+"""A float that may be infinite or undefined (NaN): stored as ``null`` unless finite."""
 
 
 _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}

@@ -23,6 +23,7 @@ from accelscope.measurement.stats import (
     rounds_to_settle,
     welch_ratio,
 )
+from accelscope.serialise import dump
 
 
 def _lognormal(median: float, sigma: float, n: int, seed: int) -> list[float]:
@@ -212,7 +213,7 @@ def test_paired_ratio_of_one_pair_is_unbounded() -> None:
     assert estimate.high == math.inf
     assert estimate.p_value == 1.0
     assert estimate.units == "rounds (1 pairs)"
-    assert estimate.to_dict()["high"] is None
+    assert dump(estimate)["high"] is None
 
 
 def test_paired_ratio_with_zero_spread() -> None:
@@ -337,7 +338,7 @@ def test_ratio_from_intervals_degenerate_bases() -> None:
 # --- RatioEstimate -----------------------------------------------------------------------------
 
 
-def test_ratio_estimate_to_dict_replaces_infinities() -> None:
+def test_ratio_estimate_stores_infinities_as_null() -> None:
     estimate = RatioEstimate(
         ratio=1.2,
         low=0.0,
@@ -347,7 +348,7 @@ def test_ratio_estimate_to_dict_replaces_infinities() -> None:
         method="paired",
         units="rounds (1 pairs)",
     )
-    assert estimate.to_dict() == {
+    assert dump(estimate) == {
         "ratio": 1.2,
         "low": 0.0,
         "high": None,
@@ -356,7 +357,7 @@ def test_ratio_estimate_to_dict_replaces_infinities() -> None:
         "method": "paired",
         "units": "rounds (1 pairs)",
     }
-    assert _estimate(-math.inf, 2.0).to_dict()["low"] is None
+    assert dump(_estimate(-math.inf, 2.0))["low"] is None
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ from accelscope.measurement.stats import (
     holm_adjust,
     process_ratio,
 )
+from accelscope.serialise import dump
 
 __all__ = [
     "WHAT_WOULD_TELL",
@@ -124,7 +125,7 @@ class Row:
             "baseline": self.baseline,
             "candidate": self.candidate,
             "ratio": None if math.isinf(self.ratio) else self.ratio,
-            "estimate": None if self.estimate is None else self.estimate.to_dict(),
+            "estimate": None if self.estimate is None else dump(self.estimate),
             "p_adjusted": self.p_adjusted,
             "verdict": self.verdict,
             "threshold": self.threshold,

@@ -27,6 +27,7 @@ import numpy as np
 
 from accelscope.errors import BadInputError
 from accelscope.measurement.stats import RatioEstimate, paired_ratio, rounds_to_settle
+from accelscope.serialise import dump
 
 __all__ = [
     "EXIT_CODES",
@@ -123,8 +124,8 @@ class GateDecision:
         return {
             "status": self.status.value,
             "exit_code": self.exit_code,
-            "time_per_item_p50": self.time.to_dict(),
-            "time_per_item_p99": self.p99.to_dict(),
+            "time_per_item_p50": dump(self.time),
+            "time_per_item_p99": dump(self.p99),
             "accuracy_baseline": self.accuracy_baseline,
             "accuracy_candidate": self.accuracy_candidate,
             "accuracy_drop": self.accuracy_drop,

@@ -20,7 +20,7 @@ from accelscope.doctor.findings import RuleContext
 from accelscope.doctor.inprocess.inject import describe
 from accelscope.errors import BadInputError
 from accelscope.measurement.stats import ratio_from_intervals
-from accelscope.serialise import Unbounded
+from accelscope.serialise import FiniteOrNull
 from accelscope.spec import Device, Precision
 
 __all__ = [
@@ -250,9 +250,9 @@ class WhatIfResult:
     steps_per_s: Rate | None = None
     items_per_s: Rate | None = None
     items_per_step: float = 0.0
-    speedup: Unbounded | None = None
-    speedup_low: Unbounded | None = None
-    speedup_high: Unbounded | None = None
+    speedup: FiniteOrNull | None = None
+    speedup_low: FiniteOrNull | None = None
+    speedup_high: FiniteOrNull | None = None
     caveat: str = ""
     details: dict[str, Any] = field(default_factory=dict)
 

@@ -17,11 +17,13 @@ import math
 import statistics
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
+
+from accelscope.serialise import Unbounded, dump
 
 __all__ = [
     "BETWEEN_PROCESSES_RULE",
@@ -206,11 +208,12 @@ class RatioEstimate:
     two-sided p-value of "no difference" (``ratio == 1``). ``method`` names how both were
     obtained, for the output; ``units`` is the statistical unit and how many per side."""
 
-    ratio: float
-    low: float
-    high: float
-    p_value: float
-    confidence: float
+    # Stored through accelscope.serialise.dump: an unbounded side (inf) as null.
+    ratio: Unbounded
+    low: Unbounded
+    high: Unbounded
+    p_value: Unbounded
+    confidence: Unbounded
     method: str
     units: str
 
@@ -218,11 +221,6 @@ class RatioEstimate:
     def separated(self) -> bool:
         """True when the interval excludes 1."""
         return self.low > 1.0 or self.high < 1.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (an unbounded side is ``None``)."""
-        data = asdict(self)
-        return {k: None if isinstance(v, float) and math.isinf(v) else v for k, v in data.items()}
 
 
 def bootstrap_ratio(
@@ -433,7 +431,7 @@ class ProcessRatio:
             "baseline_count": self.baseline_count,
             "candidate_count": self.candidate_count,
             "claimable": self.claimable,
-            "estimate": None if self.estimate is None else self.estimate.to_dict(),
+            "estimate": None if self.estimate is None else dump(self.estimate),
             "why": self.why,
             "rule": self.rule,
         }

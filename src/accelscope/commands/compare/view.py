@@ -16,6 +16,7 @@ from rich.text import Text
 
 from accelscope.compare.analysis import Comparison, Row, Verdict
 from accelscope.report.format import format_bytes, format_seconds
+from accelscope.serialise import dump
 
 __all__ = [
     "comparison_markdown",
@@ -65,7 +66,7 @@ def _interval(estimate: dict[str, Any] | None) -> str:
 
 def _row_cells(row: Row) -> list[str]:
     """A row's cells; a ratio no interval backs (cannot tell) reads ``~+3.1 %`` with no CI."""
-    estimate = None if row.estimate is None else row.estimate.to_dict()
+    estimate = None if row.estimate is None else dump(row.estimate)
     evidence = row.evidence
     claimable = evidence is not None and evidence.claimable
     interval = (
