@@ -5,6 +5,7 @@ names in one line, and leaves every other ``accelscope llm`` line as it was."""
 
 from __future__ import annotations
 
+import http.client
 import json
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from accelscope.llm.conformance import (
 )
 from accelscope.llm.conformance.script import ServedRequest
 from accelscope.testing import CliRunner
+from accelscope.testing.llm_server import FakeLLMServer
 
 vllm_installed = CLIENTS["vllm"].unavailable() is None
 
@@ -81,6 +83,35 @@ def test_the_truth_is_what_the_script_says(accelscope_report: ConformanceReport)
     assert truth["multi-turn-template", Figure.PROMPT_TOKENS] == (15 + 39 + 63) / 3
     assert truth["error-mid-stream", Figure.FAILED_SHARE] == 1.0
     assert truth["client-too-slow", Figure.CLIENT_BOUND] == 1.0
+
+
+def test_the_fake_says_what_it_served() -> None:
+    """Two messages with a chat template (4 a message + 3), 3 reasoning tokens of 6 in chunks
+    of 4 then 1 each: the fake's own record of the stream, stamped as it went."""
+    endpoint_body = {
+        "model": "fake-model",
+        "max_tokens": 6,
+        "stream": True,
+        "messages": [
+            {"role": "user", "content": "one two three"},
+            {"role": "user", "content": "four five"},
+        ],
+    }
+    with FakeLLMServer(
+        ttft_s=0.0, itl_s=0.0, chat_template=True, reasoning_tokens=3, first_chunk_tokens=4
+    ) as server:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        connection.request("POST", "/v1/chat/completions", body=json.dumps(endpoint_body))
+        answer = connection.getresponse().read().decode()
+        connection.close()
+        [served] = server.served()
+    assert answer.rstrip().endswith("data: [DONE]")
+    assert served.prompt_tokens == 5 + 2 * 4 + 3
+    assert served.output_tokens == 6 and served.reasoning_tokens == 3
+    assert served.chunk_tokens == [4, 1, 1] and len(served.sent_s) == 3
+    assert served.content_chunk == 0  # the first chunk holds tokens 0-3: reasoning and answer
+    assert served.ended_s is not None and served.ended_s >= served.sent_s[-1]
+    assert not served.errored
 
 
 def _served(sent_s: list[float], tokens: list[int], **changes: object) -> ServedRequest:

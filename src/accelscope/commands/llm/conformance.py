@@ -171,6 +171,8 @@ def conformance_view(report: ConformanceReport) -> RenderableType:
         verdict = "passes every case" if report.passes_every_case(OWN_CLIENT) else "FAILS"
         lines.append(Text(f"accelscope {verdict}", style="bold"))
     lines.append(Text("truth (the server's own stamps of each write):", style="dim"))
+    shown = {figure for case in report.cases for figure in case.figures}
     for figure, definition in report.definitions.items():
-        lines.append(Text(f"  {figure.value}: {definition}", style="dim"))
+        if figure in shown:
+            lines.append(Text(f"  {figure.value}: {definition}", style="dim"))
     return Group(*lines)
