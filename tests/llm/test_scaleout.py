@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +30,7 @@ from accelscope.llm.scaleout import (
 from accelscope.llm.summary import LAG_LIMIT_S, summarise_trial
 from accelscope.llm.workload import Lengths, Session, Workload
 from accelscope.store.sqlite import ResultStore
-from accelscope.testing import CliRunner, assert_one_line_error
+from accelscope.testing import CliRunner, assert_one_line_error, restore_default_sigint
 from accelscope.testing.llm_server import FakeLLMServer
 
 
@@ -196,3 +198,47 @@ def test_two_ray_nodes_send_one_schedule() -> None:
     assert all(r.ok for r in outcome.records) and outcome.unsent == 0
     # the shared clock: every request was sent on schedule, whichever node sent it
     assert max(r.sent_s - r.scheduled_s for r in outcome.records) < 0.05
+
+
+def test_ctrl_c_with_workers_keeps_what_they_sent_back(tmp_path: Path) -> None:
+    store = tmp_path / "r.db"
+    accelscope = Path(sys.executable).with_name("accelscope")
+    with FakeLLMServer(ttft_s=0.05, itl_s=0.01, output_tokens=4) as fake:
+        command = [
+            str(accelscope), "llm", fake.url, "--model", fake.model, "--input-tokens", "4",
+            "--output-tokens", "4", "--seed", "1", "--concurrency", "4", "--requests", "5000",
+            "--workers", "2", "--no-server-metrics", "--store", str(store),
+        ]  # fmt: skip
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=restore_default_sigint,
+        )
+        try:
+            # the fault: SIGINT to the command (not its workers) once both workers sent requests
+            _wait_until(
+                lambda: (
+                    process.poll() is not None
+                    or len([r for r in fake.requests if r.method == "POST"]) >= 21
+                ),
+                seconds=180,
+            )
+            assert process.poll() is None, process.communicate()
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    with ResultStore(store) as opened:
+        run = opened.get_run("latest")
+    assert run.status == "interrupted"
+    [trial] = run.documents_of("llm-trial")
+    assert trial["interrupted"] is True
+    finished = [r for r in trial["records"] if not r["error"] and not r["cancelled"]]
+    assert len(finished) >= 10
+    assert trial["summary"]["completed"] == len(finished)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -254,8 +255,9 @@ def _collect(running: list[_Worker]) -> None:
             worker = open_[conn.fileno()]
             try:
                 message = conn.recv()
-            except (EOFError, OSError):
-                del open_[conn.fileno()]  # the worker died
+            except (EOFError, OSError, pickle.UnpicklingError):
+                # the worker died (or Ctrl-C cut a message in half and it was then stopped)
+                del open_[conn.fileno()]
                 continue
             if message[0] == "record":
                 worker.records.append(message[1])
