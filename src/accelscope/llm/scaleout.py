@@ -12,8 +12,8 @@ the parent merges them by index, and the summary is computed over the merged rec
 over one process's.
 
 Each worker's lag behind the schedule (``sent_s - scheduled_s``, its p99) is checked on its own:
-a worker over :data:`~accelscope.llm.summary.LAG_LIMIT_S` is named in a note (one slow worker
-hides in a merged p99 of several). A worker that dies keeps what it sent back; its requests
+a worker over :data:`~accelscope.llm.summary.LAG_LIMIT_S` is named in a warning (one slow
+worker hides in a merged p99 of several). A worker that dies keeps what it sent back; its requests
 without a record are counted as not sent (``unsent``), and a note says which worker and why:
 the run is kept.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.process
 import pickle
 import threading
 import time
@@ -162,7 +163,7 @@ def _worker(conn: multiprocessing.connection.Connection, target: Target, plan: W
 @dataclass
 class _Worker:
     plan: WorkerPlan
-    process: Any
+    process: multiprocessing.process.BaseProcess
     conn: multiprocessing.connection.Connection
     records: list[RequestRecord]
     cpu_s: float = 0.0
@@ -184,8 +185,8 @@ def run_scaled_trial(
     on_started: Callable[[list[int]], None] | None = None,
 ) -> TrialRecords:
     """``sessions`` sent by ``workers`` processes on one schedule; the merged records, the
-    workers' CPU in ``request_cpu_s`` (their client work) and ``worker_cpu_s`` (all of it),
-    and a note per worker that fell behind or died. ``target`` must pickle (an
+    workers' CPU in ``request_cpu_s`` (their client work) and ``worker_cpu_s`` (all of it), a
+    warning per worker that fell behind and a note per worker that died. ``target`` must pickle (an
     :class:`~accelscope.llm.client.OpenAIEndpoint` does). ``on_started`` gets the workers'
     process ids once all of them run (a fault test kills one)."""
     numbered = any(len(s.turns) > 1 for s in sessions) if multi_turn is None else multi_turn
@@ -214,7 +215,7 @@ def run_scaled_trial(
             if worker.ready:
                 worker.conn.send(start_wall_s)
         if on_started is not None:
-            on_started([w.process.pid for w in running])
+            on_started([w.process.pid for w in running if w.process.pid is not None])
         _collect(running)
     except KeyboardInterrupt:
         for worker in running:
