@@ -166,6 +166,19 @@ def llm_command(
     max_batch: int | None = typer.Option(
         None, "--max-batch", help="In-process: largest batch (8)."
     ),
+    cache: str | None = typer.Option(
+        None,
+        "--cache",
+        parser=choice("--cache", "dynamic", "static"),
+        help="In-process static batching: KV cache, dynamic or static (dynamic; static with "
+        "--compile).",
+    ),
+    compile_model: bool = typer.Option(
+        False,
+        "--compile",
+        help="In-process static batching: torch.compile the decoding step (reduce-overhead on "
+        "a GPU, default on the CPU); compile time is reported apart, outside every trial.",
+    ),
     model_config: Path | None = typer.Option(
         None, "--model-config", help="The model's config.json (for the decode floor)."
     ),
@@ -233,6 +246,8 @@ def llm_command(
             api=api,
             batching=batching,
             max_batch=max_batch,
+            cache=cache,
+            compile=compile_model or None,
             rates=rate.values if rate else None,
             concurrencies=concurrency.values if concurrency else None,
             speeds=trace_speed.values if trace_speed else None,

@@ -13,7 +13,7 @@ import ipaddress
 import math
 import socket
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +32,7 @@ from accelscope.llm.documents import (
     LlmTrial,
     RequestRecord,
     Slo,
+    TargetDescription,
 )
 from accelscope.llm.explain import explanations
 from accelscope.llm.floor import FloorInputs, resolve_floor_inputs
@@ -72,6 +73,9 @@ class LlmRequestSettings:
     api_key: str | None = None
     batching: Literal["static", "continuous"] = "static"
     max_batch: int = 8
+    cache: Literal["dynamic", "static"] | None = None
+    """In-process KV cache; ``None``: static with ``compile``, else dynamic."""
+    compile: bool = False
     device: str = "cpu"
     dtype: str | None = None
     rates: tuple[float, ...] = ()
@@ -163,6 +167,8 @@ def _validate(request: LlmRequestSettings) -> None:
         raise BadInputError("--timeout must be positive")
     if request.max_batch < 1 or request.max_in_flight < 1:
         raise BadInputError("--max-batch and --max-in-flight must be >= 1")
+    if (request.cache is not None or request.compile) and request.hf_model is None:
+        raise BadInputError("--cache and --compile set up the in-process engine: give --hf-model")
     if (request.workers.count > 1 or request.workers.ray) and request.url is None:
         raise BadInputError("--workers sends to a server URL; an in-process model has one client")
     for rate in request.rates:
@@ -207,6 +213,8 @@ def _in_process(request: LlmRequestSettings, tokenizer: TokenCounter | None) -> 
         batching=request.batching,
         device=request.device,
         dtype=request.dtype,
+        cache=request.cache or ("static" if request.compile else "dynamic"),
+        compile=request.compile,
     )
 
 
@@ -407,7 +415,37 @@ def _document(
         floor_why=None if floor.ready else floor.why,
         capacity=capacity,
         server_config=config,
-        notes=[*explanations(workload, trials, config), *(n for t in trials for n in t.notes)],
+        notes=[
+            *explanations(workload, trials, config),
+            *(n for t in trials for n in t.notes),
+            *_in_process_notes(request, target, trials),
+        ],
+    )
+
+
+def _in_process_notes(
+    request: LlmRequestSettings, target: TargetDescription, trials: Sequence[LlmTrial]
+) -> list[str]:
+    """The in-process engine's compile time (outside every trial) and, on a GPU, where its
+    decoding is host-bound and what would move it."""
+    if request.hf_model is None:
+        return []
+    from accelscope.llm.inprocess import host_bound_notes
+
+    extra = target.model_extra or {}
+    notes = []
+    if extra.get("compile"):
+        notes.append(
+            f"torch.compile (mode {extra.get('compile_mode')}) of the decoding step with a "
+            f"static KV cache: {float(extra.get('compile_s') or 0.0):.1f} s of compilation in the "
+            "warm-up, before and outside every trial's TTFT and TPOT"
+        )
+    return notes + host_bound_notes(
+        trials,
+        device=request.device,
+        cache=str(extra.get("cache", "dynamic")),
+        compile=bool(extra.get("compile")),
+        max_batch=request.max_batch,
     )
 
 

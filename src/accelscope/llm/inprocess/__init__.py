@@ -12,19 +12,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from accelscope.errors import BadInputError
-from accelscope.llm.inprocess.base import Batching, InProcessModel
+from accelscope.llm.inprocess.base import Batching, Cache, InProcessModel, parse_cache
 from accelscope.llm.inprocess.continuous import ContinuousBatchingModel, ContinuousProgress
+from accelscope.llm.inprocess.notes import host_bound_notes
 from accelscope.llm.inprocess.static import StaticBatchingModel, StaticProgress
 
 __all__ = [
     "STRATEGIES",
     "Batching",
+    "Cache",
     "ContinuousBatchingModel",
     "ContinuousProgress",
     "InProcessModel",
     "StaticBatchingModel",
     "StaticProgress",
+    "host_bound_notes",
     "in_process_model",
+    "parse_cache",
 ]
 
 STRATEGIES: dict[str, type[InProcessModel]] = {
@@ -41,10 +45,20 @@ def in_process_model(
     dtype: str | None = "auto",
     device: str = "cpu",
     threads: int | None = None,
+    cache: str = "dynamic",
+    compile: bool = False,
 ) -> InProcessModel:
     """The in-process target for ``batching`` (``static`` or ``continuous``; anything else is
     one line of bad input), with the settings of :class:`InProcessModel`."""
     strategy = STRATEGIES.get(batching)
     if strategy is None:
         raise BadInputError(f"batching {batching!r}: give {' or '.join(STRATEGIES)}")
-    return strategy(model_dir, max_batch=max_batch, dtype=dtype, device=device, threads=threads)
+    return strategy(
+        model_dir,
+        max_batch=max_batch,
+        dtype=dtype,
+        device=device,
+        threads=threads,
+        cache=cache,
+        compile=compile,
+    )

@@ -27,13 +27,23 @@ from accelscope.llm.inprocess.loading import (
 from accelscope.llm.inprocess.slot import Slot
 from accelscope.llm.records import LlmRequest, RequestRecord
 
-__all__ = ["CLOSED", "Batching", "InProcessModel"]
+__all__ = ["CACHES", "CLOSED", "Batching", "Cache", "InProcessModel", "parse_cache"]
 
 Batching = Literal["static", "continuous"]
+Cache = Literal["dynamic", "static"]
+CACHES: tuple[Cache, ...] = ("dynamic", "static")
 CLOSED = "the in-process target was closed"
 """The error of every request still in flight when the target closes."""
 _POLL_S = 0.02
 """How often a waiting client thread looks at ``cancel`` and its deadline."""
+
+
+def parse_cache(cache: str) -> Cache:
+    """``dynamic`` or ``static``; anything else is one line of bad input."""
+    for known in CACHES:
+        if cache.strip().lower() == known:
+            return known
+    raise BadInputError(f"--cache {cache!r}: give {' or '.join(CACHES)}")
 
 
 class InProcessModel(abc.ABC):
@@ -44,7 +54,10 @@ class InProcessModel(abc.ABC):
     checkpoint's), ``"float32"``, ``"bfloat16"`` or ``"float16"`` (``fp32``, ``bf16``,
     ``fp16`` too; ``None`` is ``auto``); ``device`` is ``cpu`` or ``cuda[:N]`` (the model is
     moved there at load; an index that does not exist is one line of bad input); ``threads``
-    sets ``torch.set_num_threads`` once, at load.
+    sets ``torch.set_num_threads`` once, at load. ``cache`` is the KV cache ``generate`` uses
+    (``dynamic``, grown per step, or ``static``, preallocated so shapes stay fixed) and
+    ``compile`` wraps the model's decoding step in ``torch.compile`` (it needs the static
+    cache); a strategy that cannot honour them refuses them in one line.
 
     Loading happens in :meth:`check`, or lazily once on the first request. Every request is
     tokenized by the client thread that sends it (after ``sent_s`` is stamped, so tokenization
@@ -65,8 +78,17 @@ class InProcessModel(abc.ABC):
         dtype: str | None = "auto",
         device: str = "cpu",
         threads: int | None = None,
+        cache: str = "dynamic",
+        compile: bool = False,
     ) -> None:
         self.device = parse_device(device)
+        self.cache = parse_cache(cache)
+        if compile and self.cache != "static":
+            raise BadInputError(
+                "--compile needs --cache static: a dynamic cache changes shape every step, "
+                "so the compiled step would recompile at every token"
+            )
+        self.compile = compile
         if max_batch < 1:
             raise BadInputError(f"max batch {max_batch}: give at least 1")
         self.dtype = parse_dtype(dtype)
@@ -83,6 +105,7 @@ class InProcessModel(abc.ABC):
         self._worker: threading.Thread | None = None
         self._stopping = threading.Event()
         """Set once closing starts: the worker stops generating and fails what it holds."""
+        self._compile_s: float | None = None
 
     # -- what a strategy supplies -------------------------------------------------------------
 
@@ -118,9 +141,16 @@ class InProcessModel(abc.ABC):
 
     def describe(self) -> TargetDescription:
         """Kind, directory, batching, ``max_batch``, dtype, model type and parameter count
-        (``None`` until loaded; the model type is read from ``config.json`` before)."""
+        (``None`` until loaded; the model type is read from ``config.json`` before); with a
+        static cache or ``compile``, those, the compile mode and the compile time too (kept as
+        extra keys, so runs stored before them load as they were)."""
         loaded = self._loaded
-        return TargetDescription(
+        extra: dict[str, object] = {}
+        if self.cache != "dynamic" or self.compile:
+            extra = {"cache": self.cache, "compile": self.compile}
+        if self.compile:
+            extra |= {"compile_mode": self.compile_mode, "compile_s": self._compile_s}
+        description = TargetDescription(
             kind="in-process",
             model_dir=str(self.model_dir),
             batching=self.batching,
@@ -130,6 +160,7 @@ class InProcessModel(abc.ABC):
             model_type=loaded.model_type if loaded else model_type_of(self.model_dir),
             parameters=loaded.parameters if loaded else None,
         )
+        return description.model_copy(update=extra) if extra else description
 
     def check(self) -> None:
         """Load the model, tokenizer and worker (once); one-line ``BadInputError`` if it
@@ -202,6 +233,21 @@ class InProcessModel(abc.ABC):
     def model(self) -> Model | None:
         """The loaded ``transformers`` model (``None`` before loading and after closing)."""
         return self._loaded.model if self._loaded is not None else None
+
+    @property
+    def compile_mode(self) -> str | None:
+        """``torch.compile``'s mode when ``compile`` is on: ``reduce-overhead`` (CUDA graphs:
+        one replay per decoding step instead of a launch per kernel) on a GPU, ``default`` on
+        the CPU, where there are no graphs to replay; ``None`` when off."""
+        if not self.compile:
+            return None
+        return "default" if self.device == "cpu" else "reduce-overhead"
+
+    @property
+    def compile_s(self) -> float | None:
+        """Seconds the warm-up spent compiling (its generate calls, before any request is
+        measured); ``None`` without ``compile`` or before loading."""
+        return self._compile_s
 
     @property
     def worker_running(self) -> bool:

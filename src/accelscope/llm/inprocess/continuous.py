@@ -62,10 +62,25 @@ class ContinuousBatchingModel(InProcessModel):
         dtype: str | None = "auto",
         device: str = "cpu",
         threads: int | None = None,
+        cache: str = "dynamic",
+        compile: bool = False,
     ) -> None:
         super().__init__(
-            model_dir, max_batch=max_batch, dtype=dtype, device=device, threads=threads
+            model_dir,
+            max_batch=max_batch,
+            dtype=dtype,
+            device=device,
+            threads=threads,
+            cache=cache,
+            compile=compile,
         )
+        if self.cache != "dynamic" or compile:
+            # said, not ignored: the paged cache is the scheduler's own, and its step is not
+            # the generate loop that transformers compiles
+            raise BadInputError(
+                "--cache static and --compile apply to --batching static only: continuous "
+                "batching keeps its own paged KV cache"
+            )
         self._manager: Manager | None = None
         self._manager_lock = threading.Lock()
         self._routes: dict[str, Slot] = {}

@@ -10,6 +10,17 @@ to finish: the head-of-line blocking static batching is measured for. A cancelle
 request that waits is never generated; a running one stops counting, and its batch stops early
 only when every row of it is done or abandoned. An exception raised by ``generate`` becomes the
 error of every request of that batch (one line) and the worker goes on.
+
+With ``cache="static"`` each call gets a fresh ``StaticCache`` of :data:`STATIC_CACHE_TOKENS`
+positions (or the model's context, if shorter), always the same length, so the decoding step's
+shapes do not change from call to call; a request longer than that is refused by itself, and a
+queued request that would make the batch too long waits for the next call. ``compile`` hands
+``generate`` a ``CompileConfig``: ``transformers`` then runs the decoding step (not the prefill,
+whose width changes with the prompts) through ``torch.compile``; each call is padded to
+``max_batch`` rows with copies of its first row, never counted, so the batch dimension is one
+shape too. The warm-up runs those shapes first and its time is :attr:`compile_s`, outside every
+trial. Without ``compile`` the static cache runs eagerly (``disable_compile``: on a GPU
+``transformers`` would otherwise compile a static cache on its own).
 """
 
 from __future__ import annotations
@@ -29,7 +40,15 @@ from accelscope.llm.inprocess.loading import LoadedModel
 from accelscope.llm.inprocess.slot import Slot
 from accelscope.llm.records import LlmRequest
 
-__all__ = ["StaticBatchingModel", "StaticProgress"]
+__all__ = ["STATIC_CACHE_TOKENS", "StaticBatchingModel", "StaticProgress"]
+
+STATIC_CACHE_TOKENS = 4096
+"""Positions of the static cache (prompt plus output of the longest row of a call), as long as
+continuous batching's requests: one length for every call keeps one compiled shape."""
+_COMPILE_WARM_UP_TOKENS = 4
+"""Tokens per warm-up request with ``compile``: the first decoding steps compile, and the next
+one, whose attention mask is a token longer, makes ``torch._dynamo`` mark that length dynamic
+(one recompile), so no later step compiles inside a trial."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +68,8 @@ class _Batch:
     """One ``generate`` call's rows and how many decoding steps it has made."""
 
     slots: list[Slot]
+    rows: int
+    """Rows of the call: the slots, then the padding rows of a compiled call."""
     steps: int = 0
 
 
@@ -78,7 +99,8 @@ def _generate_hooks() -> tuple[type[Any], type[Any]]:
                 return
             stamp = time.perf_counter()
             slots = self.batch.slots
-            tokens = [int(t) for t in value.reshape(len(slots), -1)[:, -1].tolist()]
+            rows = value.reshape(self.batch.rows, -1)[: len(slots), -1]
+            tokens = [int(t) for t in rows.tolist()]
             for slot, token in zip(slots, tokens, strict=True):
                 slot.add_token(token, stamp, self.eos)
             self.batch.steps += 1
@@ -102,6 +124,7 @@ def _generate_hooks() -> tuple[type[Any], type[Any]]:
             generated = input_ids.shape[1] - self.width
             closing = self.stopping.is_set()
             done = [closing or not slot.wants_more(generated) for slot in self.slots]
+            done += [True] * (input_ids.shape[0] - len(done))  # padding rows want nothing
             return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
     return StepStreamer, RowsDone
@@ -120,11 +143,22 @@ class StaticBatchingModel(InProcessModel):
         dtype: str | None = "auto",
         device: str = "cpu",
         threads: int | None = None,
+        cache: str = "dynamic",
+        compile: bool = False,
     ) -> None:
         super().__init__(
-            model_dir, max_batch=max_batch, dtype=dtype, device=device, threads=threads
+            model_dir,
+            max_batch=max_batch,
+            dtype=dtype,
+            device=device,
+            threads=threads,
+            cache=cache,
+            compile=compile,
         )
         self._queue: queue.Queue[_Item] = queue.Queue()
+        self._carried: Slot | None = None
+        """A queued request that did not fit the static cache beside its batch: the next
+        call's first row."""
         self._running: _Batch | None = None
         self._batch_sizes: list[int] = []
         self._noted_batches = 0
@@ -167,6 +201,29 @@ class StaticBatchingModel(InProcessModel):
         self._queue.put(slot)
         return ""
 
+    def _capacity_refusal(self, prompt_tokens: int, max_tokens: int) -> str:
+        limit = self._cache_tokens()
+        if limit is not None and prompt_tokens + max_tokens > limit:
+            return (
+                f"prompt of {prompt_tokens} tokens + max_tokens {max_tokens} exceeds "
+                f"the static cache of {limit} tokens"
+            )
+        return ""
+
+    def _cache_tokens(self) -> int | None:
+        """Positions of the static cache; ``None`` with the dynamic one."""
+        if self.cache != "static":
+            return None
+        context = self._require_loaded().context_tokens
+        return min(STATIC_CACHE_TOKENS, context) if context else STATIC_CACHE_TOKENS
+
+    def _fits(self, slots: list[Slot]) -> bool:
+        """Whether one call can hold ``slots``: left-padded to the longest prompt, each row
+        runs for the largest ``max_tokens``, and a static cache has a fixed length."""
+        limit = self._cache_tokens()
+        width = max(len(slot.input_ids) for slot in slots)
+        return limit is None or width + max(s.request.max_tokens for s in slots) <= limit
+
     def _withdraw(self, slot: Slot) -> None:
         pass  # the worker skips an abandoned slot that waits, and stops counting a running one
 
@@ -189,12 +246,15 @@ class StaticBatchingModel(InProcessModel):
         a model that cannot fails here and the first trial pays no first-call costs: the
         decoding step (a first token is only the prefill) and the padded batch's kernels too
         (on an H100, warmed with a one-token prefill only, some requests of the first static
-        trial at concurrency 4 ran 58 ms a step against 6 ms)."""
+        trial at concurrency 4 ran 58 ms a step against 6 ms). With ``compile`` a few tokens
+        more (:data:`_COMPILE_WARM_UP_TOKENS`), and the time taken is :attr:`compile_s`."""
         ids = self._encode("warm up the model") or [loaded.pad_id]
+        tokens = _COMPILE_WARM_UP_TOKENS if self.compile else 2
+        started = time.perf_counter()
         for rows in sorted({1, self.max_batch}):
             probes = [
                 Slot(
-                    request=LlmRequest(index=-1 - row, prompt="warm up", max_tokens=2),
+                    request=LlmRequest(index=-1 - row, prompt="warm up", max_tokens=tokens),
                     input_ids=ids[: max(1, len(ids) - row)],
                     sent_pc=time.perf_counter(),
                 )
@@ -207,13 +267,15 @@ class StaticBatchingModel(InProcessModel):
             if first.error or not first.tokens:
                 why = first.error or "no token came back"
                 raise BadInputError(f"{self.model_dir}: the model cannot generate: {why}")
+        if self.compile:
+            self._compile_s = time.perf_counter() - started
         self._batch_sizes.clear()
         self._noted_batches = 0
 
     def _loop(self) -> None:
         stop = False
         while not stop:
-            item = self._queue.get()
+            item, self._carried = self._carried or self._queue.get(), None
             if item is None:
                 break
             if self._stopping.is_set():  # closing: fail what waits instead of generating it
@@ -228,14 +290,20 @@ class StaticBatchingModel(InProcessModel):
                 if item is None:
                     stop = True
                     break
+                if batch and not self._fits([*batch, item]):
+                    self._carried = item  # started by the next call, not abandoned here
+                    break
                 if item.start():
                     batch.append(item)
             if batch:
                 self._run_batch(batch)
+        if self._carried is not None:
+            self._carried.finish_now(CLOSED)
 
     def _run_batch(self, slots: list[Slot]) -> None:
         """One ``generate`` call for ``slots``; never raises."""
-        batch = _Batch(slots)
+        rows = self.max_batch if self.compile else len(slots)
+        batch = _Batch(slots, rows)
         try:
             import torch
             from transformers import StoppingCriteriaList
@@ -243,12 +311,13 @@ class StaticBatchingModel(InProcessModel):
             streamer_cls, criterion_cls = _generate_hooks()
             loaded = self._require_loaded()
             width = max(len(slot.input_ids) for slot in slots)
-            ids = torch.full((len(slots), width), loaded.pad_id, dtype=torch.long)
-            mask = torch.zeros((len(slots), width), dtype=torch.long)
+            ids = torch.full((rows, width), loaded.pad_id, dtype=torch.long)
+            mask = torch.zeros((rows, width), dtype=torch.long)
             for row, slot in enumerate(slots):
                 n = len(slot.input_ids)
                 ids[row, width - n :] = torch.tensor(slot.input_ids, dtype=torch.long)
                 mask[row, width - n :] = 1
+            ids[len(slots) :], mask[len(slots) :] = ids[0], mask[0]  # padding rows: row 0
             config = copy.deepcopy(loaded.generation_config)
             config.do_sample = False
             config.num_beams = 1
@@ -256,6 +325,7 @@ class StaticBatchingModel(InProcessModel):
             config.pad_token_id = loaded.pad_id
             for name in ("temperature", "top_p", "top_k"):
                 setattr(config, name, None)
+            extra = self._cache_arguments(loaded, config)
             device = loaded.model.device
             self._batch_sizes.append(len(slots))
             self._running = batch
@@ -268,6 +338,7 @@ class StaticBatchingModel(InProcessModel):
                     stopping_criteria=StoppingCriteriaList(
                         [criterion_cls(slots, width, self._stopping)]
                     ),
+                    **extra,
                 )
         except Exception as error:  # noqa: BLE001 - a batch's failure is its requests' error
             message = f"generation failed: {exception_line(error, named=True)}"
@@ -278,3 +349,24 @@ class StaticBatchingModel(InProcessModel):
             closed = CLOSED if self._stopping.is_set() else ""
             for slot in slots:  # rows the batch ended before they had their tokens
                 slot.finish_now(closed)
+
+    def _cache_arguments(self, loaded: LoadedModel, config: Any) -> dict[str, Any]:
+        """``generate``'s cache arguments (none with the dynamic cache), and ``config``'s
+        compile settings."""
+        cache_tokens = self._cache_tokens()
+        if cache_tokens is None:
+            return {}
+        from transformers import CompileConfig, StaticCache
+
+        config.disable_compile = not self.compile
+        if self.compile:
+            compile_config = CompileConfig(mode=self.compile_mode or "default")
+            # transformers compiles only on accelerators unless told; here --compile asked
+            # (the attribute is typed None: a flag its authors left unannotated)
+            compile_config._compile_all_devices = self.device == "cpu"  # type: ignore[assignment]
+            config.compile_config = compile_config
+        cache = StaticCache(
+            config=loaded.model.config.get_text_config(decoder=True),
+            max_cache_len=cache_tokens,
+        )
+        return {"past_key_values": cache}
