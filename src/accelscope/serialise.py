@@ -1,21 +1,22 @@
 """The JSON form of accelscope's frozen dataclasses, declared by their field types.
 
 The in-memory figures (a :class:`~accelscope.measurement.record.Measurement`, a doctor
-``Breakdown``, a load ``TrialSummary``...) are frozen dataclasses; what they store and print is
-what pydantic makes of their annotated fields (``mode="json"``: enums as their values, tuples as
-lists, nested dataclasses as objects). Where a stored key differs from the field, the field says
-so with ``Annotated[..., Field(serialization_alias=..., validation_alias=...)]``; a field that is
+``Breakdown``, a probe table...) are frozen dataclasses; what they store and print is what
+pydantic makes of their annotated fields, as JSON: enums as their values, tuples as lists,
+nested dataclasses as objects. Where a stored key differs from the field, the field says so
+with ``Annotated[..., Field(serialization_alias=..., validation_alias=...)]``; a field that is
 not stored says ``Field(exclude=True)``; a bound that may be infinite is :data:`Unbounded`
-(:data:`FiniteOrNull` where NaN is stored as ``null`` too). So
-there is no hand-written ``to_dict`` to keep in step with the fields, and reading back
-(:func:`load`) validates through the same types: keys a reader does not know are ignored and
-fields added later have defaults, so documents stored by earlier versions still load.
+(:data:`FiniteOrNull` where NaN is stored as ``null`` too). So there is no hand-written
+``to_dict`` to keep in step with the fields, and reading back (:func:`load`) validates through
+the same types: keys a reader does not know are ignored and fields added later have defaults,
+so documents stored by earlier versions still load.
 
 Pydantic models (the documents) need none of this: they are dumped with ``model_dump``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -57,9 +58,14 @@ def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
 
 
 def dump(value: DataclassInstance) -> dict[str, Any]:
-    """``value`` (a dataclass) as JSON-ready plain data, in the shape its fields declare."""
-    data: dict[str, Any] = _adapter(type(value)).dump_python(value, mode="json", by_alias=True)
-    return data
+    """``value`` (a dataclass) as JSON-ready plain data, in the shape its fields declare:
+    exactly what a reader of its JSON text gets back (``json.loads``)."""
+    data = _adapter(type(value)).dump_python(value, by_alias=True)
+    # Through JSON text and back rather than pydantic's JSON mode: that mode writes an
+    # infinity or NaN inside an untyped value (a ``dict[str, Any]`` of evidence) as null, and
+    # an int held by a float field as a float; stored documents keep both as they are.
+    plain: dict[str, Any] = json.loads(json.dumps(data))
+    return plain
 
 
 def load(cls: type[T], data: Any) -> T:
