@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, computed_field
 
 __all__ = [
     "COUNTER_RESOLUTION_J",
@@ -75,9 +75,12 @@ class EnergyFigure(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    energy_j: float | None
+    energy_j: float | None = None
     window_s: float | None = None
-    items: int | None = None
+    items: int | None = Field(default=None, validation_alias=AliasChoices("items", "output_tokens"))
+    """What the window processed: items (``bench``, ``measure``), queries (``load``), or the
+    output tokens of an ``llm`` trial's completed requests (stored as ``output_tokens`` by
+    the trial energy of earlier versions, which still loads)."""
     source: str = ""
     """What was read: the counter, the GPU, and that it covers the whole board."""
     reason: str = ""

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from accelscope.documents import Document, LlmCapacity, Slo
 from accelscope.errors import BadInputError
+from accelscope.hardware.energy import EnergyFigure
 
 __all__ = [
     "Arrivals",
@@ -50,7 +51,6 @@ __all__ = [
     "Throughput",
     "TokenSource",
     "TokenStats",
-    "TrialEnergy",
     "TrialSummary",
     "TurnSummary",
     "Window",
@@ -384,21 +384,6 @@ class SloBreak(Document):
     text: str = ""
 
 
-class TrialEnergy(Document):
-    """Energy of a trial, from NVML's total-energy counter of the GPU(s) serving it, over the
-    whole trial (the first request sent to the last stream ended; the board draws it for every
-    process on it), and per output token of the requests that completed. ``energy_j`` is
-    ``None`` when not measured, and ``reason`` says why."""
-
-    energy_j: float | None = None
-    window_s: float | None = None
-    output_tokens: int = 0
-    joules_per_output_token: float | None = None
-    uncertainty_j: float | None = None
-    source: str = ""
-    reason: str = ""
-
-
 class TrialSummary(Document):
     """The figures of one trial (see ``llm.summary`` for each definition)."""
 
@@ -430,7 +415,12 @@ class TrialSummary(Document):
     turns: list[TurnSummary] = Field(default_factory=list)
     prefix_reuse: PrefixReuse | None = None
     slo_breaks: list[SloBreak] = Field(default_factory=list)
-    energy: TrialEnergy | None = None
+    energy: EnergyFigure | None = None
+    """Joules over the whole trial (the first request sent to the last stream ended) from
+    NVML's total-energy counter of the GPU(s) serving it (the board draws it for every process
+    on it); ``items`` are the output tokens of the completed requests, so ``joules_per_item``
+    is joules per output token. Not measured: ``energy_j`` is ``None`` and ``reason`` says
+    why. Trials stored before this was an :class:`EnergyFigure` still load."""
 
     @property
     def slo_state(self) -> str:

@@ -27,7 +27,6 @@ from accelscope.llm.documents import (
     RequestRecord,
     ServerMetrics,
     Slo,
-    TrialEnergy,
     TrialSummary,
 )
 from accelscope.llm.explain import prefix_reuse
@@ -278,22 +277,21 @@ class Harness:
 
 def _energy(
     figures: Sequence[EnergyFigure], records: Sequence[RequestRecord], why: str
-) -> TrialEnergy:
+) -> EnergyFigure:
     """The trial's joules over its GPUs' counters, per output token of the completed requests;
     not measured when any counter was not read (its reason named)."""
     tokens = sum(r.output_tokens or 0 for r in records if r.ok)
     if not figures:
-        return TrialEnergy(output_tokens=tokens, reason=why)
+        return EnergyFigure.not_measured(why, items=tokens)
     missing = next((f for f in figures if not f.measured), None)
     if missing is not None:
-        return TrialEnergy(output_tokens=tokens, source=missing.source, reason=missing.reason)
+        return EnergyFigure.not_measured(missing.reason, source=missing.source, items=tokens)
     joules = sum(f.energy_j or 0.0 for f in figures)
     spread = [f.uncertainty_j for f in figures]
-    return TrialEnergy(
+    return EnergyFigure(
         energy_j=joules,
         window_s=max(f.window_s or 0.0 for f in figures),
-        output_tokens=tokens,
-        joules_per_output_token=joules / tokens if tokens else None,
+        items=tokens,
         uncertainty_j=None if None in spread else sum(s or 0.0 for s in spread),
         source="; ".join(f.source for f in figures),
     )

@@ -190,11 +190,11 @@ def _trial_lines(document: LlmRun, trial: LlmTrial) -> list[RenderableType]:
     for found in trial.summary.slo_breaks:
         parts.append(Text(f"{trial.label}: {found.text}", style="red"))
     energy = trial.summary.energy
-    if energy is not None and energy.joules_per_output_token is not None:
+    if energy is not None and energy.joules_per_item is not None:
         spread = f" ± {energy.uncertainty_j:.3g} J" if energy.uncertainty_j is not None else ""
         parts.append(
             Text(
-                f"energy at {trial.label}: {energy.joules_per_output_token:.4g} J per output "
+                f"energy at {trial.label}: {energy.joules_per_item:.4g} J per output "
                 f"token ({energy.energy_j:.4g} J{spread} over {energy.window_s or 0:.3g} s, "
                 f"{energy.source})"
             )
