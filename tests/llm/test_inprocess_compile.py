@@ -110,6 +110,8 @@ def test_compiled_static_cache_gives_the_same_tokens_and_pays_compilation_in_the
     compile_s = compiled.compile_s
     assert compile_s is not None and compile_s > 0
     graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    cache = compiled._static_cache  # one cache for every call: CUDA graphs replay on its tensors
+    assert cache is not None
     assert graphs_before > 0, "the warm-up compiled nothing"
     [first] = serve(compiled, REQUESTS[:1])
     assert first.first_token_s is not None
@@ -119,6 +121,7 @@ def test_compiled_static_cache_gives_the_same_tokens_and_pays_compilation_in_the
     # prompts of other widths and outputs of other lengths: the warm-up compiled every shape
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs_before
     assert compiled.batch_sizes  # requests went through compiled calls
+    assert compiled._static_cache is cache
     extra = compiled.describe().model_extra or {}
     assert extra["compile_mode"] == "default"  # the CPU: no CUDA graphs to replay
     assert extra["compile_s"] == compile_s

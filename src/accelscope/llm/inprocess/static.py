@@ -159,6 +159,9 @@ class StaticBatchingModel(InProcessModel):
         self._carried: Slot | None = None
         """A queued request that did not fit the static cache beside its batch: the next
         call's first row."""
+        self._static_cache: Any = None
+        """The static cache of the last call (``transformers``' ``StaticCache``)."""
+        self._static_cache_rows = 0
         self._running: _Batch | None = None
         self._batch_sizes: list[int] = []
         self._noted_batches = 0
@@ -238,6 +241,7 @@ class StaticBatchingModel(InProcessModel):
                 break
             if item is not None:
                 item.finish_now(CLOSED)
+        self._static_cache = None  # its memory goes with the weights
 
     # -- the worker -----------------------------------------------------------------------------
 
@@ -325,11 +329,11 @@ class StaticBatchingModel(InProcessModel):
             config.pad_token_id = loaded.pad_id
             for name in ("temperature", "top_p", "top_k"):
                 setattr(config, name, None)
-            extra = self._cache_arguments(loaded, config)
             device = loaded.model.device
             self._batch_sizes.append(len(slots))
             self._running = batch
-            with torch.inference_mode():
+            with torch.inference_mode():  # the cache's tensors are inference tensors
+                extra = self._cache_arguments(loaded, config, rows)
                 loaded.model.generate(
                     input_ids=ids.to(device),
                     attention_mask=mask.to(device),
@@ -350,9 +354,12 @@ class StaticBatchingModel(InProcessModel):
             for slot in slots:  # rows the batch ended before they had their tokens
                 slot.finish_now(closed)
 
-    def _cache_arguments(self, loaded: LoadedModel, config: Any) -> dict[str, Any]:
-        """``generate``'s cache arguments (none with the dynamic cache), and ``config``'s
-        compile settings."""
+    def _cache_arguments(self, loaded: LoadedModel, config: Any, rows: int) -> dict[str, Any]:
+        """``generate``'s cache arguments for a call of ``rows`` (none with the dynamic cache),
+        and ``config``'s compile settings. The static cache is kept from call to call while the
+        rows stay the same (always, with ``compile``): a fresh one each call would give the
+        compiled step new tensor addresses, and ``reduce-overhead`` would record its CUDA graph
+        again inside the measured call."""
         cache_tokens = self._cache_tokens()
         if cache_tokens is None:
             return {}
@@ -365,8 +372,13 @@ class StaticBatchingModel(InProcessModel):
             # (the attribute is typed None: a flag its authors left unannotated)
             compile_config._compile_all_devices = self.device == "cpu"  # type: ignore[assignment]
             config.compile_config = compile_config
-        cache = StaticCache(
-            config=loaded.model.config.get_text_config(decoder=True),
-            max_cache_len=cache_tokens,
-        )
+        cache = self._static_cache
+        if cache is None or self._static_cache_rows != rows:
+            cache = StaticCache(
+                config=loaded.model.config.get_text_config(decoder=True),
+                max_cache_len=cache_tokens,
+            )
+            self._static_cache, self._static_cache_rows = cache, rows
+        else:
+            cache.reset()  # zeroed in place: the same tensors, so CUDA graphs replay on them
         return {"past_key_values": cache}
