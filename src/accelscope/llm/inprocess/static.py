@@ -11,9 +11,9 @@ request that waits is never generated; a running one stops counting, and its bat
 only when every row of it is done or abandoned. An exception raised by ``generate`` becomes the
 error of every request of that batch (one line) and the worker goes on.
 
-With ``cache="static"`` each call gets a fresh ``StaticCache`` of :data:`STATIC_CACHE_TOKENS`
-positions (or the model's context, if shorter), always the same length, so the decoding step's
-shapes do not change from call to call; a request longer than that is refused by itself, and a
+With ``cache="static"`` each call gets a ``StaticCache`` of :data:`STATIC_CACHE_TOKENS`
+positions (or the model's context, if shorter), always the same length and kept, reset in
+place, while a call's rows stay the same, so the decoding step's shapes do not change; a request longer than that is refused by itself, and a
 queued request that would make the batch too long waits for the next call. ``compile`` hands
 ``generate`` a ``CompileConfig``: ``transformers`` then runs the decoding step (not the prefill,
 whose width changes with the prompts) through ``torch.compile``; each call is padded to
