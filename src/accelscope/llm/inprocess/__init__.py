@@ -10,6 +10,7 @@ queued) and :class:`ContinuousBatchingModel` (``transformers``' paged scheduler)
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from accelscope.errors import BadInputError
 from accelscope.llm.inprocess.base import Batching, Cache, InProcessModel, parse_cache
@@ -24,6 +25,7 @@ __all__ = [
     "ContinuousBatchingModel",
     "ContinuousProgress",
     "InProcessModel",
+    "InProcessOptions",
     "StaticBatchingModel",
     "StaticProgress",
     "host_bound_notes",
@@ -37,28 +39,23 @@ STRATEGIES: dict[str, type[InProcessModel]] = {
 """The batching strategies, by name."""
 
 
+class InProcessOptions(TypedDict, total=False):
+    """The settings of :class:`InProcessModel` (its keyword arguments, with their defaults)."""
+
+    max_batch: int
+    dtype: str | None
+    device: str
+    threads: int | None
+    cache: str
+    compile: bool
+
+
 def in_process_model(
-    model_dir: Path,
-    *,
-    batching: str = "static",
-    max_batch: int = 8,
-    dtype: str | None = "auto",
-    device: str = "cpu",
-    threads: int | None = None,
-    cache: str = "dynamic",
-    compile: bool = False,
+    model_dir: Path, *, batching: str = "static", **options: Unpack[InProcessOptions]
 ) -> InProcessModel:
     """The in-process target for ``batching`` (``static`` or ``continuous``; anything else is
     one line of bad input), with the settings of :class:`InProcessModel`."""
     strategy = STRATEGIES.get(batching)
     if strategy is None:
         raise BadInputError(f"batching {batching!r}: give {' or '.join(STRATEGIES)}")
-    return strategy(
-        model_dir,
-        max_batch=max_batch,
-        dtype=dtype,
-        device=device,
-        threads=threads,
-        cache=cache,
-        compile=compile,
-    )
+    return strategy(model_dir, **options)

@@ -106,8 +106,14 @@ class InProcessModel(abc.ABC):
         self._stopping = threading.Event()
         """Set once closing starts: the worker stops generating and fails what it holds."""
         self._compile_s: float | None = None
+        self._setup()
 
     # -- what a strategy supplies -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _setup(self) -> None:
+        """Check the settings against the strategy (one-line ``BadInputError``) and set up its
+        own state; called once at the end of ``__init__``."""
 
     @abc.abstractmethod
     def _start(self, loaded: LoadedModel) -> threading.Thread:

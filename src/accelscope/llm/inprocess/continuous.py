@@ -21,7 +21,6 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from accelscope.errors import BadInputError, exception_line, one_line
@@ -54,27 +53,8 @@ class ContinuousBatchingModel(InProcessModel):
 
     batching: ClassVar[Batching] = "continuous"
 
-    def __init__(
-        self,
-        model_dir: Path,
-        *,
-        max_batch: int = 8,
-        dtype: str | None = "auto",
-        device: str = "cpu",
-        threads: int | None = None,
-        cache: str = "dynamic",
-        compile: bool = False,
-    ) -> None:
-        super().__init__(
-            model_dir,
-            max_batch=max_batch,
-            dtype=dtype,
-            device=device,
-            threads=threads,
-            cache=cache,
-            compile=compile,
-        )
-        if self.cache != "dynamic" or compile:
+    def _setup(self) -> None:
+        if self.cache != "dynamic" or self.compile:
             # said, not ignored: the paged cache is the scheduler's own, and its step is not
             # the generate loop that transformers compiles
             raise BadInputError(

@@ -11,17 +11,16 @@ request that waits is never generated; a running one stops counting, and its bat
 only when every row of it is done or abandoned. An exception raised by ``generate`` becomes the
 error of every request of that batch (one line) and the worker goes on.
 
-With ``cache="static"`` each call gets a ``StaticCache`` of :data:`STATIC_CACHE_TOKENS`
-positions (or the model's context, if shorter), always the same length and kept, reset in
-place, while a call's rows stay the same, so the decoding step's shapes do not change; a request longer than that is refused by itself, and a
-queued request that would make the batch too long waits for the next call. ``compile`` hands
-``generate`` a ``CompileConfig``: ``transformers`` then runs the decoding step (not the prefill,
-whose width changes with the prompts) through ``torch.compile``; each call is padded to
-``max_batch`` rows with copies of its first row, never counted, so the batch dimension is one
-shape too. The warm-up runs those shapes first and its time is :attr:`compile_s`, outside every
-trial. Without ``compile`` the static cache runs eagerly (``disable_compile``: on a GPU
-``transformers`` would otherwise compile a static cache on its own).
-"""
+With ``cache="static"`` each call gets a ``StaticCache`` of :data:`STATIC_CACHE_TOKENS` positions
+(or the model's context, if shorter), always the same length and kept, reset in place, while a
+call's rows stay the same, so the decoding step's shapes do not change; a request longer than that
+is refused by itself, and a queued request that would make the batch too long waits for the next
+call. ``compile`` hands ``generate`` a ``CompileConfig``: ``transformers`` then runs the decoding
+step (not the prefill, whose width changes with the prompts) through ``torch.compile``; each call
+is padded to ``max_batch`` rows with copies of its first row, never counted, so the batch dimension
+is one shape too. The warm-up runs those shapes first and its time is :attr:`compile_s`, outside
+every trial. Without ``compile`` the static cache runs eagerly (``disable_compile``: on a GPU
+``transformers`` would otherwise compile a static cache on its own)."""
 
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from accelscope.errors import BadInputError, exception_line
@@ -135,26 +133,7 @@ class StaticBatchingModel(InProcessModel):
 
     batching: ClassVar[Batching] = "static"
 
-    def __init__(
-        self,
-        model_dir: Path,
-        *,
-        max_batch: int = 8,
-        dtype: str | None = "auto",
-        device: str = "cpu",
-        threads: int | None = None,
-        cache: str = "dynamic",
-        compile: bool = False,
-    ) -> None:
-        super().__init__(
-            model_dir,
-            max_batch=max_batch,
-            dtype=dtype,
-            device=device,
-            threads=threads,
-            cache=cache,
-            compile=compile,
-        )
+    def _setup(self) -> None:
         self._queue: queue.Queue[_Item] = queue.Queue()
         self._carried: Slot | None = None
         """A queued request that did not fit the static cache beside its batch: the next
