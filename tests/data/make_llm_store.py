@@ -15,7 +15,7 @@ from accelscope.commands.llm.workflow import LlmRequestSettings, llm
 from accelscope.llm.summary import Slo
 from accelscope.llm.workload import Lengths, PrefixScenario, Workload
 from accelscope.testing import fixed_environment
-from accelscope.testing.llm_server import FakeLLMServer
+from accelscope.testing.fake_llm_server import FakeLLMServer
 
 HERE = Path(__file__).resolve().parent
 STORE = HERE / "store-llm-2026-11.sqlite"

@@ -26,7 +26,7 @@ from accelscope.llm.conformance import (
 )
 from accelscope.llm.conformance.script import ServedRequest
 from accelscope.testing import CliRunner
-from accelscope.testing.llm_server import FakeLLMServer
+from accelscope.testing.fake_llm_server import FakeLLMServer
 
 vllm_installed = CLIENTS["vllm"].unavailable() is None
 

@@ -19,7 +19,7 @@ from accelscope.llm.workload import Lengths, Workload
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing.client_faults import AfterAnswers
 from accelscope.testing.llm_model import build_tiny_llama
-from accelscope.testing.llm_server import TransformersServe
+from accelscope.testing.real_llm_servers import TransformersServe
 
 OUTPUT_TOKENS = 8
 

@@ -25,7 +25,7 @@ from accelscope.llm.workload import Lengths, PrefixScenario, SessionWorkload, Wo
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing.client_faults import AfterAnswers
 from accelscope.testing.llm_model import build_tiny_llama
-from accelscope.testing.llm_server import VllmServe
+from accelscope.testing.real_llm_servers import VllmServe
 
 BLOCK = 128
 

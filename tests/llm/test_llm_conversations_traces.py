@@ -29,7 +29,7 @@ from accelscope.llm.workload import (
 )
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing import CliRunner, assert_one_line_error
-from accelscope.testing.llm_server import FakeLLMServer
+from accelscope.testing.fake_llm_server import FakeLLMServer
 
 
 def _one_line(exc: pytest.ExceptionInfo[BadInputError], *mentions: str) -> None:

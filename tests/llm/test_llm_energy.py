@@ -11,7 +11,7 @@ from accelscope.llm.client import OpenAIEndpoint
 from accelscope.llm.documents import Arrivals, TrialSummary
 from accelscope.llm.harness import Harness
 from accelscope.llm.workload import Lengths, Workload
-from accelscope.testing.llm_server import FakeLLMServer
+from accelscope.testing.fake_llm_server import FakeLLMServer
 from accelscope.testing.nvml import FakeNvml
 
 WORKLOAD = Workload(input_tokens=Lengths(8, 8), output_tokens=Lengths(20, 20), seed=2)

@@ -27,7 +27,7 @@ from accelscope.llm.summary import LAG_LIMIT_S, Slo, request_values, summarise_t
 from accelscope.llm.trial import TrialRecords, run_trial
 from accelscope.load.early_stopping import min_passing_queries
 from accelscope.measurement.stats import quantile_ci
-from accelscope.testing.llm_server import FakeLLMServer
+from accelscope.testing.fake_llm_server import FakeLLMServer
 
 WIDE_S = 0.005
 """TTFT and E2E: the script plus connection set-up."""

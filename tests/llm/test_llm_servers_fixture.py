@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from accelscope.llm.server_metrics import parse_exposition
-from accelscope.testing.llm_server import FakeLLMServer, TransformersServe
+from accelscope.testing.fake_llm_server import FakeLLMServer
+from accelscope.testing.real_llm_servers import TransformersServe
 
 TOLERANCE_S = 0.005
 REAL_TIMEOUT_S = 120.0

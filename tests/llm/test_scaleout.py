@@ -31,7 +31,7 @@ from accelscope.llm.summary import LAG_LIMIT_S, summarise_trial
 from accelscope.llm.workload import Lengths, Session, Workload
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing import CliRunner, assert_one_line_error, restore_default_sigint
-from accelscope.testing.llm_server import FakeLLMServer
+from accelscope.testing.fake_llm_server import FakeLLMServer
 
 
 def _wait_until(condition: Callable[[], bool], seconds: float = 60.0) -> None:

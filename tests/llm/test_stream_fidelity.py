@@ -27,7 +27,7 @@ from accelscope.llm.client import OpenAIEndpoint
 from accelscope.llm.documents import RequestRecord, TrialSummary
 from accelscope.llm.records import LlmRequest
 from accelscope.llm.summary import DEFINITIONS, request_values, summarise_trial
-from accelscope.testing.llm_server import FakeLLMServer, ReceivedRequest
+from accelscope.testing.fake_llm_server import FakeLLMServer, ReceivedRequest
 
 WIDE_S = 0.005
 NARROW_S = 0.001

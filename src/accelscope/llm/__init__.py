@@ -4,7 +4,7 @@ One harness (:class:`Harness`), three kinds of system under test
 (:class:`~accelscope.llm.records.Target`): any OpenAI-compatible streaming endpoint
 (:class:`OpenAIEndpoint`: vLLM, SGLang, TGI, llama.cpp, ``transformers serve``), a Hugging Face
 model in this process (:class:`InProcessModel`, static or continuous batching) and, for tests,
-the scripted fake server of :mod:`accelscope.testing.llm_server`.
+the scripted fake server of :mod:`accelscope.testing.fake_llm_server`.
 
 A workload (:data:`WORKLOADS`: synthetic single-turn requests with prefix scenarios, synthetic
 multi-turn sessions, ShareGPT conversations, a Mooncake trace) becomes sessions of one or more

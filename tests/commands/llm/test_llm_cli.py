@@ -24,7 +24,7 @@ from accelscope.llm.summary import Slo, summarise_trial
 from accelscope.llm.workload import Arrivals, Lengths, Workload, build_requests
 from accelscope.store.sqlite import ResultStore, RunRecord
 from accelscope.testing import CliRunner, assert_one_line_error, restore_default_sigint
-from accelscope.testing.llm_server import FakeLLMServer
+from accelscope.testing.fake_llm_server import FakeLLMServer
 
 # the CLI as a user's shell finds it: beside the interpreter running the suite
 ACCELSCOPE = Path(sys.executable).with_name("accelscope")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from accelscope.testing import CliRunner, assert_one_line_error
+from accelscope.testing.fake_llm_server import FakeLLMServer
 from accelscope.testing.llm_model import build_tiny_llama
-from accelscope.testing.llm_server import FakeLLMServer
 
 SLO = ("--slo", "ttft=150ms,tpot=30ms", "--slo-percentile", "90")
 

@@ -18,7 +18,7 @@ from accelscope.llm.documents import LlmRun, LlmTrial, RequestRecord
 from accelscope.llm.summary import Slo
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing import fixed_environment
-from accelscope.testing.llm_server import FakeLLMServer
+from accelscope.testing.fake_llm_server import FakeLLMServer
 from browser import Dom, browse, console_messages, page_requests
 
 HOSTILE = (

@@ -19,7 +19,7 @@ from accelscope.documents import LlmCapacity
 from accelscope.llm.documents import Arrivals, LlmRun, LlmTrial, Slo
 from accelscope.store.sqlite import ResultStore, RunRecord
 from accelscope.testing import CliRunner, assert_one_line_error
-from accelscope.testing.llm_server import FakeLLMServer
+from accelscope.testing.fake_llm_server import FakeLLMServer
 
 OLD_STORE = Path(__file__).resolve().parents[2] / "data" / "store-llm-2026-11.sqlite"
 CAPACITY_RUN = "20261126-064700-99b6"
