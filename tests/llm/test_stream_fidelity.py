@@ -36,7 +36,8 @@ EARLY_S = 0.0005
 TTFT_S = 0.040
 ITL_S = 0.010
 REPEATS = 5
-CONTINUOUS = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+NO_PER_CHUNK = {"stream_options": {"include_usage": True, "continuous_usage_stats": False}}
+"""A server that gives no per-chunk usage (the client asks for it by default)."""
 
 
 @dataclass
@@ -213,10 +214,11 @@ def test_a_stream_capped_inside_reasoning_has_no_content() -> None:
 
 
 def test_k_tokens_per_chunk_with_per_chunk_usage() -> None:
-    """3 tokens a chunk, each chunk's tokens reported (vLLM's continuous_usage_stats): TPOT
-    divides the stream after the first chunk by the 9 tokens after it: the script's ITL."""
+    """3 tokens a chunk, each chunk's tokens reported (vLLM's continuous_usage_stats, which the
+    client asks for by default): TPOT divides the stream after the first chunk by the 9 tokens
+    after it: the script's ITL."""
     with FakeLLMServer(ttft_s=TTFT_S, itl_s=ITL_S, tokens_per_chunk=3) as server:
-        cases = _stream(server, max_tokens=12, extra_body=CONTINUOUS, k1=3)
+        cases = _stream(server, max_tokens=12, k1=3)
     for case in cases:
         record = case.record
         assert record.ok, record.error
@@ -230,7 +232,7 @@ def test_k_tokens_per_chunk_with_per_chunk_usage() -> None:
 
 def test_k_tokens_per_chunk_without_per_chunk_counts_assumes_one_and_says_so() -> None:
     with FakeLLMServer(ttft_s=TTFT_S, itl_s=ITL_S, tokens_per_chunk=3) as server:
-        cases = _stream(server, max_tokens=12, k1=1)
+        cases = _stream(server, max_tokens=12, extra_body=NO_PER_CHUNK, k1=1)
     for case in cases:
         record = case.record
         assert record.ok, record.error
@@ -245,7 +247,7 @@ def test_k1_tokens_in_the_first_chunk(api: str) -> None:
     """The first chunk packs 4 tokens, then one a chunk: TPOT over N - k1 = 8 is the script's
     ITL (over N - 1 it would be 8/11 of it), and every gap is one ITL."""
     with FakeLLMServer(ttft_s=TTFT_S, itl_s=ITL_S, first_chunk_tokens=4) as server:
-        cases = _stream(server, api=api, max_tokens=12, extra_body=CONTINUOUS, k1=4)
+        cases = _stream(server, api=api, max_tokens=12, k1=4)
     for case in cases:
         record = case.record
         assert record.ok, record.error
@@ -263,7 +265,7 @@ def test_k1_tokens_in_the_first_chunk(api: str) -> None:
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_usage_in_a_final_chunk_with_empty_choices(api: str) -> None:
     with FakeLLMServer(ttft_s=TTFT_S, itl_s=ITL_S, prompt_tokens_per_word=3) as server:
-        cases = _stream(server, api=api, max_tokens=10)
+        cases = _stream(server, api=api, max_tokens=10, extra_body=NO_PER_CHUNK)
     for case in cases:
         record = case.record
         assert record.ok, record.error

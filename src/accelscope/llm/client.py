@@ -2,21 +2,21 @@
 server, ``transformers serve`` or any server speaking ``/v1/completions`` or
 ``/v1/chat/completions`` with server-sent events.
 
-Each request is one HTTP/1.1 connection (``http.client`` sends it and reads the headers, in
-one client thread per request in flight), so no connection pool sits between the server's
-bytes and the timestamps. The body of every plain-HTTP stream is read by one reader thread per
-endpoint (:mod:`accelscope.llm.sse_reader`: a chunk then costs a ``recv`` and its parsing, not a
-thread wake-up and a GIL hand-off); a chunk is stamped with ``time.perf_counter()`` as soon as
-the read that brought it returns (chunks that came in one read share the stamp: they arrived
-together). A TLS stream is read in its own thread, the same way. Output arrives on three channels: the answer (a completion's ``text``, a chat delta's
-``content``), reasoning (``delta.reasoning``, vLLM's current field, or ``delta.reasoning_content``)
-and tool calls (``delta.tool_calls[].function`` name and ``arguments``); the first chunk carrying
-any of them is the first token, the first with answer text the first content, the last with any
-the last token. A chunk with none (a chat role chunk, an empty ``content: ""``, the finish or
-``usage`` chunk) is not a token. Token counts come from the server's ``usage`` (asked for with
-``stream_options.include_usage``), the reasoning share from its
+Each request is one HTTP/1.1 connection (``http.client`` sends it and reads the headers, in one
+client thread per request in flight), so no connection pool sits between the server's bytes and the
+timestamps. The body of every plain-HTTP stream is read by one reader thread per endpoint
+(:mod:`accelscope.llm.sse_reader`: a chunk then costs a ``recv`` and its parsing, not a thread
+wake-up and a GIL hand-off); a chunk is stamped with ``time.perf_counter()`` as soon as the read
+that brought it returns (chunks that came in one read share the stamp: they arrived together). A
+TLS stream is read in its own thread, the same way. Output arrives on three channels: the answer (a
+completion's ``text``, a chat delta's ``content``), reasoning (``delta.reasoning``, vLLM's current
+field, or ``delta.reasoning_content``) and tool calls (``delta.tool_calls[].function`` name and
+``arguments``); the first chunk carrying any of them is the first token, the first with answer text
+the first content, the last with any the last token. A chunk with none (a chat role chunk, an empty
+``content: ""``, the finish or ``usage`` chunk) is not a token. Token counts come from the server's
+``usage`` (asked for with ``stream_options.include_usage``), the reasoning share from its
 ``completion_tokens_details.reasoning_tokens``, each chunk's tokens from a ``usage`` on the chunk
-itself (vLLM's ``continuous_usage_stats``, when asked for through ``extra_body``); a server that
+itself (vLLM's ``continuous_usage_stats``, asked for unless the server refuses it); a server that
 sends no usage falls back to the model's tokenizer over the streamed text of every channel,
 labelled ``tokenizer``, or to ``unknown``: never a whitespace count. ``output_text`` holds the
 answer only (a conversation's next turn carries no reasoning).
@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
 import socket
 import threading
 import time
@@ -59,8 +60,17 @@ def _rebuild(
     options: dict[str, Any],
     ignore_eos: bool,
     extra_body: Mapping[str, Any] | None,
+    chunk_usage: bool = True,
 ) -> OpenAIEndpoint:
-    return OpenAIEndpoint(base_url, model, ignore_eos=ignore_eos, extra_body=extra_body, **options)
+    endpoint = OpenAIEndpoint(
+        base_url, model, ignore_eos=ignore_eos, extra_body=extra_body, **options
+    )
+    endpoint.chunk_usage = chunk_usage  # what the parent's check found the server takes
+    return endpoint
+
+
+_HTTP_4XX = re.compile(r"HTTP 4\d\d\b")
+"""The error of a request the server refused (HTTP 4xx): asked again without the extras."""
 
 
 def _error_message(status: int, body: bytes) -> str:
@@ -118,6 +128,10 @@ class OpenAIEndpoint:
         self.tokenizer = tokenizer
         self.ignore_eos = ignore_eos
         self.extra_body = dict(extra_body or {})
+        self.chunk_usage = True
+        """Ask for a ``usage`` on every chunk (vLLM's ``continuous_usage_stats``: the only way a
+        stream says how many tokens each chunk holds, so TPOT divides by N - k1 with the real
+        k1); :meth:`check` turns it off for a server that refuses it."""
         self._live: set[http.client.HTTPConnection] = set()
         self._lock = threading.Lock()
         self._reactor = Reactor()
@@ -127,7 +141,7 @@ class OpenAIEndpoint:
         connections, locks and the reader thread are each process's own."""
         base_url, model, api, api_key, tokenizer, ignore_eos, extra_body = self._arguments
         options = {"api": api, "api_key": api_key, "tokenizer": tokenizer}
-        return _rebuild, (base_url, model, options, ignore_eos, extra_body)
+        return _rebuild, (base_url, model, options, ignore_eos, extra_body, self.chunk_usage)
 
     # -- the Target protocol -------------------------------------------------------------
 
@@ -149,6 +163,13 @@ class OpenAIEndpoint:
         record = self.stream(
             probe, origin_s=origin, scheduled_s=0.0, timeout_s=60.0, cancel=threading.Event()
         )
+        if record.error and _HTTP_4XX.match(record.error) and self.chunk_usage:
+            # a server that refuses vLLM's per-chunk usage (a strict OpenAI schema) is asked
+            # again without it: each chunk's tokens then come from the tokenizer, or k1 = 1
+            self.chunk_usage = False
+            record = self.stream(
+                probe, origin_s=origin, scheduled_s=0.0, timeout_s=60.0, cancel=threading.Event()
+            )
         if record.error:
             raise BadInputError(f"{self.origin}{self.path}: {record.error}")
         if record.first_token_s is None:
@@ -179,7 +200,7 @@ class OpenAIEndpoint:
             "model": self.model,
             "max_tokens": request.max_tokens,
             "stream": True,
-            "stream_options": {"include_usage": True},
+            "stream_options": {"include_usage": True, "continuous_usage_stats": self.chunk_usage},
             "temperature": 0.0,
         }
         if self.api == "chat":

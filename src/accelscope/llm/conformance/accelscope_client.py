@@ -1,7 +1,8 @@
 """accelscope's own client, graded in-process through the harness the ``llm`` command uses:
 the same endpoint, workload, trial and summary, so the figures graded are the ones ``llm``
-prints (medians of the trial's summary, token means of its requests), with the server asked
-for its per-chunk usage (:data:`PER_CHUNK_USAGE`)."""
+prints (medians of the trial's summary, token means of its requests), with nothing asked of
+the server beyond what ``llm`` asks (its per-chunk usage included, as ``llm`` does by
+default)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,6 @@ from accelscope.llm.workload import (
 __all__ = ["AccelscopeClient"]
 
 _TIMEOUT_S = 30.0
-PER_CHUNK_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-"""What the client asks of the server: the usage on every chunk (vLLM's and SGLang's
-``continuous_usage_stats``), the only way a stream says how many tokens each chunk holds, so
-TPOT divides by N - k1 with k1 known. A server that ignores it leaves k1 assumed 1 (and the
-trial's note says so): the k-per-chunk cases grade the client with it asked."""
 
 
 def _workload(case: Case) -> WorkloadSource:
@@ -78,7 +74,6 @@ class AccelscopeClient:
             endpoint.model,
             api=case.api,
             tokenizer=load_tokenizer(endpoint.tokenizer_dir),
-            extra_body=PER_CHUNK_USAGE,
         )
         harness = Harness(
             target=target,
