@@ -420,3 +420,27 @@ def test_records_of_earlier_versions_keep_their_meaning() -> None:
     assert values["e2e_stream_s"] == pytest.approx(0.5)
     assert values["tpot_s"] == pytest.approx(0.1)
     assert old.chunk_tokens == [] and old.reasoning_tokens is None
+
+
+def test_a_server_that_refuses_per_chunk_usage_is_asked_again_without_it() -> None:
+    """The client asks for vLLM's per-chunk usage by default; a server validating OpenAI's
+    schema strictly answers that HTTP 400: the check request finds it, and every request after
+    it goes without (its counts then come from the final usage, k1 assumed 1)."""
+    with FakeLLMServer(ttft_s=TTFT_S, itl_s=ITL_S, fault="strict-schema") as strict:
+        endpoint = OpenAIEndpoint(strict.url, strict.model, api="chat")
+        assert endpoint.chunk_usage
+        endpoint.check()
+        assert not endpoint.chunk_usage
+        request = LlmRequest(index=0, prompt="one two", max_tokens=6)
+        origin = time.perf_counter()
+        record = endpoint.stream(
+            request, origin_s=origin, scheduled_s=0.0, timeout_s=30.0, cancel=threading.Event()
+        )
+        endpoint.close()
+    assert record.ok, record.error
+    assert record.output_tokens == 6 and record.chunk_tokens == []
+    with FakeLLMServer(ttft_s=TTFT_S, itl_s=ITL_S) as lenient:
+        endpoint = OpenAIEndpoint(lenient.url, lenient.model, api="chat")
+        endpoint.check()
+        assert endpoint.chunk_usage  # a server that takes it keeps it
+        endpoint.close()

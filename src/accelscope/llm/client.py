@@ -200,9 +200,11 @@ class OpenAIEndpoint:
             "model": self.model,
             "max_tokens": request.max_tokens,
             "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": self.chunk_usage},
+            "stream_options": {"include_usage": True},
             "temperature": 0.0,
         }
+        if self.chunk_usage:
+            body["stream_options"]["continuous_usage_stats"] = True
         if self.api == "chat":
             body["messages"] = [{"role": m.role, "content": m.content} for m in request.chat()]
         else:

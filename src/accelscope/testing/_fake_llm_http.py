@@ -317,6 +317,15 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "hang":
             owner._stopping.wait()
             raise _Dying
+        options = body.get("stream_options")
+        if (
+            fault == "strict-schema"
+            and isinstance(options, dict)
+            and set(options) - {"include_usage"}
+        ):
+            extra = ", ".join(sorted(set(options) - {"include_usage"}))
+            self._send_error_json(400, f"stream_options: extra inputs are not permitted: {extra}")
+            return
         chat = path == "/v1/chat/completions"
         requested = body.get("max_tokens", body.get("max_completion_tokens"))
         if owner.output_tokens is not None:

@@ -81,7 +81,10 @@ class FakeLLMServer(Service):
       event (``data: {"error": {...}}``), ``[DONE]`` and the end of the body;
     - ``"hang"``: read the request and send nothing until the server stops (``stop()`` does
       not wait for it; the connection is then closed);
-    - ``"slow-first:S"``: a TTFT of ``S`` seconds for every request.
+    - ``"slow-first:S"``: a TTFT of ``S`` seconds for every request;
+    - ``"strict-schema"``: a request whose ``stream_options`` holds anything beyond
+      ``include_usage`` (vLLM's ``continuous_usage_stats``) is answered HTTP 400, as a server
+      validating OpenAI's schema strictly answers it.
 
     ``max_running`` lets that many requests generate at once (vLLM's ``max-num-seqs``): the
     others wait for a slot, and their TTFT counts from when they got one plus the wait;
@@ -212,7 +215,15 @@ class FakeLLMServer(Service):
     @staticmethod
     def _parse_fault(fault: str) -> tuple[str, int, float]:
         kind, _, value = fault.partition(":")
-        simple = ("", "malformed-sse", "stop-mid-stream", "error-mid-stream", "not-openai", "hang")
+        simple = (
+            "",
+            "malformed-sse",
+            "stop-mid-stream",
+            "error-mid-stream",
+            "not-openai",
+            "hang",
+            "strict-schema",
+        )
         if kind in simple and not value:
             return kind, 0, 0.0
         try:
@@ -235,7 +246,7 @@ class FakeLLMServer(Service):
             pass
         raise ValueError(
             f"unknown fault {fault!r}: expected status:N, malformed-sse, stop-mid-stream, "
-            "error-mid-stream, not-openai, die-after:N, hang or slow-first:S"
+            "error-mid-stream, not-openai, die-after:N, hang, slow-first:S or strict-schema"
         )
 
     # -- lifecycle -------------------------------------------------------------------------
