@@ -134,7 +134,12 @@ def test_streams_with_usage_and_the_server_metrics_are_read(
         for point in server.timeline
         if any(r.sent_s + 0.05 <= point.t_s <= r.end_s - 0.05 for r in back.records)
     ]
-    assert len(busy) >= 2, (decode_s_per_token, output, [p.t_s for p in server.timeline], [(round(r.sent_s, 3), round(r.end_s, 3)) for r in back.records])
+    assert len(busy) >= 2, (
+        decode_s_per_token,
+        output,
+        [p.t_s for p in server.timeline],
+        [(round(r.sent_s, 3), round(r.end_s, 3)) for r in back.records],
+    )
     # at those scrapes the gauges read a request running or waiting, or accelscope says they
     # contradict the client and does not use them (vLLM 0.32's CPU build read 0 throughout here)
     if server.running is not None:
