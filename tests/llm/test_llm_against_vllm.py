@@ -128,11 +128,12 @@ def test_streams_with_usage_and_the_server_metrics_are_read(
     back = LlmTrial.from_payload(stored[0])
     assert back.server_metrics.config == config and len(back.records) == 16
     # the moment the gauges are asserted on: scrapes taken while the client had a request at
-    # the server (sent, not ended, 50 ms either side), proved before the assert
+    # the server (sent, not ended; vLLM's CPU API server answered /metrics late in a stream,
+    # within 20 ms of its end, in two full-suite runs), proved before the assert
     busy = [
         point
         for point in server.timeline
-        if any(r.sent_s + 0.05 <= point.t_s <= r.end_s - 0.05 for r in back.records)
+        if any(r.sent_s <= point.t_s <= r.end_s for r in back.records)
     ]
     assert len(busy) >= 2, (
         decode_s_per_token,
