@@ -7,6 +7,7 @@ import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -16,6 +17,7 @@ from rich.console import Console, RenderableType
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from accelscope import __version__
+from accelscope.cli._flag_groups import FlagGroup, flag
 from accelscope.spec import RunSpec
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
@@ -38,6 +40,16 @@ if not _err.is_terminal:
 
 StoreOption = typer.Option(None, "--store", help=f"Results store (default {DEFAULT_STORE_PATH}).")
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON only.")
+
+
+@dataclass(frozen=True)
+class OutputFlags(FlagGroup):
+    """Where the run goes: the HTML report, the store (or none) and JSON on stdout."""
+
+    report: Path | None = flag(typer.Option(None, "--report", help="HTML report path."))
+    store: Path | None = flag(StoreOption)
+    no_store: bool = flag(typer.Option(False, "--no-store", help="Do not store the run."))
+    as_json: bool = flag(JsonOption)
 
 
 def command_line() -> str:
@@ -81,21 +93,18 @@ def run_and_print(
     workflow: Callable[..., DocumentOutcome],
     request: Any,
     view: Callable[[Any], RenderableType],
-    *,
-    store: Path | None,
-    no_store: bool,
-    as_json: bool,
+    output: OutputFlags,
 ) -> None:
     """Run a command's workflow with its progress lines on stderr (none under ``--json``), in
     the store it was given (none with ``--no-store``), and print its outcome."""
-    events = None if as_json else (lambda line: _err.print(line, style="dim", markup=False))
+    events = None if output.as_json else (lambda line: _err.print(line, style="dim", markup=False))
     outcome = workflow(
         request,
-        store_path=None if no_store else (store or DEFAULT_STORE_PATH),
+        store_path=None if output.no_store else (output.store or DEFAULT_STORE_PATH),
         command_line=command_line(),
         events=events,
     )
-    print_outcome(outcome, view, as_json)
+    print_outcome(outcome, view, output.as_json)
 
 
 def given(**values: Any) -> dict[str, Any]:

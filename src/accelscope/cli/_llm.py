@@ -11,13 +11,13 @@ import typer
 
 from accelscope.cli import _llm_options as shared
 from accelscope.cli._app import (
-    JsonOption,
-    StoreOption,
+    OutputFlags,
     _out,
     app,
     given,
     run_and_print,
 )
+from accelscope.cli._flag_groups import GROUP, with_flag_groups
 from accelscope.cli._llm_conformance import CONFORMANCE_EPILOG, LlmCommand
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import (
@@ -42,8 +42,6 @@ from accelscope.llm.scaleout import Workers
 from accelscope.llm.trace import MOONCAKE_BLOCK_TOKENS
 from accelscope.llm.workload import (
     Lengths,
-    PrefixScenario,
-    ThinkTime,
 )
 from accelscope.store.sqlite import RunRecord
 
@@ -73,6 +71,7 @@ def _counts(flag: str) -> Any:
 
 
 @app.command("llm", cls=LlmCommand, epilog=CONFORMANCE_EPILOG)
+@with_flag_groups
 def llm_command(
     url: str | None = typer.Argument(
         None, help="The server's base URL, e.g. http://localhost:8000 (OpenAI-compatible)."
@@ -105,18 +104,10 @@ def llm_command(
     burstiness: float | None = typer.Option(
         None, "--burstiness", help="Gamma CV of the arrival gaps (1 = Poisson)."
     ),
-    requests: int | None = shared.RequestsOption,
-    input_tokens: Lengths | None = shared.InputTokensOption,
-    output_tokens: Lengths | None = shared.OutputTokensOption,
-    prompts: Path | None = shared.PromptsOption,
-    prefix: PrefixScenario | None = shared.PrefixOption,
+    workload: shared.WorkloadFlags = GROUP,
     prefix_hit_rate: float | None = typer.Option(
         None, "--prefix-hit-rate", help="Share of requests carrying the shared prefix (1)."
     ),
-    sessions: int | None = shared.SessionsOption,
-    turns: Lengths | None = shared.TurnsOption,
-    think_time: ThinkTime | None = shared.ThinkTimeOption,
-    conversations: Path | None = shared.ConversationsOption,
     input_filter: Lengths | None = typer.Option(
         None,
         "--input-filter",
@@ -141,9 +132,7 @@ def llm_command(
     trace_block_tokens: int | None = typer.Option(
         None, "--trace-block-tokens", help=f"Tokens per hash_ids block ({MOONCAKE_BLOCK_TOKENS})."
     ),
-    seed: int | None = shared.SeedOption,
-    slo: Slo | None = shared.SloOption,
-    slo_percentile: float | None = shared.SloPercentileOption,
+    slo: shared.SloFlags = GROUP,
     capacity: str | None = typer.Option(
         None,
         "--capacity",
@@ -153,7 +142,6 @@ def llm_command(
     capacity_start: float | None = shared.CapacityStartOption,
     capacity_trials: int | None = typer.Option(None, "--capacity-trials", help="Trial budget (8)."),
     timeout: float | None = shared.TimeoutOption,
-    tokenizer: Path | None = shared.TokenizerOption,
     ignore_eos: bool = typer.Option(
         False, "--ignore-eos", help="Ask the server to ignore EOS (vLLM, SGLang)."
     ),
@@ -200,46 +188,25 @@ def llm_command(
     workers: Workers | None = shared.WorkersOption,
     no_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not read /metrics."),
     config: Path | None = config_option("llm"),
-    report: Path | None = shared.ReportOption,
-    store: Path | None = StoreOption,
-    no_store: bool = shared.NoStoreOption,
-    as_json: bool = JsonOption,
+    output: OutputFlags = GROUP,
 ) -> None:
     """Benchmark an LLM server token by token: TTFT, TPOT, ITL, goodput under an SLO."""
-    if prefix_hit_rate is not None and prefix is None:
-        raise BadInputError("--prefix-hit-rate needs --prefix shared=TOKENS")
-    scenario = prefix or PrefixScenario()
-    if prefix_hit_rate is not None:
-        scenario = PrefixScenario.parse(f"shared={scenario.shared_tokens}", prefix_hit_rate)
-    elif not scenario.cold:
-        scenario = PrefixScenario(scenario.shared_tokens, 1.0)
-    workload = shared.build_workload(
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        prompts=prompts,
-        prefix=scenario,
-        sessions=sessions,
-        turns=turns,
-        think_time=think_time,
-        conversations=conversations,
+    source = workload.build(
+        prefix_hit_rate=prefix_hit_rate,
         input_filter=input_filter,
         output_filter=output_filter,
         trace=trace,
         trace_block_tokens=trace_block_tokens,
-        seed=seed if seed is not None else shared.random_seed(),
     )
-    slo = shared.with_percentile(slo, slo_percentile)
-    if sessions is not None and requests is not None:
-        raise BadInputError("give --sessions (conversations per trial) or --requests, not both")
     request = LlmRequestSettings(
         url=url,
         model=model,
         hf_model=hf_model,
         api_key=os.environ.get(shared.API_KEY_ENV),
-        workload=workload,
-        slo=slo,
+        workload=source,
+        slo=slo.bound,
         scrape_metrics=not no_metrics,
-        report_path=report,
+        report_path=output.report,
         **given(
             device=device,
             dtype=dtype,
@@ -252,12 +219,12 @@ def llm_command(
             concurrencies=concurrency.values if concurrency else None,
             speeds=trace_speed.values if trace_speed else None,
             burstiness=burstiness,
-            requests=sessions if sessions is not None else requests,
+            requests=workload.requests_per_trial,
             capacity=capacity,
             capacity_start=capacity_start,
             capacity_trials=capacity_trials,
             timeout_s=timeout,
-            tokenizer=tokenizer,
+            tokenizer=workload.tokenizer,
             ignore_eos=ignore_eos or None,
             model_config=model_config,
             weights_dtype=weights_dtype,
@@ -269,7 +236,7 @@ def llm_command(
             workers=workers,
         ),
     )
-    run_and_print(llm, request, llm_view, store=store, no_store=no_store, as_json=as_json)
+    run_and_print(llm, request, llm_view, output)
 
 
 def _show(run: RunRecord) -> None:

@@ -6,12 +6,14 @@ A flag the two commands spell alike means the same thing in both."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from accelscope.cli._app import given
+from accelscope.cli._flag_groups import FlagGroup, flag
 from accelscope.cli._types import duration_option
 from accelscope.errors import BadInputError
 from accelscope.llm.conversations import ConversationWorkload
@@ -151,39 +153,118 @@ def with_percentile(slo: Slo | None, percentile: float | None) -> Slo | None:
     return slo.model_copy(update={"percentile": percentile})
 
 
-InputTokensOption: Any = typer.Option(
-    None, "--input-tokens", parser=lengths("--input-tokens"), help="128 or a range 64:256."
-)
-OutputTokensOption: Any = typer.Option(
-    None, "--output-tokens", parser=lengths("--output-tokens"), help="64 or a range 16:256."
-)
-PromptsOption: Any = typer.Option(
-    None, "--prompts", help='JSONL prompts: {"prompt": ..., "max_tokens": ...} per line.'
-)
-PrefixOption: Any = typer.Option(
-    None, "--prefix", parser=parse_prefix, help="cold, or shared=TOKENS."
-)
-SessionsOption: Any = typer.Option(None, "--sessions", help="Multi-turn: conversations per trial.")
-TurnsOption: Any = typer.Option(
-    None, "--turns", parser=lengths("--turns"), help="Turns per conversation, 4 or 2:6."
-)
-ThinkTimeOption: Any = typer.Option(
-    None, "--think-time", parser=parse_think, help="Pause before each next turn: 2s or exp:2s."
-)
-ConversationsOption: Any = typer.Option(
-    None, "--conversations", help="ShareGPT-format conversations (JSON or JSONL)."
-)
-SeedOption: Any = typer.Option(None, "--seed", help="Prompt seed (default: random, stored).")
-TokenizerOption: Any = typer.Option(
-    None, "--tokenizer", help="Local tokenizer dir: exact prompt lengths, fallback counts."
-)
-SloOption: Any = typer.Option(
-    None, "--slo", parser=parse_slo, help="e.g. ttft=500ms,tpot=50ms,e2e=10s (any subset)."
-)
-SloPercentileOption: Any = typer.Option(
-    None, "--slo-percentile", help="Percentile the SLO bounds (99; LoadGen tail claims)."
-)
-RequestsOption: Any = typer.Option(None, "--requests", help="Requests per trial (100).")
+@dataclass(frozen=True)
+class WorkloadFlags(FlagGroup):
+    """The workload flags ``llm`` and ``tune`` share, and the workload they describe."""
+
+    requests: int | None = flag(typer.Option(None, "--requests", help="Requests per trial (100)."))
+    input_tokens: Lengths | None = flag(
+        typer.Option(
+            None, "--input-tokens", parser=lengths("--input-tokens"), help="128 or a range 64:256."
+        )
+    )
+    output_tokens: Lengths | None = flag(
+        typer.Option(
+            None, "--output-tokens", parser=lengths("--output-tokens"), help="64 or a range 16:256."
+        )
+    )
+    prompts: Path | None = flag(
+        typer.Option(
+            None, "--prompts", help='JSONL prompts: {"prompt": ..., "max_tokens": ...} per line.'
+        )
+    )
+    prefix: PrefixScenario | None = flag(
+        typer.Option(None, "--prefix", parser=parse_prefix, help="cold, or shared=TOKENS.")
+    )
+    sessions: int | None = flag(
+        typer.Option(None, "--sessions", help="Multi-turn: conversations per trial.")
+    )
+    turns: Lengths | None = flag(
+        typer.Option(
+            None, "--turns", parser=lengths("--turns"), help="Turns per conversation, 4 or 2:6."
+        )
+    )
+    think_time: ThinkTime | None = flag(
+        typer.Option(
+            None,
+            "--think-time",
+            parser=parse_think,
+            help="Pause before a next turn: 2s or exp:2s.",
+        )
+    )
+    conversations: Path | None = flag(
+        typer.Option(None, "--conversations", help="ShareGPT conversations (JSON or JSONL).")
+    )
+    seed: int | None = flag(
+        typer.Option(None, "--seed", help="Prompt seed (default: random, stored).")
+    )
+    tokenizer: Path | None = flag(
+        typer.Option(
+            None, "--tokenizer", help="Local tokenizer dir: exact prompt lengths, fallback counts."
+        )
+    )
+
+    @property
+    def requests_per_trial(self) -> int | None:
+        """Requests (or, multi-turn, conversations) per trial; ``None``: the request's default."""
+        if self.sessions is not None and self.requests is not None:
+            raise BadInputError("give --sessions (conversations per trial) or --requests, not both")
+        return self.sessions if self.sessions is not None else self.requests
+
+    def build(
+        self,
+        *,
+        prefix_hit_rate: float | None = None,
+        input_filter: Lengths | None = None,
+        output_filter: Lengths | None = None,
+        trace: Path | None = None,
+        trace_block_tokens: int | None = None,
+    ) -> WorkloadSource:
+        """The workload these flags describe, with ``llm``'s own flags where given (one line
+        when they contradict each other)."""
+        if prefix_hit_rate is not None and self.prefix is None:
+            raise BadInputError("--prefix-hit-rate needs --prefix shared=TOKENS")
+        scenario = self.prefix or PrefixScenario()
+        if prefix_hit_rate is not None:
+            scenario = PrefixScenario.parse(f"shared={scenario.shared_tokens}", prefix_hit_rate)
+        elif not scenario.cold:
+            scenario = PrefixScenario(scenario.shared_tokens, 1.0)
+        return build_workload(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            prompts=self.prompts,
+            prefix=scenario,
+            sessions=self.sessions,
+            turns=self.turns,
+            think_time=self.think_time,
+            conversations=self.conversations,
+            input_filter=input_filter,
+            output_filter=output_filter,
+            trace=trace,
+            trace_block_tokens=trace_block_tokens,
+            seed=self.seed if self.seed is not None else random_seed(),
+        )
+
+
+@dataclass(frozen=True)
+class SloFlags(FlagGroup):
+    """``--slo`` and the percentile it bounds."""
+
+    slo: Slo | None = flag(
+        typer.Option(
+            None, "--slo", parser=parse_slo, help="e.g. ttft=500ms,tpot=50ms,e2e=10s (any subset)."
+        )
+    )
+    slo_percentile: float | None = flag(
+        typer.Option(
+            None, "--slo-percentile", help="Percentile the SLO bounds (99; LoadGen tail claims)."
+        )
+    )
+
+    @property
+    def bound(self) -> Slo | None:
+        """The SLO bounding the percentile asked (checked in one line)."""
+        return with_percentile(self.slo, self.slo_percentile)
 
 
 def parse_workers(value: Any) -> Workers:
@@ -201,5 +282,3 @@ CapacityStartOption: Any = typer.Option(
     None, "--capacity-start", help="First load of the capacity search."
 )
 TimeoutOption: Any = duration_option("--timeout", "Per-request timeout (300s).")
-ReportOption: Any = typer.Option(None, "--report", help="HTML report path.")
-NoStoreOption: Any = typer.Option(False, "--no-store", help="Do not store the run.")

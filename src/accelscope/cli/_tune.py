@@ -14,21 +14,20 @@ import typer
 
 from accelscope.cli import _llm_options as shared
 from accelscope.cli._app import (
-    JsonOption,
-    StoreOption,
+    OutputFlags,
     _out,
     app,
     given,
     run_and_print,
 )
+from accelscope.cli._flag_groups import GROUP, with_flag_groups
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import choice, duration_option
 from accelscope.cli.config import config_option
 from accelscope.commands.tune.view import tune_view
 from accelscope.commands.tune.workflow import TuneRequest, tune
 from accelscope.errors import BadInputError
-from accelscope.llm.documents import Arrivals, Slo
-from accelscope.llm.workload import Lengths, PrefixScenario, ThinkTime
+from accelscope.llm.documents import Arrivals
 from accelscope.store.sqlite import RunRecord
 from accelscope.tune.documents import TuneConfig, TuneRun, TuneSettings
 
@@ -54,6 +53,7 @@ def _port_range(value: Any) -> PortRange:
 
 
 @app.command("tune")
+@with_flag_groups
 def tune_command(
     engine: str = typer.Option(..., "--engine", help="vllm, transformers or template."),
     model_dir: Path | None = typer.Option(
@@ -104,19 +104,8 @@ def tune_command(
     capacity_trials: int | None = typer.Option(
         None, "--capacity-trials", help="Trials per capacity search (6)."
     ),
-    requests: int | None = shared.RequestsOption,
-    input_tokens: Lengths | None = shared.InputTokensOption,
-    output_tokens: Lengths | None = shared.OutputTokensOption,
-    prompts: Path | None = shared.PromptsOption,
-    prefix: PrefixScenario | None = shared.PrefixOption,
-    sessions: int | None = shared.SessionsOption,
-    turns: Lengths | None = shared.TurnsOption,
-    think_time: ThinkTime | None = shared.ThinkTimeOption,
-    conversations: Path | None = shared.ConversationsOption,
-    seed: int | None = shared.SeedOption,
-    tokenizer: Path | None = shared.TokenizerOption,
-    slo: Slo | None = shared.SloOption,
-    slo_percentile: float | None = shared.SloPercentileOption,
+    workload: shared.WorkloadFlags = GROUP,
+    slo: shared.SloFlags = GROUP,
     search: str | None = typer.Option(
         None,
         "--search",
@@ -147,10 +136,7 @@ def tune_command(
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue the last unfinished tune."),
     config: Path | None = config_option("tune"),
-    report: Path | None = shared.ReportOption,
-    store: Path | None = StoreOption,
-    no_store: bool = shared.NoStoreOption,
-    as_json: bool = JsonOption,
+    output: OutputFlags = GROUP,
 ) -> None:
     """Find the LLM server configuration with the most good tokens/s at your SLO."""
     if old_model is not None:  # one meaning per flag: llm's --model is the name a server serves
@@ -170,23 +156,6 @@ def tune_command(
         fixed = Arrivals(concurrency=concurrency)
     if fixed is not None and capacity is not None:
         raise BadInputError("--capacity searches the load: give it or a fixed load, not both")
-    scenario = prefix or PrefixScenario()
-    workload = shared.build_workload(
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        prompts=prompts,
-        prefix=scenario if scenario.cold else PrefixScenario(scenario.shared_tokens, 1.0),
-        sessions=sessions,
-        turns=turns,
-        think_time=think_time,
-        conversations=conversations,
-        input_filter=None,
-        output_filter=None,
-        trace=None,
-        trace_block_tokens=None,
-        seed=seed if seed is not None else shared.random_seed(),
-    )
-    slo = shared.with_percentile(slo, slo_percentile)
     try:
         extra = tuple(shlex.split(engine_args)) if engine_args else ()
     except ValueError as exc:
@@ -201,13 +170,13 @@ def tune_command(
         quality_flags=tuple(quality_flag or ()),
         vllm_python=vllm_python,
         engine_args=extra,
-        workload=workload,
-        tokenizer=tokenizer,
+        workload=workload.build(),
+        tokenizer=workload.tokenizer,
         fixed=fixed,
-        slo=slo,
+        slo=slo.bound,
         resume=resume,
         api_key=os.environ.get(shared.API_KEY_ENV),
-        report_path=report,
+        report_path=output.report,
         **given(
             health_path=health_path,
             served_name=served_name,
@@ -216,7 +185,7 @@ def tune_command(
             capacity=capacity,
             capacity_start=capacity_start,
             capacity_trials=capacity_trials,
-            requests=sessions if sessions is not None else requests,
+            requests=workload.requests_per_trial,
             search=search,
             grid_max=grid_max,
             finalists=finalists,
@@ -229,7 +198,7 @@ def tune_command(
             port_range=(port_range.low, port_range.high) if port_range else None,
         ),
     )
-    run_and_print(tune, request, tune_view, store=store, no_store=no_store, as_json=as_json)
+    run_and_print(tune, request, tune_view, output)
 
 
 def _show(run: RunRecord) -> None:
