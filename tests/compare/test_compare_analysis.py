@@ -676,3 +676,63 @@ def test_direct_config_observations() -> None:
     assert row.verdict == Verdict.NO_CHANGE
     assert comparison.unit == "runs (2 vs 2, Welch t on log figures)"
     assert comparison.notes == ()
+
+
+# --- llm figures whose definition changed ---------------------------------------------------
+
+
+def _llm_config(ttft: float, definitions: dict[str, str] | None, seed: int) -> ConfigObservations:
+    return ConfigObservations(
+        key="rate 4",
+        label="rate 4",
+        model="",
+        model_digest="",
+        fingerprint="",
+        machine="",
+        libraries=(),
+        metrics={
+            "ttft_p50": Observation(samples=_samples(ttft, 0.05, 60, seed)),
+            "tpot_p50": Observation(samples=_samples(0.01, 0.05, 60, seed + 1)),
+        },
+        definitions=definitions,
+    )
+
+
+def _llm_runs(
+    before: dict[str, str] | None, after: dict[str, str] | None
+) -> tuple[list[RunData], list[RunData]]:
+    sides = []
+    for ttft, definitions, seed in ((0.1, before, 1), (0.1, after, 11)):
+        sides.append(
+            [
+                RunData(
+                    run_id=f"r{seed + i}",
+                    kind="llm",
+                    model="m",
+                    configs=(_llm_config(ttft, definitions, seed + i),),
+                )
+                for i in range(2)
+            ]
+        )
+    return sides[0], sides[1]
+
+
+def test_a_figure_whose_definition_changed_is_noted_and_not_compared() -> None:
+    old = {"ttft_s": "first chunk - scheduled arrival", "tpot_s": "(last - first) / (N - 1)"}
+    new = {**old, "tpot_s": "(last - first) / (N - k1)"}
+    comparison = compare_runs(*_llm_runs(old, new))
+    metrics = {row.metric for row in comparison.rows}
+    assert "TTFT p50" in metrics and "TPOT p50" not in metrics
+    [note] = [n for n in comparison.notes if "definition changed" in n]
+    assert note.startswith("TPOT p50, TPOT p99: not compared")
+    assert "(N - 1)" in note and "(N - k1)" in note
+
+
+def test_the_same_definitions_compare_every_figure_and_an_older_run_is_noted() -> None:
+    same = {"ttft_s": "a", "tpot_s": "b"}
+    comparison = compare_runs(*_llm_runs(same, dict(same)))
+    assert {row.metric for row in comparison.rows} == {"TTFT p50", "TPOT p50"}
+    assert not [n for n in comparison.notes if "definition" in n]
+    older = compare_runs(*_llm_runs(None, same))
+    assert {row.metric for row in older.rows} == {"TTFT p50", "TPOT p50"}
+    assert any(n.startswith("the baseline stored no definitions") for n in older.notes)

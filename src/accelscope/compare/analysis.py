@@ -274,6 +274,41 @@ def _environment_notes(
     return notes
 
 
+def _changed_definitions(
+    baseline: list[ConfigObservations], candidate: list[ConfigObservations], notes: list[str]
+) -> set[str]:
+    """The definition keys whose text differs between the sides (each one noted; their
+    figures are not compared), and a note when one side stored no definitions at all."""
+    sides = []
+    for side in (baseline, candidate):
+        texts: dict[str, set[str]] = {}
+        stored = [c.definitions for c in side if c.definitions is not None]
+        for definitions in stored:
+            for name, text in definitions.items():
+                texts.setdefault(name, set()).add(text)
+        sides.append((bool(stored), texts))
+    (before_stored, before), (after_stored, after) = sides
+    if before_stored != after_stored:
+        which = "baseline" if not before_stored else "candidate"
+        notes.append(
+            f"the {which} stored no definitions of its figures (an older accelscope): "
+            "a change of definition cannot be seen"
+        )
+    changed = {
+        name
+        for name in set(before) & set(after)
+        if before[name] != after[name] and any(m.definition == name for m in METRICS.values())
+    }
+    for name in sorted(changed):
+        metrics = ", ".join(m.name for m in METRICS.values() if m.definition == name)
+        was, now = _single(before[name]), _single(after[name])
+        notes.append(
+            f"{metrics}: not compared, the definition changed between the runs "
+            f"(baseline: {was!r}; candidate: {now!r})"
+        )
+    return changed
+
+
 def _side_figure(metric: Metric, observations: list[Any]) -> float:
     return float(np.median([o.statistic(metric) for o in observations]))
 
@@ -356,10 +391,17 @@ def compare_runs(
         )
     )
     pending: list[tuple[str, str, Metric, float, float, ProcessRatio | None]] = []
+    changed = _changed_definitions(
+        [c for key in common for c in by_key_before[key]],
+        [c for key in common for c in by_key_after[key]],
+        notes,
+    )
     for key in common:
         before, after = by_key_before[key], by_key_after[key]
         for metric_id, metric in METRICS.items():
             if not all(metric_id in c.metrics for c in before + after):
+                continue
+            if metric.definition in changed:  # another quantity: shown, never compared
                 continue
             obs_before = [c.metrics[metric_id] for c in before]
             obs_after = [c.metrics[metric_id] for c in after]

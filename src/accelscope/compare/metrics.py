@@ -41,6 +41,9 @@ class Metric:
     unit: str
     higher_is_better: bool = False
     percentile: float | None = None
+    definition: str | None = None
+    """The key of the figure's definition a run stores with it (``LlmRun.definitions``): a
+    figure whose definition changed between the runs is shown, never compared."""
 
 
 METRICS: dict[str, Metric] = {
@@ -49,14 +52,16 @@ METRICS: dict[str, Metric] = {
     "peak_memory": Metric(name="peak memory", unit="B"),
     "accuracy": Metric(name="accuracy metric", unit="", higher_is_better=True),
     "capacity": Metric(name="capacity at the p99 SLA", unit="q/s", higher_is_better=True),
-    "ttft_p50": Metric(name="TTFT p50", unit="s", percentile=50.0),
-    "ttft_p99": Metric(name="TTFT p99", unit="s", percentile=99.0),
-    "tpot_p50": Metric(name="TPOT p50", unit="s", percentile=50.0),
-    "tpot_p99": Metric(name="TPOT p99", unit="s", percentile=99.0),
-    "e2e_p99": Metric(name="E2E p99", unit="s", percentile=99.0),
-    "output_tokens_per_s": Metric(name="output tokens/s", unit="tok/s", higher_is_better=True),
+    "ttft_p50": Metric(name="TTFT p50", unit="s", percentile=50.0, definition="ttft_s"),
+    "ttft_p99": Metric(name="TTFT p99", unit="s", percentile=99.0, definition="ttft_s"),
+    "tpot_p50": Metric(name="TPOT p50", unit="s", percentile=50.0, definition="tpot_s"),
+    "tpot_p99": Metric(name="TPOT p99", unit="s", percentile=99.0, definition="tpot_s"),
+    "e2e_p99": Metric(name="E2E p99", unit="s", percentile=99.0, definition="e2e_s"),
+    "output_tokens_per_s": Metric(
+        name="output tokens/s", unit="tok/s", higher_is_better=True, definition="output_tokens"
+    ),
     "goodput_tokens_per_s": Metric(
-        name="token goodput at the SLO", unit="tok/s", higher_is_better=True
+        name="token goodput at the SLO", unit="tok/s", higher_is_better=True, definition="goodput"
     ),
     "llm_capacity": Metric(name="LLM capacity at the SLO", unit="load", higher_is_better=True),
 }
@@ -91,6 +96,9 @@ class ConfigObservations:
     machine: str
     libraries: tuple[tuple[str, str], ...]
     metrics: Mapping[str, Observation]
+    definitions: Mapping[str, str] | None = None
+    """Each figure's definition as the run stored it (``None``: the kind or the run stores
+    none, e.g. an llm run from before definitions were stored)."""
 
 
 def describe_machine(result: Result) -> str:
@@ -180,12 +188,14 @@ def _from_llm(_: Sequence[Result], documents: Sequence[Any]) -> list[ConfigObser
     and E2E as samples, throughput and goodput as values) and the ``llm-capacity``."""
     found: dict[str, ConfigObservations] = {}
     settings: dict[str, Any] = {}
+    definitions: dict[str, str] | None = None
     for document in documents:
         if document.kind == LlmRun.kind:
             run = LlmRun.from_payload(document.payload, "an llm document")
             workload = run.workload.model_dump(mode="json", exclude={"seed"})  # the seed differs
             slo = run.slo.model_dump(mode="json") if run.slo else None
             settings = {"workload": workload, "slo": slo}
+            definitions = dict(run.definitions) or None
     for document in documents:
         if document.kind == LlmTrial.kind:
             trial = LlmTrial.from_payload(document.payload, "an llm-trial document")
@@ -221,6 +231,7 @@ def _from_llm(_: Sequence[Result], documents: Sequence[Any]) -> list[ConfigObser
                 machine="",
                 libraries=(),
                 metrics=metrics,
+                definitions=definitions,
             )
         elif document.kind == LlmCapacity.kind:
             capacity = LlmCapacity.from_payload(document.payload, "an llm-capacity document")
