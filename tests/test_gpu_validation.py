@@ -15,6 +15,14 @@ from typing import Any
 
 import pytest
 
+from accelscope.commands.audit.workflow import AuditRequest, audit
+from accelscope.doctor.breakdown import Rate, breakdown
+from accelscope.doctor.device_timeline import TimelineVerdict
+from accelscope.doctor.diagnose import DoctorResult
+from accelscope.doctor.findings import Finding
+from accelscope.doctor.profile import COUNTERS, PHASES, Profile, Step
+from accelscope.doctor.verdict import Diagnosis
+from accelscope.doctor.whatif import WhatIfResult
 from accelscope.documents import RooflineProfile
 from accelscope.hardware.energy import EnergyFigure
 from accelscope.llm.documents import (
@@ -28,9 +36,14 @@ from accelscope.llm.documents import (
     Throughput,
     TrialSummary,
 )
+from accelscope.load.batcher import BatchPolicy
+from accelscope.load.summary import Distribution as LoadDistribution
+from accelscope.load.summary import Scenario
+from accelscope.load.summary import TrialSummary as LoadTrial
 from accelscope.serialise import dump
 from accelscope.spec import Device, Precision
 from accelscope.testing import fake_result, fixed_environment
+from accelscope.testing.nvml import FakeNvml
 from plan_helpers import roofline_payload
 
 PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "validate.py"
@@ -188,38 +201,99 @@ def test_an_outcome_round_trips_through_json_for_the_next_calls_merge(tmp_path: 
     assert earlier["facts"].checks[0].verdict == v.CONFIRMED
 
 
-def _finding(rule: str, status: str, share: float | None = None) -> dict[str, Any]:
-    return {"rule": rule, "status": status, "summary": f"{rule} {status}", "share": share}
+def _finding(rule: str, status: str, share: float | None = None) -> Finding:
+    return Finding(
+        rule=rule,
+        title=rule,
+        status=status,
+        summary=f"{rule} {status}",
+        threshold="",
+        share=share,
+    )
+
+
+def _step_record(start_s: float) -> Step:
+    phases = dict.fromkeys(PHASES, 0.0) | {"sync": 0.085, "forward": 0.01}
+    return Step(
+        start_s=start_s,
+        duration_s=0.1,
+        phases_s=phases,
+        counts=dict.fromkeys(COUNTERS, 0),
+    )
+
+
+def _doctor_printed(
+    bottleneck: str,
+    findings: list[Finding],
+    shares: dict[str, float],
+    whatifs: list[WhatIfResult],
+    items_per_s: float = 640.0,
+    recommendation: str = "",
+) -> Any:
+    """What ``doctor SCRIPT --json`` prints for a run that found ``findings``: a real
+    :class:`DoctorResult`'s documents inside the CLI's wrapper."""
+    steps = tuple(_step_record(0.1 * i) for i in range(6))
+    profile = Profile(
+        status="done",
+        mode="train",
+        warmup=2,
+        target_steps=6,
+        steps=steps,
+        device_status="measured: CUDA events per step",
+    )
+    measured = breakdown(profile.measured)
+    result = DoctorResult(
+        script="train.py",
+        args=(),
+        profile=Profile.from_dict(dump(profile)),
+        telemetry=None,
+        diagnosis=Diagnosis(
+            bottleneck=bottleneck,
+            title=bottleneck,
+            headline=f"{bottleneck} on the device",
+            findings=tuple(findings),
+            breakdown=dataclasses.replace(
+                measured, shares=shares, items_per_s=Rate(items_per_s, items_per_s, items_per_s)
+            ),
+        ),
+        what_ifs=tuple(whatifs),
+        recommendation=recommendation,
+    )
+    document = {
+        "run_id": "r1",
+        "store": "",
+        "report": "doctor.html",
+        "trace": "trace.json",
+        "bottleneck": result.diagnosis.bottleneck,
+        "best": result.best,
+        "recommendation": result.recommendation,
+        **result.documents(),
+    }
+    return v.Command(["accelscope"], rc=0, seconds=1.0, stdout=json.dumps(document), stderr="")
+
+
+def _whatif(name: str, speedup: float, low: float | None = None, high: float | None = None) -> Any:
+    return WhatIfResult(
+        name=name, label=name, status="ok", speedup=speedup, speedup_low=low, speedup_high=high
+    )
 
 
 def test_doctor_on_a_healthy_loop_refutes_h1_when_the_gpu_sets_the_pace() -> None:
-    doc = {
-        "bottleneck": "device-bound",
-        "recommendation": "bf16",
-        "diagnosis": {
-            "diagnosis": {
-                "headline": "compute-bound on the device",
-                "findings": [
-                    _finding("device-bound", "fired", 0.93),
-                    _finding("sync-bound", "clear", 0.01),
-                    _finding("device-idle", "clear", 0.04),
-                    _finding("missing-mixed-precision", "clear"),
-                ],
-                "breakdown": {"shares": {"sync": 0.85, "forward": 0.1}, "items_per_s": 80000},
-            },
-            "profile": {"device_status": "measured: CUDA events"},
-        },
-        "whatif": [
-            {"name": "baseline", "status": "ok", "speedup": 1.0},
-            {
-                "name": "bf16",
-                "status": "ok",
-                "speedup": 3.1,
-                "speedup_low": 2.9,
-                "speedup_high": 3.3,
-            },
+    command = _doctor_printed(
+        "device-bound",
+        [
+            _finding("device-bound", "fired", 0.93),
+            _finding("sync-bound", "clear", 0.01),
+            _finding("device-idle", "clear", 0.04),
+            _finding("missing-mixed-precision", "clear"),
         ],
-    }
+        {"sync": 0.85, "forward": 0.1},
+        [_whatif("baseline", 1.0), _whatif("bf16", 3.1, 2.9, 3.3)],
+        items_per_s=80000,
+        recommendation="bf16",
+    )
+    doc = command.document(v.DoctorJson)
+    assert doc is not None, command.why()
     out = v.summarize_doctor(v.Outcome("doctor_healthy", v.OK), doc, gpu=True)
     verdicts = {c.id: c.verdict for c in out.checks}
     assert verdicts == {
@@ -229,29 +303,169 @@ def test_doctor_on_a_healthy_loop_refutes_h1_when_the_gpu_sets_the_pace() -> Non
         "§3 bf16": "confirmed",
     }
     assert out.figures["whatif"]["bf16"]["speedup"] == 3.1
-    assert "device-bound; fired: device-bound; GPU idle 4%; what-if bf16 3.10x" in out.summary
+    assert out.figures["items_per_s"] == {"median": 80000, "low": 80000, "high": 80000}
+    assert out.figures["device_status"] == "measured: CUDA events per step"
+    assert out.figures["recommendation"] == "bf16"
+    assert out.summary == (
+        "device-bound; fired: device-bound; GPU idle 4%; what-if bf16 3.10x [2.90x-3.30x]; "
+        "shares sync 85%, forward 10%"
+    )
+    json.dumps(out.figures)  # the digest stores the figures as JSON
 
 
 def test_doctor_on_the_starved_loop_checks_input_bound_idle_and_the_workers_ratio() -> None:
-    doc = {
-        "bottleneck": "input-bound",
-        "diagnosis": {
-            "diagnosis": {
-                "findings": [
-                    _finding("input-bound", "fired", 0.91),
-                    _finding("device-idle", "fired", 0.9),
-                ],
-                "breakdown": {"shares": {"input": 0.91}},
-            }
-        },
-        "whatif": [{"name": "workers", "status": "ok", "speedup": 4.2}],
-    }
+    command = _doctor_printed(
+        "input-bound",
+        [_finding("input-bound", "fired", 0.91), _finding("device-idle", "fired", 0.9)],
+        {"input": 0.91},
+        [_whatif("workers", 4.2)],
+    )
+    doc = command.document(v.DoctorJson)
+    assert doc is not None, command.why()
     out = v.summarize_doctor(v.Outcome("doctor_starved", v.OK), doc, gpu=True)
     assert [(c.id, c.verdict) for c in out.checks] == [
         ("§3 doctor starved", "confirmed"),
         ("§3 workers", "refuted"),  # 4.2x is outside the predicted 6-14x
     ]
     assert out.figures["gpu_idle_share"] == 0.9
+    assert "what-if workers 4.20x;" in out.summary
+
+
+def test_a_doctor_document_of_the_wrong_shape_fails_with_the_field_and_why() -> None:
+    command = _doctor_printed("input-bound", [_finding("input-bound", "fired", 0.9)], {}, [])
+    printed = json.loads(command.stdout)
+    del printed["diagnosis"]["diagnosis"]["findings"][0]["status"]
+    wrong = v.Command(["accelscope"], rc=0, seconds=1.0, stdout=json.dumps(printed), stderr="")
+    assert wrong.document(v.DoctorJson) is None
+    assert wrong.why() == (
+        "not DoctorJson JSON: diagnosis.diagnosis.findings.0.status: Field required"
+    )
+    del printed["diagnosis"]["profile"]["steps"]  # read by Profile.from_dict
+    printed["diagnosis"]["diagnosis"]["findings"] = []
+    wrong = v.Command(["accelscope"], rc=0, seconds=1.0, stdout=json.dumps(printed), stderr="")
+    assert wrong.document(v.DoctorJson) is None
+    assert wrong.why().startswith("not DoctorJson JSON: diagnosis.profile: Value error, steps:")
+    roofline = _printed(RooflineProfile.model_validate(roofline_payload()))
+    assert roofline.document(v.DoctorJson) is None
+    assert roofline.why() == "not DoctorJson JSON: bottleneck: Field required"
+    failed = v.Command(["accelscope"], rc=2, seconds=1.0, stdout="", stderr="error: no GPU events")
+    assert failed.document(v.TraceJson, failed_too=True) is None
+    assert failed.why() == "exit 2: error: no GPU events"  # its exit, not the missing JSON
+
+
+def test_the_archetype_replay_is_read_as_the_timeline_verdict_it_printed() -> None:
+    verdict = TimelineVerdict(
+        bottleneck="input-bound",
+        headline="the GPU waits for input",
+        advice="more DataLoader workers",
+        ranked=(("input", 0.6),),
+        step_s=0.1,
+        compute_share=0.3,
+        busy_share=0.35,
+        copy_share=0.05,
+        idle_share=0.65,
+        nvml_utilisation=None,
+        sm_active=0.3,
+    )
+    printed = {
+        "mode": "trace",
+        "slowest": "rank0",
+        "ranks": [{"rank": "rank0", "verdict": dataclasses.asdict(verdict), "steps": []}],
+        "what_ifs": "what-ifs need the script",
+        "report": "",
+    }
+    text = json.dumps(printed, allow_nan=False, default=str)
+    command = v.Command(["accelscope"], rc=0, seconds=1.0, stdout=text, stderr="")
+    doc = command.document(v.TraceJson)
+    assert doc is not None, command.why()
+    assert doc.ranks[0].verdict == verdict
+
+
+def test_audit_is_read_as_the_document_the_audit_printed() -> None:
+    outcome = audit(
+        AuditRequest(sample_s=1.0, step_s=0.25, prices=(("NVIDIA L4", 1.0),)),
+        store_path=None,
+        nvml=FakeNvml(gpm=True),
+    )
+    printed = json.dumps({"run_id": None, "report": "", **outcome.document})
+    command = v.Command(["accelscope"], rc=0, seconds=1.0, stdout=printed, stderr="")
+    doc = command.document(v.AuditJson)
+    assert doc is not None, command.why()
+    out = v.summarize_audit(v.Outcome("audit", v.OK), doc, gpu=True)
+    (device,) = outcome.document["devices"]
+    assert out.figures["device"] == "NVIDIA L4"
+    assert out.figures["busy_share"] == pytest.approx(0.87)  # NVML: 87 %
+    assert out.figures["useful_share"] == pytest.approx(0.615)  # GPM SM activity
+    assert out.figures["power_mean_w"] == device["power_mean_w"]
+    assert out.figures["not_measured"] == device["not_measured"]
+    assert out.summary.startswith("NVIDIA L4: busy 87%, useful 62%, SM p95 ")
+    assert [c.id for c in out.checks] == ["§3 audit", "M2 (audit)"]
+    json.dumps(out.figures)
+    nothing = v.AuditJson.model_validate({**outcome.document, "devices": []})
+    empty = v.summarize_audit(v.Outcome("audit", v.OK), nothing, gpu=False)
+    assert empty.summary == f"no GPU sampled ({outcome.document['source']})"
+    assert empty.figures["device"] is None
+
+
+def test_load_is_read_as_the_trials_it_printed() -> None:
+    def latency(p99_s: float) -> LoadDistribution:
+        return LoadDistribution(count=4000, mean_s=0.01, p50_s=0.01, p90_s=0.012, p99_s=p99_s)
+
+    trial = LoadTrial(
+        scenario=Scenario.OFFLINE,
+        policy=BatchPolicy(max_batch=32),
+        offered_rate_per_s=None,
+        sla_p99_s=None,
+        issued=4000,
+        completed=4000,
+        errors=0,
+        timeouts=0,
+        cancelled=0,
+        latency=latency(0.02),
+        queue=latency(0.01),
+        compute=latency(0.005),
+        lag=LoadDistribution(),
+        duration_s=0.5,
+        throughput_per_s=8000.0,
+        mean_batch=31.5,
+        batches=127,
+        early_stopping=None,
+        p90_estimate_s=None,
+        p99_estimate_s=None,
+        invalid_reasons=(),
+        energy=EnergyFigure(energy_j=400.0, items=4000, window_s=0.5),
+    )
+    printed = {
+        "run_id": "r1",
+        "store": "",
+        "report": "",
+        "model": "resnet50",
+        "label": "resnet50/fp32/b32",
+        "scenario": "offline",
+        "capacity": None,
+        "trials": [trial.to_dict()],
+        "notes": [],
+        "harness_floor": None,
+    }
+    command = v.Command(["accelscope"], rc=0, seconds=1.0, stdout=json.dumps(printed), stderr="")
+    doc = command.document(v.LoadJson)
+    assert doc is not None, command.why()
+    assert doc.trials == [trial]
+    bench = {"fp32/b64": {"items_per_s": 16000.0}}
+    out = v.summarize_load(v.Outcome("load", v.OK), doc, bench_configs=bench, gpu=True)
+    assert out.figures == {
+        "throughput_per_s": 8000.0,
+        "mean_batch": 31.5,
+        "p99_s": 0.02,
+        "joules_per_item": 0.1,
+        "bench_fp32_b64": 16000.0,
+    }
+    assert out.summary == "offline b32: 8 k/s, mean batch 31.5; bench fp32 b64 / load = 2.00x"
+    assert [(c.id, c.verdict) for c in out.checks] == [("§3 / M8 load", "confirmed")]
+    del printed["trials"][0]["latency"]
+    wrong = v.Command(["accelscope"], rc=0, seconds=1.0, stdout=json.dumps(printed), stderr="")
+    assert wrong.document(v.LoadJson) is None
+    assert wrong.why() == "not LoadJson JSON: trials.0: Value error, latency: Field required"
 
 
 def test_ceilings_rows_are_shares_of_the_datasheet_and_h2_m5_l4_are_judged() -> None:

@@ -45,13 +45,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, PlainValidator, TypeAdapter, ValidationError
 
+from accelscope.doctor.device_timeline import TimelineVerdict
+from accelscope.doctor.profile import Profile
+from accelscope.doctor.verdict import Diagnosis
+from accelscope.doctor.whatif import WhatIfResult
 from accelscope.documents import Ceilings, RooflineProfile
 from accelscope.hardware.fingerprint import Environment
+from accelscope.hardware.telemetry import Telemetry
 from accelscope.llm.documents import LlmRun
+from accelscope.load.summary import Scenario, TrialSummary
 from accelscope.result import Result, Status
 from accelscope.serialise import dump
 
@@ -344,6 +350,127 @@ class ResultsJson(BaseModel):
         return [Result.from_dict(data) for data in self.results]
 
 
+def _read_back(read: Callable[[dict[str, Any]], Any]) -> PlainValidator:
+    """Validate a field with accelscope's own reader of that stored document (a hand-written
+    ``from_dict``): what is wrong with it becomes the field's error, so :meth:`Command.document`
+    names the field and why."""
+
+    def validate(data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValueError(f"an object was expected, not {type(data).__name__}")
+        try:
+            return read(data)
+        except ValidationError as error:
+            problems = error.errors()
+            where = ".".join(str(part) for part in problems[0]["loc"]) if problems else ""
+            message = problems[0]["msg"] if problems else str(error)
+            raise ValueError(f"{where}: {message}" if where else message) from None
+        except KeyError as missing:
+            key = missing.args[0] if missing.args else "?"
+            raise ValueError(f"{key}: Field required") from None
+        except (TypeError, AttributeError, IndexError) as error:
+            raise ValueError(str(error)) from None
+
+    return PlainValidator(validate)
+
+
+ProfileJson = Annotated[Profile, _read_back(Profile.from_dict)]
+"""The doctor's :class:`~accelscope.doctor.profile.Profile`, as ``Profile.from_dict`` reads it."""
+TelemetryJson = Annotated[Telemetry, _read_back(Telemetry.from_dict)]
+"""A run's :class:`~accelscope.hardware.telemetry.Telemetry` (stored columnar by ``to_dict``)."""
+TrialJson = Annotated[TrialSummary, _read_back(TrialSummary.from_dict)]
+"""A ``load`` trial's :class:`~accelscope.load.summary.TrialSummary` (stored by ``to_dict``)."""
+
+
+class DoctorDiagnosisJson(BaseModel):
+    """The ``diagnosis`` store document inside ``doctor --json`` (``DoctorResult.documents``):
+    the :class:`~accelscope.doctor.verdict.Diagnosis` and the baseline's profile."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    script: str
+    args: list[str]
+    diagnosis: Diagnosis
+    profile: ProfileJson
+    best: str | None = None
+    recommendation: str = ""
+    telemetry_steps_at_s: float | None = None
+
+
+class DoctorJson(BaseModel):
+    """What ``doctor SCRIPT --json`` prints: the CLI wraps ``DoctorResult.documents()`` (the
+    ``diagnosis``, ``telemetry`` and ``whatif`` store documents) with the run's bottleneck,
+    best what-if and recommendation in a plain object, so only the wrapper is declared here."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    bottleneck: str
+    best: str | None = None
+    recommendation: str = ""
+    diagnosis: DoctorDiagnosisJson
+    telemetry: TelemetryJson | None
+    whatif: list[WhatIfResult]
+
+
+class TraceRankJson(BaseModel):
+    """One rank of ``doctor --trace --json`` (``TraceDiagnosis.document``): its
+    :class:`~accelscope.doctor.device_timeline.TimelineVerdict`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rank: str
+    verdict: TimelineVerdict
+
+
+class TraceJson(BaseModel):
+    """What ``doctor --trace FILE --json`` prints: a plain object around each rank's verdict."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    mode: str
+    slowest: str
+    ranks: list[TraceRankJson]
+
+
+class AuditDeviceJson(BaseModel):
+    """One device of ``audit --json``: ``DeviceFigures.to_dict`` (no reader of its own), the
+    figures read here with the types :class:`~accelscope.audit.analysis.DeviceFigures` gives
+    them."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    hours: dict[str, float]
+    not_measured: dict[str, str]
+    power_mean_w: float | None
+    sm_p95: float | None
+    tensor_median: float | None
+    dram_median: float | None
+    notes: list[str]
+
+
+class AuditJson(BaseModel):
+    """What ``audit --json`` prints: the plain ``audit_document`` (with the run id and report
+    path); only its source and devices are read here."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    source: str
+    devices: list[AuditDeviceJson]
+
+
+class LoadJson(BaseModel):
+    """What ``load --json`` prints: a plain object around the trials (each a stored
+    :class:`~accelscope.load.summary.TrialSummary`, read back with ``TrialSummary.from_dict``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    label: str
+    scenario: Scenario
+    trials: list[TrialJson]
+
+
 def items_per_s(result: Result) -> float | None:
     """A result's throughput: items per call over the median sample."""
     measurement = result.measurement
@@ -410,7 +537,7 @@ class Command:
         """The ``--json`` document on stdout as accelscope's own ``model`` (validated once,
         here); ``None`` when the command failed (unless ``failed_too``: bench prints what it
         measured before a failure) or printed none that validates, and :meth:`why` says
-        which."""
+        which (a failed command's exit where it printed no such document)."""
         self.invalid = ""
         if not self.ok and not failed_too:
             return None
@@ -426,6 +553,8 @@ class Command:
                 return adapter.validate_python(found)
             except ValidationError as again:
                 error = again
+        if not self.ok:  # failed without a document: its exit says why
+            return None
         problems = error.errors()
         where = ".".join(str(part) for part in problems[0]["loc"]) if problems else ""
         message = problems[0]["msg"] if problems else str(error)
@@ -1047,8 +1176,8 @@ def _doctor(run: Runner, allowed: float, name: str, script: str, whatif: str) ->
         label=name,
     )
     run.record_command(out, result)
-    doc = result.json()
-    if not isinstance(doc, dict) or "diagnosis" not in doc:
+    doc = result.document(DoctorJson, failed_too=True)
+    if doc is None:
         out.status, out.note = FAILED, result.why()
         return out
     if not result.ok:
@@ -1056,72 +1185,80 @@ def _doctor(run: Runner, allowed: float, name: str, script: str, whatif: str) ->
     return summarize_doctor(out, doc, gpu=run.gpu)
 
 
-def summarize_doctor(out: Outcome, doc: dict[str, Any], gpu: bool = True) -> Outcome:
-    diagnosis = dig(doc, "diagnosis", "diagnosis") or {}
-    findings = {f.get("rule"): f for f in diagnosis.get("findings") or []}
-    fired = [r for r, f in findings.items() if f.get("status") == "fired"]
-    whatifs = {
-        w.get("name"): w for w in doc.get("whatif") or [] if w.get("name") not in (None, "baseline")
-    }
-    idle = findings.get("device-idle") or {}
-    evidence = (findings.get("device-bound") or {}).get("evidence") or idle.get("evidence") or {}
-    shares = dig(diagnosis, "breakdown", "shares") or {}
+def summarize_doctor(out: Outcome, doc: DoctorJson, gpu: bool = True) -> Outcome:
+    diagnosis = doc.diagnosis.diagnosis
+    profile = doc.diagnosis.profile
+    findings = {f.rule: f for f in diagnosis.findings}
+    fired = [r for r, f in findings.items() if f.status == "fired"]
+    whatifs = {w.name: w for w in doc.whatif if w.name != "baseline"}
+    idle = findings.get("device-idle")
+    bound = findings.get("device-bound")
+    evidence = (bound.evidence if bound else {}) or (idle.evidence if idle else {}) or {}
+    shares = dict(diagnosis.breakdown.shares)
     out.figures = {
-        "bottleneck": doc.get("bottleneck"),
-        "headline": diagnosis.get("headline"),
+        "bottleneck": doc.bottleneck,
+        "headline": diagnosis.headline,
         "fired": fired,
         "findings": {
-            r: {"status": f.get("status"), "summary": f.get("summary"), "share": f.get("share")}
+            r: {"status": f.status, "summary": f.summary, "share": f.share}
             for r, f in findings.items()
         },
         "shares": shares,
-        "step_median_s": dig(diagnosis, "breakdown", "step_median_s"),
-        "items_per_s": dig(diagnosis, "breakdown", "items_per_s"),
-        "gpu_idle_share": number(idle.get("share")) if idle.get("status") != "n/a" else None,
+        "step_median_s": diagnosis.breakdown.step_median_s,
+        "items_per_s": dump(diagnosis.breakdown.items_per_s),
+        "gpu_idle_share": idle.share if idle is not None and idle.status != "n/a" else None,
         "gpu_evidence": evidence,
-        "device_status": dig(doc, "diagnosis", "profile", "device_status"),
-        "gpu_memory": dig(doc, "diagnosis", "profile", "gpu_memory"),
-        "telemetry": dig(doc, "telemetry", "sm_activity_status"),
+        "device_status": profile.device_status,
+        "gpu_memory": dump(profile.gpu_memory) if profile.gpu_memory is not None else None,
+        "telemetry": doc.telemetry.sm_activity_status if doc.telemetry is not None else None,
         "whatif": {
             n: {
-                "status": w.get("status"),
-                "speedup": w.get("speedup"),
-                "low": w.get("speedup_low"),
-                "high": w.get("speedup_high"),
-                "reason": w.get("reason"),
+                "status": w.status,
+                "speedup": w.speedup,
+                "low": w.speedup_low,
+                "high": w.speedup_high,
+                "reason": w.reason,
             }
             for n, w in whatifs.items()
         },
-        "recommendation": doc.get("recommendation"),
+        "recommendation": doc.recommendation,
     }
     whatif_text = ", ".join(
-        f"{n} {ratio_text(w.get('speedup'))}"
+        f"{n} {ratio_text(w.speedup)}"
         + (
-            f" [{ratio_text(w.get('speedup_low'))}-{ratio_text(w.get('speedup_high'))}]"
-            if number(w.get("speedup_low")) is not None
+            f" [{ratio_text(w.speedup_low)}-{ratio_text(w.speedup_high)}]"
+            if w.speedup_low is not None
             else ""
         )
-        if w.get("status") == "ok"
-        else f"{n} {w.get('status')}"
+        if w.status == "ok"
+        else f"{n} {w.status}"
         for n, w in whatifs.items()
     )
     out.summary = (
-        f"{doc.get('bottleneck')}; fired: {', '.join(fired) or 'none'}; GPU idle "
+        f"{doc.bottleneck}; fired: {', '.join(fired) or 'none'}; GPU idle "
         f"{share(out.figures['gpu_idle_share'])}; what-if {whatif_text or 'none'}; "
-        "shares "
-        + ", ".join(f"{k} {share(v)}" for k, v in shares.items() if (number(v) or 0) >= 0.05)
+        "shares " + ", ".join(f"{k} {share(v)}" for k, v in shares.items() if v >= 0.05)
     )
     if not gpu:
         return out
+
+    def speedup_of(name: str) -> float | None:
+        found = whatifs.get(name)
+        return found.speedup if found is not None else None
+
+    def status_of(rule: str) -> str | None:
+        found = findings.get(rule)
+        return found.status if found is not None else None
+
     if out.step == "doctor_starved":
-        workers = number(dig(whatifs, "workers", "speedup"))
-        held = doc.get("bottleneck") == "input-bound" and "device-idle" in fired
+        workers = speedup_of("workers")
+        held = doc.bottleneck == "input-bound" and "device-idle" in fired
         out.checks.append(
             Check(
                 "§3 doctor starved",
                 "input-bound and device-idle (~90 % idle by CUDA events)",
-                f"{doc.get('bottleneck')}; device-idle {idle.get('status')} "
-                f"({share(idle.get('share'))} idle)",
+                f"{doc.bottleneck}; device-idle {status_of('device-idle')} "
+                f"({share(idle.share if idle else None)} idle)",
                 verdict(held),
             )
         )
@@ -1134,29 +1271,24 @@ def summarize_doctor(out: Outcome, doc: dict[str, Any], gpu: bool = True) -> Out
             )
         )
     else:
-        bf16 = number(dig(whatifs, "bf16", "speedup"))
+        bf16 = speedup_of("bf16")
         out.checks.append(
             Check(
                 "H1",
                 "a GPU-bound loop with one loss.item() per step is called sync-bound",
-                f"bottleneck {doc.get('bottleneck')}; sync-bound "
-                f"{(findings.get('sync-bound') or {}).get('status')}; device-bound "
-                f"{(findings.get('device-bound') or {}).get('status')}",
-                verdict(
-                    None if not doc.get("bottleneck") else doc.get("bottleneck") == "sync-bound"
-                ),
+                f"bottleneck {doc.bottleneck}; sync-bound {status_of('sync-bound')}; "
+                f"device-bound {status_of('device-bound')}",
+                verdict(None if not doc.bottleneck else doc.bottleneck == "sync-bound"),
             )
         )
-        mixed = findings.get("missing-mixed-precision") or {}
+        mixed = findings.get("missing-mixed-precision")
         out.checks.append(
             Check(
                 "H1 (mixed precision)",
                 "missing-mixed-precision reads 'clear: operators are small' (a false negative)",
-                f"{mixed.get('status')}: {str(mixed.get('summary'))[:120]}",
+                f"{mixed.status}: {mixed.summary[:120]}" if mixed else "None: None",
                 verdict(
-                    None
-                    if not mixed
-                    else mixed.get("status") == "clear" and "small" in str(mixed.get("summary"))
+                    None if not mixed else mixed.status == "clear" and "small" in mixed.summary
                 ),
             )
         )
@@ -1164,8 +1296,8 @@ def summarize_doctor(out: Outcome, doc: dict[str, Any], gpu: bool = True) -> Out
             Check(
                 "doc device-bound",
                 "healthy loop: compute-bound on the device (the GPU sets the pace)",
-                f"bottleneck {doc.get('bottleneck')}",
-                verdict(doc.get("bottleneck") == "device-bound"),
+                f"bottleneck {doc.bottleneck}",
+                verdict(doc.bottleneck == "device-bound"),
             )
         )
         out.checks.append(
@@ -1239,9 +1371,11 @@ def step_archetypes(run: Runner, allowed: float) -> Outcome:
             label=f"archetype {name}: live",
         )
         run.record_command(out, live)
-        doc = live.json() if isinstance(live.json(), dict) else {}
-        live_name = doc.get("bottleneck")
-        sm = find_number(doc, "sm_active")
+        live_doc = live.document(DoctorJson, failed_too=True)
+        live_name = live_doc.bottleneck if live_doc is not None else None
+        # SM activity wherever the printed document holds it (a finding's evidence, a GPM
+        # sample): a search of the whole text, not a read of one field
+        sm = find_number(live.json(), "sm_active")
         trace = traces / f"{name}.json.gz"
         recorded = run.python(
             str(HERE / "record_trace.py"),
@@ -1254,7 +1388,7 @@ def step_archetypes(run: Runner, allowed: float) -> Outcome:
             label=f"archetype {name}: trace",
         )
         run.record_command(out, recorded)
-        replay_doc: dict[str, Any] = {}
+        replay_doc: TraceJson | None = None
         why_not = recorded.why()
         if recorded.ok and trace.exists():
             replay = run.cli(
@@ -1267,25 +1401,24 @@ def step_archetypes(run: Runner, allowed: float) -> Outcome:
                 label=f"archetype {name}: replay",
             )
             run.record_command(out, replay)
-            replay_doc = replay.json() if isinstance(replay.json(), dict) else {}
+            replay_doc = replay.document(TraceJson, failed_too=True)
             why_not = replay.why()
-        rank = (replay_doc.get("ranks") or [{}])[0]
-        trace_verdict = rank.get("verdict") or {}
-        trace_name = trace_verdict.get("bottleneck")
-        busy = number(trace_verdict.get("busy_share"))
+        trace_verdict = replay_doc.ranks[0].verdict if replay_doc and replay_doc.ranks else None
+        trace_name = trace_verdict.bottleneck if trace_verdict is not None else None
+        busy = trace_verdict.busy_share if trace_verdict is not None else None
         found[name] = {
             "live": live_name,
             "trace": trace_name,
             "busy_share": busy,
             "sm_active": sm,
-            "advice": trace_verdict.get("advice"),
+            "advice": trace_verdict.advice if trace_verdict is not None else None,
             "trace_file": trace.name if trace.exists() else None,
             "trace_bytes": trace.stat().st_size if trace.exists() else None,
         }
         live_ok = live_name == want["live"] if live_name else None
         trace_ok = (
-            trace_name == want["trace"] and advice_holds(str(trace_verdict.get("advice")), want)
-            if trace_name
+            trace_name == want["trace"] and advice_holds(trace_verdict.advice, want)
+            if trace_verdict is not None and trace_name
             else None
         )
         rows.append(
@@ -1623,8 +1756,8 @@ def step_audit(run: Runner, allowed: float) -> Outcome:
         if load is not None:
             kill_group(load)
     run.record_command(out, result)
-    doc = result.json()
-    if not result.ok or not isinstance(doc, dict):
+    doc = result.document(AuditJson)
+    if doc is None:
         out.status, out.note = FAILED, result.why()
         return out
     return summarize_audit(out, doc, gpu=run.gpu)
@@ -1643,38 +1776,38 @@ def _read_line(process: subprocess.Popen[str], timeout_s: float) -> str:
     return got[0] if got else ""
 
 
-def summarize_audit(out: Outcome, doc: dict[str, Any], gpu: bool = True) -> Outcome:
-    device = dig(doc, "devices", 0) or {}
-    hours = device.get("hours") or {}
-    observed = number(hours.get("observed"))
+def summarize_audit(out: Outcome, doc: AuditJson, gpu: bool = True) -> Outcome:
+    device = doc.devices[0] if doc.devices else None
+    hours = device.hours if device is not None else {}
+    observed = hours.get("observed")
 
     def frac(name: str) -> float | None:
-        value = number(hours.get(name))
+        value = hours.get(name)
         return None if value is None or not observed else value / observed
 
     out.figures = {
-        "source": doc.get("source"),
-        "device": device.get("model"),
+        "source": doc.source,
+        "device": device.model if device else None,
         "busy_share": frac("busy"),
         "useful_share": frac("useful"),
-        "sm_p95": device.get("sm_p95"),
-        "tensor_median": device.get("tensor_median"),
-        "dram_median": device.get("dram_median"),
-        "power_mean_w": device.get("power_mean_w"),
-        "not_measured": device.get("not_measured"),
-        "notes": device.get("notes"),
+        "sm_p95": device.sm_p95 if device else None,
+        "tensor_median": device.tensor_median if device else None,
+        "dram_median": device.dram_median if device else None,
+        "power_mean_w": device.power_mean_w if device else None,
+        "not_measured": device.not_measured if device else None,
+        "notes": device.notes if device else None,
     }
     out.summary = (
-        f"{device.get('model', 'no GPU')}: busy {share(frac('busy'))}, useful "
-        f"{share(frac('useful'))}, SM p95 {device.get('sm_p95')}, tensor median "
-        f"{device.get('tensor_median')}, power {device.get('power_mean_w')} W"
+        f"{device.model}: busy {share(frac('busy'))}, useful "
+        f"{share(frac('useful'))}, SM p95 {device.sm_p95}, tensor median "
+        f"{device.tensor_median}, power {device.power_mean_w} W"
         if device
-        else f"no GPU sampled ({doc.get('source')})"
+        else f"no GPU sampled ({doc.source})"
     )
     if not gpu:
         return out
-    power = number(device.get("power_mean_w"))
-    sm = number(device.get("sm_p95"))
+    power = device.power_mean_w if device else None
+    sm = device.sm_p95 if device else None
     out.checks.append(
         Check(
             "§3 audit",
@@ -1687,7 +1820,7 @@ def summarize_audit(out: Outcome, doc: dict[str, Any], gpu: bool = True) -> Outc
             ),
         )
     )
-    missing = device.get("not_measured") or {}
+    missing = device.not_measured if device else {}
     out.checks.append(
         Check(
             "M2 (audit)",
@@ -2004,24 +2137,30 @@ def step_load(run: Runner, allowed: float) -> Outcome:
         label="load",
     )
     run.record_command(out, result)
-    doc = result.json()
-    trial = dig(doc, "trials", 0) or {}
-    if not result.ok or not trial:
+    doc = result.document(LoadJson)
+    if doc is None or not doc.trials:
         out.status, out.note = FAILED, result.why()
         return out
-    rate = number(trial.get("throughput_per_s"))
-    bench = number(dig(run.figure("bench", "configs") or {}, "fp32/b64", "items_per_s"))
+    return summarize_load(out, doc, bench_configs=run.figure("bench", "configs"), gpu=run.gpu)
+
+
+def summarize_load(
+    out: Outcome, doc: LoadJson, bench_configs: Any = None, gpu: bool = True
+) -> Outcome:
+    trial = doc.trials[0]
+    rate = trial.throughput_per_s
+    bench = number(dig(bench_configs or {}, "fp32/b64", "items_per_s"))
     out.figures = {
         "throughput_per_s": rate,
-        "mean_batch": trial.get("mean_batch"),
-        "p99_s": dig(trial, "latency", "p99_s"),
-        "joules_per_item": dig(trial, "energy", "joules_per_item"),
+        "mean_batch": trial.mean_batch,
+        "p99_s": trial.latency.p99_s,
+        "joules_per_item": trial.energy.joules_per_item if trial.energy else None,
         "bench_fp32_b64": bench,
     }
-    out.summary = f"offline b32: {si(rate, '/s')}, mean batch {trial.get('mean_batch')}" + (
+    out.summary = f"offline b32: {si(rate, '/s')}, mean batch {trial.mean_batch}" + (
         f"; bench fp32 b64 / load = {bench / rate:.2f}x" if bench and rate else ""
     )
-    if run.gpu:
+    if gpu:
         out.checks.append(
             Check(
                 "§3 / M8 load",
