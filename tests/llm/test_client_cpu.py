@@ -5,13 +5,16 @@ give the record one read per chunk gives."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelscope.llm.records import LlmRequest, RequestRecord
-from accelscope.llm.sse_reader import SseParser, StreamState
+from accelscope.llm.sse_reader import Reactor, SseParser, StreamState, enable_kernel_stamps
 
 
 def _event(payload: object) -> bytes:
@@ -103,3 +106,44 @@ def test_malformed_data_is_the_records_error() -> None:
     assert record.error == "malformed SSE data: not a JSON object"
     record, _ = _read([_chunk(b'data: {"a": 1} trailing\n\n')])
     assert record.error.startswith("malformed SSE data")
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+    return client, peer
+
+
+@pytest.mark.parametrize("stamped", [True, False])
+def test_a_read_is_stamped_when_its_data_arrived_not_when_it_was_read(stamped: bool) -> None:
+    # the kernel's receive time (SO_TIMESTAMPNS, Linux) lets the reader wake less often and
+    # lose nothing: data that waited in the socket keeps the time it came
+    client, peer = _tcp_pair()
+    with client, peer:
+        on = enable_kernel_stamps(client) if stamped else False
+        if stamped and not on:
+            pytest.skip("this kernel gives no receive times")  # not Linux: the fallback below
+        record = LlmRequest(index=0, prompt="p", max_tokens=1).record(scheduled_s=0, sent_s=0)
+        parser = SseParser(
+            record,
+            StreamState(),
+            origin_s=0.0,
+            chat=False,
+            chunked=False,
+            length=None,
+            cancel=threading.Event(),
+        )
+        event = {"choices": [{"index": 0, "text": " a", "finish_reason": "stop"}]}
+        sent = time.perf_counter()
+        peer.sendall(_event(event) + b"data: [DONE]\n\n")
+        time.sleep(0.2)  # what is measured: the data sits in the socket 200 ms before it is read
+        read_from = time.perf_counter()
+        client.setblocking(False)
+        Reactor().follow(client, parser, time.perf_counter() + 5, "timeout", stamped=on)
+    assert not record.error and parser.done
+    assert record.first_token_s is not None
+    if stamped:
+        assert sent - 0.01 <= record.first_token_s < read_from - 0.15
+    else:
+        assert record.first_token_s >= read_from

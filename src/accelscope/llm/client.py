@@ -6,8 +6,9 @@ Each request is one HTTP/1.1 connection (``http.client`` sends it and reads the 
 client thread per request in flight), so no connection pool sits between the server's bytes and the
 timestamps. The body of every plain-HTTP stream is read by one reader thread per endpoint
 (:mod:`accelscope.llm.sse_reader`: a chunk then costs a ``recv`` and its parsing, not a thread
-wake-up and a GIL hand-off); a chunk is stamped with ``time.perf_counter()`` as soon as the read
-that brought it returns (chunks that came in one read share the stamp: they arrived together). A
+wake-up and a GIL hand-off); a chunk is stamped with the kernel's receive time of the read that
+brought it (``SO_TIMESTAMPNS`` on Linux; else ``time.perf_counter()`` as soon as the read
+returns), and chunks that came in one read share the stamp: they arrived together. A
 TLS stream is read in its own thread, the same way. Output arrives on three channels: the answer (a
 completion's ``text``, a chat delta's ``content``), reasoning (``delta.reasoning``, vLLM's current
 field, or ``delta.reasoning_content``) and tool calls (``delta.tool_calls[].function`` name and
@@ -44,7 +45,13 @@ from typing import Any, Literal
 from accelscope.errors import BadInputError, one_line
 from accelscope.llm.documents import TargetDescription
 from accelscope.llm.records import LlmRequest, RequestRecord
-from accelscope.llm.sse_reader import READ_BYTES, Reactor, SseParser, StreamState
+from accelscope.llm.sse_reader import (
+    READ_BYTES,
+    Reactor,
+    SseParser,
+    StampedConnection,
+    StreamState,
+)
 from accelscope.llm.workload import TokenCounter
 
 __all__ = ["Api", "OpenAIEndpoint"]
@@ -217,7 +224,7 @@ class OpenAIEndpoint:
     def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
         if self.scheme == "https":
             return http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s)
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
+        return StampedConnection(self.host, self.port, timeout=timeout_s)
 
     def stream(
         self,
@@ -298,7 +305,8 @@ class OpenAIEndpoint:
             with_headers = fp.read1(READ_BYTES)
             if with_headers and parser.feed(with_headers, time.perf_counter()):
                 return
-            self._reactor.follow(sock, parser, deadline, timeout_error)
+            stamped = isinstance(conn, StampedConnection) and conn.stamped
+            self._reactor.follow(sock, parser, deadline, timeout_error, stamped=stamped)
             return
         while True:
             data = fp.read1(READ_BYTES)

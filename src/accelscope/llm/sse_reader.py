@@ -19,6 +19,8 @@ import json
 import json.scanner
 import selectors
 import socket
+import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -27,10 +29,52 @@ from typing import Any
 from accelscope.errors import one_line
 from accelscope.llm.records import RequestRecord
 
-__all__ = ["READ_BYTES", "Reactor", "SseParser", "StreamState"]
+__all__ = ["READ_BYTES", "Reactor", "SseParser", "StampedConnection", "StreamState"]
 
 READ_BYTES = 65536
 """The most one read takes: whatever the socket holds, so a burst of chunks costs one call."""
+
+_SO_TIMESTAMPNS = 35
+"""Linux's ``SO_TIMESTAMPNS`` (``SCM_TIMESTAMPNS`` too; Python does not name it): each read
+brings the kernel's receive time of its data (``CLOCK_REALTIME``, a ``timespec``)."""
+
+_STAMP_BYTES = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+
+
+def enable_kernel_stamps(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp each read of ``sock`` with its data's receive time; False
+    where it cannot (not Linux, not an IP socket)."""
+    if not _STAMP_BYTES or not hasattr(sock, "recvmsg") or not sys.platform.startswith("linux"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+class StampedConnection(http.client.HTTPConnection):
+    """An HTTP connection whose socket has kernel receive times on from the start (before a
+    byte of the answer can arrive)."""
+
+    stamped = False
+
+    def connect(self) -> None:
+        super().connect()
+        self.stamped = enable_kernel_stamps(self.sock)
+
+
+def _kernel_stamp(ancillary: list[tuple[int, int, bytes]], offset_ns: int) -> float | None:
+    """The receive time a read brought (``time.perf_counter`` seconds; ``offset_ns``: the
+    real-time clock's lead over it), or None when it brought none."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack_from("qq", data)
+            if seconds:
+                stamp_ns: int = seconds * 1_000_000_000 + nanoseconds - offset_ns
+                return stamp_ns / 1e9
+    return None
+
 
 _scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 """The C scanner behind ``json.loads`` without its per-call wrappers (encoding detection, the
@@ -166,7 +210,12 @@ class SseParser:
         return self._close(now)
 
     def _close(self, now: float) -> bool:
-        record = self.record
+        record, state = self.record, self.state
+        if state.usage_completion is not None:
+            record.output_tokens = state.usage_completion
+            record.tokens_source = "usage"
+        if state.usage_prompt is not None:
+            record.prompt_tokens = state.usage_prompt
         record.first_token_s = self._first_token
         record.first_content_s = self._first_content
         record.last_token_s = self._last_token
@@ -236,18 +285,16 @@ class SseParser:
                 state.chunk(completion, content, reasoning, tool)
             if completion is not None:
                 assert isinstance(usage, dict)
-                _usage(usage, completion, record, state)
+                _usage(usage, completion, state)
         return bool(self.record.error)
 
 
-def _usage(
-    usage: dict[str, Any], completion: int, record: RequestRecord, state: StreamState
-) -> None:
-    """The counts of a ``usage`` that carries ``completion_tokens``."""
-    record.output_tokens = completion
-    record.tokens_source = "usage"
+def _usage(usage: dict[str, Any], completion: int, state: StreamState) -> None:
+    """The counts of a ``usage`` that carries ``completion_tokens`` (the record takes the
+    last one when the stream ends: a pydantic field set per chunk costs a microsecond)."""
+    state.usage_completion = completion
     if isinstance(usage.get("prompt_tokens"), int):
-        record.prompt_tokens = usage["prompt_tokens"]
+        state.usage_prompt = usage["prompt_tokens"]
     details = usage.get("completion_tokens_details")
     if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
         state.reported_reasoning = details["reasoning_tokens"]
@@ -265,7 +312,7 @@ class Reactor:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._incoming: deque[
-            tuple[socket.socket, SseParser, tuple[float, str], threading.Event]
+            tuple[socket.socket, SseParser, tuple[float, str], threading.Event, bool]
         ] = deque()
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -273,13 +320,20 @@ class Reactor:
         self._wake_w.setblocking(False)
 
     def follow(
-        self, sock: socket.socket, parser: SseParser, deadline: float, timeout_error: str
+        self,
+        sock: socket.socket,
+        parser: SseParser,
+        deadline: float,
+        timeout_error: str,
+        *,
+        stamped: bool = False,
     ) -> None:
         """Read ``sock`` into ``parser`` until the stream is over, or ``deadline``
-        (``time.perf_counter``) passes: then the record's error is ``timeout_error``."""
+        (``time.perf_counter``) passes: then the record's error is ``timeout_error``.
+        ``stamped``: the kernel stamps the socket's reads (:func:`enable_kernel_stamps`)."""
         over = threading.Event()
         with self._lock:
-            self._incoming.append((sock, parser, (deadline, timeout_error), over))
+            self._incoming.append((sock, parser, (deadline, timeout_error), over, stamped))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="llm-sse", daemon=True)
                 self._thread.start()
@@ -288,7 +342,7 @@ class Reactor:
         over.wait()
 
     def _run(self) -> None:
-        live: dict[socket.socket, tuple[SseParser, tuple[float, str], threading.Event]] = {}
+        live: dict[socket.socket, _Followed] = {}
         try:
             self._loop(live)
         except BaseException:
@@ -296,19 +350,17 @@ class Reactor:
             # with the error, the traceback goes to the thread's excepthook
             with self._lock:
                 self._thread = None
-                waiting = [(parser, over) for _, parser, _, over in self._incoming]
+                waiting = [(parser, over) for _, parser, _, over, _ in self._incoming]
                 self._incoming.clear()
             now = time.perf_counter()
-            for parser, _, over in live.values():
+            for parser, _, over, _ in live.values():
                 waiting.append((parser, over))
             for parser, over in waiting:
                 parser.fail(now, "the stream reader thread failed")
                 over.set()
             raise
 
-    def _loop(
-        self, live: dict[socket.socket, tuple[SseParser, tuple[float, str], threading.Event]]
-    ) -> None:
+    def _loop(self, live: dict[socket.socket, _Followed]) -> None:
         selector = selectors.DefaultSelector()
         selector.register(self._wake_r, selectors.EVENT_READ, None)
         next_check = time.perf_counter()
@@ -324,19 +376,25 @@ class Reactor:
                 idle_since = time.perf_counter()
                 continue
             idle_since = None
+            offset_ns = time.time_ns() - time.perf_counter_ns()
             for key, _ in ready:
                 if key.data is None:
                     with contextlib.suppress(BlockingIOError):
                         self._wake_r.recv(4096)
                     while self._incoming:
-                        sock, parser, deadline, over = self._incoming.popleft()
-                        live[sock] = (parser, deadline, over)
+                        sock, parser, deadline, over, stamped = self._incoming.popleft()
+                        live[sock] = (parser, deadline, over, stamped)
                         selector.register(sock, selectors.EVENT_READ, sock)
                     continue
                 sock = key.data
-                parser, _, over = live[sock]
+                parser, _, over, stamped = live[sock]
+                stamp: float | None = None
                 try:
-                    data = sock.recv(READ_BYTES)
+                    if stamped:
+                        data, ancillary, _, _ = sock.recvmsg(READ_BYTES, _STAMP_BYTES)
+                        stamp = _kernel_stamp(ancillary, offset_ns)
+                    else:
+                        data = sock.recv(READ_BYTES)
                 except BlockingIOError:
                     continue
                 except OSError as exc:
@@ -345,7 +403,7 @@ class Reactor:
                     message = one_line(f"{type(exc).__name__}: {exc}") or type(exc).__name__
                     parser.fail(now, message, cancelled=cancelled)
                 else:
-                    now = time.perf_counter()
+                    now = stamp if stamp is not None else time.perf_counter()
                     if data:
                         parser.feed(data, now)
                     elif parser.cancel.is_set():
@@ -359,12 +417,17 @@ class Reactor:
             now = time.perf_counter()
             if now >= next_check:  # deadlines, at most every 50 ms
                 next_check = now + 0.05
-                for sock, (parser, deadline, over) in list(live.items()):
+                for sock, (parser, deadline, over, _) in list(live.items()):
                     if now > deadline[0] or parser.cancel.is_set():
                         selector.unregister(sock)
                         del live[sock]
                         parser.fail(now, deadline[1], cancelled=parser.cancel.is_set())
                         over.set()
+
+
+_Followed = tuple[SseParser, tuple[float, str], threading.Event, bool]
+"""A stream the reactor reads: its parser, (deadline, timeout error), the event its caller
+waits on, whether the kernel stamps its reads."""
 
 
 class StreamState:
@@ -378,6 +441,9 @@ class StreamState:
         self.mixed = False
         self.counted = 0
         self.reported_reasoning: int | None = None
+        self.usage_completion: int | None = None
+        """The last ``usage.completion_tokens`` seen (the record's count once it ends)."""
+        self.usage_prompt: int | None = None
         self.answer: list[str] = []
         self.streamed: list[str] = []
         """(reasoning, answer, tool-call) text, chunk after chunk."""
