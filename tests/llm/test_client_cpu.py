@@ -147,3 +147,24 @@ def test_a_read_is_stamped_when_its_data_arrived_not_when_it_was_read(stamped: b
         assert sent - 0.01 <= record.first_token_s < read_from - 0.15
     else:
         assert record.first_token_s >= read_from
+
+
+def test_a_read_is_never_stamped_before_the_one_it_follows() -> None:
+    # the first bytes come with the headers, stamped when read; the rest carry the kernel's
+    # receive time, which in a burst is earlier: the stamps stay in order (TPOT never < 0)
+    pieces = [_chunk(e) for e in _EVENTS] + [b"0\r\n\r\n"]
+    record = LlmRequest(index=0, prompt="p", max_tokens=3).record(scheduled_s=0.0, sent_s=0.0)
+    parser = SseParser(
+        record,
+        StreamState(),
+        origin_s=0.0,
+        chat=True,
+        chunked=True,
+        length=None,
+        cancel=threading.Event(),
+    )
+    stamps = [9.0, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5]
+    for piece, stamp in zip(pieces, stamps, strict=False):
+        if parser.feed(piece, stamp):
+            break
+    assert record.chunk_times_s == sorted(record.chunk_times_s) == [9.0, 9.0, 9.0]

@@ -170,9 +170,17 @@ class SseParser:
         self._first_token: float | None = None
         self._first_content: float | None = None
         self._last_token: float | None = None
+        self._latest = float("-inf")
+        """The latest stamp given: a read is never stamped before the one it follows. The
+        bytes that came with the headers are stamped when read (``http.client`` reads them:
+        no receive time), the rest with their receive time; in a burst the receive time of a
+        later read is earlier than the first read's stamp, and would make TPOT negative."""
 
     def feed(self, data: bytes, now: float) -> bool:
         """One read's bytes, read at ``now``; True: the stream is over."""
+        if now < self._latest:
+            now = self._latest
+        self._latest = now
         if self.cancel.is_set():
             self.record.cancelled = True
             return self._close(now)
