@@ -278,7 +278,7 @@ def _changed_definitions(
     baseline: list[ConfigObservations], candidate: list[ConfigObservations], notes: list[str]
 ) -> set[str]:
     """The definition keys whose text differs between the sides (each one noted; their
-    figures are not compared), and a note when one side stored no definitions at all."""
+    figures are shown, not tested), and a note when one side stored no definitions at all."""
     sides = []
     for side in (baseline, candidate):
         texts: dict[str, set[str]] = {}
@@ -303,7 +303,7 @@ def _changed_definitions(
         metrics = ", ".join(m.name for m in METRICS.values() if m.definition == name)
         was, now = _single(before[name]), _single(after[name])
         notes.append(
-            f"{metrics}: not compared, the definition changed between the runs "
+            f"{metrics}: not tested, the definition changed between the runs "
             f"(baseline: {was!r}; candidate: {now!r})"
         )
     return changed
@@ -401,10 +401,9 @@ def compare_runs(
         for metric_id, metric in METRICS.items():
             if not all(metric_id in c.metrics for c in before + after):
                 continue
-            if metric.definition in changed:  # another quantity: shown, never compared
-                continue
             obs_before = [c.metrics[metric_id] for c in before]
             obs_after = [c.metrics[metric_id] for c in after]
+            redefined = metric.definition in changed  # maybe another quantity: shown, not tested
             pending.append(
                 (
                     before[0].label,
@@ -412,7 +411,7 @@ def compare_runs(
                     metric,
                     _side_figure(metric, obs_before),
                     _side_figure(metric, obs_after),
-                    _evidence(metric, obs_before, obs_after, confidence),
+                    None if redefined else _evidence(metric, obs_before, obs_after, confidence),
                 )
             )
     claimable = {  # Holm runs over the rows that may claim: cannot-tell rows are not tests
