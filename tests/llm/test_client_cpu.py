@@ -49,18 +49,23 @@ _EVENTS = [
 _BODY = b"".join(_chunk(e) for e in _EVENTS) + b"0\r\n\r\n"
 
 
-def _read(pieces: list[bytes]) -> tuple[RequestRecord, SseParser]:
+def _parser(*, chat: bool = True, chunked: bool = True) -> SseParser:
+    """A parser of one stream into a fresh record (``parser.record``) and state."""
     record = LlmRequest(index=0, prompt="p", max_tokens=3).record(scheduled_s=0.0, sent_s=0.0)
-    state = StreamState()
-    parser = SseParser(
+    return SseParser(
         record,
-        state,
+        StreamState(),
         origin_s=0.0,
-        chat=True,
-        chunked=True,
+        chat=chat,
+        chunked=chunked,
         length=None,
         cancel=threading.Event(),
     )
+
+
+def _read(pieces: list[bytes]) -> tuple[RequestRecord, SseParser]:
+    parser = _parser()
+    record, state = parser.record, parser.state
     for at, piece in enumerate(pieces):
         if parser.feed(piece, float(at + 1)):
             break
@@ -117,23 +122,15 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
 
 @pytest.mark.parametrize("stamped", [True, False])
 def test_a_read_is_stamped_when_its_data_arrived_not_when_it_was_read(stamped: bool) -> None:
-    # the kernel's receive time (SO_TIMESTAMPNS, Linux) lets the reader wake less often and
-    # lose nothing: data that waited in the socket keeps the time it came
+    # the kernel's receive time (SO_TIMESTAMPNS, Linux): data that waited in the socket keeps
+    # the time it came, so a reader that wakes late does not move the stamp
     client, peer = _tcp_pair()
     with client, peer:
         on = enable_kernel_stamps(client) if stamped else False
         if stamped and not on:
             pytest.skip("this kernel gives no receive times")  # not Linux: the fallback below
-        record = LlmRequest(index=0, prompt="p", max_tokens=1).record(scheduled_s=0, sent_s=0)
-        parser = SseParser(
-            record,
-            StreamState(),
-            origin_s=0.0,
-            chat=False,
-            chunked=False,
-            length=None,
-            cancel=threading.Event(),
-        )
+        parser = _parser(chat=False, chunked=False)
+        record = parser.record
         event = {"choices": [{"index": 0, "text": " a", "finish_reason": "stop"}]}
         sent = time.perf_counter()
         peer.sendall(_event(event) + b"data: [DONE]\n\n")
@@ -153,16 +150,8 @@ def test_a_read_is_never_stamped_before_the_one_it_follows() -> None:
     # the first bytes come with the headers, stamped when read; the rest carry the kernel's
     # receive time, which in a burst is earlier: the stamps stay in order (TPOT never < 0)
     pieces = [_chunk(e) for e in _EVENTS] + [b"0\r\n\r\n"]
-    record = LlmRequest(index=0, prompt="p", max_tokens=3).record(scheduled_s=0.0, sent_s=0.0)
-    parser = SseParser(
-        record,
-        StreamState(),
-        origin_s=0.0,
-        chat=True,
-        chunked=True,
-        length=None,
-        cancel=threading.Event(),
-    )
+    parser = _parser()
+    record = parser.record
     stamps = [9.0, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5]
     for piece, stamp in zip(pieces, stamps, strict=False):
         if parser.feed(piece, stamp):
