@@ -46,11 +46,13 @@ from accelscope.errors import BadInputError, one_line
 from accelscope.llm.documents import TargetDescription
 from accelscope.llm.records import LlmRequest, RequestRecord
 from accelscope.llm.sse_reader import (
+    MAX_ERROR_BODY,
     READ_BYTES,
     Reactor,
     SseParser,
-    StampedConnection,
     StreamState,
+    enable_kernel_stamps,
+    error_message,
 )
 from accelscope.llm.workload import TokenCounter
 
@@ -58,7 +60,6 @@ __all__ = ["Api", "OpenAIEndpoint"]
 
 Api = Literal["completions", "chat"]
 _PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-MAX_ERROR_BODY = 2000
 
 
 def _rebuild(
@@ -78,20 +79,6 @@ def _rebuild(
 
 _HTTP_4XX = re.compile(r"HTTP 4\d\d\b")
 """The error of a request the server refused (HTTP 4xx): asked again without the extras."""
-
-
-def _error_message(status: int, body: bytes) -> str:
-    """``HTTP 404: The model `x` does not exist.`` from an OpenAI error body, else the text."""
-    text = body[:MAX_ERROR_BODY].decode("utf-8", "replace")
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError:
-        return f"HTTP {status}: {one_line(text) or http.client.responses.get(status, '')}"
-    message: Any = payload
-    if isinstance(payload, dict):
-        error = payload.get("error", payload.get("detail", payload.get("message", payload)))
-        message = error.get("message", error) if isinstance(error, dict) else error
-    return f"HTTP {status}: {one_line(str(message))}"
 
 
 class OpenAIEndpoint:
@@ -129,6 +116,10 @@ class OpenAIEndpoint:
         prefix = parsed.path.rstrip("/")
         prefix = prefix[: -len("/v1")] if prefix.endswith("/v1") else prefix
         self.path = prefix + _PATHS[api]
+        self._target = urllib.parse.quote(self.path, safe="/%:@!$&'()*+,;=~")
+        self._host_header = parsed.netloc.rpartition("@")[2]
+        if api_key is not None and any(c in api_key for c in "\r\n\0"):
+            raise BadInputError("--api-key: a key holds no line breaks")
         self.model = model
         self.api = api
         self.api_key = api_key
@@ -139,7 +130,7 @@ class OpenAIEndpoint:
         """Ask for a ``usage`` on every chunk (vLLM's ``continuous_usage_stats``: the only way a
         stream says how many tokens each chunk holds, so TPOT divides by N - k1 with the real
         k1); :meth:`check` turns it off for a server that refuses it."""
-        self._live: set[http.client.HTTPConnection] = set()
+        self._live: set[socket.socket | http.client.HTTPConnection] = set()
         self._lock = threading.Lock()
         self._reactor = Reactor()
 
@@ -189,7 +180,7 @@ class OpenAIEndpoint:
         with self._lock:
             live = list(self._live)
         for conn in live:
-            sock = conn.sock
+            sock = conn.sock if isinstance(conn, http.client.HTTPConnection) else conn
             if sock is not None:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
@@ -221,10 +212,19 @@ class OpenAIEndpoint:
         body.update(self.extra_body)
         return json.dumps(body).encode()
 
-    def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
-        if self.scheme == "https":
-            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s)
-        return StampedConnection(self.host, self.port, timeout=timeout_s)
+    def _head(self, body: bytes) -> bytes:
+        """A request's line and headers (those ``http.client`` sends, in its order)."""
+        lines = [
+            f"POST {self._target} HTTP/1.1",
+            f"Host: {self._host_header}",
+            "Accept-Encoding: identity",
+            f"Content-Length: {len(body)}",
+            "Content-Type: application/json",
+            "Accept: text/event-stream",
+        ]
+        if self.api_key:
+            lines.append(f"Authorization: Bearer {self.api_key}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
 
     def stream(
         self,
@@ -237,47 +237,30 @@ class OpenAIEndpoint:
     ) -> RequestRecord:
         record = request.record(scheduled_s=scheduled_s, sent_s=time.perf_counter() - origin_s)
         deadline = time.perf_counter() + timeout_s
-        conn = self._connection(timeout_s)
-        with self._lock:
-            self._live.add(conn)
         stream = StreamState()
-        ended: float | None = None
+        parser = SseParser(
+            record,
+            stream,
+            origin_s=origin_s,
+            chat=self.api == "chat",
+            cancel=cancel,
+            head=self.scheme == "http",
+        )
+        timeout_error = f"timeout after {timeout_s:g} s"
         try:
-            headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-            if self.api_key:
-                headers["Authorization"] = f"Bearer {self.api_key}"
-            conn.request("POST", self.path, body=self._body(request), headers=headers)
-            response = conn.getresponse()
-            if response.status != 200:
-                record.error = _error_message(response.status, response.read(MAX_ERROR_BODY))
-                return record
-            kind = response.getheader("Content-Type", "")
-            if "text/event-stream" not in kind:
-                record.error = f"not a streaming OpenAI response (Content-Type {kind or 'none'})"
-                return record
-            parser = SseParser(
-                record,
-                stream,
-                origin_s=origin_s,
-                chat=self.api == "chat",
-                chunked=bool(response.chunked),
-                length=response.length,
-                cancel=cancel,
-            )
-            self._follow(conn, response, parser, deadline, f"timeout after {timeout_s:g} s")
-            ended = parser.ended_s
+            if self.scheme == "http":
+                self._plain(self._body(request), parser, deadline, timeout_s, timeout_error)
+            else:
+                self._tls(self._body(request), parser, deadline, timeout_s, timeout_error)
         except TimeoutError:
-            record.error = f"timeout after {timeout_s:g} s"
+            record.error = timeout_error
         except (OSError, http.client.HTTPException) as exc:
             if cancel.is_set():
                 record.cancelled = True
             else:
                 record.error = one_line(f"{type(exc).__name__}: {exc}") or type(exc).__name__
-        finally:
-            with self._lock:
-                self._live.discard(conn)
-            conn.close()
-            record.end_s = (ended if ended is not None else time.perf_counter()) - origin_s
+        ended = parser.ended_s
+        record.end_s = (ended if ended is not None else time.perf_counter()) - origin_s
         record.output_text = "".join(stream.answer)
         record.output_chars = sum(len(s) for s in stream.streamed)
         if record.output_tokens is None and not record.error and self.tokenizer is not None:
@@ -286,39 +269,64 @@ class OpenAIEndpoint:
         stream.finish(record)
         return record
 
-    def _follow(
-        self,
-        conn: http.client.HTTPConnection,
-        response: http.client.HTTPResponse,
-        parser: SseParser,
-        deadline: float,
-        timeout_error: str,
+    def _plain(
+        self, body: bytes, parser: SseParser, deadline: float, timeout_s: float, error: str
     ) -> None:
-        """Read the body into ``parser`` until the stream is over: a plain-HTTP socket on the
-        endpoint's reactor thread (non-blocking from here on; the bytes that came with the
-        headers first), a TLS one here, read by read."""
-        sock = conn.sock
-        fp = response.fp
-        assert fp is not None
-        if self.scheme == "http" and isinstance(sock, socket.socket):
+        """Connect, send, and let the endpoint's reader thread read the answer (its head
+        too: this thread then wakes once, when the stream is over)."""
+        sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
+        with self._lock:
+            self._live.add(sock)
+        try:
+            stamped = enable_kernel_stamps(sock)
+            sock.sendall(self._head(body) + body)
             sock.setblocking(False)
-            with_headers = fp.read1(READ_BYTES)
-            if with_headers and parser.feed(with_headers, time.perf_counter()):
-                return
-            stamped = isinstance(conn, StampedConnection) and conn.stamped
-            self._reactor.follow(sock, parser, deadline, timeout_error, stamped=stamped)
-            return
-        while True:
-            data = fp.read1(READ_BYTES)
+            self._reactor.follow(sock, parser, deadline, error, stamped=stamped)
+        finally:
+            with self._lock:
+                self._live.discard(sock)
+            sock.close()
+
+    def _tls(
+        self, body: bytes, parser: SseParser, deadline: float, timeout_s: float, error: str
+    ) -> None:
+        """An HTTPS request through ``http.client``, its body read here, read by read."""
+        conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s)
+        with self._lock:
+            self._live.add(conn)
+        try:
+            headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+            if self.api_key:
+                headers["Authorization"] = f"Bearer {self.api_key}"
+            conn.request("POST", self.path, body=body, headers=headers)
+            response = conn.getresponse()
             now = time.perf_counter()
-            if not data:
-                parser.eof(now)
+            if response.status != 200:
+                message = error_message(response.status, response.read(MAX_ERROR_BODY))
+                parser.fail(now, message)
                 return
-            if now > deadline:
-                parser.fail(now, timeout_error)
+            kind = response.getheader("Content-Type", "")
+            if "text/event-stream" not in kind:
+                parser.fail(now, f"not a streaming OpenAI response (Content-Type {kind or 'none'})")
                 return
-            if parser.feed(data, now):
-                return
+            parser.chunked, parser.left = bool(response.chunked), response.length
+            fp = response.fp
+            assert fp is not None
+            while True:
+                data = fp.read1(READ_BYTES)
+                now = time.perf_counter()
+                if not data:
+                    parser.eof(now)
+                    return
+                if now > deadline:
+                    parser.fail(now, error)
+                    return
+                if parser.feed(data, now):
+                    return
+        finally:
+            with self._lock:
+                self._live.discard(conn)
+            conn.close()
 
     def _tokenizer_count(self, streamed: list[str]) -> int:
         """The tokenizer's count over every channel's streamed text (reasoning, answer,

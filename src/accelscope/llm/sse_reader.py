@@ -24,12 +24,21 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 from accelscope.errors import one_line
 from accelscope.llm.records import RequestRecord
 
-__all__ = ["READ_BYTES", "Reactor", "SseParser", "StampedConnection", "StreamState"]
+__all__ = [
+    "MAX_ERROR_BODY",
+    "READ_BYTES",
+    "Reactor",
+    "ResponseHead",
+    "SseParser",
+    "StreamState",
+    "error_message",
+    "parse_head",
+]
 
 READ_BYTES = 65536
 """The most one read takes: whatever the socket holds, so a burst of chunks costs one call."""
@@ -53,17 +62,6 @@ def enable_kernel_stamps(sock: socket.socket) -> bool:
     return True
 
 
-class StampedConnection(http.client.HTTPConnection):
-    """An HTTP connection whose socket has kernel receive times on from the start (before a
-    byte of the answer can arrive)."""
-
-    stamped = False
-
-    def connect(self) -> None:
-        super().connect()
-        self.stamped = enable_kernel_stamps(self.sock)
-
-
 def _kernel_stamp(ancillary: list[tuple[int, int, bytes]], offset_ns: int) -> float | None:
     """The receive time a read brought (``time.perf_counter`` seconds; ``offset_ns``: the
     real-time clock's lead over it), or None when it brought none."""
@@ -82,6 +80,61 @@ decoder object, the trailing-whitespace regex): a chunk's JSON is most of its pa
 
 _INCOMPLETE = one_line(f"IncompleteRead: {http.client.IncompleteRead(b'')}")
 """What ``http.client`` said of a chunked body cut before its last chunk (kept word for word)."""
+
+_NO_ANSWER = "RemoteDisconnected: Remote end closed connection without response"
+"""What ``http.client`` said of a connection closed before the status line (word for word)."""
+
+MAX_HEAD_BYTES = 65536
+"""The most an answer's status line and headers may take."""
+
+MAX_ERROR_BODY = 2000
+"""The most of an error answer's body read for its message."""
+
+
+class ResponseHead(NamedTuple):
+    """An HTTP answer's status line and the headers a stream needs."""
+
+    status: int
+    content_type: str
+    chunked: bool
+    length: int | None
+
+
+def parse_head(raw: bytes) -> ResponseHead | str:
+    """The head of an HTTP/1.x answer (without its blank line), or what is wrong with it."""
+    lines = raw.decode("latin-1").split("\r\n")
+    parts = lines[0].split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        return one_line(f"BadStatusLine: {lines[0]!r}")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if colon:
+            headers[name.strip().lower()] = value.strip()
+    length: int | None = None
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    if not chunked and "content-length" in headers:
+        try:
+            length = int(headers["content-length"])
+        except ValueError:
+            return one_line(f"the answer's Content-Length is not a number: {lines[0]!r}")
+        if length < 0:
+            return "the answer's Content-Length is negative"
+    return ResponseHead(int(parts[1]), headers.get("content-type", ""), chunked, length)
+
+
+def error_message(status: int, body: bytes) -> str:
+    """``HTTP 404: The model `x` does not exist.`` from an OpenAI error body, else the text."""
+    text = body[:MAX_ERROR_BODY].decode("utf-8", "replace")
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError:
+        return f"HTTP {status}: {one_line(text) or http.client.responses.get(status, '')}"
+    message: Any = payload
+    if isinstance(payload, dict):
+        error = payload.get("error", payload.get("detail", payload.get("message", payload)))
+        message = error.get("message", error) if isinstance(error, dict) else error
+    return f"HTTP {status}: {one_line(str(message))}"
 
 
 def _json_object(data: bytes) -> dict[str, Any] | str:
@@ -149,9 +202,10 @@ class SseParser:
         *,
         origin_s: float,
         chat: bool,
-        chunked: bool,
-        length: int | None,
+        chunked: bool = False,
+        length: int | None = None,
         cancel: threading.Event,
+        head: bool = False,
     ) -> None:
         self.record = record
         self.state = state
@@ -165,16 +219,24 @@ class SseParser:
         self.over = False
         self.ended_s: float | None = None
         """When the stream ended for the client (``time.perf_counter``)."""
+
+        self._head: bytes | None = b"" if head else None
+        """The answer's status line and headers so far, while they are read (``head``: the
+        parser reads them; else the caller did)."""
+        self._status = 200
+        self._error_body: bytes | None = None
+        """The body of an answer that is not HTTP 200, while it is read (for its message)."""
         self._raw = b""
         self._pending = b""
         self._first_token: float | None = None
         self._first_content: float | None = None
         self._last_token: float | None = None
+        self._deferred: list[tuple[bytes, float]] = []
+        """Whole chunks read but not parsed yet, with their stamps (see :meth:`feed`)."""
         self._latest = float("-inf")
-        """The latest stamp given: a read is never stamped before the one it follows. The
-        bytes that came with the headers are stamped when read (``http.client`` reads them:
-        no receive time), the rest with their receive time; in a burst the receive time of a
-        later read is earlier than the first read's stamp, and would make TPOT negative."""
+        """The latest stamp given: a read is never stamped before the one it follows (a read
+        without the kernel's receive time is stamped when it returned, and in a burst the
+        receive time of a later read can be earlier than that: TPOT would be negative)."""
 
     def feed(self, data: bytes, now: float) -> bool:
         """One read's bytes, read at ``now``; True: the stream is over."""
@@ -182,8 +244,34 @@ class SseParser:
             now = self._latest
         self._latest = now
         if self.cancel.is_set():
+            if self._replay():
+                return True
             self.record.cancelled = True
             return self._close(now)
+        if self._head is not None:
+            body = self._read_head(data, now)
+            if body is None:
+                return self.over
+            data = body
+        if self._error_body is not None:
+            return self._read_error(data, now)
+        if not data:
+            return False
+        if self.chunked and not self._raw and data[-2:] == b"\r\n":
+            # a read of one whole chunk that cannot end the stream (most reads): its data is
+            # kept with its stamp and parsed with the next read that can
+            newline = data.find(b"\r\n", 0, 10)
+            if newline > 0:
+                start = newline + 2
+                try:
+                    whole = len(data) - start - 2 == int(data[:newline], 16) > 0
+                except ValueError:
+                    whole = False
+                if whole and b"[DONE]" not in data and b'"error"' not in data:
+                    self._deferred.append((data[start:-2], now))
+                    return False
+        if self._replay():
+            return True
         if self.chunked:
             self._raw += data
             data, last = self._unframe()
@@ -199,8 +287,79 @@ class SseParser:
             return self.eof(now, cut=False)
         return False
 
+    def _read_head(self, data: bytes, now: float) -> bytes | None:
+        """The body bytes that came after the head, once it is whole; None while it is not,
+        or when the answer is over (not a stream: the record says why)."""
+        assert self._head is not None
+        raw = self._head + data
+        end = raw.find(b"\r\n\r\n")
+        if end < 0:
+            self._head = raw
+            if len(raw) > MAX_HEAD_BYTES:
+                self.record.error = f"the answer's headers exceed {MAX_HEAD_BYTES} bytes"
+                self._close(now)
+            return None
+        head = parse_head(raw[:end])
+        if isinstance(head, str):
+            self.record.error = head
+            self._close(now)
+            return None
+        if head.status < 200:  # an interim answer (100 Continue): the real one follows
+            self._head = b""
+            return self._read_head(raw[end + 4 :], now)
+        self._head = None
+        self._status = head.status
+        self.chunked, self.left = head.chunked, head.length
+        if head.status != 200:
+            self._error_body = b""
+        elif "text/event-stream" not in head.content_type:
+            kind = head.content_type or "none"
+            self.record.error = f"not a streaming OpenAI response (Content-Type {kind})"
+            self._close(now)
+            return None
+        return raw[end + 4 :]
+
+    def _read_error(self, data: bytes, now: float, *, ended: bool = False) -> bool:
+        """The body of an answer that is not HTTP 200, up to :data:`MAX_ERROR_BODY` bytes:
+        its message is the record's error once it is read (``ended``: the connection ended)."""
+        assert self._error_body is not None
+        last = ended
+        if self.chunked:
+            self._raw += data
+            data, last = self._unframe()
+            last = last or ended
+        elif self.left is not None:
+            data = data[: self.left]
+            self.left -= len(data)
+            last = last or self.left == 0
+        self._error_body += data
+        if not last and len(self._error_body) < MAX_ERROR_BODY:
+            return False
+        self.record.error = error_message(self._status, self._error_body)
+        return self._close(now)
+
+    def _replay(self) -> bool:
+        """Parse the chunks kept back, each at its read's stamp; True: one ended the stream
+        (a malformed event: the stream ends there, at that read)."""
+        if not self._deferred:
+            return False
+        deferred, self._deferred = self._deferred, []
+        origin = self.origin_s
+        for data, stamp in deferred:
+            self._pending += data
+            if b"\n" in data and self._lines(stamp - origin):
+                return self._close(stamp)
+        return False
+
     def eof(self, now: float, *, cut: bool = True) -> bool:
         """The connection ended (``cut``: where a chunked body had more to come)."""
+        if self._replay():
+            return True
+        if self._head is not None:
+            self.record.error = _NO_ANSWER
+            return self._close(now)
+        if self._error_body is not None:
+            return self._read_error(b"", now, ended=True)
         self._pending += b"\n"  # a last line the body did not end
         if not self._lines(now - self.origin_s):
             if cut and self.chunked:
@@ -211,6 +370,8 @@ class SseParser:
 
     def fail(self, now: float, error: str = "", *, cancelled: bool = False) -> bool:
         """The stream ended on an error of the connection (or the run's cancel)."""
+        if self._replay():
+            return True
         if cancelled:
             self.record.cancelled = True
         elif not self.record.error:
@@ -311,13 +472,23 @@ def _usage(usage: dict[str, Any], completion: int, state: StreamState) -> None:
 IDLE_S = 1.0
 """A reactor thread with no stream for this long ends (the next stream starts one)."""
 
+WAKE_SPACING_S = 0.001
+"""While streams are being read, the reader wakes at most this often and then reads every
+socket that is ready: a wake-up (``epoll_wait`` and a thread switch) is paid once for the
+sockets ready by then, not once a chunk. The stamps do not move, since each read carries the
+kernel's receive time of its data; two chunks of one stream that arrive within the spacing
+share one read, and so the later one's stamp (by at most the spacing; a reader that wakes at
+once shares them too, within its own lag). A stream read without kernel stamps turns spacing
+off while it is read."""
+
 
 class Reactor:
     """Reads many streams' sockets on one daemon thread. :meth:`follow` hands it a socket
     (non-blocking from then on) with its parser and a deadline and waits until the stream is
     over; the thread starts with a stream and ends after :data:`IDLE_S` without one."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, wake_spacing_s: float = WAKE_SPACING_S) -> None:
+        self.wake_spacing_s = wake_spacing_s
         self._lock = threading.Lock()
         self._incoming: deque[
             tuple[socket.socket, SseParser, tuple[float, str], threading.Event, bool]
@@ -373,8 +544,15 @@ class Reactor:
         selector.register(self._wake_r, selectors.EVENT_READ, None)
         next_check = time.perf_counter()
         idle_since: float | None = None
+        woke = 0.0
+        unstamped = 0  # streams read without kernel stamps: no spacing while there are any
         while True:
+            if live and not unstamped and self.wake_spacing_s > 0:
+                rest = woke + self.wake_spacing_s - time.perf_counter()
+                if rest > 0:
+                    time.sleep(rest)
             ready = selector.select(timeout=0.05 if live else IDLE_S)
+            woke = time.perf_counter()
             if not ready and not live:
                 with self._lock:  # idle: the thread ends; the next stream starts another
                     if not self._incoming and idle_since is not None:
@@ -392,6 +570,7 @@ class Reactor:
                     while self._incoming:
                         sock, parser, deadline, over, stamped = self._incoming.popleft()
                         live[sock] = (parser, deadline, over, stamped)
+                        unstamped += not stamped
                         selector.register(sock, selectors.EVENT_READ, sock)
                     continue
                 sock = key.data
@@ -421,14 +600,16 @@ class Reactor:
                 if parser.over:
                     selector.unregister(sock)
                     del live[sock]
+                    unstamped -= not stamped
                     over.set()
             now = time.perf_counter()
             if now >= next_check:  # deadlines, at most every 50 ms
                 next_check = now + 0.05
-                for sock, (parser, deadline, over, _) in list(live.items()):
+                for sock, (parser, deadline, over, stamped) in list(live.items()):
                     if now > deadline[0] or parser.cancel.is_set():
                         selector.unregister(sock)
                         del live[sock]
+                        unstamped -= not stamped
                         parser.fail(now, deadline[1], cancelled=parser.cancel.is_set())
                         over.set()
 
