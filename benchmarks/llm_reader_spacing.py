@@ -18,6 +18,7 @@ spacing set to each value in turn, rounds alternating, and reports per spacing:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -97,7 +98,7 @@ def _round(spacing_s: float, args: argparse.Namespace) -> dict[str, Any]:
         if len(sent_s) != len(stamps):
             continue  # a chunk packed with another: not this measurement's case
         late.extend(stamp - left for stamp, left in zip(stamps, sent_s, strict=True))
-        shared += sum(1 for a, b in zip(stamps, stamps[1:], strict=False) if a == b)
+        shared += sum(1 for a, b in itertools.pairwise(stamps) if a == b)
         chunks += len(stamps)
     return {
         "spacing_ms": spacing_s * 1e3,
