@@ -2,14 +2,14 @@
 server, ``transformers serve`` or any server speaking ``/v1/completions`` or
 ``/v1/chat/completions`` with server-sent events.
 
-Each request is one HTTP/1.1 connection (``http.client`` sends it and reads the headers, in one
-client thread per request in flight), so no connection pool sits between the server's bytes and the
-timestamps. The body of every plain-HTTP stream is read by one reader thread per endpoint
+Each request is one HTTP/1.1 connection, so no connection pool sits between the server's bytes and
+the timestamps. On plain HTTP the request's own thread connects and sends it; the answer, its
+status line and headers included, is read by one reader thread per endpoint
 (:mod:`accelscope.llm.sse_reader`: a chunk then costs a ``recv`` and its parsing, not a thread
-wake-up and a GIL hand-off); a chunk is stamped with the kernel's receive time of the read that
-brought it (``SO_TIMESTAMPNS`` on Linux; else ``time.perf_counter()`` as soon as the read
-returns), and chunks that came in one read share the stamp: they arrived together. A
-TLS stream is read in its own thread, the same way. Output arrives on three channels: the answer (a
+wake-up and a GIL hand-off, and the request's thread wakes once, at the end); a chunk is stamped
+with the kernel's receive time of the read that brought it (``SO_TIMESTAMPNS`` on Linux; else
+``time.perf_counter()`` as soon as the read returns), and chunks that came in one read share the
+stamp. A TLS stream goes through ``http.client`` and is read in its own thread, the same way. Output arrives on three channels: the answer (a
 completion's ``text``, a chat delta's ``content``), reasoning (``delta.reasoning``, vLLM's current
 field, or ``delta.reasoning_content``) and tool calls (``delta.tool_calls[].function`` name and
 ``arguments``); the first chunk carrying any of them is the first token, the first with answer text

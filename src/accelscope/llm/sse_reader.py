@@ -5,10 +5,14 @@ time on one thread.
 returned) goes through the chunked framing (``size CRLF data CRLF``), the SSE lines and each
 ``data:`` event's JSON into the record's stamps and counts; the definitions are the client's
 (see :mod:`accelscope.llm.client`). :class:`Reactor` reads every plain-HTTP stream of an
-endpoint on one thread (``selectors``: one wake-up for every socket that is ready), so a chunk
-costs a ``recv`` and its parsing, not a thread switch: with a thread a stream, each chunk woke
-its thread and passed the GIL, about 40 us of CPU a chunk. The caller's thread sends the
-request, reads the headers and then waits for the stream's end.
+endpoint on one thread (``selectors``: one wake-up for every socket that is ready, at most one
+each :data:`WAKE_SPACING_S`), so a chunk costs a ``recv`` and its parsing, not a thread switch:
+with a thread a stream, each chunk woke its thread and passed the GIL, about 40 us of CPU a
+chunk. The caller's thread connects and sends the request, then waits for the stream's end;
+the reader reads the answer's head (:func:`parse_head`) and body. A read that brings one whole
+chunk which cannot end the stream (no ``[DONE]``, no ``"error"``, not the last chunk) is kept
+with its stamp and parsed with the next read that can, in one go: the records are those of a
+read parsed at once, for less CPU a chunk.
 """
 
 from __future__ import annotations
