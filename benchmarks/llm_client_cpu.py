@@ -111,6 +111,7 @@ def on_schedule(url: str, args: argparse.Namespace) -> dict[str, Any]:
                     "rate_per_s": rate,
                     "requests": summary.requests,
                     "errors": summary.errors,
+                    "error_kinds": [f"{k.count}x {k.error}" for k in summary.error_kinds],
                     "lag_p99_ms": lag.p99 * 1e3 if lag else None,
                     "client_bound": summary.client_bound,
                     "client_cpu_ms_per_request": summary.client_cpu_ms_per_request,

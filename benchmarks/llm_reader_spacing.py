@@ -148,7 +148,7 @@ def main() -> None:
     if args.out:
         machine = {"cpu": _cpu_name(), "cpus": os.cpu_count()}
         payload = {"machine": machine, "args": vars(args), "rounds": rounds, "medians": summary}
-        args.out.write_text(json.dumps(payload, indent=2) + "\n")
+        args.out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
 def _cpu_name() -> str:

@@ -9,7 +9,8 @@ status line and headers included, is read by one reader thread per endpoint
 wake-up and a GIL hand-off, and the request's thread wakes once, at the end); a chunk is stamped
 with the kernel's receive time of the read that brought it (``SO_TIMESTAMPNS`` on Linux; else
 ``time.perf_counter()`` as soon as the read returns), and chunks that came in one read share the
-stamp. A TLS stream goes through ``http.client`` and is read in its own thread, the same way. Output arrives on three channels: the answer (a
+stamp. A TLS stream goes through ``http.client`` and is read in its own thread, the same way.
+Output arrives on three channels: the answer (a
 completion's ``text``, a chat delta's ``content``), reasoning (``delta.reasoning``, vLLM's current
 field, or ``delta.reasoning_content``) and tool calls (``delta.tool_calls[].function`` name and
 ``arguments``); the first chunk carrying any of them is the first token, the first with answer text

@@ -1,0 +1,118 @@
+"""When ``llm`` on the CPU vLLM reads a whole stream at once (TTFT = the whole reply, TPOT 0):
+did the server send it in one burst, or did the client read late?
+
+The client's reads are stamped with the kernel's receive time, so ``perf_counter() - stamp`` at
+each read is how long its data waited in the socket. A late reader shows a large wait; a
+server that holds its tokens and sends them together shows a small wait and fewer reads. Three
+ways of running the client are alternated on one vLLM server (``.venv-vllm``: ``make vllm``):
+the trial alone (``run_trial``: no ``/metrics`` scrape), and the ``llm`` workflow with and
+without its scrape of the server's ``/metrics``.
+
+    .venv/bin/python benchmarks/llm_vllm_bursts.py --rounds 3 \\
+        --out benchmarks/results/llm_vllm_bursts.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import accelscope.llm.sse_reader as reader
+from accelscope.commands.llm.workflow import LlmRequestSettings, llm
+from accelscope.llm.client import OpenAIEndpoint
+from accelscope.llm.records import LlmRequest
+from accelscope.llm.trial import run_trial
+from accelscope.llm.workload import Lengths, Workload
+from accelscope.testing.llm_server import VllmServe
+from llm_vllm import _model
+
+_waits: list[float] = []
+_kernel_stamp = reader._kernel_stamp
+
+
+def _recorded(ancillary: Any, offset_ns: int) -> float | None:
+    stamp = _kernel_stamp(ancillary, offset_ns)
+    if stamp is not None:
+        _waits.append(time.perf_counter() - stamp)
+    return stamp
+
+
+def _trial(server: VllmServe, requests: int) -> tuple[float, float]:
+    endpoint = OpenAIEndpoint(server.url, server.model, ignore_eos=True)
+    work = [LlmRequest(index=i, prompt="hello " * 60, max_tokens=32) for i in range(requests)]
+    records = run_trial(endpoint, work, concurrency=1).records
+    ttft = sorted(r.first_token_s - r.sent_s for r in records if r.first_token_s is not None)
+    tpot = sorted(
+        (r.last_token_s - r.first_token_s) / (len(r.chunk_times_s) - 1)
+        for r in records
+        if r.first_token_s is not None and r.last_token_s is not None and len(r.chunk_times_s) > 1
+    )
+    return ttft[len(ttft) // 2], tpot[len(tpot) // 2] if tpot else 0.0
+
+
+def _workflow(server: VllmServe, model: Path, requests: int, scrape: bool) -> tuple[float, float]:
+    run = llm(
+        LlmRequestSettings(
+            url=server.url,
+            model=server.model,
+            concurrencies=(1,),
+            requests=requests,
+            workload=Workload(input_tokens=Lengths(64, 64), output_tokens=Lengths(32, 32)),
+            tokenizer=model,
+            ignore_eos=True,
+            scrape_metrics=scrape,
+        ),
+        store_path=None,
+    ).document
+    metrics = run.trials[0].summary.metrics
+    return metrics.ttft_s.value("p50") or 0.0, metrics.tpot_s.value("p50") or 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    reader._kernel_stamp = _recorded
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        model = _model(Path(scratch) / "model")
+        with VllmServe(model, enforce_eager=False) as server:
+            _trial(server, 4)  # warm up
+            ways: dict[str, Callable[[], tuple[float, float]]] = {
+                "trial, no scrape": lambda: _trial(server, args.requests),
+                "llm, scraping /metrics": lambda: _workflow(server, model, args.requests, True),
+                "llm, no scrape": lambda: _workflow(server, model, args.requests, False),
+            }
+            for number in range(args.rounds):
+                for way, run in ways.items():
+                    _waits.clear()
+                    ttft_s, tpot_s = run()
+                    waits = sorted(_waits)
+                    row = {
+                        "round": number,
+                        "way": way,
+                        "ttft_p50_ms": ttft_s * 1e3,
+                        "tpot_p50_ms": tpot_s * 1e3,
+                        "reads_per_request": len(waits) / args.requests,
+                        "wait_p50_ms": waits[len(waits) // 2] * 1e3,
+                        "wait_p99_ms": waits[int(len(waits) * 0.99)] * 1e3,
+                        "wait_max_ms": waits[-1] * 1e3,
+                    }
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps({"args": vars(args), "rows": rows}, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
