@@ -151,3 +151,28 @@ def test_the_head_parser_reads_framing_and_type() -> None:
     head = parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 12")
     assert not isinstance(head, str) and (head.chunked, head.length) == (False, 12)
     assert parse_head(b"HTTP/1.1 abc OK").startswith("BadStatusLine")  # type: ignore[union-attr]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.binary(max_size=200),
+    st.sampled_from([b"", b"HTTP/1.1 ", b"HTTP/1.1 200 OK\r\n", b"HTTP/1.1 \xb2\xb2\xb2 OK\r\n"]),
+)
+def test_any_bytes_for_a_head_end_the_stream_with_an_error_never_an_exception(
+    noise: bytes, start: bytes
+) -> None:
+    record, parser = _read([start + noise + b"\r\n\r\n" + noise])
+    assert parser.over
+    if record.error:
+        assert "\n" not in record.error
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=120), max_size=6), st.booleans())
+def test_any_bytes_after_a_stream_head_are_parsed_or_an_error_never_an_exception(
+    reads: list[bytes], chunked: bool
+) -> None:
+    head = _SSE_HEAD if chunked else b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+    record, parser = _read([head, *reads])
+    assert parser.over
+    assert "\n" not in record.error

@@ -108,7 +108,8 @@ def parse_head(raw: bytes) -> ResponseHead | str:
     """The head of an HTTP/1.x answer (without its blank line), or what is wrong with it."""
     lines = raw.decode("latin-1").split("\r\n")
     parts = lines[0].split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+    version, status = (parts + ["", ""])[:2]
+    if not version.startswith("HTTP/") or not (len(status) == 3 and status.isdecimal()):
         return one_line(f"BadStatusLine: {lines[0]!r}")
     headers: dict[str, str] = {}
     for line in lines[1:]:
@@ -124,7 +125,7 @@ def parse_head(raw: bytes) -> ResponseHead | str:
             return one_line(f"the answer's Content-Length is not a number: {lines[0]!r}")
         if length < 0:
             return "the answer's Content-Length is negative"
-    return ResponseHead(int(parts[1]), headers.get("content-type", ""), chunked, length)
+    return ResponseHead(int(status), headers.get("content-type", ""), chunked, length)
 
 
 def error_message(status: int, body: bytes) -> str:

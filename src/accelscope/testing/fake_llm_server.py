@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -144,7 +145,10 @@ class FakeLLMServer(Service):
         empty_opening_chunk: bool = False,
         tail_s: float = 0.0,
         chat_template: bool = False,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        self.tls = tls
+        """Serve HTTPS with this server-side context (its certificate and key)."""
         if ttft_s < 0 or itl_s < 0 or tail_s < 0:
             raise ValueError("ttft_s, itl_s and tail_s must not be negative")
         if reasoning_field not in ("reasoning", "reasoning_content"):
@@ -256,9 +260,11 @@ class FakeLLMServer(Service):
         if self._server is not None:
             raise RuntimeError("the fake server is already started")
         server = _Server(self)
+        if self.tls is not None:
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
         self._server = server
         self.port = server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
         self._thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": 0.05},
