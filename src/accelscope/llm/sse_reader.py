@@ -108,7 +108,7 @@ def parse_head(raw: bytes) -> ResponseHead | str:
     """The head of an HTTP/1.x answer (without its blank line), or what is wrong with it."""
     lines = raw.decode("latin-1").split("\r\n")
     parts = lines[0].split(None, 2)
-    version, status = (parts + ["", ""])[:2]
+    version, status = [*parts, "", ""][:2]
     if not version.startswith("HTTP/") or not (len(status) == 3 and status.isdecimal()):
         return one_line(f"BadStatusLine: {lines[0]!r}")
     headers: dict[str, str] = {}
