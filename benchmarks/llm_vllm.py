@@ -43,7 +43,9 @@ def _model(directory: Path) -> Path:
     )
 
 
-def _ours(server: VllmServe, model: Path, requests: int) -> dict[str, float | None]:
+def _ours(
+    server: VllmServe, model: Path, requests: int, *, scrape_metrics: bool = True
+) -> dict[str, float | None]:
     run = llm(
         LlmRequestSettings(
             url=server.url,
@@ -53,6 +55,7 @@ def _ours(server: VllmServe, model: Path, requests: int) -> dict[str, float | No
             workload=Workload(input_tokens=Lengths(64, 64), output_tokens=Lengths(32, 32)),
             tokenizer=model,
             ignore_eos=True,
+            scrape_metrics=scrape_metrics,
         ),
         store_path=None,
     ).document

@@ -26,13 +26,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import accelscope.llm.sse_reader as reader
-from accelscope.commands.llm.workflow import LlmRequestSettings, llm
 from accelscope.llm.client import OpenAIEndpoint
 from accelscope.llm.records import LlmRequest
+from accelscope.llm.summary import summarise_trial
 from accelscope.llm.trial import run_trial
-from accelscope.llm.workload import Lengths, Workload
 from accelscope.testing.llm_server import VllmServe
-from llm_vllm import _model
+from llm_vllm import _model, _ours
 
 _waits: list[float] = []
 _kernel_stamp = reader._kernel_stamp
@@ -45,35 +44,15 @@ def _recorded(ancillary: Any, offset_ns: int) -> float | None:
     return stamp
 
 
-def _trial(server: VllmServe, requests: int) -> tuple[float, float]:
+def _trial(server: VllmServe, requests: int) -> dict[str, float | None]:
+    """The trial alone: ``run_trial``, no ``/metrics`` scrape; medians as ``llm`` gives them."""
     endpoint = OpenAIEndpoint(server.url, server.model, ignore_eos=True)
     work = [LlmRequest(index=i, prompt="hello " * 60, max_tokens=32) for i in range(requests)]
-    records = run_trial(endpoint, work, concurrency=1).records
-    ttft = sorted(r.first_token_s - r.sent_s for r in records if r.first_token_s is not None)
-    tpot = sorted(
-        (r.last_token_s - r.first_token_s) / (len(r.chunk_times_s) - 1)
-        for r in records
-        if r.first_token_s is not None and r.last_token_s is not None and len(r.chunk_times_s) > 1
-    )
-    return ttft[len(ttft) // 2], tpot[len(tpot) // 2] if tpot else 0.0
-
-
-def _workflow(server: VllmServe, model: Path, requests: int, scrape: bool) -> tuple[float, float]:
-    run = llm(
-        LlmRequestSettings(
-            url=server.url,
-            model=server.model,
-            concurrencies=(1,),
-            requests=requests,
-            workload=Workload(input_tokens=Lengths(64, 64), output_tokens=Lengths(32, 32)),
-            tokenizer=model,
-            ignore_eos=True,
-            scrape_metrics=scrape,
-        ),
-        store_path=None,
-    ).document
-    metrics = run.trials[0].summary.metrics
-    return metrics.ttft_s.value("p50") or 0.0, metrics.tpot_s.value("p50") or 0.0
+    metrics = summarise_trial(run_trial(endpoint, work, concurrency=1).records).metrics
+    return {
+        "ttft_ms": (metrics.ttft_s.value("p50") or 0) * 1e3,
+        "tpot_ms": (metrics.tpot_s.value("p50") or 0) * 1e3,
+    }
 
 
 def main() -> None:
@@ -88,21 +67,21 @@ def main() -> None:
         model = _model(Path(scratch) / "model")
         with VllmServe(model, enforce_eager=False) as server:
             _trial(server, 4)  # warm up
-            ways: dict[str, Callable[[], tuple[float, float]]] = {
+            ways: dict[str, Callable[[], dict[str, float | None]]] = {
                 "trial, no scrape": lambda: _trial(server, args.requests),
-                "llm, scraping /metrics": lambda: _workflow(server, model, args.requests, True),
-                "llm, no scrape": lambda: _workflow(server, model, args.requests, False),
+                "llm, scraping /metrics": lambda: _ours(server, model, args.requests),
+                "llm, no scrape": lambda: _ours(server, model, args.requests, scrape_metrics=False),
             }
             for number in range(args.rounds):
                 for way, run in ways.items():
                     _waits.clear()
-                    ttft_s, tpot_s = run()
+                    medians = run()
                     waits = sorted(_waits)
                     row = {
                         "round": number,
                         "way": way,
-                        "ttft_p50_ms": ttft_s * 1e3,
-                        "tpot_p50_ms": tpot_s * 1e3,
+                        "ttft_p50_ms": medians["ttft_ms"],
+                        "tpot_p50_ms": medians["tpot_ms"],
                         "reads_per_request": len(waits) / args.requests,
                         "wait_p50_ms": waits[len(waits) // 2] * 1e3,
                         "wait_p99_ms": waits[int(len(waits) * 0.99)] * 1e3,
