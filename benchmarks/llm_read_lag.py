@@ -29,22 +29,29 @@ with FakeLLMServer(ttft_s=0.0, itl_s={itl_s}, output_tokens={tokens}) as server:
 """
 
 
-def _lags(url: str, requests: int, concurrency: int, tokens: int) -> dict[str, Any]:
+def record_waits(waits: list[float]) -> None:
+    """From now on each kernel-stamped read of the client's reader appends to ``waits`` how
+    long its data waited in the socket (``perf_counter()`` at the read minus the stamp)."""
     import accelscope.llm.sse_reader as reader
+
+    kernel_stamp = reader._kernel_stamp
+
+    def recorded(ancillary: list[tuple[int, int, bytes]], offset_ns: int) -> float | None:
+        stamp = kernel_stamp(ancillary, offset_ns)
+        if stamp is not None:
+            waits.append(time.perf_counter() - stamp)
+        return stamp
+
+    reader._kernel_stamp = recorded
+
+
+def _lags(url: str, requests: int, concurrency: int, tokens: int) -> dict[str, Any]:
     from accelscope.llm.client import OpenAIEndpoint
     from accelscope.llm.records import LlmRequest
     from accelscope.llm.trial import run_trial
 
     lags: list[float] = []
-    kernel_stamp = reader._kernel_stamp
-
-    def recorded(ancillary: Any, offset_ns: int) -> float | None:
-        stamp = kernel_stamp(ancillary, offset_ns)
-        if stamp is not None:
-            lags.append(time.perf_counter() - stamp)
-        return stamp
-
-    reader._kernel_stamp = recorded  # type: ignore[assignment]
+    record_waits(lags)
     endpoint = OpenAIEndpoint(url, "fake-model")
     work = [
         LlmRequest(index=i, prompt="hello world " * 16, max_tokens=tokens) for i in range(requests)

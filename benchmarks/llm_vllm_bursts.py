@@ -18,30 +18,21 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import accelscope.llm.sse_reader as reader
 from accelscope.llm.client import OpenAIEndpoint
 from accelscope.llm.records import LlmRequest
 from accelscope.llm.summary import summarise_trial
 from accelscope.llm.trial import run_trial
 from accelscope.testing.llm_server import VllmServe
+from llm_read_lag import record_waits
 from llm_vllm import _model, _ours
 
 _waits: list[float] = []
-_kernel_stamp = reader._kernel_stamp
-
-
-def _recorded(ancillary: Any, offset_ns: int) -> float | None:
-    stamp = _kernel_stamp(ancillary, offset_ns)
-    if stamp is not None:
-        _waits.append(time.perf_counter() - stamp)
-    return stamp
 
 
 def _trial(server: VllmServe, requests: int) -> dict[str, float | None]:
@@ -61,7 +52,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    reader._kernel_stamp = _recorded
+    record_waits(_waits)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch:
         model = _model(Path(scratch) / "model")

@@ -9,7 +9,7 @@ status line and headers included, is read by one reader thread per endpoint
 wake-up and a GIL hand-off, and the request's thread wakes once, at the end); a chunk is stamped
 with the kernel's receive time of the read that brought it (``SO_TIMESTAMPNS`` on Linux; else
 ``time.perf_counter()`` as soon as the read returns), and chunks that came in one read share the
-stamp. A TLS stream goes through ``http.client`` and is read in its own thread, the same way.
+stamp. A TLS stream is read in the request's thread, the same way.
 Output arrives on three channels: the answer (a
 completion's ``text``, a chat delta's ``content``), reasoning (``delta.reasoning``, vLLM's current
 field, or ``delta.reasoning_content``) and tool calls (``delta.tool_calls[].function`` name and
@@ -33,10 +33,10 @@ wrong URL, path or model name is one line of bad input before any trial starts.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -47,13 +47,11 @@ from accelscope.errors import BadInputError, one_line
 from accelscope.llm.documents import TargetDescription
 from accelscope.llm.records import LlmRequest, RequestRecord
 from accelscope.llm.sse_reader import (
-    MAX_ERROR_BODY,
     READ_BYTES,
     Reactor,
     SseParser,
     StreamState,
     enable_kernel_stamps,
-    error_message,
 )
 from accelscope.llm.workload import TokenCounter
 
@@ -131,7 +129,11 @@ class OpenAIEndpoint:
         """Ask for a ``usage`` on every chunk (vLLM's ``continuous_usage_stats``: the only way a
         stream says how many tokens each chunk holds, so TPOT divides by N - k1 with the real
         k1); :meth:`check` turns it off for a server that refuses it."""
-        self._live: set[socket.socket | http.client.HTTPConnection] = set()
+        self._live: set[socket.socket] = set()
+        self._tls: ssl.SSLContext | None = None
+        if self.scheme == "https":  # the system's trusted certificates, as http.client does
+            self._tls = ssl.create_default_context()
+            self._tls.set_alpn_protocols(["http/1.1"])
         self._lock = threading.Lock()
         self._reactor = Reactor()
 
@@ -180,9 +182,8 @@ class OpenAIEndpoint:
         """Close every connection in flight (their requests end ``cancelled``)."""
         with self._lock:
             live = list(self._live)
-        for conn in live:
-            sock = conn.sock if isinstance(conn, http.client.HTTPConnection) else conn
-            if sock is not None:
+        for sock in live:
+            if sock.fileno() >= 0:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
 
@@ -214,7 +215,7 @@ class OpenAIEndpoint:
         return json.dumps(body).encode()
 
     def _head(self, body: bytes) -> bytes:
-        """A request's line and headers (those ``http.client`` sends, in its order)."""
+        """A request's line and headers (those ``http.client`` would send, in its order)."""
         lines = [
             f"POST {self._target} HTTP/1.1",
             f"Host: {self._host_header}",
@@ -245,17 +246,14 @@ class OpenAIEndpoint:
             origin_s=origin_s,
             chat=self.api == "chat",
             cancel=cancel,
-            head=self.scheme == "http",
+            head=True,
         )
         timeout_error = f"timeout after {timeout_s:g} s"
         try:
-            if self.scheme == "http":
-                self._plain(self._body(request), parser, deadline, timeout_s, timeout_error)
-            else:
-                self._tls(self._body(request), parser, deadline, timeout_s, timeout_error)
+            self._exchange(self._body(request), parser, deadline, timeout_s, timeout_error)
         except TimeoutError:
             record.error = timeout_error
-        except (OSError, http.client.HTTPException) as exc:
+        except OSError as exc:
             if cancel.is_set():
                 record.cancelled = True
             else:
@@ -270,54 +268,34 @@ class OpenAIEndpoint:
         stream.finish(record)
         return record
 
-    def _plain(
+    def _exchange(
         self, body: bytes, parser: SseParser, deadline: float, timeout_s: float, error: str
     ) -> None:
-        """Connect, send, and let the endpoint's reader thread read the answer (its head
-        too: this thread then wakes once, when the stream is over)."""
+        """Connect, send, and read the answer (head and body) into ``parser``: a plain-HTTP
+        socket on the endpoint's reader thread (this thread then wakes once, when the stream
+        is over), a TLS one here, read by read."""
         sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
-        with self._lock:
-            self._live.add(sock)
         try:
-            stamped = enable_kernel_stamps(sock)
-            sock.sendall(self._head(body) + body)
-            sock.setblocking(False)
-            self._reactor.follow(sock, parser, deadline, error, stamped=stamped)
-        finally:
+            stamped = False
+            if self._tls is None:
+                stamped = enable_kernel_stamps(sock)
+            else:
+                sock = self._tls.wrap_socket(sock, server_hostname=self.host)
             with self._lock:
-                self._live.discard(sock)
-            sock.close()
-
-    def _tls(
-        self, body: bytes, parser: SseParser, deadline: float, timeout_s: float, error: str
-    ) -> None:
-        """An HTTPS request through ``http.client``, its body read here, read by read."""
-        conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s)
-        with self._lock:
-            self._live.add(conn)
-        try:
-            headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-            if self.api_key:
-                headers["Authorization"] = f"Bearer {self.api_key}"
-            conn.request("POST", self.path, body=body, headers=headers)
-            response = conn.getresponse()
-            now = time.perf_counter()
-            if response.status != 200:
-                message = error_message(response.status, response.read(MAX_ERROR_BODY))
-                parser.fail(now, message)
+                self._live.add(sock)
+            sock.sendall(self._head(body) + body)
+            if self._tls is None:
+                sock.setblocking(False)
+                self._reactor.follow(sock, parser, deadline, error, stamped=stamped)
                 return
-            kind = response.getheader("Content-Type", "")
-            if "text/event-stream" not in kind:
-                parser.fail(now, f"not a streaming OpenAI response (Content-Type {kind or 'none'})")
-                return
-            parser.chunked, parser.left = bool(response.chunked), response.length
-            fp = response.fp
-            assert fp is not None
             while True:
-                data = fp.read1(READ_BYTES)
+                data = sock.recv(READ_BYTES)
                 now = time.perf_counter()
                 if not data:
-                    parser.eof(now)
+                    if parser.cancel.is_set():
+                        parser.fail(now, cancelled=True)
+                    else:
+                        parser.eof(now)
                     return
                 if now > deadline:
                     parser.fail(now, error)
@@ -326,8 +304,8 @@ class OpenAIEndpoint:
                     return
         finally:
             with self._lock:
-                self._live.discard(conn)
-            conn.close()
+                self._live.discard(sock)
+            sock.close()
 
     def _tokenizer_count(self, streamed: list[str]) -> int:
         """The tokenizer's count over every channel's streamed text (reasoning, answer,
