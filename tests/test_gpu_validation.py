@@ -10,7 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -739,3 +739,74 @@ def test_a_command_is_not_started_once_the_steps_time_is_spent(tmp_path: Path) -
     runner.deadline = time.monotonic()  # spent
     result = runner.cli("env", timeout_s=60)
     assert result.timed_out and result.stderr == "not run: the step's time was spent"
+
+
+def _llm_run(tpot_s: float, compile_s: float | None = None) -> LlmRun:
+    extra = {} if compile_s is None else {"cache": "static", "compile": True}
+    if compile_s is not None:
+        extra |= {"compile_mode": "reduce-overhead", "compile_s": compile_s}
+    trial = LlmTrial(
+        index=0,
+        label="c1",
+        arrivals=Arrivals(concurrency=1),
+        summary=TrialSummary(
+            requests=16,
+            completed=16,
+            errors=0,
+            metrics=Metrics(
+                ttft_s=Distribution(n=16, p50=0.01), tpot_s=Distribution(n=16, p50=tpot_s)
+            ),
+        ),
+    )
+    target = TargetDescription(kind="in-process", device="cuda", dtype="bfloat16", **extra)
+    return LlmRun(model="llama", target=target, trials=[trial])
+
+
+def test_the_llm_compile_step_alternates_fresh_runs_and_gives_the_tpot_ratio_with_its_interval(
+    tmp_path: Path,
+) -> None:
+    # each side a fresh process, the order alternating per round (eager first, then compiled
+    # first): the ratio is compiled / eager over paired rounds, the compile time kept apart
+    (tmp_path / "llama-tiny").mkdir()
+    (tmp_path / "llama-tiny" / "config.json").write_text("{}")
+    tpots = {"eager": iter([4.0e-3, 4.4e-3, 3.8e-3]), "compiled": iter([1.0e-3, 1.2e-3, 0.9e-3])}
+    calls: list[tuple[str, ...]] = []
+
+    def cli(*args: str, timeout_s: float, label: str) -> Any:
+        calls.append(args)
+        side = "compiled" if "--compile" in args else "eager"
+        return _printed(_llm_run(next(tpots[side]), 41.0 if side == "compiled" else None))
+
+    run = SimpleNamespace(
+        profile=dataclasses.replace(v.GPU, llm_shape={}),
+        workdir=tmp_path,
+        store=tmp_path / "results.db",
+        cli=cli,
+        record_command=lambda out, result: None,
+    )
+    out = v.step_llm_compile(run, 600.0)
+    assert out.status == v.OK
+    order = ["--compile" in c for c in calls]
+    assert order == [False, True, True, False, False, True]
+    assert all("--concurrency" in c and "1" in c for c in calls)
+    ratios = [1.0 / 4.0, 1.2 / 4.4, 0.9 / 3.8]
+    geometric = (ratios[0] * ratios[1] * ratios[2]) ** (1 / 3)
+    assert out.figures["ratio"] == pytest.approx(geometric)
+    assert out.figures["low"] < out.figures["ratio"] < out.figures["high"] < 1.0
+    assert out.figures["compile_s"] == [41.0, 41.0, 41.0]
+    assert out.figures["compile_mode"] == "reduce-overhead"
+    summary = "TPOT p50 with --compile (reduce-overhead) / without: 0.253x (0.212x-0.302x, 95 %"
+    assert out.summary.startswith(summary + ", 3 rounds); compile 41 s, 41 s, 41 s")
+    assert out.tables[0].rows[0][:4] == [1, "4 ms", "1 ms", "0.25x"]
+    json.dumps(out.figures)
+
+
+def test_one_round_of_llm_compile_gives_the_ratio_but_no_interval() -> None:
+    out = v.summarize_llm_compile(
+        v.Outcome("llm_compile", v.OK), [_llm_run(4e-3)], [_llm_run(2e-3, 30.0)]
+    )
+    assert out.figures["ratio"] == pytest.approx(0.5)
+    assert out.figures["low"] is None and out.figures["why_no_interval"]
+    assert "no interval" in out.summary
+    empty = v.summarize_llm_compile(v.Outcome("llm_compile", v.OK), [], [])
+    assert empty.summary == "no round with a TPOT on both sides"

@@ -29,6 +29,7 @@ import contextlib
 import functools
 import io
 import json
+import math
 import os
 import re
 import shlex
@@ -58,6 +59,7 @@ from accelscope.hardware.fingerprint import Environment
 from accelscope.hardware.telemetry import Telemetry
 from accelscope.llm.documents import LlmRun
 from accelscope.load.summary import Scenario, TrialSummary
+from accelscope.measurement.stats import process_ratio
 from accelscope.result import Result, Status
 from accelscope.serialise import dump
 
@@ -1838,28 +1840,33 @@ def _llama_dir(run: Runner) -> Path:
     return run.workdir / f"llama-{tag}"
 
 
+def _llama(run: Runner, out: Outcome) -> Path | None:
+    """The random Llama the llm steps load (built once per work directory), or None: the
+    outcome says why."""
+    directory = _llama_dir(run)
+    if (directory / "config.json").exists():
+        return directory
+    code = (
+        "import sys, json; from pathlib import Path; "
+        "from accelscope.testing.llm_model import build_tiny_llama; "
+        "build_tiny_llama(Path(sys.argv[1]), **json.loads(sys.argv[2]))"
+    )
+    built = run.python(
+        "-c", code, str(directory), json.dumps(run.profile.llm_shape), timeout_s=120, label="llama"
+    )
+    run.record_command(out, built)
+    if not built.ok:
+        out.status, out.note = FAILED, f"building the model: {built.why()}"
+        return None
+    return directory
+
+
 def step_llm(run: Runner, allowed: float) -> Outcome:
     out = Outcome("llm", OK)
     deadline = time.monotonic() + allowed
-    directory = _llama_dir(run)
-    if not (directory / "config.json").exists():
-        code = (
-            "import sys, json; from pathlib import Path; "
-            "from accelscope.testing.llm_model import build_tiny_llama; "
-            "build_tiny_llama(Path(sys.argv[1]), **json.loads(sys.argv[2]))"
-        )
-        built = run.python(
-            "-c",
-            code,
-            str(directory),
-            json.dumps(run.profile.llm_shape),
-            timeout_s=120,
-            label="llama",
-        )
-        run.record_command(out, built)
-        if not built.ok:
-            out.status, out.note = FAILED, f"building the model: {built.why()}"
-            return out
+    directory = _llama(run, out)
+    if directory is None:
+        return out
     p = run.profile
     floor: list[str] = []
     bandwidth = run.figure("ceilings", "bandwidth_bytes_per_s") or run.figure(
@@ -1994,6 +2001,120 @@ def summarize_llm(
         )
     )
     return out
+
+
+LLM_COMPILE_ROUNDS = 3
+"""Interleaved rounds of ``step_llm_compile`` at most (each: one run without, one with)."""
+
+
+def step_llm_compile(run: Runner, allowed: float) -> Outcome:
+    """``llm --hf-model`` at concurrency 1 without and with ``--compile`` (a static KV cache
+    and the decoding step compiled: ``reduce-overhead``, CUDA graphs, on a GPU), each run a
+    fresh process, in interleaved rounds (eager first, then compiled first, ...): TPOT p50's
+    ratio with its 95 % interval over the rounds; the compile time apart, never in a trial. A
+    round starts only while the last one's time still fits."""
+    out = Outcome("llm_compile", OK)
+    deadline = time.monotonic() + allowed
+    directory = _llama(run, out)
+    if directory is None:
+        return out
+    p = run.profile
+    common = (
+        "llm",
+        *opts(hf_model=directory, device=p.device, dtype="bf16", concurrency=1),
+        *p.llm_args,
+        *opts(no_server_metrics=True, json=True, store=run.store),
+    )
+    sides: dict[str, tuple[str, ...]] = {"eager": (), "compiled": ("--compile",)}
+    runs: dict[str, list[LlmRun]] = {"eager": [], "compiled": []}
+    round_s = 0.0
+    for number_ in range(LLM_COMPILE_ROUNDS):
+        if number_ and deadline - time.monotonic() < round_s:
+            out.note = f"{number_} rounds: a round took {round_s:.0f} s, the step's time was spent"
+            break
+        started = time.monotonic()
+        for side in ("eager", "compiled") if number_ % 2 == 0 else ("compiled", "eager"):
+            result = run.cli(
+                *common,
+                *sides[side],
+                timeout_s=deadline - time.monotonic(),
+                label=f"llm-{side}-{number_ + 1}",
+            )
+            run.record_command(out, result)
+            doc = result.document(LlmRun)
+            if doc is None or not doc.trials:
+                out.status = FAILED
+                out.note = f"round {number_ + 1}, {side}: " + (
+                    result.why() if doc is None else "no trial"
+                )
+                return summarize_llm_compile(out, runs["eager"], runs["compiled"])
+            runs[side].append(doc)
+        round_s = time.monotonic() - started
+    return summarize_llm_compile(out, runs["eager"], runs["compiled"])
+
+
+def summarize_llm_compile(out: Outcome, eager: list[LlmRun], compiled: list[LlmRun]) -> Outcome:
+    """The rounds' TPOT p50 on each side and their ratio (compiled / eager, paired by round:
+    below 1 is faster), with its interval when two or more whole rounds were run."""
+
+    def tpot(doc: LlmRun) -> float | None:
+        return doc.trials[0].summary.metrics.tpot_s.p50 if doc.trials else None
+
+    rounds = min(len(eager), len(compiled))
+    before = [tpot(d) for d in eager[:rounds]]
+    after = [tpot(d) for d in compiled[:rounds]]
+    pairs = [(b, a) for b, a in zip(before, after, strict=True) if b and a]
+    extra = [(d.target.model_extra or {}) for d in compiled]
+    compile_s = [number(e.get("compile_s")) for e in extra]
+    out.figures = {
+        "rounds": rounds,
+        "tpot_p50_s": {"eager": before, "compiled": after},
+        "compile_s": compile_s,
+        "compile_mode": extra[0].get("compile_mode") if extra else None,
+        "cache": extra[0].get("cache") if extra else None,
+    }
+    if not pairs:
+        out.summary = "no round with a TPOT on both sides"
+        return out
+    found = process_ratio([b for b, _ in pairs], [a for _, a in pairs], paired=True)
+    estimate = found.estimate
+    out.figures |= {
+        "ratio": found.ratio,
+        "low": estimate.low if estimate else None,
+        "high": estimate.high if estimate else None,
+        "why_no_interval": found.why or None,
+    }
+    interval = (
+        f" ({_ratio_bound(estimate.low)}-{_ratio_bound(estimate.high)}, 95 %, {len(pairs)} rounds)"
+        if estimate
+        else f" (no interval: {found.why})"
+    )
+    mode = out.figures["compile_mode"] or "?"
+    out.summary = (
+        f"TPOT p50 with --compile ({mode}) / without: {found.ratio:.3g}x{interval}; "
+        f"compile {', '.join(f'{c:.0f} s' for c in compile_s if c is not None) or 'n/a'}"
+    )
+    out.tables.append(
+        Table(
+            "llm --hf-model --compile against eager (concurrency 1, interleaved rounds)",
+            ["round", "TPOT p50 eager", "TPOT p50 compiled", "compiled / eager", "compile time"],
+            [
+                [
+                    i + 1,
+                    _ms3(b),
+                    _ms3(a),
+                    f"{a / b:.3g}x" if b and a else "n/a",
+                    f"{compile_s[i]:.0f} s" if i < len(compile_s) and compile_s[i] else "n/a",
+                ]
+                for i, (b, a) in enumerate(zip(before, after, strict=True))
+            ],
+        )
+    )
+    return out
+
+
+def _ratio_bound(value: float | None) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.3g}x"
 
 
 def _measure(run: Runner, allowed: float, *extra: str, label: str) -> Command:
@@ -2196,6 +2317,14 @@ def build_steps(gpu: bool) -> list[Step]:
         ("ordinal", "--device cuda:N missing", 8, 5, 30, step_ordinal),
         ("compile", "measure --backend compile bf16 b64", 120, 90, 240, step_compile),
         ("load", "load resnet50 offline b32", 30, 25, 60, step_load),
+        (
+            "llm_compile",
+            "llm --hf-model --compile vs eager, interleaved rounds",
+            150,
+            60,
+            300,
+            step_llm_compile,
+        ),
     ] + [
         # each default-sweep case is its own device call (`--only STEP --budget 520`): last here
         (

@@ -49,13 +49,13 @@ _EVENTS = [
 _BODY = b"".join(_chunk(e) for e in _EVENTS) + b"0\r\n\r\n"
 
 
-def _parser(*, chat: bool = True, chunked: bool = True) -> SseParser:
+def _parser(*, chat: bool = True, chunked: bool = True, origin_s: float = 0.0) -> SseParser:
     """A parser of one stream into a fresh record (``parser.record``) and state."""
     record = LlmRequest(index=0, prompt="p", max_tokens=3).record(scheduled_s=0.0, sent_s=0.0)
     return SseParser(
         record,
         StreamState(),
-        origin_s=0.0,
+        origin_s=origin_s,
         chat=chat,
         chunked=chunked,
         length=None,
@@ -157,3 +157,114 @@ def test_a_read_is_never_stamped_before_the_one_it_follows() -> None:
         if parser.feed(piece, stamp):
             break
     assert record.chunk_times_s == sorted(record.chunk_times_s) == [9.0, 9.0, 9.0]
+
+
+def _fields(record: RequestRecord, parser: SseParser) -> tuple[object, ...]:
+    return (
+        record.error,
+        record.chunk_times_s,
+        record.first_token_s,
+        record.first_content_s,
+        record.last_token_s,
+        record.output_tokens,
+        record.prompt_tokens,
+        record.reasoning_tokens,
+        record.chunk_tokens,
+        parser.done,
+        parser.ended_s,
+        parser.state.streamed,
+    )
+
+
+_TEXT = st.text(alphabet=st.sampled_from(["a", " ", "\u00e9", "\n", '"', "\\", "\U0001f600"]))
+_DELTA = st.fixed_dictionaries(
+    {},
+    optional={
+        "content": st.one_of(st.none(), _TEXT),
+        "reasoning": _TEXT,
+        "reasoning_content": _TEXT,
+        "tool_calls": st.lists(
+            st.fixed_dictionaries({"function": st.fixed_dictionaries({"arguments": _TEXT})}),
+            max_size=2,
+        ),
+    },
+)
+_USAGE = st.fixed_dictionaries(
+    {"completion_tokens": st.integers(0, 2**70)},
+    optional={"prompt_tokens": st.integers(0, 99)},
+)
+_PAYLOAD = st.one_of(
+    st.builds(
+        lambda delta, finish, usage: json.dumps(
+            {
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                **({"usage": usage} if usage else {}),
+            }
+        ).encode(),
+        _DELTA,
+        st.sampled_from([None, "stop"]),
+        st.one_of(st.none(), _USAGE),
+    ),
+    st.sampled_from(
+        [
+            # a lone surrogate, NaN: orjson refuses them, json.loads reads them
+            b'{"choices": [{"delta": {"content": "\\ud800"}}]}',
+            b'{"choices": [], "usage": {"completion_tokens": NaN}}',
+            b"[1, 2]",
+            b"{not json",
+            b'{"a": 1} {"b": 2}',
+            b'{"\\u0065rror": {"message": "escaped key"}}',
+            b"\xff\xfe",
+        ]
+    ),
+)
+_LINE = st.tuples(
+    st.sampled_from([b"data: ", b"data:", b"  data: ", b": comment ", b"event: x"]),
+    _PAYLOAD,
+    st.sampled_from([b"\n\n", b"\r\n\r\n", b"\n", b"\n\n\n"]),
+).map(lambda t: t[0] + t[1] + t[2])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_LINE, min_size=1, max_size=8), st.data())
+def test_a_chunk_kept_back_reads_as_the_same_chunk_parsed_at_once(
+    lines: list[bytes], data: st.DataObject
+) -> None:
+    # one read a chunk: most are kept back and read on the fast path (one ``data:`` line a
+    # chunk); the same chunks, each read in two pieces of one stamp, take the general path
+    # (the framing, then the lines): the records must be identical, stamps included
+    chunks = [_chunk(line) for line in lines] + [b"0\r\n\r\n"]
+    fast, reference = _parser(origin_s=0.5), _parser(origin_s=0.5)
+    ended_fast = ended_reference = False
+    for at, chunk in enumerate(chunks):
+        stamp = float(at + 1)
+        if not ended_fast:
+            ended_fast = fast.feed(chunk, stamp)
+        if not ended_reference:
+            cut = data.draw(st.integers(1, len(chunk) - 1), label="cut")
+            ended_reference = reference.feed(chunk[:cut], stamp) or reference.feed(
+                chunk[cut:], stamp
+            )
+    if not ended_fast:
+        fast.eof(99.0)
+    if not ended_reference:
+        reference.eof(99.0)
+    for parser in (fast, reference):
+        parser.state.finish(parser.record)
+    assert _fields(fast.record, fast) == _fields(reference.record, reference)
+
+
+def test_json_the_fast_parser_refuses_is_read_as_the_standard_library_reads_it() -> None:
+    # orjson parses the events; what it refuses and json.loads takes (a lone surrogate, NaN)
+    # is read by json.loads, so no stream that parsed before fails now
+    record, parser = _read(
+        [
+            _chunk(b'data: {"choices": [{"delta": {"content": "a\\ud800"}}]}\n\n'),
+            _chunk(b'data: {"choices": [], "usage": {"completion_tokens": NaN}}\n\n'),
+            _chunk(b"data: [DONE]\n\n"),
+            b"0\r\n\r\n",
+        ]
+    )
+    assert not record.error and parser.done
+    assert parser.state.answer == ["a\ud800"]
+    assert record.output_tokens is None  # NaN is no count
