@@ -9,7 +9,12 @@ chunk). It runs a closed loop at concurrency 80, with the wake-up spacing of ``l
 request (user, system). What ``llm``'s client spends above this is parsing, records and
 Python around them.
 
-    .venv/bin/python benchmarks/llm_client_floor.py --rounds 3 \\
+``--parsed`` adds, in the same rounds, the same one-thread loop with ``llm``'s own parser
+(``SseParser``: the head, the framing, every event's JSON), the record and its finishing, as
+``OpenAIEndpoint.stream`` does them, but no thread per request: what ``llm``'s client would cost
+if it had no request threads, and so what taking them out could save.
+
+    .venv/bin/python benchmarks/llm_client_floor.py --rounds 3 --parsed \\
         --out benchmarks/results/llm_client_floor.json
 """
 
@@ -23,6 +28,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -55,24 +61,80 @@ def _request(host: str, port: int, tokens: int) -> bytes:
     return head.encode() + body
 
 
-def floor(url: str, requests: int, spacing_s: float, tokens: int) -> dict[str, float]:
+class _Parsed:
+    """One request as ``llm``'s client reads it (``parsed``): its record, state and parser."""
+
+    def __init__(self, endpoint: Any, tokens: int, origin_s: float) -> None:
+        from accelscope.llm.records import LlmRequest
+        from accelscope.llm.sse_reader import SseParser, StreamState
+
+        request = LlmRequest(index=0, prompt="hello world " * 16, max_tokens=tokens)
+        self.record = request.record(scheduled_s=0.0, sent_s=time.perf_counter() - origin_s)
+        self.state = StreamState()
+        self.origin_s = origin_s
+        self.parser = SseParser(
+            self.record,
+            self.state,
+            origin_s=origin_s,
+            chat=False,
+            cancel=_NEVER,
+            head=True,
+        )
+        body = endpoint._body(request)
+        self.payload = endpoint._head(body) + body
+
+    def read(self, data: bytes, ancillary: list[tuple[int, int, bytes]], offset_ns: int) -> bool:
+        """One read; True: the stream is over (the record finished as ``stream`` does)."""
+        from accelscope.llm.sse_reader import _kernel_stamp
+
+        stamp = _kernel_stamp(ancillary, offset_ns)
+        now = stamp if stamp is not None else time.perf_counter()
+        if data:
+            self.parser.feed(data, now)
+        else:
+            self.parser.eof(now)
+        if not self.parser.over:
+            return False
+        record, state = self.record, self.state
+        record.end_s = (self.parser.ended_s or now) - self.origin_s
+        record.output_text = "".join(state.answer)
+        record.output_chars = sum(len(s) for s in state.streamed)
+        state.finish(record)
+        return True
+
+
+_NEVER = threading.Event()
+
+
+def floor(
+    url: str, requests: int, spacing_s: float, tokens: int, *, parsed: bool = False
+) -> dict[str, float]:
     """One closed-loop run at concurrency 80 (after one warm-up round of 80)."""
     host, port = url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
     address = (host, int(port))
     payload = _request(host, int(port), tokens)
     poller = select.epoll()
-    live: dict[int, tuple[socket.socket, list[bytes]]] = {}
+    live: dict[int, tuple[socket.socket, list[bytes], _Parsed | None]] = {}
+    endpoint: Any = None
+    if parsed:
+        from accelscope.llm.client import OpenAIEndpoint
+
+        endpoint = OpenAIEndpoint(url, "fake-model")
+    origin = time.perf_counter()
+    errors = 0
 
     def start() -> None:
+        stream = _Parsed(endpoint, tokens, origin) if parsed else None
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         sock.connect(address)
-        sock.sendall(payload)
+        sock.sendall(stream.payload if stream else payload)
         sock.setblocking(False)
         poller.register(sock.fileno(), select.EPOLLIN)
-        live[sock.fileno()] = (sock, [])
+        live[sock.fileno()] = (sock, [], stream)
 
     def run(total: int) -> tuple[int, int]:
+        nonlocal errors
         started = done = reads = wakes = 0
         woke = 0.0
         for _ in range(min(80, total)):
@@ -86,12 +148,18 @@ def floor(url: str, requests: int, spacing_s: float, tokens: int) -> dict[str, f
             ready = poller.poll(0.05)
             woke = time.perf_counter()
             wakes += 1
+            offset_ns = time.time_ns() - time.perf_counter_ns()
             for fd, _ in ready:
-                sock, kept = live[fd]
-                data, _, _, _ = sock.recvmsg(65536, 64)
+                sock, kept, stream = live[fd]
+                data, ancillary, _, _ = sock.recvmsg(65536, 64)
                 reads += 1
-                kept.append(data)
-                if not data or data.endswith(b"0\r\n\r\n"):
+                if stream is not None:
+                    over = stream.read(data, ancillary, offset_ns)
+                    errors += over and bool(stream.record.error)
+                else:
+                    kept.append(data)
+                    over = not data or data.endswith(b"0\r\n\r\n")
+                if over:
                     poller.unregister(fd)
                     sock.close()
                     del live[fd]
@@ -107,6 +175,8 @@ def floor(url: str, requests: int, spacing_s: float, tokens: int) -> dict[str, f
     after = os.times()
     return {
         "spacing_ms": spacing_s * 1e3,
+        "parsed": parsed,
+        "errors": errors,
         "cpu_ms_per_request": ((after.user - before.user) + (after.system - before.system))
         / requests
         * 1e3,
@@ -124,6 +194,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=960)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--itl-ms", type=float, default=10.0)
+    parser.add_argument("--parsed", action="store_true", help="add llm's parser, no threads")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if not hasattr(select, "epoll"):
@@ -137,21 +208,24 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     try:
         url = server.stdout.readline().strip()
+        ways = [(s, False) for s in spacings] + [(s, True) for s in spacings if args.parsed]
         for number in range(args.rounds):
-            for spacing_s in spacings if number % 2 == 0 else list(reversed(spacings)):
-                row = floor(url, args.requests, spacing_s, args.tokens) | {"round": number}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            for spacing_s, parsed in ways if number % 2 == 0 else list(reversed(ways)):
+                row = floor(url, args.requests, spacing_s, args.tokens, parsed=parsed)
+                rows.append(row | {"round": number})
+                print(json.dumps(rows[-1]), flush=True)
     finally:
         server.stdin.close()
         server.wait()
     medians = {
-        f"{s * 1e3:g} ms": {
-            key: statistics.median(r[key] for r in rows if r["spacing_ms"] == s * 1e3)
+        f"{s * 1e3:g} ms" + (", parsed" if parsed else ""): {
+            key: statistics.median(
+                r[key] for r in rows if r["spacing_ms"] == s * 1e3 and r["parsed"] == parsed
+            )
             for key in rows[0]
-            if key not in ("spacing_ms", "round")
+            if key not in ("spacing_ms", "round", "parsed")
         }
-        for s in spacings
+        for s, parsed in ways
     }
     print(json.dumps(medians, indent=2))
     if args.out:
