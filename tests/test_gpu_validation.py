@@ -810,3 +810,4 @@ def test_one_round_of_llm_compile_gives_the_ratio_but_no_interval() -> None:
     assert "no interval" in out.summary
     empty = v.summarize_llm_compile(v.Outcome("llm_compile", v.OK), [], [])
     assert empty.summary == "no round with a TPOT on both sides"
+    assert empty.status == v.FAILED  # a step that measured nothing is no success

@@ -2064,7 +2064,7 @@ def summarize_llm_compile(out: Outcome, eager: list[LlmRun], compiled: list[LlmR
     before = [tpot(d) for d in eager[:rounds]]
     after = [tpot(d) for d in compiled[:rounds]]
     pairs = [(b, a) for b, a in zip(before, after, strict=True) if b and a]
-    extra = [(d.target.model_extra or {}) for d in compiled]
+    extra = [(d.target.model_extra or {}) for d in compiled[:rounds]]
     compile_s = [number(e.get("compile_s")) for e in extra]
     out.figures = {
         "rounds": rounds,
@@ -2074,6 +2074,7 @@ def summarize_llm_compile(out: Outcome, eager: list[LlmRun], compiled: list[LlmR
         "cache": extra[0].get("cache") if extra else None,
     }
     if not pairs:
+        out.status = FAILED
         out.summary = "no round with a TPOT on both sides"
         return out
     found = process_ratio([b for b, _ in pairs], [a for _, a in pairs], paired=True)

@@ -268,3 +268,34 @@ def test_json_the_fast_parser_refuses_is_read_as_the_standard_library_reads_it()
     assert not record.error and parser.done
     assert parser.state.answer == ["a\ud800"]
     assert record.output_tokens is None  # NaN is no count
+
+
+def test_a_socket_its_interrupted_caller_closed_does_not_stop_the_reader() -> None:
+    # a caller interrupted in its wait (Ctrl-C) closes its socket while the reader still holds
+    # it: epoll forgets the socket by itself, its number comes back for the next socket, and
+    # the reader must go on reading that next stream
+    reactor = Reactor()
+    first, first_peer = _tcp_pair()
+    first.setblocking(False)
+    closed = _parser(chat=False, chunked=False)
+    waiting = threading.Thread(
+        target=reactor.follow, args=(first, closed, time.perf_counter() + 0.2, "timeout")
+    )
+    waiting.start()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        while reactor._thread is None or reactor._incoming:  # the moment: the reader holds it
+            time.sleep(0.001)
+        number = first.fileno()
+        first.close()
+        second = socket.create_connection(listener.getsockname())  # the lowest free number
+        second_peer, _ = listener.accept()
+    with second, second_peer, first_peer:
+        assert second.fileno() == number
+        second.setblocking(False)
+        parser = _parser(chat=False, chunked=False)
+        event = {"choices": [{"index": 0, "text": " a", "finish_reason": "stop"}]}
+        second_peer.sendall(_event(event) + b"data: [DONE]\n\n")
+        reactor.follow(second, parser, time.perf_counter() + 5, "timeout")
+    waiting.join(timeout=5)
+    assert not waiting.is_alive() and closed.over and closed.record.cancelled
+    assert not parser.record.error and parser.done and len(parser.record.chunk_times_s) == 1
