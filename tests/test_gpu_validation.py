@@ -811,3 +811,25 @@ def test_one_round_of_llm_compile_gives_the_ratio_but_no_interval() -> None:
     empty = v.summarize_llm_compile(v.Outcome("llm_compile", v.OK), [], [])
     assert empty.summary == "no round with a TPOT on both sides"
     assert empty.status == v.FAILED  # a step that measured nothing is no success
+
+
+_GPU_IMAGE = {"torch", "numpy", "typer", "rich", "psutil", "scikit-learn", "scipy", "jinja2"}
+"""accelscope's dependencies the lent GPU machine's image has (shared/GPU-NOTES.md section 3,
+the device tool's KINDS.md): every other one must travel as a wheel, or `import accelscope.cli`
+fails there before any step runs."""
+
+
+def test_every_dependency_the_gpu_image_lacks_travels_as_a_wheel() -> None:
+    import re
+    import tomllib
+
+    root = PATH.parents[2]
+    needed = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=!~ \[]", spec, maxsplit=1)[0].lower() for spec in needed}
+    pins = dict(
+        line.split("==")
+        for line in (PATH.parent / "wheels.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    missing = names - _GPU_IMAGE - set(pins)
+    assert not missing, f"add {sorted(missing)} to benchmarks/gpu/wheels.txt"
