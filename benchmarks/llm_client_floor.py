@@ -71,7 +71,6 @@ class _Parsed:
         request = LlmRequest(index=0, prompt="hello world " * 16, max_tokens=tokens)
         self.record = request.record(scheduled_s=0.0, sent_s=time.perf_counter() - origin_s)
         self.state = StreamState()
-        self.origin_s = origin_s
         self.parser = SseParser(
             self.record,
             self.state,
@@ -95,11 +94,8 @@ class _Parsed:
             self.parser.eof(now)
         if not self.parser.over:
             return False
-        record, state = self.record, self.state
-        record.end_s = (self.parser.ended_s or now) - self.origin_s
-        record.output_text = "".join(state.answer)
-        record.output_chars = sum(len(s) for s in state.streamed)
-        state.finish(record)
+        self.parser.settle(now)
+        self.state.finish(self.record)
         return True
 
 

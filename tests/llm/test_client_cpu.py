@@ -279,11 +279,13 @@ def test_a_socket_its_interrupted_caller_closed_does_not_stop_the_reader() -> No
     first.setblocking(False)
     closed = _parser(chat=False, chunked=False)
     waiting = threading.Thread(
-        target=reactor.follow, args=(first, closed, time.perf_counter() + 0.2, "timeout")
+        target=reactor.follow, args=(first, closed, time.perf_counter() + 60, "timeout")
     )
     waiting.start()
     with socket.create_server(("127.0.0.1", 0)) as listener:
-        while reactor._thread is None or reactor._incoming:  # the moment: the reader holds it
+        # the moment: the reader has taken the socket (a close at any point from here, before
+        # or after its registration, ends the stream cancelled; no deadline is reached)
+        while reactor._thread is None or reactor._incoming:
             time.sleep(0.001)
         number = first.fileno()
         first.close()

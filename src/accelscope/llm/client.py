@@ -258,10 +258,7 @@ class OpenAIEndpoint:
                 record.cancelled = True
             else:
                 record.error = one_line(f"{type(exc).__name__}: {exc}") or type(exc).__name__
-        ended = parser.ended_s
-        record.end_s = (ended if ended is not None else time.perf_counter()) - origin_s
-        record.output_text = "".join(stream.answer)
-        record.output_chars = sum(len(s) for s in stream.streamed)
+        parser.settle(time.perf_counter())
         if record.output_tokens is None and not record.error and self.tokenizer is not None:
             record.output_tokens = self._tokenizer_count(stream.streamed)
             record.tokens_source = "tokenizer"

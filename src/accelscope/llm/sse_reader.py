@@ -406,6 +406,15 @@ class SseParser:
             self.record.error = error
         return self._close(now)
 
+    def settle(self, now: float) -> None:
+        """The record's end (when the stream ended, else ``now``: it never reached its end
+        here), its answer text and its characters over every channel."""
+        record, state = self.record, self.state
+        ended = self.ended_s if self.ended_s is not None else now
+        record.end_s = ended - self.origin_s
+        record.output_text = "".join(state.answer)
+        record.output_chars = sum(len(s) for s in state.streamed)
+
     def _close(self, now: float) -> bool:
         record, state = self.record, self.state
         if state.usage_completion is not None:
@@ -614,9 +623,14 @@ class Reactor:
                             unstamped -= not stale[4]
                             stale[1].fail(time.perf_counter(), cancelled=True)
                             stale[3].set()
+                        try:
+                            poller.register(fd)
+                        except OSError:  # closed by its caller since fileno() (an interrupt)
+                            followed[1].fail(time.perf_counter(), cancelled=True)
+                            followed[3].set()
+                            continue
                         live[fd] = followed
                         unstamped += not followed[4]
-                        poller.register(fd)
                     continue
                 sock, parser, _, over, stamped = live[fd]
                 stamp: float | None = None
