@@ -196,7 +196,7 @@ def _rate(claims: int, total: int) -> str:
     return f"{share} (95 % CI {interval.low:.1%} to {interval.high:.1%})"
 
 
-def summarize(path: Path) -> None:
+def summarise(path: Path) -> None:
     """The false-change rates, per design and rule, from the JSON lines."""
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     runs = [line for line in lines if line["type"] == "run"]
@@ -263,10 +263,10 @@ def main() -> None:
     parser.add_argument(
         "--analyse", action="store_true", help="compare the runs already in --out again"
     )
-    parser.add_argument("--summarize", action="store_true", help="only print the summary")
+    parser.add_argument("--summarise", action="store_true", help="only print the summary")
     args = parser.parse_args()
-    if args.summarize:
-        summarize(args.out)
+    if args.summarise:
+        summarise(args.out)
         return
     if args.analyse:
         lines = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
@@ -277,7 +277,7 @@ def main() -> None:
     else:
         run_ids = measure_runs(args)
     analyse(args, run_ids)
-    summarize(args.out)
+    summarise(args.out)
 
 
 if __name__ == "__main__":

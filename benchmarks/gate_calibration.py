@@ -11,7 +11,7 @@ test). For every (trial, slowdown), in an order rotated per trial so drift is sp
   (shared isolation, 6 rounds, up to 20 while inconclusive, 1 s per side and round).
 
 Each outcome is appended to ``--out`` as one JSON line as it finishes (a killed run keeps what
-it measured); the summary table is printed at the end (and with ``--summarize`` alone).
+it measured); the summary table is printed at the end (and with ``--summarise`` alone).
 
     python benchmarks/gate_calibration.py --trials 20 --slowdowns 0,5,10 --out gate.jsonl
 """
@@ -136,7 +136,7 @@ def measure(args: argparse.Namespace) -> None:
                 )
 
 
-def summarize(path: Path) -> None:
+def summarise(path: Path) -> None:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     by_level: dict[int, list[dict[str, object]]] = defaultdict(list)
     for row in rows:
@@ -181,11 +181,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--threshold", type=float, default=0.05)
     parser.add_argument("--out", type=Path, default=Path("gate_calibration.jsonl"))
-    parser.add_argument("--summarize", action="store_true", help="only print the summary")
+    parser.add_argument("--summarise", action="store_true", help="only print the summary")
     args = parser.parse_args()
-    if not args.summarize:
+    if not args.summarise:
         measure(args)
-    summarize(args.out)
+    summarise(args.out)
 
 
 if __name__ == "__main__":

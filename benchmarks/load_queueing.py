@@ -33,7 +33,7 @@ from accelscope.load.fakes import ExponentialService, FixedService, SleepingSUT
 from accelscope.load.floor import measure_harness_floor
 from accelscope.load.schedule import Query, arrival_offsets_s, sample_indices
 from accelscope.load.sources import OpenSchedule
-from accelscope.load.summary import Scenario, TrialSettings, TrialSummary, summarize_trial
+from accelscope.load.summary import Scenario, TrialSettings, TrialSummary, summarise_trial
 from accelscope.load.sut import ServiceModel
 from accelscope.load.trial import QueryStatus, TrialLimits, TrialRecord, run_trial
 
@@ -111,7 +111,7 @@ def one_run(
         record = run_trial(source, executor, NO_BATCHING, limits)
     finally:
         executor.close()
-    summary = summarize_trial(
+    summary = summarise_trial(
         record, Scenario.SERVER, NO_BATCHING, settings, offered_rate_per_s=rate
     )
     return Run(summary, *hops(record, recorded.draws))

@@ -294,7 +294,7 @@ def test_doctor_on_a_healthy_loop_refutes_h1_when_the_gpu_sets_the_pace() -> Non
     )
     doc = command.document(v.DoctorJson)
     assert doc is not None, command.why()
-    out = v.summarize_doctor(v.Outcome("doctor_healthy", v.OK), doc, gpu=True)
+    out = v.summarise_doctor(v.Outcome("doctor_healthy", v.OK), doc, gpu=True)
     verdicts = {c.id: c.verdict for c in out.checks}
     assert verdicts == {
         "H1": "refuted",
@@ -322,7 +322,7 @@ def test_doctor_on_the_starved_loop_checks_input_bound_idle_and_the_workers_rati
     )
     doc = command.document(v.DoctorJson)
     assert doc is not None, command.why()
-    out = v.summarize_doctor(v.Outcome("doctor_starved", v.OK), doc, gpu=True)
+    out = v.summarise_doctor(v.Outcome("doctor_starved", v.OK), doc, gpu=True)
     assert [(c.id, c.verdict) for c in out.checks] == [
         ("§3 doctor starved", "confirmed"),
         ("§3 workers", "refuted"),  # 4.2x is outside the predicted 6-14x
@@ -391,7 +391,7 @@ def test_audit_is_read_as_the_document_the_audit_printed() -> None:
     command = v.Command(["accelscope"], rc=0, seconds=1.0, stdout=printed, stderr="")
     doc = command.document(v.AuditJson)
     assert doc is not None, command.why()
-    out = v.summarize_audit(v.Outcome("audit", v.OK), doc, gpu=True)
+    out = v.summarise_audit(v.Outcome("audit", v.OK), doc, gpu=True)
     (device,) = outcome.document["devices"]
     assert out.figures["device"] == "NVIDIA L4"
     assert out.figures["busy_share"] == pytest.approx(0.87)  # NVML: 87 %
@@ -402,7 +402,7 @@ def test_audit_is_read_as_the_document_the_audit_printed() -> None:
     assert [c.id for c in out.checks] == ["§3 audit", "M2 (audit)"]
     json.dumps(out.figures)
     nothing = v.AuditJson.model_validate({**outcome.document, "devices": []})
-    empty = v.summarize_audit(v.Outcome("audit", v.OK), nothing, gpu=False)
+    empty = v.summarise_audit(v.Outcome("audit", v.OK), nothing, gpu=False)
     assert empty.summary == f"no GPU sampled ({outcome.document['source']})"
     assert empty.figures["device"] is None
 
@@ -452,7 +452,7 @@ def test_load_is_read_as_the_trials_it_printed() -> None:
     assert doc is not None, command.why()
     assert doc.trials == [trial]
     bench = {"fp32/b64": {"items_per_s": 16000.0}}
-    out = v.summarize_load(v.Outcome("load", v.OK), doc, bench_configs=bench, gpu=True)
+    out = v.summarise_load(v.Outcome("load", v.OK), doc, bench_configs=bench, gpu=True)
     assert out.figures == {
         "throughput_per_s": 8000.0,
         "mean_batch": 31.5,
@@ -488,7 +488,7 @@ def test_ceilings_rows_are_shares_of_the_datasheet_and_h2_m5_l4_are_judged() -> 
             }
         },
     }
-    out = v.summarize_ceilings(v.Outcome("ceilings", v.OK), v.Ceilings.model_validate(doc))
+    out = v.summarise_ceilings(v.Outcome("ceilings", v.OK), v.Ceilings.model_validate(doc))
     verdicts = {c.id: c.verdict for c in out.checks}
     assert verdicts == {
         "H2": "refuted",
@@ -525,7 +525,7 @@ def test_facts_judge_the_premises_tf32_gpm_and_the_cuda13_clock_fields() -> None
         },
         "discovery": {"child_holds_a_context": False, "gpus_seen": "1"},
     }
-    out = v.summarize_facts(v.Outcome("facts", v.OK), facts)
+    out = v.summarise_facts(v.Outcome("facts", v.OK), facts)
     verdicts = {c.id: c.verdict for c in out.checks}
     assert verdicts == {
         "premise TF32": "confirmed",
@@ -568,7 +568,7 @@ def test_bench_rows_give_items_per_second_energy_and_the_recorded_fp32_math() ->
     command = v.Command(["accelscope"], rc=0, seconds=1.0, stdout=json.dumps(printed), stderr="")
     doc = command.document(v.ResultsJson)
     assert doc is not None
-    out = v.summarize_bench(v.Outcome("bench", v.OK), doc)
+    out = v.summarise_bench(v.Outcome("bench", v.OK), doc)
     assert out.figures["configs"]["bf16/b64"]["items_per_s"] == pytest.approx(16000)
     assert "bf16 b64 0.0400 J/image" in out.summary
     verdicts = {c.id: c.verdict for c in out.checks}
@@ -591,7 +591,7 @@ def test_roofline_is_read_as_the_typed_document_it_printed() -> None:
     command = _printed(profile, noise="Loading weights\n")
     doc = command.document(v.RooflineProfile)
     assert doc == profile
-    out = v.summarize_roofline(v.Outcome("roofline", v.OK), doc, gpu=False)
+    out = v.summarise_roofline(v.Outcome("roofline", v.OK), doc, gpu=False)
     calls = sum(op.calls or 1 for op in profile.operators)
     assert sum(out.figures["bounds_by_calls"].values()) == calls
     assert out.figures["measured_time_s"] == profile.measured_time_s
@@ -661,7 +661,7 @@ def test_llm_trials_are_read_as_attributes_of_the_llm_run() -> None:
     )
     doc = _printed(run).document(v.LlmRun)
     assert doc is not None
-    out = v.summarize_llm(v.Outcome("llm", v.OK), doc, gpu=True, gpu_memory_mib=900.0)
+    out = v.summarise_llm(v.Outcome("llm", v.OK), doc, gpu=True, gpu_memory_mib=900.0)
     assert [t["concurrency"] for t in out.figures["trials"]] == [1, 4]
     assert out.figures["trials"][0]["tpot_floor_s"] == 1e-4
     assert "110 M params bfloat16 on cuda: TPOT p50 4 ms vs floor 0.1 ms (2%)" in out.summary
@@ -802,13 +802,13 @@ def test_the_llm_compile_step_alternates_fresh_runs_and_gives_the_tpot_ratio_wit
 
 
 def test_one_round_of_llm_compile_gives_the_ratio_but_no_interval() -> None:
-    out = v.summarize_llm_compile(
+    out = v.summarise_llm_compile(
         v.Outcome("llm_compile", v.OK), [_llm_run(4e-3)], [_llm_run(2e-3, 30.0)]
     )
     assert out.figures["ratio"] == pytest.approx(0.5)
     assert out.figures["low"] is None and out.figures["why_no_interval"]
     assert "no interval" in out.summary
-    empty = v.summarize_llm_compile(v.Outcome("llm_compile", v.OK), [], [])
+    empty = v.summarise_llm_compile(v.Outcome("llm_compile", v.OK), [], [])
     assert empty.summary == "no round with a TPOT on both sides"
     assert empty.status == v.FAILED  # a step that measured nothing is no success
 

@@ -45,7 +45,7 @@ EXPECTED = {
     "load_model",
     "measure",
     "register_backend",
-    "summarize",
+    "summarise",
     "watch",
 }
 

@@ -1,11 +1,15 @@
-"""Durations and fractions as users type them (flags, config files, the docs' examples)."""
+"""Durations and fractions as users type them (flags, config files, the docs' examples), and
+the one table of element sizes by precision."""
 
 from __future__ import annotations
 
 import pytest
 
+from accelscope.documents import DTYPES
 from accelscope.errors import BadInputError
-from accelscope.units import parse_duration_s, parse_fraction
+from accelscope.plan.catalog import DTYPES as CATALOG_DTYPES
+from accelscope.spec import Precision
+from accelscope.units import ELEMENT_BYTES, parse_duration_s, parse_fraction
 
 
 @pytest.mark.parametrize(
@@ -43,3 +47,19 @@ def test_fractions() -> None:
     assert parse_fraction(0.25) == 0.25
     with pytest.raises(BadInputError):
         parse_fraction("100%")
+
+
+def test_every_precision_has_one_element_size() -> None:
+    assert dict(ELEMENT_BYTES) == {
+        "fp32": 4,
+        "tf32": 4,
+        "bf16": 2,
+        "fp16": 2,
+        "fp8": 1,
+        "int8": 1,
+        "int4": 0.5,
+    }
+    named = {*Precision, *DTYPES, *CATALOG_DTYPES}  # a configuration's, a ceiling's, a catalog's
+    assert named <= set(ELEMENT_BYTES)
+    with pytest.raises(TypeError):
+        ELEMENT_BYTES["fp64"] = 8  # type: ignore[index]  # one table, not one copy per user

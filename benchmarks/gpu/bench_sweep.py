@@ -36,7 +36,7 @@ __all__ = [
     "bench_sweep_step",
     "dry_run",
     "standing_text",
-    "summarize",
+    "summarise",
 ]
 
 
@@ -108,7 +108,7 @@ def _label(spec: dict[str, Any]) -> str:
     return f"{spec['backend']}/{precision}/b{spec['batch_size']}{opts}"
 
 
-def summarize(doc: dict[str, Any]) -> tuple[list[list[str]], dict[str, Any]]:
+def summarise(doc: dict[str, Any]) -> tuple[list[list[str]], dict[str, Any]]:
     """Rows (configuration, items/s on device, with copy, compile s, status) and figures (each
     row's two rates and compile time; the winner) of a ``bench --json`` document."""
     rows: dict[str, dict[str, Any]] = {}
@@ -185,7 +185,7 @@ def bench_sweep_step(
         out.summary = f"{case.model}: {len(runs)} of {len(doc['configurations'])} rows would run"
         out.figures = {"would_run": runs}
         return out
-    rows, figures = summarize(doc)
+    rows, figures = summarise(doc)
     out.figures = figures
     out.summary = f"{case.model}: {standing_text(doc.get('standing'))}"
     out.note = str(doc.get("verdict", ""))

@@ -849,10 +849,10 @@ def step_facts(run: Runner, allowed: float) -> Outcome:
         return out
     if not result.ok:
         out.note = result.why()
-    return summarize_facts(out, facts)
+    return summarise_facts(out, facts)
 
 
-def summarize_facts(out: Outcome, facts: dict[str, Any]) -> Outcome:
+def summarise_facts(out: Outcome, facts: dict[str, Any]) -> Outcome:
     """Figures and checks from facts.py's JSON (pure: unit-tested)."""
     device = dig(facts, "device", "name") or dig(facts, "nvml", "name") or "no CUDA device"
     tf32 = facts.get("tf32") if isinstance(facts.get("tf32"), dict) else {}
@@ -1028,7 +1028,7 @@ def step_ceilings(run: Runner, allowed: float) -> Outcome:
     if doc is None:
         out.status, out.note = FAILED, result.why()
         return out
-    return summarize_ceilings(out, doc, device_name=str(run.figure("facts", "device") or ""))
+    return summarise_ceilings(out, doc, device_name=str(run.figure("facts", "device") or ""))
 
 
 def _family(doc: Ceilings, dtype: str) -> str:
@@ -1037,7 +1037,7 @@ def _family(doc: Ceilings, dtype: str) -> str:
     return peak.family if peak is not None else ""
 
 
-def summarize_ceilings(out: Outcome, doc: Ceilings, device_name: str = "") -> Outcome:
+def summarise_ceilings(out: Outcome, doc: Ceilings, device_name: str = "") -> Outcome:
     name = device_name or doc.device_name
     sheet = _datasheet(name)
     measured: dict[str, float] = dict(doc.matmul_flops_per_s)
@@ -1184,10 +1184,10 @@ def _doctor(run: Runner, allowed: float, name: str, script: str, whatif: str) ->
         return out
     if not result.ok:
         out.note = result.why()
-    return summarize_doctor(out, doc, gpu=run.gpu)
+    return summarise_doctor(out, doc, gpu=run.gpu)
 
 
-def summarize_doctor(out: Outcome, doc: DoctorJson, gpu: bool = True) -> Outcome:
+def summarise_doctor(out: Outcome, doc: DoctorJson, gpu: bool = True) -> Outcome:
     diagnosis = doc.diagnosis.diagnosis
     profile = doc.diagnosis.profile
     findings = {f.rule: f for f in diagnosis.findings}
@@ -1493,10 +1493,10 @@ def step_bench(run: Runner, allowed: float) -> Outcome:
         return out
     if not result.ok:
         out.note = result.why()
-    return summarize_bench(out, doc, gpu=run.gpu)
+    return summarise_bench(out, doc, gpu=run.gpu)
 
 
-def summarize_bench(out: Outcome, doc: ResultsJson, gpu: bool = True) -> Outcome:
+def summarise_bench(out: Outcome, doc: ResultsJson, gpu: bool = True) -> Outcome:
     rows, figures = [], {}
     results = doc.typed()
     for r in results:
@@ -1630,7 +1630,7 @@ def step_roofline(run: Runner, allowed: float) -> Outcome:
     if doc is None:
         out.status, out.note = FAILED, result.why()
         return out
-    out = summarize_roofline(out, doc, gpu=run.gpu)
+    out = summarise_roofline(out, doc, gpu=run.gpu)
     prints = {
         "env": run.figure("env", "fingerprint"),
         "ceilings": run.figure("ceilings", "environment_fingerprint"),
@@ -1651,7 +1651,7 @@ def step_roofline(run: Runner, allowed: float) -> Outcome:
     return out
 
 
-def summarize_roofline(out: Outcome, doc: RooflineProfile, gpu: bool = True) -> Outcome:
+def summarise_roofline(out: Outcome, doc: RooflineProfile, gpu: bool = True) -> Outcome:
     operators = doc.operators
     bounds: collections.Counter[str] = collections.Counter()
     for op in operators:
@@ -1762,7 +1762,7 @@ def step_audit(run: Runner, allowed: float) -> Outcome:
     if doc is None:
         out.status, out.note = FAILED, result.why()
         return out
-    return summarize_audit(out, doc, gpu=run.gpu)
+    return summarise_audit(out, doc, gpu=run.gpu)
 
 
 def _read_line(process: subprocess.Popen[str], timeout_s: float) -> str:
@@ -1778,7 +1778,7 @@ def _read_line(process: subprocess.Popen[str], timeout_s: float) -> str:
     return got[0] if got else ""
 
 
-def summarize_audit(out: Outcome, doc: AuditJson, gpu: bool = True) -> Outcome:
+def summarise_audit(out: Outcome, doc: AuditJson, gpu: bool = True) -> Outcome:
     device = doc.devices[0] if doc.devices else None
     hours = device.hours if device is not None else {}
     observed = hours.get("observed")
@@ -1898,7 +1898,7 @@ def step_llm(run: Runner, allowed: float) -> Outcome:
     if doc is None:
         out.status, out.note = FAILED, result.why()
         return out
-    out = summarize_llm(out, doc, gpu=run.gpu, gpu_memory_mib=result.gpu_memory_mib)
+    out = summarise_llm(out, doc, gpu=run.gpu, gpu_memory_mib=result.gpu_memory_mib)
     out.figures["floor_inputs"] = "from the ceilings step" if floor else "accelscope's own"
     if run.gpu and deadline - time.monotonic() > 45:
         more = run.cli(
@@ -1922,7 +1922,7 @@ def step_llm(run: Runner, allowed: float) -> Outcome:
     return out
 
 
-def summarize_llm(
+def summarise_llm(
     out: Outcome, doc: LlmRun, gpu: bool = True, gpu_memory_mib: float | None = None
 ) -> Outcome:
     target = doc.target
@@ -2047,13 +2047,13 @@ def step_llm_compile(run: Runner, allowed: float) -> Outcome:
                 out.note = f"round {number_ + 1}, {side}: " + (
                     result.why() if doc is None else "no trial"
                 )
-                return summarize_llm_compile(out, runs["eager"], runs["compiled"])
+                return summarise_llm_compile(out, runs["eager"], runs["compiled"])
             runs[side].append(doc)
         round_s = time.monotonic() - started
-    return summarize_llm_compile(out, runs["eager"], runs["compiled"])
+    return summarise_llm_compile(out, runs["eager"], runs["compiled"])
 
 
-def summarize_llm_compile(out: Outcome, eager: list[LlmRun], compiled: list[LlmRun]) -> Outcome:
+def summarise_llm_compile(out: Outcome, eager: list[LlmRun], compiled: list[LlmRun]) -> Outcome:
     """The rounds' TPOT p50 on each side and their ratio (compiled / eager, paired by round:
     below 1 is faster), with its interval when two or more whole rounds were run."""
 
@@ -2263,10 +2263,10 @@ def step_load(run: Runner, allowed: float) -> Outcome:
     if doc is None or not doc.trials:
         out.status, out.note = FAILED, result.why()
         return out
-    return summarize_load(out, doc, bench_configs=run.figure("bench", "configs"), gpu=run.gpu)
+    return summarise_load(out, doc, bench_configs=run.figure("bench", "configs"), gpu=run.gpu)
 
 
-def summarize_load(
+def summarise_load(
     out: Outcome, doc: LoadJson, bench_configs: Any = None, gpu: bool = True
 ) -> Outcome:
     trial = doc.trials[0]

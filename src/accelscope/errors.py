@@ -14,6 +14,7 @@ __all__ = [
     "MeasurementError",
     "ModelLoadError",
     "NotAvailableError",
+    "OutOfMemoryError",
     "StoreError",
     "UnsafeModelError",
     "one_line",
@@ -87,6 +88,10 @@ class NotAvailableError(AccelscopeError):
 
 class MeasurementError(AccelscopeError):
     """The model ran but could not be measured (it raised, produced nothing, ran out of memory)."""
+
+
+class OutOfMemoryError(MeasurementError):
+    """The configuration ran out of memory (host or device): a larger batch of it would too."""
 
 
 class InterruptedRunError(AccelscopeError):

@@ -1,13 +1,31 @@
-"""Parsing of user-facing quantities with units: durations and percentages."""
+"""Quantities with units: durations and percentages as users type them, and the bytes one
+element of each precision takes."""
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from accelscope.errors import BadInputError
 
-__all__ = ["parse_duration_s", "parse_fraction"]
+__all__ = ["ELEMENT_BYTES", "parse_duration_s", "parse_fraction"]
+
+ELEMENT_BYTES: Mapping[str, float] = MappingProxyType(
+    {
+        "fp32": 4.0,
+        "tf32": 4.0,
+        "bf16": 2.0,
+        "fp16": 2.0,
+        "fp8": 1.0,
+        "int8": 1.0,
+        "int4": 0.5,
+    }
+)
+"""Bytes one element takes in each precision, by its name (``fp32``, ``bf16``, ...; a torch
+dtype name reads as one through :func:`accelscope.documents.normalise_dtype`). ``tf32`` is a
+way to multiply fp32 tensors, stored as fp32; ``int4`` packs two elements into a byte."""
 
 _DURATION = re.compile(
     r"^\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s|sec|m|min|h|d|day|days|w|week|weeks)?\s*$"

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from accelscope.audit.cost import gpu_price
+from accelscope.audit.analysis import DeviceFigures
+from accelscope.audit.cost import GpuPrice, actions, gpu_memory_gib, gpu_price
 from accelscope.audit.telemetry import parse_export_text
 from accelscope.commands.audit.workflow import AuditRequest, audit, default_step
 from accelscope.errors import BadInputError
-from accelscope.plan.catalog import load_catalog
+from accelscope.plan.catalog import Catalog, load_catalog, parse_catalog_text
 
 T = [float(600 * i) for i in range(144)]  # one day, 10 min apart
 
@@ -104,6 +105,73 @@ def test_gpu_prices_match_family_memory_and_exact_names() -> None:
     assert gpu_price("NVIDIA A100 80GB PCIe", catalog, given).usd_per_gpu_hour == 4.0
     assert gpu_price("NVIDIA B200", catalog, {"*": 9.0}).usd_per_gpu_hour == 9.0
     assert gpu_price("NVIDIA GH200 480GB", catalog, {"*": 9.0}).usd_per_gpu_hour == 9.0
+
+
+A30_ROW = """
+[[instance]]
+type = "a30-box"
+provider = "on-prem"
+region = "lab"
+kind = "gpu"
+accelerator = "NVIDIA A30"
+accelerator_count = 1
+device_memory_bytes = 25769803776
+vcpus = 16
+host_memory_bytes = 68719476736
+price_usd_per_hour = 1.0
+memory_bandwidth_bytes_per_s = 933e9
+peak_ops_per_s = { fp32 = 10.3e12 }
+[instance.sources]
+shape = { source = "test", date = "2026-01-01" }
+price_usd_per_hour = { source = "test", date = "2026-01-01" }
+memory_bandwidth_bytes_per_s = { source = "test", date = "2026-01-01" }
+peak_ops_per_s = { source = "test", date = "2026-01-01" }
+"""
+
+
+def test_gpu_memory_comes_from_the_name_else_the_catalog() -> None:
+    catalog = load_catalog()
+    h100 = next(i for i in catalog.gpus() if "H100" in i.accelerator)
+    assert gpu_memory_gib("NVIDIA A100-SXM4-40GB", None) == 40.0  # the name says it
+    assert gpu_memory_gib("NVIDIA H100 PCIe", catalog) == h100.device_memory_bytes / 2**30
+    assert gpu_memory_gib("NVIDIA A30", catalog) is None  # not in the shipped catalog
+    assert gpu_memory_gib("NVIDIA H100 PCIe", None) is None
+    extra = parse_catalog_text(A30_ROW, "mine.toml")
+    mine = Catalog((*catalog.instances, *extra))
+    assert gpu_memory_gib("NVIDIA A30", mine) == 24.0  # a user's catalog row answers
+
+
+def _whole_gpu(key: str, model: str, total_mib: float | None) -> DeviceFigures:
+    return DeviceFigures(
+        key=key,
+        host="n1",
+        model=model,
+        mig_profile="",
+        share=1.0,
+        holders=("team/app",),
+        coverage={},
+        hours={"held": 168.0},
+        streaks=(),
+        not_measured={},
+        memory_p99_fraction=0.05,
+        memory_total_mib=total_mib,
+        power_mean_w=None,
+        sm_p95=0.1,
+        tensor_median=None,
+        dram_median=None,
+        hourly_activity=None,
+    )
+
+
+def test_consolidation_reads_gpu_memory_from_the_catalog_when_telemetry_lacks_it() -> None:
+    model = "NVIDIA H100 PCIe"  # no size in the name
+    prices = {model: GpuPrice(10.0, "given")}
+    figures = [_whole_gpu(f"n1/gpu{i}", model, None) for i in range(2)]
+    found = {a.kind for a in actions(figures, prices, 168.0, catalog=load_catalog())}
+    assert "consolidate-mig" in found  # 5 % of 80 GiB fits a 1g slice
+    assert "consolidate-mig" not in {a.kind for a in actions(figures, prices, 168.0)}
+    measured = [_whole_gpu(f"n1/gpu{i}", model, 81559.0) for i in range(2)]
+    assert "consolidate-mig" in {a.kind for a in actions(measured, prices, 168.0)}
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accelscope.measurement.stats import median_ci, percentile, summarize
+from accelscope.measurement.stats import median_ci, percentile, summarise
 
 
 @given(
@@ -23,7 +23,7 @@ def test_percentile_matches_numpy_linear(values: list[float], q: float) -> None:
 
 def test_summary_of_known_samples() -> None:
     samples = [0.010, 0.012, 0.011, 0.013, 0.030, 0.011, 0.012, 0.010, 0.011, 0.012]
-    summary = summarize(samples)
+    summary = summarise(samples)
     assert summary.count == 10
     assert summary.mean_s == pytest.approx(np.mean(samples))
     assert summary.std_s == pytest.approx(np.std(samples, ddof=1))
@@ -69,15 +69,15 @@ def test_median_ci_covers_true_median_at_least_95_percent() -> None:
 
 
 def test_noise_warning_thresholds() -> None:
-    steady = summarize([1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.0])
+    steady = summarise([1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.0])
     assert steady.noise_warnings() == []
-    noisy = summarize([1.0, 1.15, 0.85, 1.1, 1.2, 0.8, 0.9, 1.0])
+    noisy = summarise([1.0, 1.15, 0.85, 1.1, 1.2, 0.8, 0.9, 1.0])
     assert noisy.iqr_ratio > 0.10
     assert noisy.noise_warnings()[0].startswith("noisy")
-    wild = summarize([1.0, 2.0, 0.5, 1.0, 3.0, 0.4, 1.0, 1.5])
+    wild = summarise([1.0, 2.0, 0.5, 1.0, 3.0, 0.4, 1.0, 1.5])
     assert wild.noise_warnings()[0].startswith("very noisy")
 
 
 def test_empty_samples_are_rejected() -> None:
     with pytest.raises(ValueError):
-        summarize([])
+        summarise([])

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from accelscope.errors import BadInputError, StoreError
 from accelscope.hardware.fingerprint import Environment
-from accelscope.result import Result
+from accelscope.result import Cause, Result, Status
 from accelscope.store.export import CSV_COLUMNS, run_to_csv, run_to_json
 from accelscope.store.sqlite import STORE_SCHEMA_VERSION, ResultStore
 from accelscope.testing import fake_result
@@ -36,6 +37,79 @@ def test_result_round_trips_through_the_store(tmp_path: Path, environment: Envir
         assert store.schema_version == STORE_SCHEMA_VERSION
     assert run.results == (result,)
     assert run.status == "complete" and run.result_count == 1
+
+
+def test_a_cause_is_stored_by_its_name(environment: Environment) -> None:
+    failed = replace(
+        fake_result(environment),
+        measurement=None,
+        status=Status.FAILED,
+        status_reason="out of memory at batch 8 (eager/bf16/b8/t2)",
+        cause=Cause.OUT_OF_MEMORY,
+    )
+    stored = json.loads(failed.to_json())
+    assert stored["cause"] == "out_of_memory"
+    assert Result.from_json(failed.to_json()) == failed
+    assert Result.from_dict({**stored, "cause": "melted"}).cause is Cause.UNKNOWN  # a newer one's
+    assert json.loads(fake_result(environment).to_json())["cause"] is None
+
+
+# (status, status_reason) as accelscope stored them before results carried their cause, and
+# the cause each reads as.
+OLD_REASONS = [
+    ("failed", "out of memory (MemoryError)", Cause.OUT_OF_MEMORY),
+    ("failed", "out of memory at batch 8 (eager/bf16/b8/t2)", Cause.OUT_OF_MEMORY),
+    ("failed", "model m failed: RuntimeError: CUDA out of memory. Tried", Cause.OUT_OF_MEMORY),
+    ("failed", "out of memory: Ray's memory monitor killed the task (X)", Cause.OUT_OF_MEMORY),
+    ("failed", "timeout: no result after 900 s", Cause.TIMEOUT),
+    ("failed", "crashed: killed by SIGSEGV", Cause.CRASHED),
+    ("failed", "crashed: worker exited with code 1 and no result", Cause.CRASHED),
+    ("failed", "node lost: its node died (NodeDiedError); no other node", Cause.NODE_LOST),
+    ("failed", "node lost: timeout: no answer from its node after 1200 s", Cause.NODE_LOST),
+    ("failed", "model m failed during measurement: ValueError: bad", Cause.UNKNOWN),
+    ("skipped", "sweep budget ended before this configuration ran", Cause.BUDGET),
+    ("skipped", "no node of its type is alive to measure it", Cause.NO_NODE),
+    ("skipped", "skipped: batch 4 already ran out of memory", Cause.OUT_OF_MEMORY),
+    ("skipped", "not available: onnxruntime is not installed", Cause.PRESCREEN),
+    ("rejected", "top-1 agreement 90.00% below 99.00%", None),
+    ("ok", "", None),
+]
+
+
+def _old_text(environment: Environment, status: str, reason: str) -> str:
+    """A result as the code before causes wrote it: the same keys, without ``cause``."""
+    data = json.loads(fake_result(environment).to_json())
+    del data["cause"]
+    data.update(status=status, status_reason=reason)
+    return json.dumps(data, sort_keys=True)
+
+
+@pytest.mark.parametrize(("status", "reason", "cause"), OLD_REASONS)
+def test_a_result_stored_before_causes_reads_with_the_cause_its_reason_names(
+    environment: Environment, status: str, reason: str, cause: Cause | None
+) -> None:
+    result = Result.from_json(_old_text(environment, status, reason))
+    assert (result.status.value, result.status_reason, result.cause) == (status, reason, cause)
+
+
+def test_old_rows_in_a_store_read_with_their_causes(
+    tmp_path: Path, environment: Environment
+) -> None:
+    path = tmp_path / "r.db"
+    with ResultStore(path) as store:
+        run_id = store.start_run("bench", "resnet50", "accelscope bench", environment)
+    db = sqlite3.connect(path)  # rows as an accelscope before causes inserted them
+    for status, reason, _ in OLD_REASONS:
+        db.execute(
+            "INSERT INTO results(run_id, spec_key, status, created_at, result_json)"
+            " VALUES (?, 'k', ?, '2026-01-01', ?)",
+            (run_id, status, _old_text(environment, status, reason)),
+        )
+    db.commit()
+    db.close()
+    with ResultStore(path) as store:
+        results = store.get_run(run_id).results
+    assert [r.cause for r in results] == [cause for _, _, cause in OLD_REASONS]
 
 
 def test_store_uses_wal_and_records_schema_version(tmp_path: Path) -> None:

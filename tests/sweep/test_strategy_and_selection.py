@@ -12,7 +12,7 @@ from accelscope.accuracy.fidelity import Fidelity
 from accelscope.hardware.fingerprint import Environment
 from accelscope.measurement.record import Measurement
 from accelscope.models.loading import load_model
-from accelscope.result import Accuracy, Result, Status
+from accelscope.result import Accuracy, Cause, Result, Status
 from accelscope.spec import Precision, RunSpec, TensorSpec
 from accelscope.sweep.driver import SweepPlan, run_sweep
 from accelscope.sweep.executor import OneAtATime, WorkerOutcome
@@ -180,12 +180,11 @@ def test_contenders_are_those_the_screening_cannot_rule_out(environment: Environ
     assert chosen == [1, 2]  # 90/s is also within 15 %, but at most a third (2 of 6) go on
 
 
-def test_resume_measures_again_only_what_a_cluster_or_the_budget_lost(
-    tiny, environment: Environment, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    from accelscope.sweep.driver import BUDGET_REASON, NO_NODE_REASON
-    from accelscope.sweep.executor import NODE_LOST
-
+def _resumed_labels(
+    tiny, environment: Environment, tmp_path: Path, changes: list[tuple[Status, Cause, str]]
+) -> tuple[list[str], list[str]]:  # type: ignore[no-untyped-def]
+    """Resume a finished grid whose first results are replaced by ``changes`` (status, cause,
+    reason): the labels measured again, and the changed ones in order."""
     first = run_sweep(
         _plan("grid"),
         tiny,
@@ -196,10 +195,8 @@ def test_resume_measures_again_only_what_a_cluster_or_the_budget_lost(
     )
     ok = [r for r in first.results if r.status is Status.OK]
     lost = [
-        dataclasses.replace(ok[0], status=Status.FAILED, status_reason=f"{NODE_LOST}its node died"),
-        dataclasses.replace(ok[1], status=Status.SKIPPED, status_reason=NO_NODE_REASON),
-        dataclasses.replace(ok[2], status=Status.SKIPPED, status_reason=BUDGET_REASON),
-        dataclasses.replace(ok[3], status=Status.FAILED, status_reason="crashed: SIGSEGV"),
+        dataclasses.replace(ok[i], status=status, cause=cause, status_reason=reason)
+        for i, (status, cause, reason) in enumerate(changes)
     ]
     executor = FakeExecutor(environment)
     changed = {r.spec.key for r in lost}
@@ -213,5 +210,124 @@ def test_resume_measures_again_only_what_a_cluster_or_the_budget_lost(
         workdir=tmp_path,
         prior=prior,
     )
-    again = sorted(label for label, _ in executor.calls)
-    assert again == sorted(r.spec.label() for r in lost[:3])  # a real crash is not retried
+    return sorted(label for label, _ in executor.calls), [r.spec.label() for r in lost]
+
+
+def test_resume_measures_again_only_what_a_cluster_or_the_budget_lost(
+    tiny, environment: Environment, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from accelscope.sweep.driver import BUDGET_REASON, NO_NODE_REASON
+    from accelscope.sweep.executor import NODE_LOST
+
+    again, lost = _resumed_labels(
+        tiny,
+        environment,
+        tmp_path,
+        [
+            (Status.FAILED, Cause.NODE_LOST, f"{NODE_LOST}its node died"),
+            (Status.SKIPPED, Cause.NO_NODE, NO_NODE_REASON),
+            (Status.SKIPPED, Cause.BUDGET, BUDGET_REASON),
+            (Status.FAILED, Cause.CRASHED, "crashed: SIGSEGV"),
+        ],
+    )
+    assert again == sorted(lost[:3])  # a real crash is not retried
+
+
+def test_resume_follows_the_cause_not_the_words(
+    tiny, environment: Environment, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from accelscope.sweep.driver import BUDGET_REASON
+    from accelscope.sweep.executor import NODE_LOST
+
+    again, lost = _resumed_labels(
+        tiny,
+        environment,
+        tmp_path,
+        [
+            (Status.FAILED, Cause.NODE_LOST, "the Ray task vanished"),  # lost: retried
+            (Status.SKIPPED, Cause.BUDGET, "out of time"),  # budget: retried
+            (Status.FAILED, Cause.CRASHED, f"{NODE_LOST}words only"),  # a crash: kept
+            (Status.SKIPPED, Cause.PRESCREEN, BUDGET_REASON),  # ruled out: kept
+        ],
+    )
+    assert again == sorted(lost[:2])
+
+
+class FailingExecutor(FakeExecutor):
+    """:class:`FakeExecutor` whose configurations at ``batch`` and above fail with ``cause``
+    (``None``: an executor that gives none) and ``reason``."""
+
+    def __init__(
+        self, environment: Environment, batch: int, cause: Cause | None, reason: str
+    ) -> None:
+        super().__init__(environment)
+        self.batch, self.cause, self.reason = batch, cause, reason
+
+    def run(self, task: WorkerTask | InterleaveTask, on_progress: object = None) -> WorkerOutcome:
+        if isinstance(task, WorkerTask) and task.spec.batch_size >= self.batch:
+            self.calls.append((task.spec.label(), task.timer.budget_s))
+            return WorkerOutcome(None, self.reason, cause=self.cause)
+        return super().run(task, on_progress)
+
+
+@pytest.mark.parametrize(
+    ("cause", "reason", "ends_the_axis"),
+    [
+        (Cause.OUT_OF_MEMORY, "CUBLAS_STATUS_ALLOC_FAILED", True),  # the cause, whatever the words
+        (Cause.ERROR, "ValueError: not out of memory at all", False),
+        (Cause.CRASHED, "crashed: killed by SIGKILL", False),
+        (Cause.TIMEOUT, "timeout: no result after 1 s", False),
+    ],
+)
+def test_an_out_of_memory_cause_ends_the_larger_batches(
+    tiny, environment: Environment, tmp_path: Path, cause: Cause, reason: str, ends_the_axis: bool
+) -> None:  # type: ignore[no-untyped-def]
+    executor = FailingExecutor(environment, 2, cause, reason)
+    plan = replace(_plan("grid"), confirm_rounds=0)
+    outcome = run_sweep(plan, tiny, environment, executor, sink=lambda r: None, workdir=tmp_path)
+    by_label = {r.spec.label(): r for r in outcome.results}
+    failed = by_label["eager/fp32/b2/t1"]
+    assert (failed.status, failed.cause, failed.status_reason) == (Status.FAILED, cause, reason)
+    larger = by_label["eager/fp32/b4/t1"]
+    if ends_the_axis:
+        assert (larger.status, larger.cause) == (Status.SKIPPED, Cause.OUT_OF_MEMORY)
+        assert larger.status_reason == "skipped: batch 2 already ran out of memory"
+        assert "eager/fp32/b4/t1" not in {label for label, _ in executor.calls}
+    else:
+        assert (larger.status, larger.cause) == (Status.FAILED, cause)
+
+
+def test_a_failure_without_a_cause_is_recorded_as_an_error(
+    tiny, environment: Environment, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    executor = FailingExecutor(environment, 2, None, "out of memory, says a fake")
+    plan = replace(_plan("grid"), confirm_rounds=0)
+    outcome = run_sweep(plan, tiny, environment, executor, sink=lambda r: None, workdir=tmp_path)
+    by_label = {r.spec.label(): r for r in outcome.results}
+    assert by_label["eager/fp32/b2/t1"].cause is Cause.ERROR
+    assert by_label["eager/fp32/b4/t1"].status is Status.FAILED  # measured: no OOM decided
+
+
+def test_the_budget_skips_with_its_cause_and_resume_measures_them(
+    tiny, environment: Environment, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from accelscope.sweep.driver import BUDGET_REASON
+
+    plan = replace(_plan("grid"), total_budget_s=0.0, confirm_rounds=0)
+    executor = FakeExecutor(environment)
+    first = run_sweep(plan, tiny, environment, executor, sink=lambda r: None, workdir=tmp_path)
+    assert executor.calls == []
+    assert {(r.status, r.cause, r.status_reason) for r in first.results} == {
+        (Status.SKIPPED, Cause.BUDGET, BUDGET_REASON)
+    }
+    executor = FakeExecutor(environment)
+    run_sweep(
+        _plan("grid"),
+        tiny,
+        environment,
+        executor,
+        sink=lambda r: None,
+        workdir=tmp_path,
+        prior=first.results,
+    )
+    assert len(executor.calls) == len(first.results)  # every one measured on resume

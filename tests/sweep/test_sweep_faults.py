@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from accelscope.commands.bench.workflow import BenchRequest, bench
-from accelscope.result import Status
+from accelscope.result import Cause, Status
 from accelscope.spec import Precision, TensorSpec
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing import restore_default_sigint
@@ -60,6 +60,15 @@ def test_segfault_hang_and_memoryerror_are_recorded(tmp_path: Path, factory: str
     assert by_backend["fault-hang"].status_reason.startswith("timeout")
     assert by_backend["fault-memory"].status is Status.FAILED
     assert "out of memory" in by_backend["fault-memory"].status_reason
+    # each decided where it happened: the executor saw the crash and the timeout, the worker
+    # the out-of-memory error
+    causes = {backend: result.cause for backend, result in by_backend.items()}
+    assert causes == {
+        "eager": None,
+        "fault-segv": Cause.CRASHED,
+        "fault-hang": Cause.TIMEOUT,
+        "fault-memory": Cause.OUT_OF_MEMORY,
+    }
     assert outcome.selection.best_key == by_backend["eager"].spec.key
     with ResultStore(tmp_path / "r.db") as store:
         run = store.get_run("latest")
@@ -151,6 +160,9 @@ def test_out_of_memory_ends_the_batch_axis_not_the_sweep(tmp_path: Path, factory
     )
     outcome = bench(request, store_path=None)
     status = {r.spec.label(): (r.status, r.status_reason) for r in outcome.results}
+    causes = {r.spec.label(): r.cause for r in outcome.results}
+    assert causes["fault-oom-big/fp32/b4/t1"] is causes["fault-oom-big/fp32/b8/t1"]
+    assert causes["fault-oom-big/fp32/b4/t1"] is Cause.OUT_OF_MEMORY
     assert status["fault-oom-big/fp32/b2/t1"][0] is Status.OK
     assert status["fault-oom-big/fp32/b4/t1"] == (Status.FAILED, "out of memory (MemoryError)")
     assert status["fault-oom-big/fp32/b8/t1"][0] is Status.SKIPPED

@@ -28,6 +28,7 @@ __all__ = [
     "GpuPrice",
     "OnPremCost",
     "actions",
+    "gpu_memory_gib",
     "gpu_price",
     "look_at",
     "mig_profiles",
@@ -50,6 +51,22 @@ def _family(model: str) -> tuple[str, str]:
     kind = _MODEL.search(model)
     memory = _MEMORY.search(model)
     return (kind.group(1).upper() if kind else "", memory.group(1) if memory else "")
+
+
+def gpu_memory_gib(model: str, catalog: Catalog | None) -> float | None:
+    """The memory of one ``model`` GPU in GiB when the telemetry does not give it: the size its
+    name says (``A100-SXM4-40GB``), else the catalog's device memory for its GPU family (the
+    largest where the catalog has several: a memory fraction of it then needs the most, so no
+    workload is squeezed into too small a slice); ``None`` when neither says it."""
+    family, memory = _family(model)
+    if memory:
+        return float(memory)
+    sizes = [
+        instance.device_memory_bytes / 2**30
+        for instance in (catalog.gpus() if catalog is not None and family else ())
+        if _family(instance.accelerator)[0] == family
+    ]
+    return max(sizes, default=None)
 
 
 def gpu_price(model: str, catalog: Catalog, given: Mapping[str, float]) -> GpuPrice:
@@ -195,8 +212,11 @@ def actions(
     figures: Sequence[DeviceFigures],
     prices: Mapping[str, GpuPrice],
     window_hours: float,
+    *,
+    catalog: Catalog | None = None,
 ) -> list[Action]:
-    """Every action the figures support, ranked by dollars a month."""
+    """Every action the figures support, ranked by dollars a month; ``catalog`` gives a GPU's
+    memory where neither the telemetry nor its model name does (:func:`gpu_memory_gib`)."""
     per_month = HOURS_PER_MONTH / window_hours
     found: list[Action] = []
     for f in figures:
@@ -265,7 +285,7 @@ def actions(
                     detail={"hourly_activity": list(curve)},
                 )
             )
-    found.extend(_consolidate(figures, prices, per_month))
+    found.extend(_consolidate(figures, prices, per_month, catalog))
     return sorted(found, key=lambda a: -a.usd_per_month)
 
 
@@ -344,17 +364,23 @@ def _busy_not_useful(f: DeviceFigures, price: GpuPrice, per_month: float) -> Act
 
 
 def _consolidate(
-    figures: Sequence[DeviceFigures], prices: Mapping[str, GpuPrice], per_month: float
+    figures: Sequence[DeviceFigures],
+    prices: Mapping[str, GpuPrice],
+    per_month: float,
+    catalog: Catalog | None,
 ) -> list[Action]:
     """Whole GPUs whose p99 memory and p95 SM activity fit a MIG slice, bin-packed per GPU
-    model (first fit decreasing on compute slices): the GPUs freed."""
+    model (first fit decreasing on compute slices): the GPUs freed. A GPU whose memory size
+    nothing says (telemetry, model name, catalog) is left out."""
     by_model: dict[str, list[tuple[int, DeviceFigures]]] = {}
     for f in figures:
         profiles = mig_profiles(f.model)
         if f.mig_profile or not profiles or f.memory_p99_fraction is None or f.sm_p95 is None:
             continue
         slices = gpu_slices(f.model)
-        total_gib = (f.memory_total_mib or 0.0) / 1024 or _gpu_memory_gib(f.model)
+        total_gib = (f.memory_total_mib or 0.0) / 1024 or gpu_memory_gib(f.model, catalog)
+        if not total_gib:
+            continue
         need_gib = f.memory_p99_fraction * total_gib
         fits = [
             g
@@ -405,15 +431,6 @@ def _consolidate(
             )
         )
     return found
-
-
-def _gpu_memory_gib(model: str) -> float:
-    memory = _MEMORY.search(model)
-    if memory:
-        return float(memory.group(1))
-    family, _ = _family(model)
-    known = {"L4": 24.0, "T4": 16.0, "A10G": 24.0, "L40S": 48.0, "L40": 48.0, "A30": 24.0}
-    return known.get(family, 141.0 if family == "H200" else 80.0)
 
 
 def monthly(hours: float, window_hours: float) -> float:

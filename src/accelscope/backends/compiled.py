@@ -59,7 +59,7 @@ from accelscope.backends.quantize import (
     pt2e_int8,
     torchao_installed,
 )
-from accelscope.errors import BadInputError, MeasurementError, exception_line
+from accelscope.errors import BadInputError, MeasurementError, OutOfMemoryError, exception_line
 from accelscope.models.base import LoadedModel, ModelFormat
 from accelscope.models.inputs import make_batch
 from accelscope.spec import Device, Precision, RunSpec
@@ -318,7 +318,7 @@ def _compile_failure(
     import torch
 
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
-        return MeasurementError(f"out of memory at batch {spec.batch_size} ({spec.label()})")
+        return OutOfMemoryError(f"out of memory at batch {spec.batch_size} ({spec.label()})")
     return _eager_failure(model, spec, module, batch) or MeasurementError(
         f"torch.compile of {model.ref} failed ({spec.label()}): "
         f"{type(exc).__name__}: {exception_line(exc)}"

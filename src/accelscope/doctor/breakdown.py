@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelscope.doctor.profile import PHASES, DeviceStep, Step
-from accelscope.measurement.stats import median_ci, summarize
+from accelscope.measurement.stats import median_ci, summarise
 from accelscope.serialise import load
 
 __all__ = ["ALL_PHASES", "Breakdown", "DeviceBreakdown", "Rate", "breakdown", "rate"]
@@ -172,7 +172,7 @@ def breakdown(steps: Sequence[Step]) -> Breakdown:
         raise ValueError("no measured steps to summarise")
     durations = [max(s.duration_s, 1e-12) for s in steps]
     total = math.fsum(durations)
-    summary = summarize(durations)
+    summary = summarise(durations)
     phase_totals = {p: math.fsum(s.phases_s[p] for s in steps) for p in PHASES}
     phase_totals["other"] = math.fsum(s.other_s for s in steps)
     shares = {p: phase_totals[p] / total for p in ALL_PHASES}

@@ -14,7 +14,7 @@ from accelscope.accuracy.fidelity import compare_outputs
 from accelscope.backends.base import Backend, Batch, Runner
 from accelscope.engine.accuracy_check import AccuracyCheck, run_chunked, score
 from accelscope.engine.energy import energy_of_config
-from accelscope.errors import BadInputError, MeasurementError, exception_line
+from accelscope.errors import BadInputError, MeasurementError, OutOfMemoryError, exception_line
 from accelscope.hardware.energy import EnergyMeter
 from accelscope.hardware.fingerprint import Environment
 from accelscope.measurement.memory import MemoryProbe
@@ -120,7 +120,7 @@ def _raise_run_failure(
     import torch
 
     if isinstance(exc, MemoryError | torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
-        raise MeasurementError(
+        raise OutOfMemoryError(
             f"out of memory at batch {spec.batch_size} ({spec.label()})"
         ) from exc
     if first_call:

@@ -16,7 +16,7 @@ from accelscope.load.batcher import NO_BATCHING, BatchPolicy
 from accelscope.load.executor import QueryExecutor
 from accelscope.load.schedule import arrival_offsets_s, sample_indices
 from accelscope.load.sources import ClosedLoop, OpenSchedule
-from accelscope.load.summary import Scenario, TrialSettings, TrialSummary, summarize_trial
+from accelscope.load.summary import Scenario, TrialSettings, TrialSummary, summarise_trial
 from accelscope.load.trial import TrialLimits, TrialRecord, run_trial
 
 __all__ = ["run_offline", "run_server", "run_single_stream"]
@@ -56,7 +56,7 @@ def run_single_stream(
         energy,
         lambda: run_trial(source, executor, NO_BATCHING, _limits(settings, None, False)),
     )
-    return summarize_trial(record, Scenario.SINGLE_STREAM, NO_BATCHING, settings, energy=figure)
+    return summarise_trial(record, Scenario.SINGLE_STREAM, NO_BATCHING, settings, energy=figure)
 
 
 def run_offline(
@@ -75,7 +75,7 @@ def run_offline(
         energy,
         lambda: run_trial(source, executor, policy, _limits(offline_settings, None, False)),
     )
-    return summarize_trial(record, Scenario.OFFLINE, policy, settings, energy=figure)
+    return summarise_trial(record, Scenario.OFFLINE, policy, settings, energy=figure)
 
 
 def run_server(
@@ -108,7 +108,7 @@ def run_server(
             _limits(settings, sla_p99_s, stop_when_failed),
         ),
     )
-    return summarize_trial(
+    return summarise_trial(
         record,
         Scenario.SERVER,
         policy,

@@ -20,7 +20,7 @@ from accelscope.load.trial import QueryStatus, TrialRecord
 from accelscope.measurement.stats import percentile
 from accelscope.serialise import dump, load
 
-__all__ = ["Distribution", "Scenario", "TrialSettings", "TrialSummary", "summarize_trial"]
+__all__ = ["Distribution", "Scenario", "TrialSettings", "TrialSummary", "summarise_trial"]
 
 _MAX_QUERY_SAMPLES = 400
 
@@ -265,7 +265,7 @@ def _invalid_reasons(
     return reasons
 
 
-def summarize_trial(
+def summarise_trial(
     record: TrialRecord,
     scenario: Scenario,
     policy: BatchPolicy,

@@ -3,7 +3,7 @@
 from accelscope.hardware.sync import IntervalTimer
 from accelscope.measurement.memory import MemoryPeak, MemoryProbe, track_peak_memory
 from accelscope.measurement.record import Measurement, StopReason
-from accelscope.measurement.stats import Summary, median_ci, percentile, summarize
+from accelscope.measurement.stats import Summary, median_ci, percentile, summarise
 from accelscope.measurement.threads import ThreadSettings, available_cores, pinned_threads
 from accelscope.measurement.timer import HostInterval, Timer, TimerConfig
 
@@ -22,6 +22,6 @@ __all__ = [
     "median_ci",
     "percentile",
     "pinned_threads",
-    "summarize",
+    "summarise",
     "track_peak_memory",
 ]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
 
-from accelscope.measurement.stats import Summary, summarize
+from accelscope.measurement.stats import Summary, summarise
 
 __all__ = ["Measurement", "StopReason"]
 
@@ -40,7 +40,7 @@ class Measurement:
     @cached_property
     def summary(self) -> Summary:
         """Statistics of :attr:`samples_s` (computed once, from the raw samples)."""
-        return summarize(self.samples_s, self.confidence)
+        return summarise(self.samples_s, self.confidence)
 
     @property
     def throughput_items_per_s(self) -> float:

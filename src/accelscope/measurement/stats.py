@@ -45,7 +45,7 @@ __all__ = [
     "quantile_ci",
     "ratio_from_intervals",
     "rounds_to_settle",
-    "summarize",
+    "summarise",
     "welch_ratio",
 ]
 
@@ -173,10 +173,10 @@ class Summary:
         return []
 
 
-def summarize(samples_s: Sequence[float], confidence: float = 0.95) -> Summary:
+def summarise(samples_s: Sequence[float], confidence: float = 0.95) -> Summary:
     """Compute a :class:`Summary` from raw per-iteration times in seconds."""
     if not samples_s:
-        raise ValueError("cannot summarize zero samples")
+        raise ValueError("cannot summarise zero samples")
     ordered = sorted(samples_s)
     n = len(ordered)
     mean = math.fsum(ordered) / n

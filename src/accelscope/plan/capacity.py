@@ -24,7 +24,8 @@ from accelscope.documents import (
     normalise_dtype,
 )
 from accelscope.plan.catalog import Instance
-from accelscope.plan.fusion import ELEMENT_BYTES, FUSION_RULE, at_precision, fuse
+from accelscope.plan.fusion import FUSION_RULE, at_precision, fuse
+from accelscope.units import ELEMENT_BYTES
 
 __all__ = [
     "BATCH_LATENCY_FACTOR",
@@ -262,16 +263,18 @@ def _method(profile: RooflineProfile, calibration: Calibration | None) -> _Metho
         )
     scale = calibration.batch_size / profile.batch_size
     operators = at_precision(profile.operators, calibration.precision, scale)
+    size = ELEMENT_BYTES.get(calibration.precision)
+    size_text = "?" if size is None else f"{size:g}"
     notes = [
         f"calibrated by the fastest configuration measured here, bench '{calibration.label}' "
         f"({calibration.batch_time_s * 1e3:.4g} ms per batch of {calibration.batch_size}); the "
         f"same runtime quality assumed there at {calibration.precision}",
         f"work of the {profile.precision} batch-{profile.batch_size} roofline profile mapped to "
         f"{calibration.precision} (matrix/conv/attention at its peak, "
-        f"{ELEMENT_BYTES.get(calibration.precision, '?')} byte(s) per element)"
+        f"{size_text} byte(s) per element)"
         + (f" and scaled linearly to batch {calibration.batch_size}" if scale != 1 else ""),
     ]
-    if calibration.precision not in ELEMENT_BYTES:
+    if size is None:
         notes.append(f"element size of {calibration.precision} unknown: bytes kept as profiled")
     if calibration.fused:
         notes.append(FUSION_RULE + f" ({calibration.backend} fuses)")

@@ -25,10 +25,10 @@ from collections.abc import Sequence
 
 from accelscope import aten
 from accelscope.documents import Operator, normalise_dtype
+from accelscope.units import ELEMENT_BYTES
 
 __all__ = [
     "ANCHOR",
-    "ELEMENT_BYTES",
     "FUSED",
     "FUSION_RULE",
     "KEPT",
@@ -44,9 +44,6 @@ FUSION_RULE = (
     "activation, norm, softmax, cast and view operators are fused into them (FLOPs kept, "
     "bytes 0); pooling, reductions and data movement stay unfused"
 )
-
-ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1}
-"""Bytes per element of each precision a configuration runs in."""
 
 _ANCHORS = frozenset(
     (

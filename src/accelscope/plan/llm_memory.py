@@ -20,12 +20,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
 from accelscope.errors import BadInputError
 from accelscope.plan.catalog import Catalog
+from accelscope.units import ELEMENT_BYTES
 from accelscope.validation import Count, FieldProblem, PositiveCount, validate
 
 __all__ = [
@@ -38,7 +40,12 @@ __all__ = [
     "shape_from_config",
 ]
 
-BYTES_PER_PARAM = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+BYTES_PER_PARAM: Mapping[str, float] = MappingProxyType(
+    {name: size for name, size in ELEMENT_BYTES.items() if name != "tf32"}
+)
+"""The precisions weights and KV values are stored in, and the bytes of one value in each
+(:data:`accelscope.units.ELEMENT_BYTES`; ``tf32`` is a way to multiply fp32 values, not a way
+to store them)."""
 PREFILL_CHUNK_TOKENS = 2048
 """Activations are estimated for a chunked prefill of this many tokens per step (vLLM-style)."""
 RUNTIME_FIXED_BYTES = 1 << 30

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelscope.roofline.kernel_search import Candidate
+from accelscope.units import ELEMENT_BYTES
 
 __all__ = [
     "MAX_OPERAND_BYTES",
@@ -48,7 +49,6 @@ MAX_OPERAND_BYTES = 1 << 30
 _GEMM = ("mm", "mm_wT", "linear", "mkldnn_linear")
 _CONV = ("conv1x1_nhwc", "conv3x3_nhwc")
 _INT8 = ("int_mm", "int_mm_wT", "qlinear_onednn")
-_ITEM_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "int8": 1}
 _GEMM_RANGE = (64, 16384)
 _CONV_RANGES = ((1, 64), (16, 2048), (7, 112))
 _PROBE_GEMM_SIDES = (256, 512, 1024, 2048)
@@ -89,8 +89,8 @@ def kernel_flops(candidate: Candidate) -> float:
     return 2.0 * m * n * k
 
 
-def _operand_bytes(candidate: Candidate, dtype: str) -> int:
-    item = _ITEM_BYTES.get(dtype, 4)
+def _operand_bytes(candidate: Candidate, dtype: str) -> float:
+    item = ELEMENT_BYTES.get(dtype, 4.0)
     if _is_conv(candidate.family):
         batch, channels, height = candidate.shape
         return item * (2 * batch * channels * height * height + 9 * channels * channels)

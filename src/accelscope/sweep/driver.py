@@ -30,10 +30,10 @@ from accelscope.errors import MeasurementError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel
-from accelscope.result import Result, Status
+from accelscope.result import Cause, Result, Status
 from accelscope.spec import Device, RunSpec, TensorSpec
 from accelscope.sweep.confirm import Confirmation, confirmation_from_blocks, runner_up
-from accelscope.sweep.executor import NODE_LOST, Executor, LocalExecutor, WorkerOutcome
+from accelscope.sweep.executor import Executor, LocalExecutor, WorkerOutcome
 from accelscope.sweep.guard import AccuracyRule, apply_guard
 from accelscope.sweep.select import Selection, by_node_type, select, select_by_node_type
 from accelscope.sweep.space import Candidate, SweepSpace, expand
@@ -56,6 +56,9 @@ ReferenceRunner = Callable[[ReferenceTask], WorkerOutcome]
 STRATEGIES = ("grid", "fast")
 BUDGET_REASON = "sweep budget ended before this configuration ran"
 NO_NODE_REASON = "no node of its type is alive to measure it"
+_AGAIN = frozenset({Cause.BUDGET, Cause.NO_NODE, Cause.NODE_LOST})
+"""Causes ``--resume`` measures again: the sweep's or the cluster's doing, not the
+configuration's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,8 +148,10 @@ def _measurement_time_s(result: Result) -> float:
     return 0.0 if m is None else sum(m.samples_s) + sum(m.warmup_samples_s) + m.first_call_s
 
 
-def _skipped(spec: RunSpec, env: Environment, reason: str) -> Result:
-    return Result(spec=spec, environment=env, status=Status.SKIPPED, status_reason=reason)
+def _skipped(spec: RunSpec, env: Environment, cause: Cause, reason: str) -> Result:
+    return Result(
+        spec=spec, environment=env, status=Status.SKIPPED, status_reason=reason, cause=cause
+    )
 
 
 def _candidates(plan: SweepPlan, model: LoadedModel, env: Environment) -> list[Candidate]:
@@ -165,13 +170,11 @@ def _candidates(plan: SweepPlan, model: LoadedModel, env: Environment) -> list[C
 def _again(result: Result) -> bool:
     """True for a prior result that ``--resume`` measures again: skipped for lack of budget or
     of a live node, or lost with its cluster node."""
-    if result.status is Status.SKIPPED:
-        return result.status_reason in (BUDGET_REASON, NO_NODE_REASON)
-    return result.status is Status.FAILED and result.status_reason.startswith(NODE_LOST)
+    return result.cause in _AGAIN
 
 
 def _is_oom(result: Result) -> bool:
-    return result.status is Status.FAILED and "out of memory" in result.status_reason.lower()
+    return result.status is Status.FAILED and result.cause is Cause.OUT_OF_MEMORY
 
 
 def _group(spec: RunSpec) -> tuple[str, str, str, int, tuple[tuple[str, str], ...]]:
@@ -229,10 +232,10 @@ class _Sweep:
         group = _group(spec)
         if group in self.oom_groups and spec.batch_size > self.oom_groups[group]:
             reason = f"skipped: batch {self.oom_groups[group]} already ran out of memory"
-            self.record(_skipped(spec, self.env_for(spec), reason))
+            self.record(_skipped(spec, self.env_for(spec), Cause.OUT_OF_MEMORY, reason))
             return None
         if time.monotonic() >= self.deadline:
-            self.record(_skipped(spec, self.env_for(spec), BUDGET_REASON))
+            self.record(_skipped(spec, self.env_for(spec), Cause.BUDGET, BUDGET_REASON))
             return None
         if self.events is not None:
             self.events.started(spec, stage)
@@ -249,6 +252,7 @@ class _Sweep:
                 environment=self.env_for(spec),
                 status=Status.FAILED,
                 status_reason=outcome.failure,
+                cause=outcome.cause or Cause.ERROR,
                 node=outcome.node,
             )
         else:
@@ -285,9 +289,8 @@ class _Sweep:
             if not in_flight:
                 if waiting:  # no slot and nothing running: the executor has no node for them
                     for spec in waiting:
-                        results.append(
-                            self.record(_skipped(spec, self.env_for(spec), NO_NODE_REASON))
-                        )
+                        skip = _skipped(spec, self.env_for(spec), Cause.NO_NODE, NO_NODE_REASON)
+                        results.append(self.record(skip))
                     waiting.clear()
                 continue
             ticket, outcome = self.executor.next_finished()
@@ -503,6 +506,5 @@ def _confirm(sweep: _Sweep, final: Sequence[Result]) -> Confirmation | None:
 def _record_skips(sweep: _Sweep, candidates: Sequence[Candidate], done: set[str]) -> None:
     for candidate in candidates:
         if not candidate.runnable and candidate.spec.key not in done:
-            sweep.record(
-                _skipped(candidate.spec, sweep.env_for(candidate.spec), candidate.skip_reason)
-            )
+            env = sweep.env_for(candidate.spec)
+            sweep.record(_skipped(candidate.spec, env, Cause.PRESCREEN, candidate.skip_reason))

@@ -17,11 +17,11 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import IO, Any, Protocol
 
-from accelscope.result import Result
+from accelscope.result import Cause, Result, Status, legacy_cause
 from accelscope.sweep.worker import InterleaveTask, ReferenceTask, WorkerTask, worker_main
 
 __all__ = [
@@ -39,8 +39,8 @@ ProgressFn = Callable[[str, int, float, float], None]
 AnyTask = WorkerTask | InterleaveTask | ReferenceTask
 """What an executor runs in a worker process."""
 NODE_LOST = "node lost: "
-"""Starts the reason of a configuration a cluster lost (its node died, was cancelled): not a
-measurement's failure, so ``--resume`` measures it again."""
+"""Starts the reason of a configuration a cluster lost (its node died, was cancelled; its cause
+is :attr:`Cause.NODE_LOST`, which ``--resume`` measures again)."""
 _EXIT_GRACE_S = 30.0
 _ENTRY = "from accelscope.sweep.worker import main; main()"
 """What another interpreter runs (``-c``, not ``-m``: no double import of the module)."""
@@ -48,7 +48,8 @@ _ENTRY = "from accelscope.sweep.worker import main; main()"
 
 @dataclass(frozen=True)
 class WorkerOutcome:
-    """A worker's Result, or the reason it produced none."""
+    """A worker's Result, or the reason it produced none: ``failure`` in words, ``cause``
+    decided where it happened."""
 
     result: Result | None
     failure: str = ""
@@ -58,6 +59,14 @@ class WorkerOutcome:
     """The cluster node that ran it (empty: this machine)."""
     reference_path: str | None = None
     """A :class:`ReferenceTask`'s output file (``None`` for other tasks)."""
+    cause: Cause | None = None
+    """Why there is no result; ``None`` when there is one (a failure given without a cause is
+    recorded as :attr:`Cause.ERROR`)."""
+
+    @classmethod
+    def failed(cls, cause: Cause, failure: str, node: str = "") -> WorkerOutcome:
+        """No result, for ``cause``, described by ``failure``."""
+        return cls(None, failure, node=node, cause=cause)
 
 
 class Executor(Protocol):
@@ -121,7 +130,7 @@ class OneAtATime:
 def _grace_s(outcome: WorkerOutcome) -> float:
     """How long a worker may take to exit after its answer: none after a timeout (it is hung
     and is killed at once), ``_EXIT_GRACE_S`` otherwise."""
-    return 0.0 if outcome.failure.startswith("timeout") else _EXIT_GRACE_S
+    return 0.0 if outcome.cause is Cause.TIMEOUT else _EXIT_GRACE_S
 
 
 def _signal_name(code: int) -> str:
@@ -228,7 +237,9 @@ class InterpreterExecutor(OneAtATime):
             )
         except OSError as exc:
             os.close(read_fd)
-            return WorkerOutcome(None, f"cannot start {self.python}: {exc.strerror or exc}")
+            return WorkerOutcome.failed(
+                Cause.ERROR, f"cannot start {self.python}: {exc.strerror or exc}"
+            )
         finally:
             os.close(write_fd)
         receiver = Connection(read_fd, writable=False)
@@ -238,7 +249,7 @@ class InterpreterExecutor(OneAtATime):
             popen.kill()
             popen.wait()
             receiver.close()
-            return WorkerOutcome(None, f"cannot watch the worker process: {exc}")
+            return WorkerOutcome.failed(Cause.ERROR, f"cannot watch the worker process: {exc}")
         try:
             assert popen.stdin is not None
             try:
@@ -248,10 +259,10 @@ class InterpreterExecutor(OneAtATime):
                 pass  # the interpreter exited at once; the collector reports why
             deadline = time.monotonic() + self.timeout_s
             outcome = _collect(child, receiver, deadline, self.timeout_s, on_progress)
-            if outcome.failure.startswith("crashed"):
+            if outcome.cause is Cause.CRASHED:
                 detail = child.last_error_line()
                 if detail:
-                    outcome = WorkerOutcome(None, f"{outcome.failure} ({detail})")
+                    outcome = replace(outcome, failure=f"{outcome.failure} ({detail})")
             child.join(timeout=_grace_s(outcome))
             return outcome
         finally:
@@ -274,7 +285,7 @@ def _collect(
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return WorkerOutcome(None, f"timeout: no result after {timeout_s:g} s")
+            return WorkerOutcome.failed(Cause.TIMEOUT, f"timeout: no result after {timeout_s:g} s")
         ready = wait([receiver, process.sentinel], timeout=remaining)
         if receiver in ready:
             try:
@@ -291,14 +302,25 @@ def _collect(
             elif kind == "reference":
                 return WorkerOutcome(None, reference_path=str(message[1]))
             elif kind == "error":
-                return WorkerOutcome(None, str(message[1]))
+                return _error(message)
         elif process.sentinel in ready and not receiver.poll():
             return _crashed(process)
+
+
+def _error(message: tuple[Any, ...]) -> WorkerOutcome:
+    """A worker's ``("error", reason, cause)``; a worker of an accelscope from before causes
+    were sent (another interpreter's) sends no cause: :func:`legacy_cause` reads its reason."""
+    reason = str(message[1])
+    if len(message) > 2:
+        return WorkerOutcome.failed(Cause.named(str(message[2])), reason)
+    return WorkerOutcome.failed(legacy_cause(Status.FAILED, reason) or Cause.UNKNOWN, reason)
 
 
 def _crashed(process: Any) -> WorkerOutcome:
     process.join(timeout=10)
     code = process.exitcode
     if code is not None and code < 0:
-        return WorkerOutcome(None, f"crashed: killed by {_signal_name(-code)}")
-    return WorkerOutcome(None, f"crashed: worker exited with code {code} and no result")
+        return WorkerOutcome.failed(Cause.CRASHED, f"crashed: killed by {_signal_name(-code)}")
+    return WorkerOutcome.failed(
+        Cause.CRASHED, f"crashed: worker exited with code {code} and no result"
+    )

@@ -22,6 +22,7 @@ from accelscope.hardware.gpu import GpuInfo
 from accelscope.models.base import LoadedModel
 from accelscope.models.inputs import make_batch
 from accelscope.spec import Precision, RunSpec
+from accelscope.units import ELEMENT_BYTES
 
 __all__ = [
     "CONTEXT_RESERVE_BYTES",
@@ -40,16 +41,9 @@ CONTEXT_RESERVE_BYTES = 1 * GIB
 HEADROOM = 1.5
 """Factor on the eager activation peak for what the GPU adds: convolution workspaces (larger
 under ``cudnn.benchmark``), the allocator's rounding and fragmentation, CUDA-graph pools."""
-_BYTES_PER_ELEMENT = {
-    Precision.FP32: 4.0,
-    Precision.BF16: 2.0,
-    Precision.FP16: 2.0,
-    Precision.INT8: 1.0,
-    Precision.FP8: 1.0,
-}
-_ACTIVATION_BYTES = {Precision.FP8: 2.0, Precision.INT8: 4.0}
-"""Activations where they differ from the weights: float8 keeps bf16 activations; the int8
-backends here are CPU ones (never checked against a GPU)."""
+_ACTIVATIONS_IN = {Precision.FP8: Precision.BF16, Precision.INT8: Precision.FP32}
+"""The precision activations are held in where it is not the weights': float8 keeps bf16
+activations; the int8 backends here are CPU ones (never checked against a GPU)."""
 
 
 class _LiveBytes:
@@ -136,13 +130,14 @@ class MemoryEstimate:
         """Bytes ``spec`` needs on its device: weights at its precision (twice for ``compile``,
         whose frozen constants and CUDA-graph pools hold a second copy), the activations at
         its batch with :data:`HEADROOM`, and :data:`CONTEXT_RESERVE_BYTES`."""
-        weight_scale = _BYTES_PER_ELEMENT[spec.precision] / 4.0
-        act_bytes = _ACTIVATION_BYTES.get(spec.precision, _BYTES_PER_ELEMENT[spec.precision])
+        fp32 = ELEMENT_BYTES[Precision.FP32]  # what the eager CPU run measured
+        weight_scale = ELEMENT_BYTES[spec.precision] / fp32
+        act_scale = ELEMENT_BYTES[_ACTIVATIONS_IN.get(spec.precision, spec.precision)] / fp32
         copies = 2 if spec.backend == "compile" else 1
         activations = self.fixed_activation_bytes + spec.batch_size * self.activation_bytes_per_item
         return int(
             copies * self.weight_bytes * weight_scale
-            + HEADROOM * activations * act_bytes / 4.0
+            + HEADROOM * activations * act_scale
             + CONTEXT_RESERVE_BYTES
         )
 

@@ -41,7 +41,7 @@ from accelscope.errors import BadInputError, NotAvailableError, exception_line
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.models.factory import is_factory_ref
-from accelscope.result import Result
+from accelscope.result import Cause, Result, Status, legacy_cause
 from accelscope.serialise import dump, load
 from accelscope.spec import Precision
 from accelscope.sweep.executor import NODE_LOST, LocalExecutor, ProgressFn, WorkerOutcome
@@ -225,7 +225,11 @@ def measure_on_node(
     with tempfile.TemporaryDirectory(prefix="accelscope-task-") as workdir:
         for (name, digest), content in zip(names, contents, strict=True):
             if hashlib.sha256(content).hexdigest() != digest:
-                return {"failure": f"{name} arrived corrupted (sha256 differs)", "node": node}
+                return {
+                    "failure": f"{name} arrived corrupted (sha256 differs)",
+                    "cause": Cause.ERROR.value,
+                    "node": node,
+                }
             (Path(workdir) / name).write_bytes(content)
         task_json = _localize(task_json, workdir)
         task: WorkerTask | InterleaveTask
@@ -237,6 +241,7 @@ def measure_on_node(
     return {
         "result": None if outcome.result is None else outcome.result.to_json(),
         "failure": outcome.failure,
+        "cause": None if outcome.cause is None else outcome.cause.value,
         "interleaved": outcome.interleaved,
         "node": node,
     }
@@ -523,22 +528,25 @@ class RayExecutor:
 
             name = type(exc).__name__
             if isinstance(exc, rx.TaskCancelledError):
-                return WorkerOutcome(None, f"{NODE_LOST}the task was cancelled")
+                return WorkerOutcome.failed(Cause.NODE_LOST, f"{NODE_LOST}the task was cancelled")
             if isinstance(exc, rx.OutOfMemoryError):
-                return WorkerOutcome(
-                    None, f"out of memory: Ray's memory monitor killed the task ({name})"
+                return WorkerOutcome.failed(
+                    Cause.OUT_OF_MEMORY,
+                    f"out of memory: Ray's memory monitor killed the task ({name})",
                 )
             if not _node_died(exc):
-                return WorkerOutcome(None, f"the Ray task failed: {name}: {exception_line(exc)}")
+                return WorkerOutcome.failed(
+                    Cause.ERROR, f"the Ray task failed: {name}: {exception_line(exc)}"
+                )
             why = f"its node died ({name})"
             if flight.attempts >= 2:
-                return WorkerOutcome(
-                    None,
+                return WorkerOutcome.failed(
+                    Cause.NODE_LOST,
                     f"{NODE_LOST}{flight.first_failure}; retried once, and that node died too",
                 )
             if self._count_nodes(force=True).get(flight.node_type, 0) == 0:
-                return WorkerOutcome(
-                    None,
+                return WorkerOutcome.failed(
+                    Cause.NODE_LOST,
                     f"{NODE_LOST}{why}; no other node of type {flight.node_type} is alive to "
                     "retry it",
                 )
@@ -549,6 +557,7 @@ class RayExecutor:
             return None
         result = Result.from_json(answer["result"]) if answer.get("result") else None
         failure = str(answer.get("failure", ""))
+        cause = _answer_cause(answer, failure)
         if flight.attempts > 1:
             note = f"measured on a second node: {flight.first_failure}"
             if result is not None:
@@ -560,6 +569,7 @@ class RayExecutor:
             failure,
             interleaved=answer.get("interleaved"),
             node=str(answer.get("node", "")),
+            cause=cause,
         )
 
     def _give_up(self) -> tuple[int, WorkerOutcome] | None:
@@ -582,8 +592,17 @@ class RayExecutor:
             with contextlib.suppress(Exception):  # its node may be gone already
                 self._ray.cancel(flight.ref, force=True)
             del self._flights[ticket]
-            return ticket, WorkerOutcome(None, why)
+            return ticket, WorkerOutcome.failed(Cause.NODE_LOST, why)
         return None
+
+
+def _answer_cause(answer: dict[str, Any], failure: str) -> Cause | None:
+    """The cause a node's answer names; a node of an accelscope from before causes were sent
+    names none: :func:`legacy_cause` reads its failure."""
+    name = answer.get("cause")
+    if isinstance(name, str):
+        return Cause.named(name)
+    return legacy_cause(Status.FAILED, failure) if failure else None
 
 
 def _builtin_resource(name: str) -> bool:

@@ -2,7 +2,7 @@
 
 The worker ignores SIGINT (the parent decides what Ctrl-C means), dies with its parent
 (``PR_SET_PDEATHSIG`` on Linux, so a ``kill -9`` of the sweep leaves no orphans), and turns
-every failure into a one-line reason for the parent to record.
+every failure into a one-line reason and its cause for the parent to record.
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ from accelscope.engine.accuracy_check import (
     with_reference,
 )
 from accelscope.engine.configuration import measure_config
-from accelscope.errors import AccelscopeError, exception_line
+from accelscope.errors import AccelscopeError, OutOfMemoryError, exception_line
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import pinned_threads
 from accelscope.measurement.timer import TimerConfig
 from accelscope.models.base import LoadedModel
 from accelscope.models.inputs import make_batch
 from accelscope.models.loading import load_model
+from accelscope.result import Cause
 from accelscope.serialise import dump, load
 from accelscope.spec import RunSpec, TensorSpec
 
@@ -338,10 +339,29 @@ def _run_reference(task: ReferenceTask, conn: Any) -> None:
     conn.send(("reference", task.output_path))
 
 
+def _failure(exc: BaseException) -> tuple[str, Cause]:
+    """The reason and the cause of the exception a task raised: out of memory for accelscope's
+    :class:`~accelscope.errors.OutOfMemoryError`, Python's ``MemoryError``, torch's
+    ``OutOfMemoryError`` and a runtime's error that says "out of memory" (one escaping the
+    measurement, from loading or preparing); an error otherwise."""
+    if isinstance(exc, MemoryError):
+        return "out of memory (MemoryError)", Cause.OUT_OF_MEMORY
+    if isinstance(exc, AccelscopeError):
+        oom = isinstance(exc, OutOfMemoryError)
+        return exc.message, Cause.OUT_OF_MEMORY if oom else Cause.ERROR
+    reason = f"{type(exc).__name__}: {exception_line(exc)}"
+    torch_oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
+    oom = (torch_oom is not None and isinstance(exc, torch_oom)) or (
+        "out of memory" in reason.lower()
+    )
+    return reason, Cause.OUT_OF_MEMORY if oom else Cause.ERROR
+
+
 def worker_main(task_json: str, conn: Any, parent_pid: int) -> None:
     """Process entry point: run one task, send ``("result", json)`` (``("interleaved", json)``
     for an :class:`InterleaveTask`, ``("reference", path)`` for a :class:`ReferenceTask`) or
-    ``("error", reason)``."""
+    ``("error", reason, cause)`` (a :class:`~accelscope.result.Cause` name: out of memory, or
+    error)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
     warnings.simplefilter("ignore")  # runtime deprecation chatter would drown the sweep output
@@ -353,12 +373,9 @@ def worker_main(task_json: str, conn: Any, parent_pid: int) -> None:
             _run_reference(ReferenceTask.from_json(task_json), conn)
         else:
             _run(WorkerTask.from_json(task_json), conn)
-    except MemoryError:
-        conn.send(("error", "out of memory (MemoryError)"))
-    except AccelscopeError as exc:
-        conn.send(("error", exc.message))
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded reason
-        conn.send(("error", f"{type(exc).__name__}: {exception_line(exc)}"))
+        reason, cause = _failure(exc)
+        conn.send(("error", reason, cause.value))
     finally:
         conn.close()
 

@@ -345,7 +345,7 @@ def audit(
         source=source,
         figures=figures,
         prices=prices,
-        actions=actions(figures, prices, window_h),
+        actions=actions(figures, prices, window_h, catalog=catalog),
         cpu_busy=cpu,
         ignored=ignored,
         cpu_usd_per_node_hour=cpu_price,
