@@ -31,10 +31,22 @@ def die_with_parent(signum: int = signal.SIGTERM, parent_pid: int | None = None)
         os._exit(1)  # the parent died before prctl took effect
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` now (the OS's choice; another process may take it before
-    it is used, so a server that fails to bind should be retried on a new one)."""
+def free_port(host: str = "127.0.0.1", *, within: range | None = None) -> int:
+    """A TCP port free on ``host`` now: nothing listens there (the OS's choice, or the first
+    port of ``within`` that binds; :class:`OSError` when none does). Another process may take
+    it before it is used, so a server that fails to bind should be retried on a new one."""
+    if within is None:
+        return _bind(host, 0)
+    for port in within:
+        try:
+            return _bind(host, port)
+        except OSError:
+            continue
+    raise OSError(f"no free port on {host} in {within.start}-{within.stop - 1}")
+
+
+def _bind(host: str, port: int) -> int:
     with socket.socket() as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
+        probe.bind((host, port))
+        bound: int = probe.getsockname()[1]
+        return bound

@@ -5,19 +5,21 @@ timing or the prompts can be checked exactly, and every malformed file refused i
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from accelscope.errors import BadInputError
 from accelscope.llm.client import OpenAIEndpoint
-from accelscope.llm.conversations import ConversationWorkload, read_conversations
+from accelscope.llm.conversations import ConversationWorkload, Exchange, read_conversations
 from accelscope.llm.documents import Arrivals
 from accelscope.llm.harness import Harness
-from accelscope.llm.trace import TraceWorkload, read_trace, reusable_tokens
+from accelscope.llm.trace import TraceEntry, TraceWorkload, read_trace, reusable_tokens
 from accelscope.llm.trial import run_trial
 from accelscope.llm.workload import (
     WORKLOADS,
@@ -25,6 +27,8 @@ from accelscope.llm.workload import (
     PrefixScenario,
     SessionWorkload,
     ThinkTime,
+    Workload,
+    WorkloadSource,
     turn_request,
 )
 from accelscope.store.sqlite import ResultStore
@@ -41,6 +45,89 @@ def _one_line(exc: pytest.ExceptionInfo[BadInputError], *mentions: str) -> None:
 
 def test_every_kind_is_registered() -> None:
     assert set(WORKLOADS) == {"synthetic", "sessions", "sharegpt", "trace"}
+
+
+# -- every kind's sessions, pinned ------------------------------------------------------------
+
+
+class _CharTokenizer:
+    """One token per character: exact counts without a tokenizer directory."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(chr(i) for i in ids)
+
+
+_PINNED_CONVERSATIONS = tuple(
+    (
+        "be brief" if i % 3 == 0 else "",
+        tuple(
+            Exchange(f"question {i} part {j} " * (j + 1), f"answer {i} {j} " * (i % 4 + 1))
+            for j in range(1 + i % 4)
+        ),
+    )
+    for i in range(7)
+)
+_PINNED_ENTRIES = tuple(
+    TraceEntry(
+        timestamp_s=0.5 * i + 1.0,
+        input_tokens=8 + 3 * i,
+        output_tokens=2 + i,
+        hash_ids=tuple(range(i % 3 + 1)),
+    )
+    for i in range(9)
+)
+_PINNED_KINDS: dict[str, Callable[[int], WorkloadSource]] = {
+    "synthetic": lambda seed: Workload(
+        input_tokens=Lengths(12, 12), prefix=PrefixScenario(6, 0.5), seed=seed
+    ),
+    "prompts": lambda seed: Workload(
+        prompts=(("hello there", None), ("write a poem", 7), ("x y z", None)), seed=seed
+    ),
+    "sessions": lambda seed: SessionWorkload(
+        turns=Lengths(1, 4),
+        think=ThinkTime(2.0, exponential=True),
+        input_tokens=Lengths(3, 8),
+        prefix=PrefixScenario(4, 1.0),
+        seed=seed,
+    ),
+    "sharegpt": lambda seed: ConversationWorkload(
+        conversations=_PINNED_CONVERSATIONS,
+        source="c",
+        think=ThinkTime(1.0, exponential=True),
+        seed=seed,
+    ),
+    "trace": lambda seed: TraceWorkload(
+        entries=_PINNED_ENTRIES, source="t", block_tokens=4, seed=seed
+    ),
+}
+# sha256 over repr(sessions) of every case below, taken before the kinds shared their start
+# (draw_trial, issue 39): a change here changes the prompts every stored seed stands for
+_PINNED = {
+    "prompts": "4f4b2f35428a4e8002511fb4901ec7617f88524b0b4de5aba0696269fe02bd53",
+    "sessions": "c76a66b443157dca15455275b75dae72978e3eb712acbf6fb1db8f5ec11fb9da",
+    "sharegpt": "0d2e4274611807bfb39586450945e8ec159a6e5f3ed4fe17db87372797b34fd7",
+    "synthetic": "86b9c7fae8628003d0c564be880a96ea72ca5af5c7fd3cdba5e629a846aa60df",
+    "trace": "0caa75812fc9b165abcdd79f6c0e26662334614c6a1bdeb7f6521279bdf2de1a",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_PINNED_KINDS))
+def test_every_kind_draws_the_sessions_it_always_drew(kind: str) -> None:
+    digest = hashlib.sha256()
+    loads = [Arrivals(rate_per_s=3.0), Arrivals(rate_per_s=10.0, cv=2.5), Arrivals(concurrency=4)]
+    tokenizers: list[_CharTokenizer | None] = [None, _CharTokenizer()]
+    for seed, offset, arrivals, tokenizer, count in itertools.product(
+        (0, 7, 123456), (0, 1, 5), loads, tokenizers, (1, 6, 15)
+    ):
+        if kind == "trace":
+            arrivals = Arrivals(speed=2.0)
+        workload = _PINNED_KINDS[kind](seed)
+        sessions = workload.sessions(arrivals, count, tokenizer=tokenizer, seed_offset=offset)
+        digest.update(repr(sessions).encode())
+    assert digest.hexdigest() == _PINNED[kind]
 
 
 # -- synthetic sessions -----------------------------------------------------------------------

@@ -15,14 +15,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from accelscope.llm.documents import ServerMetrics
-from accelscope.llm.server_metrics import (
-    VOCABULARY,
-    Sample,
-    ServerMetricsScraper,
-    metrics_url,
-    parse_exposition,
-    summarise,
-)
+from accelscope.llm.metrics_scraper import ServerMetricsScraper, metrics_url
+from accelscope.llm.prometheus_text import Sample, parse_exposition
+from accelscope.llm.server_vocabulary import VOCABULARY, summarise
+from accelscope.processes import free_port
 
 # -- realistic texts, as the servers write them ---------------------------------------------
 
@@ -580,13 +576,6 @@ def test_failed_scrapes_mid_trial_are_counted_not_fatal() -> None:
         summary = scraper.stop()
     assert summary.available and summary.server == "tgi"
     assert summary.failed_scrapes == 2 and summary.scrapes == len(hits) - 2
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from accelscope.llm.server_metrics import parse_exposition
+from accelscope.llm.prometheus_text import parse_exposition
 from accelscope.testing.fake_llm_server import FakeLLMServer
 from accelscope.testing.real_llm_servers import TransformersServe
 
@@ -452,6 +452,7 @@ def served(
     assert not server.group_alive()
 
 
+@pytest.mark.server
 def test_transformers_serve_streams_a_completion_with_usage(served: TransformersServe) -> None:
     body = {
         "model": served.model,
@@ -468,6 +469,7 @@ def test_transformers_serve_streams_a_completion_with_usage(served: Transformers
     assert all(text != "[DONE]" for _, text in events)  # transformers sends no [DONE]
 
 
+@pytest.mark.server
 def test_transformers_serve_streams_a_chat_completion_with_usage(
     served: TransformersServe,
 ) -> None:
@@ -486,6 +488,7 @@ def test_transformers_serve_streams_a_chat_completion_with_usage(
     assert chunks[-1]["usage"]["prompt_tokens"] > 0
 
 
+@pytest.mark.server
 def test_transformers_serve_stops_or_dies_with_its_whole_group(served: TransformersServe) -> None:
     # the fault: kill (or stop) the server once it answers /health (up and serving)
     assert served.group_alive() and served.healthy()

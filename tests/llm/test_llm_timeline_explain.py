@@ -20,7 +20,8 @@ from accelscope.llm.documents import (
     WorkloadSummary,
 )
 from accelscope.llm.explain import explanations, prefix_reuse
-from accelscope.llm.server_metrics import parse_exposition, published_config, summarise
+from accelscope.llm.prometheus_text import parse_exposition
+from accelscope.llm.server_vocabulary import published_config, summarise
 from accelscope.llm.summary import summarise_trial
 from accelscope.llm.timeline import slo_breaks
 

@@ -6,7 +6,7 @@ kept."""
 from __future__ import annotations
 
 from accelscope.llm.documents import MeanMax, RequestRecord, ServerMetrics, ServerSample
-from accelscope.llm.server_metrics import check_against_client
+from accelscope.llm.server_vocabulary import check_against_client
 
 
 def _metrics(running: list[float]) -> ServerMetrics:

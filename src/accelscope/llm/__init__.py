@@ -25,8 +25,9 @@ from accelscope.llm.documents import Arrivals, LlmRun, LlmTrial, RequestRecord, 
 from accelscope.llm.floor import decode_floor, decoding_batch, read_bytes_per_step
 from accelscope.llm.harness import Harness
 from accelscope.llm.inprocess import InProcessModel
+from accelscope.llm.metrics_scraper import ServerMetricsScraper
+from accelscope.llm.prometheus_text import parse_exposition
 from accelscope.llm.records import LlmRequest, Target
-from accelscope.llm.server_metrics import ServerMetricsScraper, parse_exposition
 from accelscope.llm.summary import DEFINITIONS, steady_samples, summarise_trial
 from accelscope.llm.timeline import slo_breaks
 from accelscope.llm.trace import TraceWorkload, read_trace

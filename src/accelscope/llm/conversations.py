@@ -20,7 +20,6 @@ ShareGPT-shaped is one line naming the entry (or line) and what is wrong.
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +34,9 @@ from accelscope.llm.workload import (
     TokenCounter,
     Turn,
     count_tokens,
+    draw_trial,
     read_text_file,
     register,
-    session_offsets,
 )
 
 __all__ = ["ConversationWorkload", "Exchange", "read_conversations"]
@@ -245,10 +244,8 @@ class ConversationWorkload:
         tokenizer: TokenCounter | None = None,
         seed_offset: int = 0,
     ) -> list[Session]:
-        if count < 1:
-            raise BadInputError(f"--sessions {count}: give at least 1")
-        seed = self.seed + seed_offset
-        rng = random.Random(seed)
+        draw = draw_trial(self, arrivals, count, seed_offset)
+        rng = draw.rng
         order = list(range(len(self.conversations)))
         rng.shuffle(order)
         chosen: list[tuple[Turn, ...]] = []
@@ -265,22 +262,11 @@ class ConversationWorkload:
             )
         while len(chosen) < count:  # more asked for than the file has: draw again
             chosen.append(chosen[rng.randrange(len(chosen))])
-        offsets = session_offsets(arrivals, count, seed)
-        sessions = []
-        first = 0
-        for index, (turns, offset) in enumerate(zip(chosen, offsets, strict=True)):
-            think = tuple(self.think.sample(rng) for _ in turns[1:]) if self.think else ()
-            sessions.append(
-                Session(
-                    index=index,
-                    first_request=first,
-                    turns=turns,
-                    scheduled_s=offset,
-                    think_s=think,
-                )
-            )
-            first += len(turns)
-        return sessions
+        thinks = [
+            tuple(self.think.sample(rng) for _ in turns[1:]) if self.think else ()
+            for turns in chosen
+        ]
+        return draw.number(list(zip(chosen, thinks, strict=True)))
 
 
 register(ConversationWorkload)

@@ -31,10 +31,11 @@ from accelscope.llm.documents import (
 )
 from accelscope.llm.explain import prefix_reuse
 from accelscope.llm.floor import FloorInputs
+from accelscope.llm.metrics_scraper import ServerMetricsScraper
 from accelscope.llm.records import Target
 from accelscope.llm.scaleout import Workers, run_scaled_trial
 from accelscope.llm.scaleout_ray import run_ray_trial
-from accelscope.llm.server_metrics import ServerMetricsScraper, check_against_client
+from accelscope.llm.server_vocabulary import check_against_client
 from accelscope.llm.summary import WARMUP_FRACTION, steady_samples, summarise_trial
 from accelscope.llm.timeline import slo_breaks
 from accelscope.llm.trial import TrialInterrupted, TrialRecords, run_trial

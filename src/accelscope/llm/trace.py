@@ -29,6 +29,7 @@ from accelscope.llm.workload import (
     TokenCounter,
     Turn,
     cut_to_tokens,
+    draw_trial,
     read_text_file,
     register,
     seeded_words,
@@ -205,20 +206,13 @@ class TraceWorkload:
         tokenizer: TokenCounter | None = None,
         seed_offset: int = 0,
     ) -> list[Session]:
-        if arrivals.speed is None:
-            raise BadInputError(
-                "a trace is replayed on its own timestamps: give --trace-speed (1 = as "
-                "recorded), not --rate or --concurrency"
-            )
-        if count < 1:
-            raise BadInputError(f"--requests {count}: give at least 1 request")
         chosen = list(self.entries[:count])
-        seed = self.seed + seed_offset
-        start = chosen[0].timestamp_s
+        stamps = [entry.timestamp_s for entry in chosen]
+        draw = draw_trial(self, arrivals, count, seed_offset, timestamps=stamps)
         reusable = reusable_tokens(chosen, self.block_tokens)
-        sessions = []
+        turns: list[tuple[tuple[Turn, ...], tuple[float, ...]]] = []
         for index, (entry, reuse) in enumerate(zip(chosen, reusable, strict=True)):
-            text = self._prompt(index, entry, tokenizer, seed)
+            text = self._prompt(index, entry, tokenizer, draw.seed)
             tokens = None
             if tokenizer is not None:
                 tokens = len(tokenizer.encode(text, add_special_tokens=False))
@@ -228,15 +222,8 @@ class TraceWorkload:
                 text_tokens=tokens,
                 reusable_prefix_tokens=reuse,
             )
-            sessions.append(
-                Session(
-                    index=index,
-                    first_request=index,
-                    turns=(turn,),
-                    scheduled_s=(entry.timestamp_s - start) / arrivals.speed,
-                )
-            )
-        return sessions
+            turns.append(((turn,), ()))
+        return draw.number(turns)
 
 
 register(TraceWorkload)

@@ -51,11 +51,13 @@ __all__ = [
     "SessionWorkload",
     "ThinkTime",
     "TokenCounter",
+    "TrialDraw",
     "Turn",
     "Workload",
     "WorkloadSource",
     "build_requests",
     "cut_to_tokens",
+    "draw_trial",
     "load_tokenizer",
     "read_prompts",
     "read_text_file",
@@ -407,39 +409,87 @@ class WorkloadSource(Protocol):
         ...
 
 
-def _number_sessions(
-    turns: Sequence[tuple[tuple[Turn, ...], tuple[float, ...]]],
-    offsets: Sequence[float | None],
-    *,
-    first_trial: bool = False,
-) -> list[Session]:
-    """Sessions numbered turn by turn. In the run's first trial (``first_trial``) the first
-    prompt that carries a shared prefix has nothing to reuse: it fills the cache."""
-    if first_trial:
-        for position, (session_turns, think) in enumerate(turns):
-            opening = session_turns[0]
-            if opening.reusable_prefix_tokens:
-                filled = dataclasses.replace(opening, reusable_prefix_tokens=0)
-                turns = [
-                    *turns[:position],
-                    ((filled, *session_turns[1:]), think),
-                    *turns[position + 1 :],
-                ]
-                break
-    sessions = []
-    first = 0
-    for index, ((session_turns, think), offset) in enumerate(zip(turns, offsets, strict=True)):
-        sessions.append(
-            Session(
-                index=index,
-                first_request=first,
-                turns=session_turns,
-                scheduled_s=offset,
-                think_s=think,
+# -- the start every workload's sessions() shares ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialDraw:
+    """What every workload's ``sessions()`` starts from (:func:`draw_trial`): the trial's seed,
+    a generator seeded with it, each session's scheduled arrival (``None``: closed loop), and
+    whether this is the run's first trial (``seed_offset`` 0)."""
+
+    seed: int
+    rng: random.Random
+    offsets: tuple[float | None, ...]
+    first_trial: bool
+
+    def number(
+        self,
+        turns: Sequence[tuple[tuple[Turn, ...], tuple[float, ...]]],
+        *,
+        first_fills_cache: bool = False,
+    ) -> list[Session]:
+        """The sessions of ``turns`` (each session's turns and think times, one per offset),
+        numbered turn by turn. ``first_fills_cache``: the workload's shared prefix is the same
+        in every trial, so in the run's first trial the first prompt that carries it has
+        nothing to reuse: it fills the cache."""
+        if self.first_trial and first_fills_cache:
+            for position, (session_turns, think) in enumerate(turns):
+                opening = session_turns[0]
+                if opening.reusable_prefix_tokens:
+                    filled = dataclasses.replace(opening, reusable_prefix_tokens=0)
+                    turns = [
+                        *turns[:position],
+                        ((filled, *session_turns[1:]), think),
+                        *turns[position + 1 :],
+                    ]
+                    break
+        sessions = []
+        first = 0
+        pairs = zip(turns, self.offsets, strict=True)
+        for index, ((session_turns, think), offset) in enumerate(pairs):
+            sessions.append(
+                Session(
+                    index=index,
+                    first_request=first,
+                    turns=session_turns,
+                    scheduled_s=offset,
+                    think_s=think,
+                )
             )
+            first += len(session_turns)
+        return sessions
+
+
+def draw_trial(
+    workload: WorkloadSource,
+    arrivals: Arrivals,
+    count: int,
+    seed_offset: int,
+    *,
+    timestamps: Sequence[float] | None = None,
+) -> TrialDraw:
+    """The start of ``workload.sessions()``: ``count`` checked (one line naming the workload's
+    unit), the seed (the workload's + ``seed_offset``, so trials of one run do not share
+    prompts), its generator, and the arrivals: a seeded schedule (:func:`session_offsets`),
+    or a trace's own ``timestamps`` (the first ``count``) replayed at ``arrivals.speed``."""
+    if timestamps is not None and arrivals.speed is None:
+        raise BadInputError(
+            "a trace is replayed on its own timestamps: give --trace-speed (1 = as "
+            "recorded), not --rate or --concurrency"
         )
-        first += len(session_turns)
-    return sessions
+    if count < 1:
+        unit = workload.unit
+        raise BadInputError(f"--{unit} {count}: give at least 1 {unit.removesuffix('s')}")
+    seed = workload.seed + seed_offset
+    if timestamps is None:
+        offsets: list[float | None] = session_offsets(arrivals, count, seed)
+    else:
+        speed = arrivals.speed
+        assert speed is not None  # checked above
+        chosen = timestamps[:count]
+        offsets = [(stamp - chosen[0]) / speed for stamp in chosen]
+    return TrialDraw(seed, random.Random(seed), tuple(offsets), first_trial=seed_offset == 0)
 
 
 # -- synthetic single-turn --------------------------------------------------------------------
@@ -505,13 +555,9 @@ class Workload:
         tokenizer: TokenCounter | None = None,
         seed_offset: int = 0,
     ) -> list[Session]:
-        if count < 1:
-            raise BadInputError(f"--requests {count}: give at least 1 request")
-        seed = self.seed + seed_offset
-        offsets = session_offsets(arrivals, count, seed)
-        rng = random.Random(seed)
-        turns = [((self.first_turn(rng, tokenizer),), ()) for _ in offsets]
-        return _number_sessions(turns, offsets, first_trial=seed_offset == 0)
+        draw = draw_trial(self, arrivals, count, seed_offset)
+        turns = [((self.first_turn(draw.rng, tokenizer),), ()) for _ in draw.offsets]
+        return draw.number(turns, first_fills_cache=True)
 
 
 def synthetic_turn(
@@ -641,13 +687,10 @@ class SessionWorkload:
         tokenizer: TokenCounter | None = None,
         seed_offset: int = 0,
     ) -> list[Session]:
-        if count < 1:
-            raise BadInputError(f"--sessions {count}: give at least 1 session")
-        seed = self.seed + seed_offset
-        offsets = session_offsets(arrivals, count, seed)
-        rng = random.Random(seed)
+        draw = draw_trial(self, arrivals, count, seed_offset)
+        rng = draw.rng
         built = []
-        for _ in offsets:
+        for _ in draw.offsets:
             number = self.turns.sample(rng)
             first = synthetic_turn(
                 self.input_tokens, self.output_tokens, self.prefix, self.seed, rng, tokenizer
@@ -661,7 +704,7 @@ class SessionWorkload:
                 )
             think = tuple(self.think.sample(rng) for _ in later) if self.think else ()
             built.append(((first, *later), think))
-        return _number_sessions(built, offsets, first_trial=seed_offset == 0)
+        return draw.number(built, first_fills_cache=True)
 
 
 WORKLOADS: dict[str, type] = {}

@@ -1,7 +1,9 @@
 """The HTTP side of :class:`~accelscope.testing.fake_llm_server.FakeLLMServer`: its server and
 request handler, which play the script (routes, the stream's chunks on their deadlines, the
 faults), and what it records of each request (:class:`ReceivedRequest`, :class:`StreamShape`).
-Private to the fake: tests use :mod:`accelscope.testing.fake_llm_server`."""
+What the handler needs of the server it plays for is :class:`ScriptedServer`, declared here:
+the fake imports this module, never the other way round. Private to the fake: tests use
+:mod:`accelscope.testing.fake_llm_server`."""
 
 from __future__ import annotations
 
@@ -16,15 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from accelscope.llm.conformance.script import (
     CHAT_TEMPLATE_GENERATION_TOKENS,
     CHAT_TEMPLATE_MESSAGE_TOKENS,
 )
-
-if TYPE_CHECKING:
-    from accelscope.testing.fake_llm_server import FakeLLMServer
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -32,6 +31,7 @@ __all__ = [
     "KV_CACHE_TOKENS",
     "REMEMBERED_PROMPTS",
     "ReceivedRequest",
+    "ScriptedServer",
     "StreamShape",
     "common_prefix",
 ]
@@ -130,6 +130,51 @@ class ReceivedRequest:
     """A generation request's :class:`StreamShape`, one entry once it is decided."""
 
 
+class ScriptedServer(Protocol):
+    """What the HTTP side reads of the server it plays for (its script: settings and fault)
+    and the state it updates (counts, the prefix cache, dying): the attributes and methods of
+    :class:`~accelscope.testing.fake_llm_server.FakeLLMServer` the handler uses."""
+
+    model: str
+    port_wanted: int
+    ttft_s: float
+    itl_s: float
+    output_tokens: int | None
+    prompt_tokens_per_word: int
+    include_usage_supported: bool
+    corrupt_every: int
+    reasoning_tokens: int
+    reasoning_field: str
+    report_reasoning_tokens: bool
+    tool_call_tokens: int
+    empty_opening_chunk: bool
+    tail_s: float
+    chat_template: bool
+    _fault_kind: str
+    _fault_value_int: int
+    _fault_value_float: float
+    _lock: threading.Lock
+    _slots: threading.Semaphore | None
+    _stopping: threading.Event
+    _waiting: int
+
+    def _chunks(self, n_out: int) -> list[tuple[int, int]]: ...
+
+    def _record(self, request: ReceivedRequest) -> None: ...
+
+    def _admit(self) -> bool | None: ...
+
+    def _finish(self) -> None: ...
+
+    def _reserve(self, tokens: int) -> None: ...
+
+    def _prefix_cache(self, words: Sequence[str]) -> None: ...
+
+    def _metrics_text(self) -> str: ...
+
+    def _die(self, keep: socket.socket | None) -> None: ...
+
+
 class _Dying(Exception):
     """The connection is cut on purpose (a scripted fault, or the server stops)."""
 
@@ -140,7 +185,7 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, owner: FakeLLMServer) -> None:
+    def __init__(self, owner: ScriptedServer) -> None:
         self.owner = owner
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()

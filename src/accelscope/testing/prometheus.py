@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from accelscope.processes import free_port
 from accelscope.testing._service import Service
 
 __all__ = ["LocalPrometheus", "prometheus_missing"]
@@ -43,9 +43,7 @@ class LocalPrometheus(Service):
         self.start_timeout_s = start_timeout_s
         self._dir = Path(tempfile.mkdtemp(prefix="asprom-"))
         self._process: subprocess.Popen[bytes] | None = None
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port: int = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from accelscope.processes import free_port
 from accelscope.testing._service import Service
 
 __all__ = ["LocalRayCluster", "RayNode"]
@@ -48,13 +48,6 @@ class RayNode:
         return self.process.poll() is None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class LocalRayCluster(Service):
     """Head node of ``node_types[0]``, one more node per further type; ``add_node`` adds more,
     ``kill_node`` kills one (SIGKILL to its process group), ``stop`` stops them all."""
@@ -64,7 +57,7 @@ class LocalRayCluster(Service):
             raise ValueError("a cluster needs at least the head's node type")
         self.node_types = tuple(node_types)
         self.start_timeout_s = start_timeout_s
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.nodes: list[RayNode] = []
         self._temp = Path(tempfile.mkdtemp(prefix="asray-", dir="/tmp"))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from accelscope.llm.harness import Harness
 from accelscope.llm.records import RequestRecord
 from accelscope.llm.summary import Slo, summarise_trial
 from accelscope.llm.workload import Arrivals, Lengths, Workload, build_requests
+from accelscope.processes import free_port
 from accelscope.store.sqlite import ResultStore, RunRecord
 from accelscope.testing import CliRunner, assert_one_line_error, restore_default_sigint
 from accelscope.testing.fake_llm_server import FakeLLMServer
@@ -29,13 +29,6 @@ from accelscope.testing.fake_llm_server import FakeLLMServer
 # the CLI as a user's shell finds it: beside the interpreter running the suite
 ACCELSCOPE = Path(sys.executable).with_name("accelscope")
 QUICK = ("--input-tokens", "4", "--output-tokens", "4", "--seed", "1")
-
-
-def _free_closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port  # nothing listens there now
 
 
 def _run(store: Path, run_id: str = "latest") -> RunRecord:
@@ -236,7 +229,7 @@ def test_every_capacity_trial_has_enough_steady_requests_to_claim(percentile: fl
 
 
 def test_unreachable_endpoint(tmp_path: Path, cli: CliRunner) -> None:
-    url = f"http://127.0.0.1:{_free_closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     code, _out, err = _llm(cli, url, tmp_path / "r.db", "--rate", "1", "--requests", "2")
     assert_one_line_error(code, err, url, "refused")
     assert not (tmp_path / "r.db").exists()

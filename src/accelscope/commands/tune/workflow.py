@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,7 +164,8 @@ def _validate(request: TuneRequest, spec: EngineSpec) -> type[Engine]:
 
 
 def _port(request: TuneRequest) -> Callable[[], int]:
-    """A free port in ``--port-range`` (checked now: one line when none is free)."""
+    """Where each server listens: :func:`free_port`, or the first free port of ``--port-range``
+    (the range checked now: one line when none of it is free)."""
     if request.port_range is None:
         return free_port
     low, high = request.port_range
@@ -173,14 +173,10 @@ def _port(request: TuneRequest) -> Callable[[], int]:
         raise BadInputError(f"--port-range {low}-{high}: give LOW-HIGH within 1-65535")
 
     def pick() -> int:
-        for port in range(low, high + 1):
-            with socket.socket() as probe:
-                try:
-                    probe.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-        raise BadInputError(f"--port-range {low}-{high}: no free port in the range")
+        try:
+            return free_port(within=range(low, high + 1))
+        except OSError:
+            raise BadInputError(f"--port-range {low}-{high}: no free port in the range") from None
 
     pick()
     return pick

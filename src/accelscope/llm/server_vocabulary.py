@@ -1,37 +1,23 @@
-"""What the server itself says during a trial: its Prometheus ``/metrics``, read before, during
-(every ``interval_s`` on a daemon thread) and after the trial, summarised for the benchmark's
-honesty.
+"""What each server's ``/metrics`` names mean, and what a trial's scrapes say through them.
 
-A token benchmark can be fooled by the server's state: a "cold" run whose prompts hit the
-prefix cache measures cached prefill, a run that preempts requests measures recomputation, and
-a queue that never drains measures the queue. :class:`ServerMetricsScraper` reads what vLLM,
-SGLang, TGI and llama.cpp server export (:data:`VOCABULARY`) and :func:`summarise` turns the
-scrapes into the prefix-cache hits and queries over the trial, KV-cache usage, preemptions,
-waiting and running requests. A quantity the server does not export is absent from the
-summary, never 0; a server without ``/metrics`` (404), unreachable, or answering something
-other than Prometheus text is ``available: False`` with a one-line ``why``. Nothing here
-raises into the benchmark.
-
-:func:`parse_exposition` is a small, strict parser of the Prometheus text exposition format
-(version 0.0.4, and the OpenMetrics text it resembles): no dependency.
+:data:`VOCABULARY` holds, as data, the metrics vLLM (both generations of names), SGLang, TGI
+and llama.cpp server export for the quantities a token benchmark must check: prefix-cache
+queries and hits, KV-cache usage, preemptions, waiting and running requests.
+:func:`summarise` turns the scrapes of a trial (parsed by
+:mod:`accelscope.llm.prometheus_text`) into the document: the server detected from the names,
+counters as their growth (surviving resets), gauges as mean and max, a per-scrape timeline and
+the configuration the server publishes (:func:`published_config`). A quantity the server does
+not export is absent from the summary, never 0. :func:`check_against_client` holds the gauges
+against what the client saw. The scraping itself is :mod:`accelscope.llm.metrics_scraper`.
 """
 
 from __future__ import annotations
 
-import http.client
 import math
-import re
-import threading
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from types import TracebackType
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
-from accelscope.errors import one_line
 from accelscope.llm.documents import (
     MeanMax,
     PrefixCacheStats,
@@ -40,167 +26,19 @@ from accelscope.llm.documents import (
     ServerMetrics,
     ServerSample,
 )
+from accelscope.llm.prometheus_text import Sample
 
 __all__ = [
     "CONFIG_INFO_METRIC",
     "VOCABULARY",
     "Quantity",
-    "Sample",
-    "ServerMetricsScraper",
     "ServerName",
     "VocabularyEntry",
     "check_against_client",
-    "metrics_url",
-    "parse_exposition",
     "published_config",
     "summarise",
 ]
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
-"""A ``/metrics`` answer larger than this is not read (a real one is tens of kilobytes)."""
-
-
-# -- the exposition format -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One sample line: ``name{labels} value [timestamp]``. ``timestamp`` is as written (the
-    text format's milliseconds, or OpenMetrics' seconds); ``None`` when the line has none."""
-
-    name: str
-    labels: dict[str, str] = field(default_factory=dict)
-    value: float = 0.0
-    timestamp: float | None = None
-
-
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_FLOAT = re.compile(
-    r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)", re.IGNORECASE
-)
-_TIMESTAMP = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_FIELDS = re.compile(r"[ \t]+")
-_TYPES = frozenset(
-    {"counter", "gauge", "histogram", "summary", "untyped", "unknown", "info", "stateset"}
-    | {"gaugehistogram"}
-)
-_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
-
-
-def _blank(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in " \t":
-        pos += 1
-    return pos
-
-
-def _labels(line: str, pos: int) -> tuple[dict[str, str], int]:
-    """The label set that opens at ``line[pos] == "{"``; returns it and the index after ``}``."""
-    labels: dict[str, str] = {}
-    pos = _blank(line, pos + 1)
-    while True:
-        if pos >= len(line):
-            raise ValueError("unterminated label set")
-        if line[pos] == "}":
-            return labels, pos + 1
-        match = _LABEL_NAME.match(line, pos)
-        if match is None:
-            raise ValueError(f"bad label name at column {pos + 1}")
-        name = match.group()
-        pos = _blank(line, match.end())
-        if pos >= len(line) or line[pos] != "=":
-            raise ValueError(f"label {name!r} has no '='")
-        pos = _blank(line, pos + 1)
-        if pos >= len(line) or line[pos] != '"':
-            raise ValueError(f"label {name!r}: value is not quoted")
-        pos += 1
-        chars: list[str] = []
-        while True:
-            if pos >= len(line):
-                raise ValueError(f"label {name!r}: unterminated value")
-            char = line[pos]
-            if char == '"':
-                pos += 1
-                break
-            if char == "\\":
-                if pos + 1 >= len(line) or line[pos + 1] not in _ESCAPES:
-                    raise ValueError(f"label {name!r}: bad escape sequence")
-                chars.append(_ESCAPES[line[pos + 1]])
-                pos += 2
-                continue
-            chars.append(char)
-            pos += 1
-        if name in labels:
-            raise ValueError(f"label {name!r} appears twice")
-        labels[name] = "".join(chars)
-        pos = _blank(line, pos)
-        if pos < len(line) and line[pos] == ",":
-            pos = _blank(line, pos + 1)
-        elif pos < len(line) and line[pos] != "}":
-            raise ValueError(f"expected ',' or '}}' after label {name!r}")
-
-
-def _sample(line: str) -> Sample:
-    match = _METRIC_NAME.match(line)
-    if match is None:
-        raise ValueError("does not start with a metric name")
-    name = match.group()
-    pos = match.end()
-    labels: dict[str, str] = {}
-    after = _blank(line, pos)
-    if after < len(line) and line[after] == "{":
-        labels, pos = _labels(line, after)
-    if pos < len(line) and line[pos] not in " \t":
-        raise ValueError(f"{name}: unexpected {line[pos]!r}")
-    rest = _FIELDS.split(line[pos:].strip(" \t"))
-    if rest == [""]:
-        raise ValueError(f"{name}: no value")
-    if len(rest) > 2:
-        raise ValueError(f"{name}: unexpected text after the value")
-    if _FLOAT.fullmatch(rest[0]) is None:
-        raise ValueError(f"{name}: {rest[0]!r} is not a number")
-    timestamp: float | None = None
-    if len(rest) == 2:
-        if _TIMESTAMP.fullmatch(rest[1]) is None:
-            raise ValueError(f"{name}: {rest[1]!r} is not a timestamp")
-        timestamp = float(rest[1])
-    return Sample(name, labels, float(rest[0]), timestamp)
-
-
-def _comment(line: str) -> None:
-    """Validate a ``# HELP`` / ``# TYPE`` line; any other comment is free text."""
-    parts = line[1:].split(None, 2)
-    if not parts or parts[0] not in ("HELP", "TYPE"):
-        return
-    if len(parts) < 2 or _METRIC_NAME.fullmatch(parts[1]) is None:
-        raise ValueError(f"# {parts[0]} without a valid metric name")
-    if parts[0] == "TYPE" and (len(parts) < 3 or parts[2].strip() not in _TYPES):
-        raise ValueError(f"# TYPE {parts[1]}: unknown type")
-
-
-def parse_exposition(text: str) -> list[Sample]:
-    """Every sample of a Prometheus text exposition, in order. Comments, ``# HELP`` and
-    ``# TYPE`` lines and blank lines are skipped (HELP/TYPE are checked); label values keep
-    their escapes decoded (``\\\\``, ``\\"``, ``\\n``); values may be ``+Inf``, ``-Inf``,
-    ``NaN``; a trailing timestamp is kept. Sample names are as written: a counter's
-    ``_total`` and ``_created`` samples are distinct names. Raises :class:`ValueError`, naming
-    the line, on anything else."""
-    samples: list[Sample] = []
-    for number, raw in enumerate(text.split("\n"), start=1):
-        line = raw.removesuffix("\r").strip(" \t")
-        if not line:
-            continue
-        try:
-            if line.startswith("#"):
-                _comment(line)
-            else:
-                samples.append(_sample(line))
-        except ValueError as exc:
-            raise ValueError(f"line {number}: {exc}") from None
-    return samples
-
-
-# -- the vocabulary --------------------------------------------------------------------------
 
 ServerName = Literal["vllm", "vllm (older names)", "sglang", "tgi", "llama.cpp", "unknown"]
 Quantity = Literal[
@@ -580,177 +418,7 @@ def summarise(
     )
 
 
-# -- the scraper -----------------------------------------------------------------------------
-
-
-def metrics_url(base_url: str) -> str:
-    """The ``/metrics`` URL of a server given as ``http://host:port`` (a trailing ``/v1``,
-    the OpenAI base URL, is dropped; a URL already ending in ``/metrics`` is kept)."""
-    parsed = urllib.parse.urlsplit(base_url.strip())
-    path = parsed.path.rstrip("/")
-    if not path.endswith("/metrics"):
-        path = path.removesuffix("/v1") + "/metrics"
-    return urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, path, "", ""))
-
-
-class ServerMetricsScraper:
-    """Reads a server's ``/metrics`` around a trial: :meth:`start` before it, :meth:`stop`
-    after it (or ``with ServerMetricsScraper(url) as scraper: ...; scraper.summary``).
-
-    :meth:`start` scrapes once; if that fails (no ``/metrics``, unreachable, not Prometheus
-    text) the scraper is ``available: False`` with the reason and does nothing more.
-    Otherwise a daemon thread scrapes every ``interval_s`` until :meth:`stop`, which scrapes
-    a last time and returns :func:`summarise`'s summary plus ``failed_scrapes`` (scrapes
-    during the trial that failed, skipped). Neither method raises. Requests go straight to
-    the server, as the benchmark's own do (no proxy from the environment)."""
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        interval_s: float = 1.0,
-        timeout_s: float = 2.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self._bad_url = ""
-        try:
-            self.url = metrics_url(base_url)
-        except ValueError as exc:
-            self.url, self._bad_url = base_url, f"{base_url!r}: {exc}"
-        if not self._bad_url and urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
-            self._bad_url = f"{base_url!r}: give the server's URL, e.g. http://localhost:8000"
-        self.interval_s = max(float(interval_s), 0.01)
-        self.timeout_s = float(timeout_s)
-        self.headers = {"Accept": "text/plain", **dict(headers or {})}
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        self._scrapes: list[tuple[float, list[Sample]]] = []
-        self._failed = 0
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._started = False
-        self._why = ""
-        self.summary: ServerMetrics | None = None
-
-    def scrape_once(self) -> list[Sample]:
-        """One GET of ``/metrics``, parsed. Raises :class:`ValueError` with a one-line
-        reason for any failure."""
-        if self._bad_url:
-            raise ValueError(one_line(self._bad_url))
-        request = urllib.request.Request(self.url, headers=self.headers)
-        try:
-            with self._opener.open(request, timeout=self.timeout_s) as answer:
-                body: bytes = answer.read(MAX_BODY_BYTES + 1)
-                content_type = str(answer.headers.get("Content-Type", ""))
-        except urllib.error.HTTPError as exc:
-            exc.close()
-            if exc.code == 404:
-                raise ValueError(f"{self.url}: no /metrics endpoint (HTTP 404)") from None
-            raise ValueError(f"{self.url}: HTTP {exc.code} {one_line(str(exc.reason))}") from None
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, TimeoutError):
-                raise ValueError(f"{self.url}: no answer within {self.timeout_s:g} s") from None
-            raise ValueError(f"{self.url}: unreachable ({one_line(str(exc.reason))})") from None
-        except http.client.HTTPException as exc:
-            raise ValueError(f"{self.url}: broken answer ({type(exc).__name__})") from None
-        except TimeoutError:
-            raise ValueError(f"{self.url}: no answer within {self.timeout_s:g} s") from None
-        except OSError as exc:
-            raise ValueError(f"{self.url}: {one_line(str(exc)) or type(exc).__name__}") from None
-        if len(body) > MAX_BODY_BYTES:
-            raise ValueError(f"{self.url}: answer larger than {MAX_BODY_BYTES} bytes")
-        if "html" in content_type.lower():
-            raise ValueError(f"{self.url}: not Prometheus text ({one_line(content_type)})")
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError(f"{self.url}: not Prometheus text (not UTF-8)") from None
-        try:
-            return parse_exposition(text)
-        except ValueError as exc:
-            raise ValueError(f"{self.url}: not Prometheus text ({one_line(str(exc))})") from None
-
-    def _record(self) -> bool:
-        """Scrape and keep the result; ``False`` (counted, reason kept) on failure."""
-        at = time.perf_counter()
-        try:
-            samples = self.scrape_once()
-        except Exception as exc:  # noqa: BLE001 - a scrape failure must never reach the trial
-            with self._lock:
-                self._failed += 1
-                self._why = one_line(str(exc)) or type(exc).__name__
-            return False
-        with self._lock:
-            self._scrapes.append((at, samples))
-        return True
-
-    def _loop(self) -> None:
-        while not self._stopping.wait(self.interval_s):
-            self._record()
-
-    @property
-    def available(self) -> bool:
-        """Whether the first scrape succeeded (``False`` before :meth:`start`)."""
-        with self._lock:
-            return bool(self._scrapes)
-
-    def start(self) -> None:
-        """Scrape once; when that works, keep scraping on a daemon thread. Never raises."""
-        if self._started:
-            return
-        self._started = True
-        try:
-            if not self._record():
-                return
-            self._thread = threading.Thread(
-                target=self._loop, name="accelscope-server-metrics", daemon=True
-            )
-            self._thread.start()
-        except Exception as exc:  # noqa: BLE001 - e.g. no thread to be had: scraping is optional
-            with self._lock:
-                self._why = one_line(str(exc)) or type(exc).__name__
-
-    def stop(self, *, origin_s: float | None = None) -> ServerMetrics:
-        """Stop the thread, scrape a last time and return the summary (also kept as
-        :attr:`summary`), its timeline on the clock that starts at ``origin_s`` (a
-        ``time.perf_counter`` reading: the trial's start). Never raises; a second call
-        returns the same summary."""
-        if self.summary is not None:
-            return self.summary
-        try:
-            self.summary = self._finish(origin_s)
-        except Exception as exc:  # noqa: BLE001 - the summary is optional, the trial is not
-            why = one_line(str(exc)) or type(exc).__name__
-            self.summary = ServerMetrics(available=False, why=why)
-        return self.summary
-
-    def _finish(self, origin_s: float | None) -> ServerMetrics:
-        if not self._started:
-            return ServerMetrics(available=False, why="the scraper was never started")
-        if not self.available:
-            return ServerMetrics(available=False, why=self._why or "the first scrape failed")
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.timeout_s + self.interval_s + 1.0)
-        self._record()
-        with self._lock:
-            scrapes = list(self._scrapes)
-            failed = self._failed
-        summary = summarise(scrapes, origin_s=origin_s)
-        return summary.model_copy(update={"failed_scrapes": failed})
-
-    def __enter__(self) -> ServerMetricsScraper:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
+# -- the gauges against the client ----------------------------------------------------------
 
 HELD_MARGIN_S = 0.05
 """A scrape counts as taken while the server held a request when it falls inside that
