@@ -534,7 +534,7 @@ class _Called(Exception):
 @pytest.fixture
 def measure_request(monkeypatch: pytest.MonkeyPatch) -> Callable[..., MeasureRequest]:
     """Run ``accelscope measure ARGS`` up to the workflow call; return the request."""
-    import accelscope.cli._measure as commands
+    import accelscope.commands.measure.workflow as commands
 
     def fake_measure(request: MeasureRequest, **kwargs: Any) -> None:
         raise _Called(request, kwargs.get("command_line"))
@@ -610,7 +610,7 @@ def test_config_wrong_type_names_file_section_and_key(tmp_path: Path, cli: CliRu
 
 
 def test_command_line_is_passed_by_the_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import accelscope.cli._measure as commands
+    import accelscope.commands.measure.workflow as commands
 
     seen: list[str | None] = []
 
@@ -876,7 +876,7 @@ def test_without_debug_the_same_error_returns_2(cli: CliRunner) -> None:
 def test_ctrl_c_while_loading_is_exit_130(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: CliRunner
 ) -> None:
-    import accelscope.cli._measure as commands
+    import accelscope.commands.measure.workflow as commands
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-import accelscope.cli._load as cli_load
+import accelscope.commands.load.workflow as load_workflow
 from accelscope.cli import main
 from accelscope.commands.load.workflow import LoadRequest
 from accelscope.load.summary import Scenario
@@ -50,7 +50,7 @@ def _no_load(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def fake_load(request: LoadRequest, **kwargs: Any) -> None:
         raise _Called(request)
 
-    monkeypatch.setattr(cli_load, "load", fake_load)
+    monkeypatch.setattr(load_workflow, "load", fake_load)
     monkeypatch.chdir(tmp_path)
 
 

@@ -107,21 +107,44 @@ def _request(monkeypatch: pytest.MonkeyPatch, module: str, function: str, *args:
 def test_the_flags_reach_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = ("--device", "cuda:1")
     measure = _request(
-        monkeypatch, "accelscope.cli._measure", "measure", "measure", *gpu, "--tf32", "on"
+        monkeypatch,
+        "accelscope.commands.measure.workflow",
+        "measure",
+        "measure",
+        *gpu,
+        "--tf32",
+        "on",
     )
     assert (measure.device, measure.device_index, measure.tf32) == (Device.CUDA, 1, True)
     bench = _request(
-        monkeypatch, "accelscope.cli._bench", "bench", "bench", *gpu, "--tf32", "off,on"
+        monkeypatch,
+        "accelscope.commands.bench.workflow",
+        "bench",
+        "bench",
+        *gpu,
+        "--tf32",
+        "off,on",
     )
     assert (bench.device, bench.device_index, bench.tf32) == (Device.CUDA, 1, (False, True))
-    load = _request(monkeypatch, "accelscope.cli._load", "load", "load", "m", *gpu, "--tf32", "on")
+    load = _request(
+        monkeypatch, "accelscope.commands.load.workflow", "load", "load", "m", *gpu, "--tf32", "on"
+    )
     assert (load.device, load.device_index, load.tf32) == (Device.CUDA, 1, True)
-    roofline = _request(monkeypatch, "accelscope.cli._roofline", "roofline", "roofline", "m", *gpu)
+    roofline = _request(
+        monkeypatch, "accelscope.commands.roofline.workflow", "roofline", "roofline", "m", *gpu
+    )
     assert (roofline.device, roofline.device_index, roofline.tf32) == (Device.CUDA, 1, False)
-    ceilings = _request(monkeypatch, "accelscope.cli._roofline", "ceilings", "ceilings", *gpu)
+    ceilings = _request(
+        monkeypatch, "accelscope.commands.roofline.workflow", "ceilings", "ceilings", *gpu
+    )
     assert (ceilings.device, ceilings.device_index) == (Device.CUDA, 1)
     plain = _request(
-        monkeypatch, "accelscope.cli._measure", "measure", "measure", "--device", "cuda"
+        monkeypatch,
+        "accelscope.commands.measure.workflow",
+        "measure",
+        "measure",
+        "--device",
+        "cuda",
     )
     assert (plain.device, plain.device_index, plain.tf32) == (Device.CUDA, 0, False)
 
@@ -132,11 +155,11 @@ def test_a_config_file_gives_the_same_device(
     config = tmp_path / "c.toml"
     config.write_text('[bench]\ndevice = "cuda:2"\ntf32 = "off,on"\n')
     from_file = _request(
-        monkeypatch, "accelscope.cli._bench", "bench", "bench", "--config", str(config)
+        monkeypatch, "accelscope.commands.bench.workflow", "bench", "bench", "--config", str(config)
     )
     from_flags = _request(
         monkeypatch,
-        "accelscope.cli._bench",
+        "accelscope.commands.bench.workflow",
         "bench",
         "bench",
         "--device",
@@ -145,3 +168,12 @@ def test_a_config_file_gives_the_same_device(
         "off,on",
     )
     assert from_file == from_flags and from_file.device_index == 2
+
+
+def test_gate_refuses_a_gpu_ordinal_it_would_not_measure_on(cli: CliRunner, tmp_path: Path) -> None:
+    """gate measures both sides on the first visible GPU: ``cuda:1`` is refused, naming the
+    way to choose that GPU, before anything is measured or stored."""
+    store = tmp_path / "s" / "r.db"
+    code, _, err = cli("gate", "digits-cnn", "--device", "cuda:1", "--store", str(store))
+    assert_one_line_error(code, err, "--device cuda:1", "CUDA_VISIBLE_DEVICES=1")
+    assert not store.parent.exists()

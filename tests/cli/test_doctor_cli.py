@@ -61,6 +61,7 @@ def test_bad_input_is_one_line_exit_2(
     assert not store.exists() and not (tmp_path / "cwd" / ".accelscope").exists()
 
 
+@pytest.mark.server
 def test_full_run_store_show_trace_and_report(tmp_path: Path, cli: CliRunner) -> None:
     script = tmp_path / f"sync{HOSTILE[:4]}.py"  # a name with markup characters
     shutil.copy(EXAMPLES / "sync_bound.py", script)

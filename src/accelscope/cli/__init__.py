@@ -4,7 +4,10 @@ It parses flags, calls the API, prints, and maps errors to exit codes: an ``Acce
 is one line on stderr with its exit code (2 for bad input); ``--debug`` shows the traceback.
 
 Each command is one module ``cli/_<command>.py``; importing it registers the command, and every
-such module is imported here, so a new command needs no line in this file.
+such module is imported here, so a new command needs no line in this file. A command module
+imports its workflow and views inside the command, when it runs: ``import accelscope.cli`` (and
+so ``accelscope --help``) imports no torch, numpy or llm package (tests/cli/test_cli_startup.py).
+Its flags come from the groups of ``cli/_flag_groups.py``, each declared once.
 """
 
 import importlib

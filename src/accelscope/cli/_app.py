@@ -7,19 +7,19 @@ import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import typer
-from pydantic import BaseModel
 from rich.console import Console, RenderableType
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from accelscope import __version__
-from accelscope.cli._flag_groups import FlagGroup, flag
-from accelscope.spec import RunSpec
-from accelscope.store.sqlite import DEFAULT_STORE_PATH
+from accelscope.cli._flag_groups import OutputFlags
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from accelscope.spec import RunSpec
 
 app = typer.Typer(
     name="accelscope",
@@ -37,19 +37,6 @@ if not _out.is_terminal:  # piped or captured: do not squeeze tables into 80 col
     _out = Console(highlight=False, width=180)
 if not _err.is_terminal:
     _err = Console(stderr=True, highlight=False, width=180)
-
-StoreOption = typer.Option(None, "--store", help=f"Results store (default {DEFAULT_STORE_PATH}).")
-JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON only.")
-
-
-@dataclass(frozen=True)
-class OutputFlags(FlagGroup):
-    """Where the run goes: the HTML report, the store (or none) and JSON on stdout."""
-
-    report: Path | None = flag(typer.Option(None, "--report", help="HTML report path."))
-    store: Path | None = flag(StoreOption)
-    no_store: bool = flag(typer.Option(False, "--no-store", help="Do not store the run."))
-    as_json: bool = flag(JsonOption)
 
 
 def command_line() -> str:
@@ -100,7 +87,7 @@ def run_and_print(
     events = None if output.as_json else (lambda line: _err.print(line, style="dim", markup=False))
     outcome = workflow(
         request,
-        store_path=None if output.no_store else (output.store or DEFAULT_STORE_PATH),
+        store_path=output.target,
         command_line=command_line(),
         events=events,
     )
@@ -132,6 +119,8 @@ def _progress(enabled: bool) -> Iterator[tuple[Any, Any]]:
     if not enabled:
         yield None, None
         return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),

@@ -7,18 +7,18 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from accelscope.audit.cost import OnPremCost
-from accelscope.cli._app import JsonOption, StoreOption, _out, app, command_line
+from accelscope.cli._app import _out, app, command_line
+from accelscope.cli._flag_groups import GROUP, CatalogFlags, OutputFlags, with_flag_groups
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import duration_option
-from accelscope.commands.audit.view import audit_view
-from accelscope.commands.audit.workflow import AuditRequest, audit
 from accelscope.errors import BadInputError
-from accelscope.plan.quantities import parse_money
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
+
+if TYPE_CHECKING:
+    from accelscope.store.sqlite import RunRecord
 
 PASSWORD_ENV = "ACCELSCOPE_PROMETHEUS_PASSWORD"
 TOKEN_ENV = "ACCELSCOPE_PROMETHEUS_TOKEN"
@@ -57,6 +57,8 @@ def _gpus(text: str | None) -> tuple[int, ...] | None:
 
 
 def _prices(items: list[str]) -> tuple[tuple[str, float], ...]:
+    from accelscope.plan.quantities import parse_money
+
     pairs = []
     for item in items:
         model, sep, price = item.rpartition("=")
@@ -67,6 +69,7 @@ def _prices(items: list[str]) -> tuple[tuple[str, float], ...]:
 
 
 @app.command("audit")
+@with_flag_groups
 def audit_command(
     export: Path | None = typer.Option(
         None, "--from", help="A Prometheus query_range answer exported to a JSON file."
@@ -86,7 +89,7 @@ def audit_command(
     price: list[str] | None = typer.Option(
         None, "--price", metavar="MODEL=USD", help="$ per GPU-hour of a GPU model, e.g. L4=0.80."
     ),
-    catalog: list[Path] | None = typer.Option(None, "--catalog", help="Your catalog TOML."),
+    catalog: CatalogFlags = GROUP,
     onprem: str | None = typer.Option(
         None,
         "--onprem",
@@ -99,12 +102,13 @@ def audit_command(
     save_export: Path | None = typer.Option(
         None, "--save-export", help="Save what Prometheus answered (audit --from reads it)."
     ),
-    report: Path | None = typer.Option(None, "--report", help="HTML report path."),
-    store: Path | None = StoreOption,
-    no_store: bool = typer.Option(False, "--no-store", help="Do not store the audit."),
-    as_json: bool = JsonOption,
+    output: OutputFlags = GROUP,
 ) -> None:
     """Busy vs useful GPU-hours per GPU, idle $, and actions ranked by $/month."""
+    from accelscope.audit.cost import OnPremCost
+    from accelscope.commands.audit.view import audit_view
+    from accelscope.commands.audit.workflow import AuditRequest, audit
+
     request = AuditRequest(
         export=export,
         prometheus=prometheus,
@@ -113,21 +117,17 @@ def audit_command(
         until_s=_moment(until),
         step_s=step,
         prices=_prices(price or []),
-        catalog_files=tuple(catalog or ()),
+        catalog_files=catalog.catalog_files,
         onprem=OnPremCost.parse(onprem) if onprem else None,
         gpus=_gpus(gpus),
         user=user,
         password=os.environ.get(PASSWORD_ENV),
         token=os.environ.get(TOKEN_ENV),
         save_export=save_export,
-        report_path=report,
+        report_path=output.report,
     )
-    outcome = audit(
-        request,
-        store_path=None if no_store else (store or DEFAULT_STORE_PATH),
-        command_line=command_line(),
-    )
-    if as_json:
+    outcome = audit(request, store_path=output.target, command_line=command_line())
+    if output.as_json:
         document = {"run_id": outcome.run_id, "report": str(outcome.report_path or "")}
         # plain JSON: a fleet's document is large, and rich's highlighting costs seconds
         sys.stdout.write(json.dumps({**document, **outcome.document}) + "\n")
@@ -140,6 +140,8 @@ def audit_command(
 
 
 def _show(run: RunRecord) -> None:
+    from accelscope.commands.audit.view import audit_view
+
     for document in run.documents_of("audit")[-1:]:
         _out.print(audit_view(document, title=f"audit {run.id}"))
 

@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line
+from accelscope.cli._app import _err, _out, app, command_line, given
+from accelscope.cli._flag_groups import (
+    GROUP,
+    OutputFlags,
+    QuietFlags,
+    RunTimeoutFlags,
+    with_flag_groups,
+)
 from accelscope.cli._runs import register_show
-from accelscope.cli._types import duration_option, duration_text
-from accelscope.commands.doctor.trace_mode import TraceRequest, diagnose_trace
-from accelscope.commands.doctor.trace_view import trace_view
-from accelscope.commands.doctor.view import doctor_view
-from accelscope.commands.doctor.workflow import DoctorRequest, doctor, result_for_run
+from accelscope.cli._types import duration_option
 from accelscope.errors import BadInputError
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
+
+if TYPE_CHECKING:
+    from accelscope.store.sqlite import RunRecord
 
 
 class _Events:
@@ -38,40 +44,36 @@ class _Events:
 
 
 @app.command("doctor")
+@with_flag_groups
 def doctor_command(
     script: Path = typer.Argument(None, help="Your training or inference script (.py)."),
     script_args: list[str] = typer.Argument(None, help="Arguments for the script (after --)."),
-    steps: int = typer.Option(DoctorRequest.steps, "--steps", help="Measured steps."),
-    warmup: int = typer.Option(
-        DoctorRequest.warmup, "--warmup", help="Steps run before measuring."
-    ),
-    what_if: str = typer.Option(
-        DoctorRequest.what_if,
+    steps: int | None = typer.Option(None, "--steps", help="Measured steps (50)."),
+    warmup: int | None = typer.Option(None, "--warmup", help="Steps run before measuring (10)."),
+    what_if: str | None = typer.Option(
+        None,
         "--what-if",
-        help="all, auto, none, or a list: workers,bf16,batch=4,cache,...",
+        help="all, auto (default), none, or a list: workers,bf16,batch=4,cache,...",
     ),
-    device: str = typer.Option(DoctorRequest.device, "--device", help="auto, cpu, cuda or cuda:N."),
-    timeout: float = duration_option(
-        "--timeout", "Wall-clock bound per run.", duration_text(DoctorRequest.timeout_s)
+    device: str | None = typer.Option(
+        None, "--device", help="The script's device: auto (default), cpu, cuda or cuda:N."
     ),
-    stall: float = duration_option(
-        "--stall-timeout", "Bound on the wait for a step.", duration_text(DoctorRequest.stall_s)
+    timeout: RunTimeoutFlags = GROUP,
+    stall: float | None = duration_option(
+        "--stall-timeout", "Bound on the wait for a step (120s)."
     ),
-    report: Path = typer.Option(None, "--report", help="HTML report path."),
-    store: Path = StoreOption,
-    no_store: bool = typer.Option(False, "--no-store", help="Do not write results."),
-    as_json: bool = JsonOption,
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary."),
-    trace: Path = typer.Option(
+    output: OutputFlags = GROUP,
+    quiet: QuietFlags = GROUP,
+    trace: Path | None = typer.Option(
         None,
         "--trace",
         help="Diagnose a torch.profiler trace instead (.json, .json.gz, or a directory of "
         "per-rank traces); no script is run.",
     ),
-    sm_active: float = typer.Option(
+    sm_active: float | None = typer.Option(
         None, "--sm-active", help="With --trace: GPM SM activity over the traced steps (0-1)."
     ),
-    gpu_util: float = typer.Option(
+    gpu_util: float | None = typer.Option(
         None, "--gpu-util", help="With --trace: NVML utilisation over the traced steps (0-1)."
     ),
 ) -> None:
@@ -81,34 +83,44 @@ def doctor_command(
     if trace is not None:
         if script is not None:
             raise BadInputError("give SCRIPT or --trace FILE, not both")
-        _trace_mode(trace, sm_active=sm_active, gpu_util=gpu_util, as_json=as_json, report=report)
+        _trace_mode(
+            trace,
+            sm_active=sm_active,
+            gpu_util=gpu_util,
+            as_json=output.as_json,
+            report=output.report,
+        )
         return
     if script is None:
         raise BadInputError("missing SCRIPT (or --trace FILE): accelscope doctor train.py")
-    for value, flag in ((sm_active, "--sm-active"), (gpu_util, "--gpu-util")):
+    for value, name in ((sm_active, "--sm-active"), (gpu_util, "--gpu-util")):
         if value is not None:
-            raise BadInputError(f"{flag} is for --trace; a script run measures it itself")
+            raise BadInputError(f"{name} is for --trace; a script run measures it itself")
+    from accelscope.commands.doctor.view import doctor_view
+    from accelscope.commands.doctor.workflow import DoctorRequest, doctor
+
     request = DoctorRequest(
         script=script,
         args=tuple(script_args or ()),
-        steps=steps,
-        warmup=warmup,
-        what_if=what_if,
-        device=device,
-        timeout_s=timeout,
-        stall_s=stall,
-        report_path=report,
-        quiet_stdout=as_json,
+        report_path=output.report,
+        quiet_stdout=output.as_json,
+        **given(
+            steps=steps,
+            warmup=warmup,
+            what_if=what_if,
+            device=device,
+            timeout_s=timeout.timeout,
+            stall_s=stall,
+        ),
     )
-    store_path = None if no_store else (store or DEFAULT_STORE_PATH)
     outcome = doctor(
         request,
-        store_path=store_path,
-        events=_Events(quiet or as_json),
+        store_path=output.target,
+        events=_Events(quiet.quiet or output.as_json),
         command_line=command_line(),
     )
     result = outcome.result
-    if as_json:
+    if output.as_json:
         document = {
             "run_id": outcome.run_id,
             "store": str(outcome.store_path or ""),
@@ -122,7 +134,7 @@ def doctor_command(
         _out.print_json(json.dumps(document))
         return
     _out.print(doctor_view(result, title=f"doctor: {script.name}"))
-    if not quiet:
+    if not quiet.quiet:
         _out.print(f"[dim]report: {outcome.report_path} · trace: {outcome.trace_path}[/]")
         if outcome.run_id:
             _out.print(f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path}")
@@ -138,6 +150,9 @@ def _trace_mode(
 ) -> None:
     """``doctor --trace``: the device-timeline diagnosis of a recorded trace; nothing stored,
     an HTML report only where ``--report`` asks for one."""
+    from accelscope.commands.doctor.trace_mode import TraceRequest, diagnose_trace
+    from accelscope.commands.doctor.trace_view import trace_view
+
     diagnosis = diagnose_trace(
         TraceRequest(path=trace, sm_active=sm_active, nvml_utilisation=gpu_util, report_path=report)
     )
@@ -151,6 +166,9 @@ def _trace_mode(
 
 
 def _show(run: RunRecord) -> None:
+    from accelscope.commands.doctor.view import doctor_view
+    from accelscope.commands.doctor.workflow import result_for_run
+
     result = result_for_run(run)
     _out.print(doctor_view(result, title=f"doctor: {Path(result.script).name}"))
 

@@ -3,39 +3,37 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import typer
 
-from accelscope.backends.registry import all_backends
-from accelscope.cli._app import (
-    JsonOption,
-    StoreOption,
-    _err,
-    _out,
-    app,
+from accelscope.cli._app import _err, _out, app
+from accelscope.cli._flag_groups import (
+    GROUP,
+    JsonFlags,
+    RefreshProbesFlags,
+    StoreFlags,
+    with_flag_groups,
 )
-from accelscope.commands.env.view import environment_view
-from accelscope.engine.probe import probe_pairs, probe_runtime_version, probe_table
-from accelscope.hardware.fingerprint import collect_environment
-from accelscope.measurement.threads import available_cores
-from accelscope.models.zoo import DEFAULT_MODEL, ZOO
-from accelscope.serialise import dump
-from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
 
 @app.command()
+@with_flag_groups
 def env(
-    as_json: bool = JsonOption,
+    output: JsonFlags = GROUP,
     probe: bool = typer.Option(
         False, "--probe", help="Also measure (or read cached) every runtime's precision probes."
     ),
-    refresh_probes: bool = typer.Option(
-        False, "--refresh-probes", help="With --probe: measure the probes again."
-    ),
-    store: Path = StoreOption,
+    probes: RefreshProbesFlags = GROUP,
+    store: StoreFlags = GROUP,
 ) -> None:
     """Print this machine's fingerprint, the ISA fast paths and (--probe) the measured ones."""
+    from accelscope.commands.env.view import environment_view
+    from accelscope.engine.probe import probe_pairs, probe_runtime_version, probe_table
+    from accelscope.hardware.fingerprint import collect_environment
+    from accelscope.measurement.threads import available_cores
+    from accelscope.serialise import dump
+
+    as_json = output.as_json
     environment = collect_environment()
     table = None
     if probe:
@@ -51,8 +49,8 @@ def env(
             pairs,
             fingerprint=environment.fingerprint(),
             threads=available_cores(),
-            cache_dir=(store or DEFAULT_STORE_PATH).parent / "probes",
-            refresh=refresh_probes,
+            cache_dir=store.path.parent / "probes",
+            refresh=probes.refresh_probes,
         )
     if as_json:
         document = dump(environment)
@@ -74,8 +72,14 @@ def env(
 
 
 @app.command()
-def models(as_json: bool = JsonOption) -> None:
+@with_flag_groups
+def models(output: JsonFlags = GROUP) -> None:
     """List the built-in model zoo and the runtimes (available here or not, and why)."""
+    from accelscope.backends.registry import all_backends
+    from accelscope.hardware.fingerprint import collect_environment
+    from accelscope.models.zoo import DEFAULT_MODEL, ZOO
+
+    as_json = output.as_json
     environment = collect_environment()
     backends = [(b.name, b.available(environment)) for b in all_backends()]
     if as_json:

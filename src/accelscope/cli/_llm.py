@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from accelscope.cli import _llm_options as shared
-from accelscope.cli._app import (
-    OutputFlags,
-    _out,
-    app,
-    given,
-    run_and_print,
-)
-from accelscope.cli._flag_groups import GROUP, with_flag_groups
+from accelscope.cli._app import _out, app, given, run_and_print
+from accelscope.cli._flag_groups import GROUP, DeviceFlags, OutputFlags, with_flag_groups
 from accelscope.cli._llm_conformance import CONFORMANCE_EPILOG, LlmCommand
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import (
@@ -29,21 +23,18 @@ from accelscope.cli._types import (
     parse_sizes,
 )
 from accelscope.cli.config import config_option
-from accelscope.commands.llm.view import llm_view
-from accelscope.commands.llm.workflow import (
-    SUMMARY_DOCUMENT,
-    TRIAL_DOCUMENT,
-    LlmRequestSettings,
-    llm,
-)
 from accelscope.errors import BadInputError
-from accelscope.llm.documents import LlmRun, LlmTrial, Slo, TargetDescription
-from accelscope.llm.scaleout import Workers
-from accelscope.llm.trace import MOONCAKE_BLOCK_TOKENS
-from accelscope.llm.workload import (
-    Lengths,
-)
-from accelscope.store.sqlite import RunRecord
+
+if TYPE_CHECKING:
+    from accelscope.llm.scaleout import Workers
+    from accelscope.llm.workload import Lengths
+    from accelscope.store.sqlite import RunRecord
+else:
+    from accelscope.cli._llm_options import Lengths, Workers  # names for typer (see there)
+
+MOONCAKE_BLOCK_TOKENS = 512
+"""The tokens per ``hash_ids`` block of a Mooncake trace, as ``--trace-block-tokens`` help
+states it (``accelscope.llm.trace.MOONCAKE_BLOCK_TOKENS``; a test holds the two equal)."""
 
 
 def _numbers(flag: str) -> Any:
@@ -78,11 +69,12 @@ def llm_command(
     ),
     model: str | None = typer.Option(None, "--model", help="Model name the server serves."),
     hf_model: Path | None = typer.Option(
-        None, "--hf-model", help="Serve a local Hugging Face model directory in-process instead."
+        None,
+        "--hf-model",
+        help="Serve a local Hugging Face model directory in-process instead (on --device, cpu "
+        "by default).",
     ),
-    device: str | None = typer.Option(
-        None, "--device", help="In-process: cpu, cuda or cuda:N (default cpu)."
-    ),
+    device: DeviceFlags = GROUP,
     dtype: str | None = typer.Option(
         None, "--dtype", help="In-process: auto, fp32, bf16 or fp16 (default: the checkpoint's)."
     ),
@@ -139,12 +131,8 @@ def llm_command(
         parser=choice("--capacity", "rate", "concurrency", "speed"),
         help="Search the highest load meeting the SLO: rate, concurrency or speed (trace).",
     ),
-    capacity_start: float | None = shared.CapacityStartOption,
-    capacity_trials: int | None = typer.Option(None, "--capacity-trials", help="Trial budget (8)."),
+    search: shared.CapacitySearchFlags = GROUP,
     timeout: float | None = shared.TimeoutOption,
-    ignore_eos: bool = typer.Option(
-        False, "--ignore-eos", help="Ask the server to ignore EOS (vLLM, SGLang)."
-    ),
     batching: str | None = typer.Option(
         None,
         "--batching",
@@ -191,6 +179,9 @@ def llm_command(
     output: OutputFlags = GROUP,
 ) -> None:
     """Benchmark an LLM server token by token: TTFT, TPOT, ITL, goodput under an SLO."""
+    from accelscope.commands.llm.view import llm_view
+    from accelscope.commands.llm.workflow import LlmRequestSettings, llm
+
     source = workload.build(
         prefix_hit_rate=prefix_hit_rate,
         input_filter=input_filter,
@@ -208,7 +199,7 @@ def llm_command(
         scrape_metrics=not no_metrics,
         report_path=output.report,
         **given(
-            device=device,
+            device=str(device.device) if device.device else None,
             dtype=dtype,
             api=api,
             batching=batching,
@@ -221,11 +212,11 @@ def llm_command(
             burstiness=burstiness,
             requests=workload.requests_per_trial,
             capacity=capacity,
-            capacity_start=capacity_start,
-            capacity_trials=capacity_trials,
+            capacity_start=search.capacity_start,
+            capacity_trials=search.capacity_trials,
             timeout_s=timeout,
             tokenizer=workload.tokenizer,
-            ignore_eos=ignore_eos or None,
+            ignore_eos=workload.ignore_eos,
             model_config=model_config,
             weights_dtype=weights_dtype,
             kv_dtype=kv_dtype,
@@ -240,6 +231,10 @@ def llm_command(
 
 
 def _show(run: RunRecord) -> None:
+    from accelscope.commands.llm.view import llm_view
+    from accelscope.commands.llm.workflow import SUMMARY_DOCUMENT, TRIAL_DOCUMENT
+    from accelscope.llm.documents import LlmRun, LlmTrial, Slo, TargetDescription
+
     summaries = run.documents_of(SUMMARY_DOCUMENT)
     if summaries:
         document = LlmRun.from_payload(summaries[-1], f"run {run.id}'s llm document")

@@ -1,34 +1,30 @@
 """The options ``llm`` and ``tune`` share, declared once: the workload (lengths, prompts,
-prefix, conversations, seed, tokenizer), the SLO and its percentile, the per-request timeout
-and the run's report and store; and the workload the flags describe (:func:`build_workload`).
-A flag the two commands spell alike means the same thing in both."""
+prefix, conversations, seed, tokenizer, EOS), the SLO and its percentile, the capacity search,
+the per-request timeout; and the workload the flags describe (:func:`build_workload`). A flag
+the two commands spell alike means the same thing in both."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from accelscope.cli._app import given
-from accelscope.cli._flag_groups import FlagGroup, flag
+from accelscope.cli._flag_groups import FlagGroup, flag, stand_in
 from accelscope.cli._types import duration_option
 from accelscope.errors import BadInputError
-from accelscope.llm.conversations import ConversationWorkload
-from accelscope.llm.documents import Slo
-from accelscope.llm.scaleout import Workers
-from accelscope.llm.trace import MOONCAKE_BLOCK_TOKENS, TraceWorkload
-from accelscope.llm.workload import (
-    Lengths,
-    PrefixScenario,
-    SessionWorkload,
-    ThinkTime,
-    Workload,
-    WorkloadSource,
-    read_prompts,
-)
+
+if TYPE_CHECKING:
+    from accelscope.llm.documents import Slo
+    from accelscope.llm.scaleout import Workers
+    from accelscope.llm.workload import Lengths, PrefixScenario, ThinkTime, WorkloadSource
+else:  # the llm package costs the CLI's start most of its time: see stand_in
+    Slo, Workers, Lengths, PrefixScenario, ThinkTime = map(
+        stand_in, ("Slo", "Workers", "Lengths", "PrefixScenario", "ThinkTime")
+    )
 
 API_KEY_ENV = "OPENAI_API_KEY"
 """The environment variable the API key is read from (never a flag: it would show in ps)."""
@@ -36,18 +32,30 @@ API_KEY_ENV = "OPENAI_API_KEY"
 
 def lengths(flag: str) -> Any:
     """``128`` or a range ``64:256``, refused in one line naming ``flag``."""
-    return lambda value: value if isinstance(value, Lengths) else Lengths.parse(value, flag)
+
+    def parse(value: Any) -> Lengths:
+        from accelscope.llm.workload import Lengths
+
+        return value if isinstance(value, Lengths) else Lengths.parse(value, flag)
+
+    return parse
 
 
 def parse_slo(value: Any) -> Slo:
+    from accelscope.llm.documents import Slo
+
     return value if isinstance(value, Slo) else Slo.parse(str(value))
 
 
 def parse_think(value: Any) -> ThinkTime:
+    from accelscope.llm.workload import ThinkTime
+
     return value if isinstance(value, ThinkTime) else ThinkTime.parse(str(value))
 
 
 def parse_prefix(value: Any) -> PrefixScenario:
+    from accelscope.llm.workload import PrefixScenario
+
     return value if isinstance(value, PrefixScenario) else PrefixScenario.parse(str(value))
 
 
@@ -73,6 +81,10 @@ def build_workload(
     seed: int,
 ) -> WorkloadSource:
     """The workload the flags describe (one line when they contradict each other)."""
+    from accelscope.llm.conversations import ConversationWorkload
+    from accelscope.llm.trace import MOONCAKE_BLOCK_TOKENS, TraceWorkload
+    from accelscope.llm.workload import SessionWorkload, Workload, read_prompts
+
     sources = [
         flag
         for flag, value in (
@@ -203,6 +215,14 @@ class WorkloadFlags(FlagGroup):
             None, "--tokenizer", help="Local tokenizer dir: exact prompt lengths, fallback counts."
         )
     )
+    ignore_eos: bool | None = flag(
+        typer.Option(
+            None,
+            "--ignore-eos/--no-ignore-eos",
+            help="Ask the server to ignore EOS, for exact output lengths (vLLM, SGLang; "
+            "tune with vllm: on).",
+        )
+    )
 
     @property
     def requests_per_trial(self) -> int | None:
@@ -222,6 +242,8 @@ class WorkloadFlags(FlagGroup):
     ) -> WorkloadSource:
         """The workload these flags describe, with ``llm``'s own flags where given (one line
         when they contradict each other)."""
+        from accelscope.llm.workload import PrefixScenario
+
         if prefix_hit_rate is not None and self.prefix is None:
             raise BadInputError("--prefix-hit-rate needs --prefix shared=TOKENS")
         scenario = self.prefix or PrefixScenario()
@@ -268,6 +290,8 @@ class SloFlags(FlagGroup):
 
 
 def parse_workers(value: Any) -> Workers:
+    from accelscope.llm.scaleout import Workers
+
     return value if isinstance(value, Workers) else Workers.parse(str(value))
 
 
@@ -278,7 +302,20 @@ WorkersOption: Any = typer.Option(
     help="Client processes sending each trial's one schedule: N on this machine, or ray:N on "
     "a Ray cluster's nodes (RAY_ADDRESS, else auto). Percentiles over the merged samples.",
 )
-CapacityStartOption: Any = typer.Option(
-    None, "--capacity-start", help="First load of the capacity search."
-)
+
+
+@dataclass(frozen=True)
+class CapacitySearchFlags(FlagGroup):
+    """Where the capacity search starts and how many trials it may take."""
+
+    capacity_start: float | None = flag(
+        typer.Option(None, "--capacity-start", help="First load of the capacity search.")
+    )
+    capacity_trials: int | None = flag(
+        typer.Option(
+            None, "--capacity-trials", help="Trials of each capacity search (llm 8, tune 6)."
+        )
+    )
+
+
 TimeoutOption: Any = duration_option("--timeout", "Per-request timeout (300s).")

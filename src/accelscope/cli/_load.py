@@ -3,43 +3,49 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
-from accelscope.cli._app import JsonOption, StoreOption, _err, _out, app, command_line, given
-from accelscope.cli._device import DEVICE_HELP, TF32_HELP, Tf32, parse_device, parse_tf32
+from accelscope.cli._app import _err, _out, app, command_line, given
+from accelscope.cli._flag_groups import (
+    GROUP,
+    MODEL_HELP,
+    DeviceFlags,
+    FlagGroup,
+    ModelFlags,
+    OptionFlags,
+    OutputFlags,
+    QuietFlags,
+    RuntimeFlags,
+    SeedFlags,
+    SlaFlags,
+    Tf32Flags,
+    flag,
+    stand_in,
+    with_flag_groups,
+)
 from accelscope.cli._runs import register_show
-from accelscope.cli._types import duration_option, parse_input, seconds_or_zero
+from accelscope.cli._types import duration_option, seconds_or_zero
 from accelscope.cli.config import config_option
-from accelscope.commands.load.verdict import harness_floor_text
-from accelscope.commands.load.view import load_view
-from accelscope.commands.load.workflow import (
-    CAPACITY_DOCUMENT,
-    SUMMARY_DOCUMENT,
-    TRIAL_DOCUMENT,
-    LoadEvents,
-    LoadRequest,
-    load,
-)
 from accelscope.errors import BadInputError
-from accelscope.load.capacity_search import PolicyCapacity
-from accelscope.load.floor import HarnessFloor
-from accelscope.load.summary import Scenario, TrialSummary
-from accelscope.serialise import dump
-from accelscope.spec import (
-    DeviceRef,
-    Precision,
-    RunSpec,
-    TensorSpec,
-    parse_options,
-    parse_precision,
-)
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
+
+if TYPE_CHECKING:
+    from accelscope.commands.load.workflow import LoadEvents, LoadOutcome, LoadRequest
+    from accelscope.load.capacity_search import PolicyCapacity
+    from accelscope.load.floor import HarnessFloor
+    from accelscope.load.summary import Scenario, TrialSummary
+    from accelscope.spec import RunSpec
+    from accelscope.store.sqlite import RunRecord
+else:  # the load package costs the CLI's start numpy: see stand_in
+    Scenario = stand_in("Scenario")
 
 
 def _scenario(text: Any) -> Scenario:
+    from accelscope.load.summary import Scenario
+
     try:
         return Scenario(str(text).strip().lower())
     except ValueError:
@@ -47,7 +53,9 @@ def _scenario(text: Any) -> Scenario:
         raise BadInputError(f"unknown scenario {text!r}; choose one of: {choices}") from None
 
 
-class _Events(LoadEvents):
+class _Events:
+    """The load workflow's progress lines (its ``LoadEvents``, each method), on stderr."""
+
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
 
@@ -57,6 +65,9 @@ class _Events(LoadEvents):
             _err.print(f"[dim]preparing {spec.label()} (batch sizes {sizes}) ...[/]")
 
     def floor(self, floor: HarnessFloor) -> None:
+        from accelscope.commands.load.verdict import harness_floor_text
+        from accelscope.serialise import dump
+
         text = harness_floor_text(dump(floor))
         if not self.quiet and text is not None:
             _err.print(f"  {text}", style="dim", markup=False)
@@ -87,6 +98,13 @@ class _Events(LoadEvents):
 
 
 def _show_load_run(run: RunRecord) -> None:
+    from accelscope.commands.load.view import load_view
+    from accelscope.commands.load.workflow import (
+        CAPACITY_DOCUMENT,
+        SUMMARY_DOCUMENT,
+        TRIAL_DOCUMENT,
+    )
+
     capacities = run.documents_of(CAPACITY_DOCUMENT)
     summaries = run.documents_of(SUMMARY_DOCUMENT)  # none in runs stored before it existed
     scenario = str(run.settings.get("scenario", "server"))
@@ -106,105 +124,126 @@ def _show_load_run(run: RunRecord) -> None:
 register_show("load", _show_load_run)
 
 
+@dataclass(frozen=True)
+class ServedFlags(OptionFlags, Tf32Flags, DeviceFlags, RuntimeFlags):
+    """The configuration served: runtime, precision, threads, device, TF32, backend options
+    (the batch is the batcher's: ``--batch``)."""
+
+
+@dataclass(frozen=True)
+class TrafficFlags(SlaFlags):
+    """The scenario, its SLA, and the load offered."""
+
+    scenario: Scenario | None = flag(
+        typer.Option(None, "--scenario", parser=_scenario, help="single-stream, offline or server.")
+    )
+    rate: float | None = flag(
+        typer.Option(None, "--rate", help="Server: one offered rate, queries/s.")
+    )
+    search: bool | None = flag(
+        typer.Option(
+            None, "--search", help="Server: search the highest rate meeting the SLA (default)."
+        )
+    )
+    min_duration: float | None = flag(
+        typer.Option(
+            None,
+            "--min-duration",
+            parser=seconds_or_zero,
+            metavar="DURATION",
+            help="Per trial (10s).",
+        )
+    )
+    min_queries: int | None = flag(typer.Option(None, "--min-queries", help="Per trial (1000)."))
+    burstiness_cv: float | None = flag(
+        typer.Option(None, "--burstiness-cv", help="Gap coefficient of variation (1 = Poisson).")
+    )
+    query_timeout: float | None = flag(
+        duration_option(
+            "--query-timeout", "A query not done this long after its arrival times out."
+        )
+    )
+
+
+@dataclass(frozen=True)
+class BatcherFlags(FlagGroup):
+    """The dynamic batcher in front of the model."""
+
+    batch: int | None = flag(
+        typer.Option(None, "--batch", help="The dynamic batcher's max batch (8).")
+    )
+    batching: bool | None = flag(typer.Option(None, " /--no-batching", help="One query per batch."))
+    max_delay: float | None = flag(
+        typer.Option(
+            None,
+            "--max-delay",
+            parser=seconds_or_zero,
+            metavar="DURATION",
+            help="Batcher max queue delay.",
+        )
+    )
+
+
 @app.command("load")
+@with_flag_groups
 def load_command(
-    model: str | None = typer.Argument(
-        None, help="Zoo name, file.py:fn, module:fn, .onnx or .pt2."
-    ),
-    scenario: Scenario | None = typer.Option(
-        None, "--scenario", parser=_scenario, help="single-stream, offline or server."
-    ),
-    sla_p99: float | None = duration_option("--sla-p99", "p99 latency bound, e.g. 100ms."),
-    backend: str | None = typer.Option(None, "--backend", help="Runtime (eager, compile, ...)."),
-    precision: Precision | None = typer.Option(
-        None, "--precision", parser=parse_precision, help="fp32, bf16, int8, ..."
-    ),
-    batch: int | None = typer.Option(None, "--batch", help="The dynamic batcher's max batch (8)."),
-    threads: int | None = typer.Option(None, "--threads", help="Intra-op threads (all cores)."),
-    device: DeviceRef | None = typer.Option(
-        None, "--device", parser=parse_device, metavar="DEVICE", help=DEVICE_HELP
-    ),
-    tf32: Tf32 | None = typer.Option(
-        None, "--tf32", parser=parse_tf32, metavar="on|off", help=TF32_HELP
-    ),
-    options: list[str] | None = typer.Option(None, "--option", help="Backend option key=value."),
+    model: str | None = typer.Argument(None, help=MODEL_HELP),
+    traffic: TrafficFlags = GROUP,
+    served: ServedFlags = GROUP,
+    batcher: BatcherFlags = GROUP,
     from_run: str | None = typer.Option(
         None, "--from-run", help="Serve the best config of a stored bench run (id or latest)."
     ),
-    rate: float | None = typer.Option(None, "--rate", help="Server: one offered rate, queries/s."),
-    search: bool | None = typer.Option(
-        None, "--search", help="Server: search the highest rate meeting the SLA (default)."
-    ),
-    batching: bool | None = typer.Option(None, " /--no-batching", help="One query per batch."),
-    max_delay: float | None = typer.Option(
-        None,
-        "--max-delay",
-        parser=seconds_or_zero,
-        metavar="DURATION",
-        help="Batcher max queue delay.",
-    ),
-    min_duration: float | None = typer.Option(
-        None, "--min-duration", parser=seconds_or_zero, metavar="DURATION", help="Per trial (10s)."
-    ),
-    min_queries: int | None = typer.Option(None, "--min-queries", help="Per trial (1000)."),
-    seed: int | None = typer.Option(None, "--seed", help="Schedule and input seed (0)."),
-    burstiness_cv: float | None = typer.Option(
-        None, "--burstiness-cv", help="Gap coefficient of variation (1 = Poisson)."
-    ),
-    query_timeout: float | None = duration_option(
-        "--query-timeout", "A query not done this long after its arrival times out."
-    ),
-    inputs: list[TensorSpec] | None = typer.Option(
-        None, "--input", parser=parse_input, metavar="SPEC", help="Input spec NAME:SHAPE:DTYPE."
-    ),
-    weights: Path | None = typer.Option(None, "--weights", help="State dict (.safetensors/.pt)."),
-    trust_model_code: bool | None = typer.Option(
-        None, "--trust-model-code", help="Allow unpickling model files."
-    ),
+    seed: SeedFlags = GROUP,
+    source: ModelFlags = GROUP,
     config: Path | None = config_option("load"),
-    report: Path | None = typer.Option(None, "--report", help="HTML report path."),
-    store: Path | None = StoreOption,
-    no_store: bool = typer.Option(False, "--no-store", help="Do not write results."),
-    as_json: bool = JsonOption,
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the table and verdict."),
+    output: OutputFlags = GROUP,
+    quiet: QuietFlags = GROUP,
 ) -> None:
     """Drive a configuration with MLPerf-style load; find the highest rate within a p99 SLA."""
+    from accelscope.commands.load.workflow import LoadRequest, load
+
     request = LoadRequest(
         model=model,
+        **served.device_fields(),
         **given(
-            scenario=scenario,
-            sla_p99_s=sla_p99,
-            backend=backend,
-            precision=precision,
-            max_batch=batch,
-            threads=threads,
-            device=device.kind if device else None,
-            device_index=device.index if device else None,
-            tf32=tf32.values[0] if tf32 else None,
-            options=parse_options(tuple(options)) if options else None,
+            scenario=traffic.scenario,
+            sla_p99_s=traffic.sla_p99,
+            backend=served.backend,
+            precision=served.precision,
+            max_batch=batcher.batch,
+            threads=served.threads,
+            tf32=served.tf32_value,
+            options=served.option_pairs,
             from_run=from_run,
-            rate_per_s=rate,
-            search=search,
-            batching=batching,
-            max_delay_s=max_delay,
-            min_duration_s=min_duration,
-            min_queries=min_queries,
-            seed=seed,
-            burstiness_cv=burstiness_cv,
-            query_timeout_s=query_timeout,
-            inputs=tuple(inputs) if inputs else None,
-            weights=weights,
-            trust_model_code=trust_model_code,
-            report_path=report,
+            rate_per_s=traffic.rate,
+            search=traffic.search,
+            batching=batcher.batching,
+            max_delay_s=batcher.max_delay,
+            min_duration_s=traffic.min_duration,
+            min_queries=traffic.min_queries,
+            seed=seed.seed,
+            burstiness_cv=traffic.burstiness_cv,
+            query_timeout_s=traffic.query_timeout,
+            inputs=source.input_specs,
+            weights=source.weights,
+            trust_model_code=source.trust_model_code,
+            report_path=output.report,
         ),
     )
-    store_path = None if no_store else (store or DEFAULT_STORE_PATH)
     outcome = load(
         request,
-        store_path=store_path,
-        events=_Events(quiet or as_json),
+        store_path=output.target,
+        events=cast("LoadEvents", _Events(quiet.quiet or output.as_json)),
         command_line=command_line(),
     )
+    _print(outcome, request, as_json=output.as_json, quiet=quiet.quiet)
+
+
+def _print(outcome: LoadOutcome, request: LoadRequest, *, as_json: bool, quiet: bool) -> None:
+    from accelscope.commands.load.view import load_view
+    from accelscope.serialise import dump
+
     trials = [t.to_dict() for t in outcome.trials]
     floor = dump(outcome.harness_floor) if outcome.harness_floor is not None else None
     if as_json:

@@ -3,106 +3,93 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
-from accelscope.cli._app import (
-    JsonOption,
-    StoreOption,
-    _err,
-    _out,
-    _progress,
-    app,
-    command_line,
-    given,
+from accelscope.cli._app import _err, _out, _progress, app, command_line, given
+from accelscope.cli._flag_groups import (
+    GROUP,
+    MODEL_HELP,
+    BatchSizesFlags,
+    DeviceFlags,
+    JsonFlags,
+    ModelFlags,
+    OptionFlags,
+    QuietFlags,
+    RuntimeFlags,
+    SamplingBudgetFlags,
+    SeedFlags,
+    StoringFlags,
+    Tf32Flags,
+    flag,
+    with_flag_groups,
 )
-from accelscope.cli._device import DEVICE_HELP, TF32_HELP, Tf32, parse_device, parse_tf32
-from accelscope.cli._types import Sizes, duration_option, fraction_option, parse_input, parse_sizes
+from accelscope.cli._types import fraction_option
 from accelscope.cli.config import config_option
-from accelscope.commands.measure.workflow import MeasureRequest, measure
-from accelscope.measurement.timer import TimerConfig
-from accelscope.models.zoo import DEFAULT_MODEL
-from accelscope.report.tables import results_view
-from accelscope.serialise import dump
-from accelscope.spec import DeviceRef, Precision, TensorSpec, parse_options, parse_precision
-from accelscope.store.sqlite import DEFAULT_STORE_PATH
+
+
+@dataclass(frozen=True)
+class ConfigurationFlags(OptionFlags, Tf32Flags, DeviceFlags, BatchSizesFlags, RuntimeFlags):
+    """The configuration measured: runtime, precision, batch sizes, threads, device, TF32 and
+    backend options."""
+
+
+@dataclass(frozen=True)
+class TimerFlags(SamplingBudgetFlags):
+    """When sampling stops: the budget, or the confidence interval reached."""
+
+    target_ci: float | None = flag(fraction_option("--target-ci", "Stop at median CI ± this (2%)."))
 
 
 @app.command("measure")
+@with_flag_groups
 def measure_command(
-    model: str | None = typer.Argument(
-        None, help="Zoo name, file.py:fn, module:fn, .onnx or .pt2."
-    ),
-    backend: str | None = typer.Option(
-        None, "--backend", help="Runtime: eager, compile, onnxruntime, openvino, ..."
-    ),
-    precision: Precision | None = typer.Option(
-        None, "--precision", parser=parse_precision, help="fp32, bf16, fp16."
-    ),
-    batch: Sizes | None = typer.Option(
-        None, "--batch", parser=parse_sizes, metavar="LIST", help="Batch size(s), e.g. 8 or 1,8,32."
-    ),
-    threads: int | None = typer.Option(
-        None, "--threads", help="Intra-op threads (default: all cores)."
-    ),
-    device: DeviceRef | None = typer.Option(
-        None, "--device", parser=parse_device, metavar="DEVICE", help=DEVICE_HELP
-    ),
-    tf32: Tf32 | None = typer.Option(
-        None, "--tf32", parser=parse_tf32, metavar="on|off", help=TF32_HELP
-    ),
-    options: list[str] | None = typer.Option(None, "--option", help="Backend option key=value."),
-    inputs: list[TensorSpec] | None = typer.Option(
-        None,
-        "--input",
-        parser=parse_input,
-        metavar="SPEC",
-        help="Input spec NAME:SHAPE:DTYPE, N = batch (repeatable).",
-    ),
-    weights: Path | None = typer.Option(None, "--weights", help="State dict (.safetensors/.pt)."),
-    trust_model_code: bool | None = typer.Option(
-        None, "--trust-model-code", help="Allow unpickling model files (runs code in them)."
-    ),
-    budget: float | None = duration_option("--budget", "Sampling time budget per config (10s)."),
-    target_ci: float | None = fraction_option("--target-ci", "Stop at median CI ± this (2%)."),
-    seed: int | None = typer.Option(None, "--seed", help="Input seed (0)."),
-    config: Path | None = config_option("run", help="TOML config file; flags override it."),
-    store: Path | None = StoreOption,
-    no_store: bool = typer.Option(False, "--no-store", help="Do not write results."),
-    as_json: bool = JsonOption,
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the results table."),
+    model: str | None = typer.Argument(None, help=MODEL_HELP),
+    configuration: ConfigurationFlags = GROUP,
+    source: ModelFlags = GROUP,
+    timer: TimerFlags = GROUP,
+    seed: SeedFlags = GROUP,
+    config: Path | None = config_option("run"),
+    store: StoringFlags = GROUP,
+    output: JsonFlags = GROUP,
+    quiet: QuietFlags = GROUP,
 ) -> None:
     """Measure a model's latency, throughput and peak memory (adaptive, noise-aware)."""
+    from accelscope.commands.measure.workflow import MeasureRequest, measure
+    from accelscope.measurement.timer import TimerConfig
+    from accelscope.models.zoo import DEFAULT_MODEL
+
     request = MeasureRequest(
         model=model or DEFAULT_MODEL,
-        options=parse_options(tuple(options or ())),
-        timer=TimerConfig(**given(budget_s=budget, target_rel_ci=target_ci)),
+        options=configuration.option_pairs or (),
+        timer=TimerConfig(**given(budget_s=timer.budget, target_rel_ci=timer.target_ci)),
+        **configuration.device_fields(),
         **given(
-            backend=backend,
-            precision=precision,
-            batch_sizes=batch.values if batch else None,
-            threads=threads,
-            device=device.kind if device else None,
-            device_index=device.index if device else None,
-            tf32=tf32.values[0] if tf32 else None,
-            inputs=tuple(inputs) if inputs else None,
-            weights=weights,
-            trust_model_code=trust_model_code,
-            seed=seed,
+            backend=configuration.backend,
+            precision=configuration.precision,
+            batch_sizes=configuration.batch_sizes,
+            threads=configuration.threads,
+            tf32=configuration.tf32_value,
+            inputs=source.input_specs,
+            weights=source.weights,
+            trust_model_code=source.trust_model_code,
+            seed=seed.seed,
         ),
     )
-    store_path = None if no_store else (store or DEFAULT_STORE_PATH)
-    show_progress = not (quiet or as_json) and _err.is_terminal
+    show_progress = not (quiet.quiet or output.as_json) and _err.is_terminal
     with _progress(show_progress) as (on_config, on_progress):
         outcome = measure(
             request,
-            store_path=store_path,
+            store_path=store.target,
             on_config=on_config,
             on_progress=on_progress,
             command_line=command_line(),
         )
-    if as_json:
+    if output.as_json:
+        from accelscope.serialise import dump
+
         document = {
             "run_id": outcome.run_id,
             "store": str(outcome.store_path or ""),
@@ -110,9 +97,11 @@ def measure_command(
         }
         _out.print_json(json.dumps(document))
         return
+    from accelscope.report.tables import results_view
+
     title = f"{outcome.model.ref} — {outcome.model.description}"
     _out.print(results_view(outcome.results, title=title))
-    if outcome.run_id and not quiet:
+    if outcome.run_id and not quiet.quiet:
         _out.print(
             f"stored run [bold]{outcome.run_id}[/] in {outcome.store_path} "
             f"(accelscope runs show {outcome.run_id})"

@@ -3,34 +3,31 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from accelscope.cli._app import JsonOption, StoreOption, _out, app, command_line
+from accelscope.cli._app import _out, app, command_line, given
+from accelscope.cli._flag_groups import (
+    GROUP,
+    CatalogFlags,
+    FlagGroup,
+    JsonFlags,
+    OutputFlags,
+    SlaFlags,
+    StoreFlags,
+    flag,
+    with_flag_groups,
+)
 from accelscope.cli._runs import register_show
-from accelscope.cli._types import duration_option
-from accelscope.commands.plan.view import plan_view
-from accelscope.commands.plan.workflow import (
-    ApiRequest,
-    MemoryRequest,
-    PlanOutcome,
-    PlanRequest,
-    parse_node_type_map,
-    plan_api,
-    plan_capacity,
-    plan_memory,
-)
 from accelscope.errors import BadInputError
-from accelscope.plan.energy import EnergyPrice
-from accelscope.plan.quantities import (
-    parse_count,
-    parse_money,
-    parse_percent,
-    parse_rate_per_s,
-    parse_tokens,
-)
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, RunRecord
+
+if TYPE_CHECKING:
+    from accelscope.commands.plan.workflow import PlanOutcome
+    from accelscope.plan.energy import EnergyPrice
+    from accelscope.store.sqlite import RunRecord
 
 plan_app = typer.Typer(
     help="Right-size: instances, dollars and memory fit from what was measured.",
@@ -38,7 +35,35 @@ plan_app = typer.Typer(
 )
 app.add_typer(plan_app, name="plan")
 
-CatalogOption = typer.Option(None, "--catalog", help="Your catalog TOML (extends/overrides).")
+
+@dataclass(frozen=True)
+class HeadroomFlags(FlagGroup):
+    """``--headroom``: the spare capacity a fleet keeps (``plan``, ``plan api``)."""
+
+    headroom: str | None = flag(
+        typer.Option(None, "--headroom", help="Spare capacity kept at peak (20%).")
+    )
+
+    @property
+    def fraction(self) -> float | None:
+        """The headroom as a fraction, or ``None``: the request's default."""
+        if self.headroom is None:
+            return None
+        from accelscope.plan.quantities import parse_percent
+
+        return parse_percent(self.headroom, "--headroom")
+
+
+@dataclass(frozen=True)
+class SaveFlags(StoreFlags):
+    """``--save``: an estimate is stored only when asked (``plan memory``, ``plan api``)."""
+
+    save: bool = flag(typer.Option(False, "--save", help="Store the result as a plan run."))
+
+    @property
+    def target(self) -> Path | None:
+        """Where the estimate is stored: ``None`` unless ``--save``."""
+        return self.path if self.save else None
 
 
 def _print(outcome: PlanOutcome, as_json: bool) -> None:
@@ -50,6 +75,8 @@ def _print(outcome: PlanOutcome, as_json: bool) -> None:
         }
         _out.print_json(json.dumps(document))
         return
+    from accelscope.commands.plan.view import plan_view
+
     _out.print(plan_view(outcome.document))
     if outcome.report_path:
         _out.print(f"[dim]report: {outcome.report_path}[/]")
@@ -63,11 +90,15 @@ def _energy_price(price: str | None, pue: float | None) -> EnergyPrice | None:
         if pue is not None:
             raise BadInputError("--pue needs --energy-price (the $/kWh it scales)")
         return None
+    from accelscope.plan.energy import EnergyPrice
+    from accelscope.plan.quantities import parse_money
+
     usd = parse_money(price.removesuffix("/kWh").removesuffix("/kwh"), "--energy-price")
     return EnergyPrice(usd_per_kwh=usd, pue=1.0 if pue is None else pue)
 
 
 @plan_app.callback()
+@with_flag_groups
 def plan_command(
     ctx: typer.Context,
     model: str = typer.Option(None, "--model", help="Model whose stored measurements to use."),
@@ -75,14 +106,12 @@ def plan_command(
     traffic: str = typer.Option(
         None, "--traffic", help="peak=300qps, hourly.csv (hour,qps) or trace.csv."
     ),
-    sla_p99: float | None = duration_option("--sla-p99", "p99 latency SLA, e.g. 100ms."),
-    headroom: str = typer.Option(
-        f"{PlanRequest.headroom:.0%}", "--headroom", help="Spare capacity at peak."
+    sla: SlaFlags = GROUP,
+    headroom: HeadroomFlags = GROUP,
+    min_instances: int | None = typer.Option(
+        None, "--min-instances", help="Never fewer instances (1)."
     ),
-    min_instances: int = typer.Option(
-        PlanRequest.min_instances, "--min-instances", help="Never fewer instances (1)."
-    ),
-    catalog: list[Path] = CatalogOption,
+    catalog: CatalogFlags = GROUP,
     here: str = typer.Option(None, "--here", help="Catalog type of the machine measured on."),
     capacity: str = typer.Option(
         None, "--capacity", help="Known capacity per instance of --here (e.g. 120qps)."
@@ -101,73 +130,70 @@ def plan_command(
     pue: float = typer.Option(
         None, "--pue", help="With --energy-price: wall / IT energy (1.0: the GPU board only)."
     ),
-    report: Path = typer.Option(None, "--report", help="HTML report path."),
-    store: Path = StoreOption,
-    no_store: bool = typer.Option(False, "--no-store", help="Do not store the plan."),
-    as_json: bool = JsonOption,
+    output: OutputFlags = GROUP,
 ) -> None:
     """Capacity at the SLA per catalog option, fleet size, $/month and $/M inferences."""
     if ctx.invoked_subcommand is not None:
         return
     if traffic is None:
         raise BadInputError("give the traffic: --traffic peak=300qps, hourly.csv or trace.csv")
-    if sla_p99 is None:
+    if sla.sla_p99 is None:
         raise BadInputError("give the latency SLA: --sla-p99 100ms")
+    from accelscope.commands.plan.workflow import PlanRequest, parse_node_type_map, plan_capacity
+    from accelscope.plan.quantities import parse_rate_per_s
+
     request = PlanRequest(
         traffic=traffic,
-        sla_p99_s=sla_p99,
+        sla_p99_s=sla.sla_p99,
         model=model,
         run_id=run,
-        headroom=parse_percent(headroom, "--headroom"),
-        min_instances=min_instances,
-        catalog_files=tuple(catalog or ()),
+        catalog_files=catalog.catalog_files,
         here=here,
         capacity_qps=parse_rate_per_s(capacity, "--capacity") if capacity else None,
         profile_file=profile,
         only=tuple(p.strip() for p in only.split(",") if p.strip()) if only else (),
         node_types=parse_node_type_map(node_type or ()),
-        report_path=report,
+        report_path=output.report,
         energy_price=_energy_price(energy_price, pue),
+        **given(headroom=headroom.fraction, min_instances=min_instances),
     )
-    store_path = store or DEFAULT_STORE_PATH
     outcome = plan_capacity(
-        request, store_path=store_path, save=not no_store, command_line=command_line()
+        request, store_path=output.path, save=not output.no_store, command_line=command_line()
     )
-    _print(outcome, as_json)
+    _print(outcome, output.as_json)
 
 
 @plan_app.command("memory")
+@with_flag_groups
 def plan_memory_command(
     config: Path = typer.Argument(..., help="A local Hugging Face config.json."),
     context: str = typer.Option("8k", "--context", help="Tokens per sequence, e.g. 32k."),
-    batch: int = typer.Option(MemoryRequest.batch, "--batch", help="Concurrent sequences."),
-    precision: str = typer.Option(
-        MemoryRequest.precision, "--precision", help="fp32, bf16, fp16, fp8, int8, int4."
+    batch: int | None = typer.Option(None, "--batch", help="Concurrent sequences (1)."),
+    precision: str | None = typer.Option(
+        None, "--precision", help="fp32, bf16 (default), fp16, fp8, int8, int4."
     ),
     kv_precision: str = typer.Option(None, "--kv-precision", help="KV cache dtype (= weights)."),
-    catalog: list[Path] = CatalogOption,
-    store: Path = StoreOption,
-    save: bool = typer.Option(False, "--save", help="Store the estimate as a plan run."),
-    as_json: bool = JsonOption,
+    catalog: CatalogFlags = GROUP,
+    store: SaveFlags = GROUP,
+    output: JsonFlags = GROUP,
 ) -> None:
     """LLM memory: weights + KV cache + activations + overhead; GPU fit and concurrency."""
+    from accelscope.commands.plan.workflow import MemoryRequest, plan_memory
+    from accelscope.plan.quantities import parse_tokens
+
     request = MemoryRequest(
         config=config,
         context_tokens=parse_tokens(context, "--context"),
-        batch=batch,
-        precision=precision.lower(),
         kv_precision=kv_precision.lower() if kv_precision else None,
-        catalog_files=tuple(catalog or ()),
+        catalog_files=catalog.catalog_files,
+        **given(batch=batch, precision=precision.lower() if precision else None),
     )
-    outcome = plan_memory(
-        request,
-        store_path=(store or DEFAULT_STORE_PATH) if save else None,
-        command_line=command_line(),
-    )
-    _print(outcome, as_json)
+    outcome = plan_memory(request, store_path=store.target, command_line=command_line())
+    _print(outcome, output.as_json)
 
 
 @plan_app.command("api")
+@with_flag_groups
 def plan_api_command(
     tokens_per_month: str = typer.Option(..., "--tokens-per-month", help="e.g. 2B."),
     input_price: str = typer.Option(..., "--input-price", help="API $ per million input tokens."),
@@ -179,18 +205,19 @@ def plan_api_command(
     from_run: str | None = typer.Option(
         None, "--from-run", help="An llm run with --capacity: its goodput at the SLO."
     ),
-    output_share: str = typer.Option(
-        f"{ApiRequest.output_share:.0%}", "--output-share", help="Share of output tokens."
+    output_share: str | None = typer.Option(
+        None, "--output-share", help="Share of output tokens (25%)."
     ),
-    headroom: str = typer.Option(
-        f"{ApiRequest.headroom:.0%}", "--headroom", help="Spare capacity."
-    ),
-    catalog: list[Path] = CatalogOption,
-    store: Path = StoreOption,
-    save: bool = typer.Option(False, "--save", help="Store the comparison as a plan run."),
-    as_json: bool = JsonOption,
+    headroom: HeadroomFlags = GROUP,
+    catalog: CatalogFlags = GROUP,
+    store: SaveFlags = GROUP,
+    output: JsonFlags = GROUP,
 ) -> None:
     """API vs own hardware: the monthly bills and the break-even volume."""
+    from accelscope.commands.plan.workflow import ApiRequest, plan_api
+    from accelscope.plan.quantities import parse_count, parse_money, parse_percent, parse_rate_per_s
+
+    share = parse_percent(output_share, "--output-share", maximum=1.0) if output_share else None
     request = ApiRequest(
         tokens_per_month=parse_count(tokens_per_month, "--tokens-per-month"),
         input_price=parse_money(input_price, "--input-price"),
@@ -200,20 +227,21 @@ def plan_api_command(
         if throughput is not None
         else None,
         from_run=from_run,
-        output_share=parse_percent(output_share, "--output-share", maximum=1.0),
-        headroom=parse_percent(headroom, "--headroom"),
-        catalog_files=tuple(catalog or ()),
+        catalog_files=catalog.catalog_files,
+        **given(output_share=share, headroom=headroom.fraction),
     )
     outcome = plan_api(
         request,
-        store_path=(store or DEFAULT_STORE_PATH) if save else None,
+        store_path=store.target,
         command_line=command_line(),
-        runs_store=store or DEFAULT_STORE_PATH,
+        runs_store=store.path,
     )
-    _print(outcome, as_json)
+    _print(outcome, output.as_json)
 
 
 def _show(run: RunRecord) -> None:
+    from accelscope.commands.plan.view import plan_view
+
     documents = run.documents_of("plan")
     if not documents:
         _out.print("[dim]no plan document in this run[/]")

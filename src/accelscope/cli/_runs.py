@@ -6,23 +6,18 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from accelscope.cli._app import JsonOption, StoreOption, _err, _out, runs_app
-from accelscope.commands.bench.view import bench_view
-from accelscope.commands.bench.workflow import selections_for_run
-from accelscope.errors import (
-    BadInputError,
-    StoreError,
-)
-from accelscope.report.tables import results_view, runs_view
-from accelscope.store.export import run_to_csv, run_to_json
-from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord
-from accelscope.sweep.driver import latest_by_key
-from accelscope.sweep.guard import AccuracyRule
+from accelscope.cli._app import _err, _out, runs_app
+from accelscope.cli._flag_groups import GROUP, JsonFlags, StoreFlags, with_flag_groups
+from accelscope.errors import BadInputError, StoreError
 
-ShowRenderer = Callable[[RunRecord], None]
+if TYPE_CHECKING:
+    from accelscope.store.sqlite import ResultStore, RunRecord
+
+ShowRenderer = Callable[["RunRecord"], None]
 _SHOW_RENDERERS: dict[str, ShowRenderer] = {}
 
 
@@ -31,23 +26,26 @@ def register_show(kind: str, renderer: ShowRenderer) -> None:
     _SHOW_RENDERERS[kind] = renderer
 
 
-def _open_store(store: Path | None) -> ResultStore:
-    path = store or DEFAULT_STORE_PATH
+def _open_store(store: StoreFlags) -> ResultStore:
+    from accelscope.store.sqlite import ResultStore
+
+    path = store.path
     if not path.exists():
         raise StoreError(f"no results store at {path} (run `accelscope measure` first)")
     return ResultStore(path)
 
 
 @runs_app.command("list")
+@with_flag_groups
 def runs_list(
     limit: int = typer.Option(20, "--limit", help="How many runs, newest first."),
-    store: Path = StoreOption,
-    as_json: bool = JsonOption,
+    store: StoreFlags = GROUP,
+    output: JsonFlags = GROUP,
 ) -> None:
     """List stored runs, newest first."""
     with _open_store(store) as opened:
         runs = opened.list_runs(limit)
-    if as_json:
+    if output.as_json:
         _out.print_json(
             json.dumps(
                 [
@@ -69,43 +67,63 @@ def runs_list(
             )
         )
         return
+    from accelscope.report.tables import runs_view
+
     _out.print(runs_view(runs))
 
 
 @runs_app.command("show")
+@with_flag_groups
 def runs_show(
     run_id: str = typer.Argument("latest", help="Run id, unique prefix, or 'latest'."),
-    store: Path = StoreOption,
-    as_json: bool = JsonOption,
+    store: StoreFlags = GROUP,
+    output: JsonFlags = GROUP,
 ) -> None:
     """Show one run's results table (or its full JSON)."""
     with _open_store(store) as opened:
         run = opened.get_run(run_id)
-    if as_json:
+    if output.as_json:
+        from accelscope.store.export import run_to_json
+
         sys.stdout.write(run_to_json(run) + "\n")
         return
     title = f"run {run.id} ({run.kind}, {run.status})"
     if run.kind == "bench":
-        final = latest_by_key(run.results)
-        selections = selections_for_run(final, run.settings, run.documents_of("confirmation"))
-        rule = AccuracyRule(float(run.settings.get("max_accuracy_drop", 0.01))).describe()
-        _out.print(bench_view(final, selections, title=title, rule=rule))
+        _show_bench(run, title)
     elif run.kind in _SHOW_RENDERERS:
         _out.print(f"[bold]{title}[/]")
         _SHOW_RENDERERS[run.kind](run)
     else:
+        from accelscope.report.tables import results_view
+
         _out.print(results_view(run.results, title=title))
     _out.print(f"[dim]{run.command}[/]")
 
 
+def _show_bench(run: RunRecord, title: str) -> None:
+    """A bench run: its table, with the picks made again from its last results."""
+    from accelscope.commands.bench.view import bench_view
+    from accelscope.commands.bench.workflow import selections_for_run
+    from accelscope.sweep.driver import latest_by_key
+    from accelscope.sweep.guard import AccuracyRule
+
+    final = latest_by_key(run.results)
+    selections = selections_for_run(final, run.settings, run.documents_of("confirmation"))
+    rule = AccuracyRule(float(run.settings.get("max_accuracy_drop", 0.01))).describe()
+    _out.print(bench_view(final, selections, title=title, rule=rule))
+
+
 @runs_app.command("export")
+@with_flag_groups
 def runs_export(
     run_id: str = typer.Argument("latest", help="Run id, unique prefix, or 'latest'."),
     fmt: str = typer.Option("csv", "--format", help="csv or json."),
     output: Path = typer.Option(None, "--output", "-o", help="File to write (default stdout)."),
-    store: Path = StoreOption,
+    store: StoreFlags = GROUP,
 ) -> None:
     """Export a run as CSV (one row per result) or JSON (raw samples included)."""
+    from accelscope.store.export import run_to_csv, run_to_json
+
     if fmt not in ("csv", "json"):
         raise BadInputError(f"unknown format {fmt!r}; choose csv or json")
     with _open_store(store) as opened:

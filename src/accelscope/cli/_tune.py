@@ -8,28 +8,27 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from accelscope.cli import _llm_options as shared
-from accelscope.cli._app import (
+from accelscope.cli._app import _out, app, given, run_and_print
+from accelscope.cli._flag_groups import (
+    GROUP,
+    ConfirmFlags,
     OutputFlags,
-    _out,
-    app,
-    given,
-    run_and_print,
+    ResumeFlags,
+    RunBudgetFlags,
+    with_flag_groups,
 )
-from accelscope.cli._flag_groups import GROUP, with_flag_groups
 from accelscope.cli._runs import register_show
 from accelscope.cli._types import choice, duration_option
 from accelscope.cli.config import config_option
-from accelscope.commands.tune.view import tune_view
-from accelscope.commands.tune.workflow import TuneRequest, tune
 from accelscope.errors import BadInputError
-from accelscope.llm.documents import Arrivals
-from accelscope.store.sqlite import RunRecord
-from accelscope.tune.documents import TuneConfig, TuneRun, TuneSettings
+
+if TYPE_CHECKING:
+    from accelscope.store.sqlite import RunRecord
 
 
 @dataclass(frozen=True)
@@ -100,10 +99,7 @@ def tune_command(
         parser=choice("--capacity", "rate", "concurrency"),
         help="Otherwise: search each one's capacity by rate or concurrency (concurrency).",
     ),
-    capacity_start: float | None = shared.CapacityStartOption,
-    capacity_trials: int | None = typer.Option(
-        None, "--capacity-trials", help="Trials per capacity search (6)."
-    ),
+    capacity_search: shared.CapacitySearchFlags = GROUP,
     workload: shared.WorkloadFlags = GROUP,
     slo: shared.SloFlags = GROUP,
     search: str | None = typer.Option(
@@ -114,10 +110,8 @@ def tune_command(
     ),
     grid_max: int | None = typer.Option(None, "--grid-max", help="Largest full grid (8)."),
     finalists: int | None = typer.Option(None, "--finalists", help="Screening: kept (3)."),
-    budget: float | None = duration_option("--budget", "Stop starting configurations after."),
-    confirm_rounds: int | None = typer.Option(
-        None, "--confirm-rounds", help="Alternated re-measures of the best two (2; 0: none)."
-    ),
+    budget: RunBudgetFlags = GROUP,
+    confirm: ConfirmFlags = GROUP,
     quality_threshold: float | None = typer.Option(
         None, "--quality-threshold", help="Lowest agreement with the reference (0.9)."
     ),
@@ -131,14 +125,15 @@ def tune_command(
     port_range: PortRange | None = typer.Option(
         None, "--port-range", parser=_port_range, help="Ports the servers may use, LOW-HIGH."
     ),
-    ignore_eos: bool | None = typer.Option(
-        None, "--ignore-eos/--no-ignore-eos", help="Ask for exact output shared.lengths (vllm: on)."
-    ),
-    resume: bool = typer.Option(False, "--resume", help="Continue the last unfinished tune."),
+    resume: ResumeFlags = GROUP,
     config: Path | None = config_option("tune"),
     output: OutputFlags = GROUP,
 ) -> None:
     """Find the LLM server configuration with the most good tokens/s at your SLO."""
+    from accelscope.commands.tune.view import tune_view
+    from accelscope.commands.tune.workflow import TuneRequest, tune
+    from accelscope.llm.documents import Arrivals
+
     if old_model is not None:  # one meaning per flag: llm's --model is the name a server serves
         raise BadInputError(
             f"--model {old_model}: tune calls the directory its servers load --model-dir "
@@ -174,23 +169,23 @@ def tune_command(
         tokenizer=workload.tokenizer,
         fixed=fixed,
         slo=slo.bound,
-        resume=resume,
+        resume=resume.resume,
         api_key=os.environ.get(shared.API_KEY_ENV),
         report_path=output.report,
         **given(
             health_path=health_path,
             served_name=served_name,
             kv_cache_gib=kv_cache_gib,
-            ignore_eos=ignore_eos,
+            ignore_eos=workload.ignore_eos,
             capacity=capacity,
-            capacity_start=capacity_start,
-            capacity_trials=capacity_trials,
+            capacity_start=capacity_search.capacity_start,
+            capacity_trials=capacity_search.capacity_trials,
             requests=workload.requests_per_trial,
             search=search,
             grid_max=grid_max,
             finalists=finalists,
-            budget_s=budget,
-            confirm_rounds=confirm_rounds,
+            budget_s=budget.budget,
+            confirm_rounds=confirm.confirm_rounds,
             quality_threshold=quality_threshold,
             startup_timeout_s=startup_timeout,
             timeout_s=timeout,
@@ -202,6 +197,9 @@ def tune_command(
 
 
 def _show(run: RunRecord) -> None:
+    from accelscope.commands.tune.view import tune_view
+    from accelscope.tune.documents import TuneConfig, TuneRun, TuneSettings
+
     summaries = run.documents_of(TuneRun.kind)
     if summaries:
         document = TuneRun.from_payload(summaries[-1], f"run {run.id}'s tune document")

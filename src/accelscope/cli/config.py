@@ -41,7 +41,6 @@ section or key, or a value of the wrong type, is one ``ConfigError`` naming file
 
 from __future__ import annotations
 
-import inspect
 import tomllib
 import types
 import typing
@@ -76,7 +75,7 @@ NOT_IN_FILE = frozenset(
 _CONVERSION_ERRORS: tuple[type[BaseException], ...] = (*USAGE_ERRORS, ValueError, TypeError)
 
 
-def config_option(section: str, help: str = "TOML config; flags override it.") -> Any:
+def config_option(section: str) -> Any:
     """The ``--config FILE`` option of a command whose flags live in ``[section]``."""
 
     def read(ctx: typer.Context, param: typer.CallbackParam, path: Path | None) -> Path | None:
@@ -84,7 +83,9 @@ def config_option(section: str, help: str = "TOML config; flags override it.") -
             ctx.default_map = {**(ctx.default_map or {}), **file_defaults(ctx, path, section)}
         return path
 
-    return typer.Option(None, "--config", help=help, callback=read, is_eager=True)
+    return typer.Option(
+        None, "--config", help="TOML config; flags override it.", callback=read, is_eager=True
+    )
 
 
 def file_defaults(ctx: typer.Context, path: Path, section: str) -> dict[str, Any]:
@@ -93,7 +94,9 @@ def file_defaults(ctx: typer.Context, path: Path, section: str) -> dict[str, Any
     data = _read(path)
     params = {p.name: p for p in ctx.command.params if p.name}
     assert ctx.command.callback is not None
-    hints = typing.get_type_hints(inspect.unwrap(ctx.command.callback))
+    # the callback's own annotations: a command with flag groups has them per flag (typer's
+    # wrapper copies them), where the function it wraps has one per group
+    hints = typing.get_type_hints(ctx.command.callback)
     own = {name: name for name in params if name not in NOT_IN_FILE}
     found: dict[str, Any] = {}
     for name, keys in (("model", MODEL_KEYS), (section, own)):

@@ -17,6 +17,7 @@ naming the run that keeps what was measured; any other exception marks it ``fail
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -86,7 +87,7 @@ class CommandRun:
         self,
         kind: str,
         model: str,
-        env: Environment,
+        env: Environment | Callable[[], Environment],
         settings: dict[str, Any],
         *,
         store_path: Path | None,

@@ -4,15 +4,17 @@ results table of ``measure``, ``bench`` and ``runs show``, and the runs list."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from accelscope.report.format import format_bytes, format_seconds, ms
-from accelscope.result import Result, Status
-from accelscope.store.sqlite import RunRecord
-from accelscope.sweep.select import speedup_cells
+
+if TYPE_CHECKING:  # imported where used: the runs list (``accelscope runs list``) needs neither
+    from accelscope.result import Result
+    from accelscope.store.sqlite import RunRecord
 
 __all__ = ["energy_notes", "results_view", "runs_view"]
 
@@ -65,6 +67,9 @@ def results_view(
     figures, one process each, marked as not a claim
     (:func:`accelscope.sweep.select.speedup_cells`); the ``best_key`` row is marked with a star.
     """
+    from accelscope.result import Status
+    from accelscope.sweep.select import speedup_cells
+
     texts: Mapping[str, str] = speedups or {}
     if baseline is not None and speedups is None:
         texts = {k: c.text() for k, c in speedup_cells(results, baseline, None).items()}

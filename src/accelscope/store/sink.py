@@ -4,6 +4,7 @@ command that fails before measuring anything leaves no store and no empty run be
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,16 @@ class RunSink:
     """Commits each result or document of one run as it arrives (``path`` ``None``: nothing
     is written). ``command_line`` is stored with the run exactly as given (the CLI passes the
     command it runs; a Python caller, whatever describes its call, never the host script's
-    argv). ``resume_id`` reopens that run now instead of starting a new one."""
+    argv). ``resume_id`` reopens that run now instead of starting a new one. ``env`` may be
+    a function that collects it: it is called when the run is first stored, so a run that
+    stores nothing collects no environment (which imports torch to find the GPUs)."""
 
     def __init__(
         self,
         path: Path | None,
         kind: str,
         model: str,
-        env: Environment,
+        env: Environment | Callable[[], Environment],
         settings: dict[str, Any],
         *,
         command_line: str,
@@ -49,8 +52,9 @@ class RunSink:
         if self.store is None:
             self.store = ResultStore(self.path)
         if self.run_id is None:
+            env = self.env() if callable(self.env) else self.env
             self.run_id = self.store.start_run(
-                self.kind, self.model, self.command_line, self.env, self.settings
+                self.kind, self.model, self.command_line, env, self.settings
             )
         return self.store, self.run_id
 

@@ -23,12 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelscope.errors import BadInputError, StoreError
-from accelscope.hardware.fingerprint import Environment
-from accelscope.result import Result, utc_now
-from accelscope.serialise import dump
+
+if TYPE_CHECKING:  # imported where used: listing runs (and the CLI's start) needs neither
+    from accelscope.hardware.fingerprint import Environment
+    from accelscope.result import Result
 
 __all__ = [
     "DEFAULT_STORE_PATH",
@@ -272,6 +273,9 @@ class ResultStore:
     ) -> str:
         """Record a new run (status ``running``) and return its id. ``settings`` (JSON-ready)
         holds what is needed to reproduce the run's verdict (SLA, accuracy rule, ...)."""
+        from accelscope.result import utc_now
+        from accelscope.serialise import dump
+
         run_id = _new_run_id()
         with self._transaction():
             self._db.execute(
@@ -305,6 +309,8 @@ class ResultStore:
             text = json.dumps(payload, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise StoreError(f"cannot store a {kind} document: {exc}") from exc
+        from accelscope.result import utc_now
+
         with self._transaction():
             cursor = self._db.execute(
                 "INSERT INTO documents(run_id, kind, created_at, payload_json) VALUES (?, ?, ?, ?)",
@@ -314,6 +320,8 @@ class ResultStore:
 
     def finish_run(self, run_id: str, status: str) -> None:
         """Mark a run ``complete``, ``failed`` or ``interrupted``."""
+        from accelscope.result import utc_now
+
         with self._transaction():
             self._db.execute(
                 "UPDATE runs SET finished_at = ?, status = ? WHERE id = ?",
@@ -385,6 +393,8 @@ class ResultStore:
         texts = self._db.execute(
             "SELECT result_json FROM results WHERE run_id = ? ORDER BY id", (full_id,)
         ).fetchall()
+        from accelscope.result import Result
+
         results = tuple(Result.from_json(text) for (text,) in texts)
         document_rows = self._db.execute(
             "SELECT kind, created_at, payload_json FROM documents WHERE run_id = ? ORDER BY id",

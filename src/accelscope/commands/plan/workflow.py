@@ -29,7 +29,6 @@ from accelscope.plan.traffic import load_traffic
 from accelscope.result import Result, Status
 from accelscope.serialise import dump
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord
-from accelscope.sweep.driver import latest_by_key
 
 __all__ = [
     "ApiRequest",
@@ -246,6 +245,8 @@ def _gather(store: ResultStore, request: PlanRequest) -> tuple[str, Evidence]:
 def _with_node_types(store_path: Path | None, request: PlanRequest, evidence: Evidence) -> Evidence:
     """``evidence`` plus the ``--run``'s results of each mapped node type, as measured
     capacity of its catalog instance."""
+    from accelscope.sweep.driver import latest_by_key  # imports the sweep's worker (torch)
+
     if not request.run_id or store_path is None or not store_path.exists():
         raise BadInputError(
             "--node-type needs --run ID: the bench run measured with --executor ray"
@@ -291,7 +292,8 @@ def _store_document(
     environment: Environment | None,
     command_line: str | None,
 ) -> CommandRun:
-    env = environment or collect_environment()
+    # collected only if the run is stored: an estimate printed needs no GPU probe (torch)
+    env = environment or collect_environment
     run = CommandRun(
         RUN_KIND, model, env, settings, store_path=store_path, command_line=command_line
     )
