@@ -1,0 +1,9 @@
+"""Projections to hardware not at hand: a physical floor times an efficiency learned from
+published, measured results, as a point and an 80 % prediction interval.
+
+- :mod:`.published`: the published table (MLPerf Inference v4.0-v5.0), each row cited;
+- :mod:`.workloads`: the benchmarks, their workload classes and a sample's work;
+- :mod:`.efficiency`: the mixed model of log efficiency and its intervals;
+- :mod:`.calibration`: the table set against the datasheets, and the fitted model;
+- :mod:`.validation`: the leave-one-out that checks errors and interval coverage.
+"""

@@ -1,0 +1,79 @@
+"""plan/accelerators.py: the shipped datasheets cover every kind users rent, every figure is
+sourced, and a bad file is one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelscope.errors import BadInputError
+from accelscope.plan.accelerators import PEAK_DTYPES, load_accelerators, parse_accelerators
+
+PART = """
+[[accelerator]]
+name = "Box"
+family = "box"
+kind = "{kind}"
+vendor = "Us"
+memory_bytes = 1000
+memory_bandwidth_bytes_per_s = {bandwidth}
+peak_ops_per_s = {{ {dtype} = 1e12 }}
+[accelerator.sources]
+memory_bytes = {{ source = "datasheet", date = "2026-11-28" }}
+memory_bandwidth_bytes_per_s = {{ source = "datasheet", date = "2026-11-28" }}
+"peak_ops_per_s.{dtype}" = {{ source = "datasheet", date = "2026-11-28" }}
+"""
+
+
+def test_every_kind_users_rent_is_there_and_sourced() -> None:
+    parts = load_accelerators()
+    assert {s.kind for s in parts.specs} == {"gpu", "tpu", "npu", "cpu"}
+    families = {s.family for s in parts.specs}
+    for family in (
+        "nvidia-t4", "nvidia-l4", "nvidia-a10g", "nvidia-l40s", "nvidia-a100", "nvidia-h100",
+        "nvidia-h200", "nvidia-b200", "amd-mi300x", "google-tpu-v5e", "google-tpu-v6e",
+        "aws-inferentia2", "aws-trainium", "intel-gaudi2", "intel-xeon-amx", "amd-epyc",
+    ):  # fmt: skip
+        assert family in families, family
+    for spec in parts.specs:
+        for dtype in spec.peak_ops_per_s:
+            assert dtype in PEAK_DTYPES
+            source = spec.source_of(f"peak_ops_per_s.{dtype}")
+            assert source is not None and source.source, (spec.name, dtype)
+        assert spec.low_precision_peak[1] > 0
+
+
+def test_a_good_part_parses() -> None:
+    parts = parse_accelerators(PART.format(kind="npu", bandwidth="1e12", dtype="bf16"), "x")
+    assert parts.get("Box").low_precision_peak == ("bf16", 1e12)
+
+
+@pytest.mark.parametrize(
+    ("kind", "bandwidth", "dtype", "mentions"),
+    [
+        ("fpga", "1e12", "bf16", ("'Box'", "kind")),
+        ("gpu", "-5", "bf16", ("'Box'", "memory_bandwidth_bytes_per_s")),
+        ("gpu", "1e12", "int3", ("'Box'", "peak_ops_per_s.int3", "unknown dtype")),
+    ],
+)
+def test_a_bad_part_is_one_line(
+    kind: str, bandwidth: str, dtype: str, mentions: tuple[str, ...]
+) -> None:
+    with pytest.raises(BadInputError) as raised:
+        parse_accelerators(PART.format(kind=kind, bandwidth=bandwidth, dtype=dtype), "mine.toml")
+    message = str(raised.value)
+    assert "\n" not in message and "mine.toml" in message
+    for mention in mentions:
+        assert mention in message, message
+
+
+def test_a_figure_without_a_source_is_refused() -> None:
+    text = PART.format(kind="gpu", bandwidth="1e12", dtype="bf16").replace(
+        'memory_bytes = { source = "datasheet", date = "2026-11-28" }\n', ""
+    )
+    with pytest.raises(BadInputError, match=r"sources\.memory_bytes"):
+        parse_accelerators(text, "x")
+
+
+def test_an_unknown_part_names_the_known_ones() -> None:
+    with pytest.raises(BadInputError, match="NVIDIA L4"):
+        load_accelerators().get("NVIDIA L5")
