@@ -813,7 +813,10 @@ def test_one_round_of_llm_compile_gives_the_ratio_but_no_interval() -> None:
     assert empty.status == v.FAILED  # a step that measured nothing is no success
 
 
-_GPU_IMAGE = {"torch", "numpy", "typer", "rich", "psutil", "scikit-learn", "scipy", "jinja2"}
+_GPU_IMAGE = {
+    "torch", "numpy", "typer", "rich", "psutil", "scikit-learn", "scipy", "jinja2",
+    "threadpoolctl",  # scikit-learn's own dependency: there wherever scikit-learn is
+}  # fmt: skip
 """accelscope's dependencies the lent GPU machine's image has (shared/GPU-NOTES.md section 3,
 the device tool's KINDS.md): every other one must travel as a wheel, or `import accelscope.cli`
 fails there before any step runs."""

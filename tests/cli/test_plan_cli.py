@@ -53,9 +53,9 @@ def test_plan_from_the_store(tmp_path: Path, environment: Environment, cli: CliR
     here = options["c7i.large"]
     assert here["capacity"]["basis"] == "measured" and here["capacity"]["qps_per_instance"] == 40
     assert here["instances_at_peak"] == 9  # ceil(300 * 1.2 / 40)
-    projected = [o for o in doc["options"] if o["capacity"]["basis"] == "projected"]
-    assert len(projected) == len(doc["options"]) - 1
-    assert all(o["capacity"]["label"] == "estimate" for o in projected)
+    projected = [o for o in doc["options"] if (o["capacity"] or {}).get("basis") == "projected"]
+    assert len(projected) == len([o for o in doc["options"] if o["capacity"]]) - 1
+    assert all(o["capacity"]["label"].startswith("estimate") for o in projected)
     assert doc["recommendation"]["choice"] == doc["options"][0]["name"]
     assert {"roofline run", "load run"} <= {s.rsplit(" ", 1)[0] for s in doc["sources"]}
     # the run and its report
@@ -71,10 +71,11 @@ def test_plan_from_the_store(tmp_path: Path, environment: Environment, cli: CliR
     for option in projected:
         if option["feasible"]:
             cell = capacity_cell(option["capacity"])
-            assert "(estimate)" in cell and cell in flat, cell
+            rate = cell.split(" qps")[0] + " qps"  # a long cell wraps inside its column
+            assert "(estimate" in cell and rate in flat, cell
     assert "misses SLA (estimate)" in flat or all(o["feasible"] for o in projected)
     code, shown, _ = cli("runs", "show", doc["run_id"], "--store", db)
-    assert code == 0 and "(estimate)" in re.sub(r"\s+", " ", shown)
+    assert code == 0 and "(estimate" in re.sub(r"\s+", " ", shown)
 
 
 def test_bad_inputs_leave_no_store(tmp_path: Path, cli: CliRunner) -> None:

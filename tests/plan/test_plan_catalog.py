@@ -34,10 +34,10 @@ peak_ops_per_s = { source = "datasheet", date = "2026-11" }
 """
 
 
-def test_shipped_catalog_has_cpus_gpus_and_a_source_for_every_number() -> None:
+def test_shipped_catalog_has_every_kind_and_a_source_for_every_number() -> None:
     catalog = load_catalog()
     kinds = {i.kind for i in catalog.instances}
-    assert kinds == {"cpu", "gpu"} and len(catalog.instances) >= 10
+    assert kinds == {"cpu", "gpu", "tpu", "npu"} and len(catalog.instances) >= 10
     for instance in catalog.instances:
         for key in ("shape", "price_usd_per_hour", "memory_bandwidth_bytes_per_s"):
             source = instance.source_of(key)

@@ -95,7 +95,7 @@ def test_plan_prices_the_energy_measured_with_the_load_capacity(
     assert here["joules_per_item"] == pytest.approx(0.2)
     assert here["kwh_per_month"] == pytest.approx(0.2 * requests * 1.2 / 3.6e6)
     assert here["usd_per_month"] == pytest.approx(0.2 * requests * 1.2 / 3.6e6 * 0.15)
-    projected = [o for o in doc["options"] if o["capacity"]["basis"] == "projected"]
+    projected = [o for o in doc["options"] if (o["capacity"] or {}).get("basis") == "projected"]
     assert projected and all(o["energy"]["joules_per_item"] is None for o in projected)
     assert all("not projected" in o["energy"]["reason"] for o in projected)
     code, out, _ = cli(*args, "--energy-price", "0.15")

@@ -25,6 +25,7 @@ from accelscope.documents import (
 )
 from accelscope.plan.catalog import Instance
 from accelscope.plan.fusion import FUSION_RULE, at_precision, fuse
+from accelscope.plan.projection.capacity import PublishedCapacity
 from accelscope.units import ELEMENT_BYTES
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "llm_capacity",
     "measured_capacity",
     "project_capacity",
+    "published_estimate",
 ]
 
 BATCH_LATENCY_FACTOR = 2.0
@@ -63,6 +65,9 @@ class CapacityEstimate:
     latency_s: float | None = None
     assumptions: tuple[str, ...] = ()
     detail: Mapping[str, Any] = field(default_factory=dict)
+    published: PublishedCapacity | None = None
+    """The projection from published results with its 80 % interval, where there is one (it
+    then sets ``qps_per_instance``)."""
 
     @property
     def is_estimate(self) -> bool:
@@ -360,4 +365,41 @@ def project_capacity(
             "batch_size": method.batch_size,
             "per_device_items_per_s": per_device,
         },
+    )
+
+
+def published_estimate(
+    published: PublishedCapacity, carried: CapacityEstimate | None
+) -> CapacityEstimate:
+    """The capacity of an option projected from published results; the projection that carries
+    this machine's efficiency over (``carried``) is kept among the assumptions, for comparison."""
+    low, high = published.low_qps_per_instance, published.high_qps_per_instance
+    notes = [
+        f"projected from published results: {published.qps_per_instance:.4g} qps per instance, "
+        f"{published.coverage:.0%} interval {low:.4g}-{high:.4g}",
+        *published.notes,
+    ]
+    if carried is not None and not carried.meets_sla:
+        notes.append("this machine's efficiency carried over instead would miss the SLA")
+    elif carried is not None:
+        notes.append(
+            f"this machine's efficiency carried over instead would give "
+            f"{carried.qps_per_instance:.4g} qps"
+            + ("" if low <= carried.qps_per_instance <= high else " (outside the interval)")
+        )
+    return CapacityEstimate(
+        qps_per_instance=published.qps_per_instance,
+        basis="projected",
+        label=ESTIMATE + (", MLPerf-calibrated" if published.calibrated else ", uncalibrated"),
+        meets_sla=True,
+        assumptions=tuple(notes),
+        detail={
+            "method": "published",
+            "benchmark": published.benchmark,
+            "part": published.part,
+            "low_qps_per_instance": low,
+            "high_qps_per_instance": high,
+            "carried": None if carried is None else dict(carried.detail),
+        },
+        published=published,
     )

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Self
 
 from pydantic import (
     AfterValidator,
@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from accelscope.errors import BadInputError
+from accelscope.plan.accelerators import AcceleratorKind, load_accelerators
 from accelscope.validation import FieldProblem, PositiveCount, PositiveNumber, Text, validate
 
 __all__ = [
@@ -133,12 +134,17 @@ class Instance(_Table):
     type: Text
     provider: Text
     region: Text
-    kind: Literal["cpu", "gpu"]
+    kind: AcceleratorKind
     accelerator: Text
+    part: str = ""
+    """The datasheet (an ``accelerators.toml`` name) of the instance's accelerator, which
+    projections calibrated on published results need; empty where none is shipped."""
     accelerator_count: PositiveCount
     device_memory_bytes: PositiveCount
-    vcpus: PositiveCount
-    host_memory_bytes: PositiveCount
+    vcpus: PositiveCount | None = None
+    """Host vCPUs; required for a CPU instance (its capacity), optional elsewhere (a TPU
+    slice's share of its host is not always published)."""
+    host_memory_bytes: PositiveCount | None = None
     price_usd_per_hour: PositiveNumber = Field(
         validation_alias=AliasChoices("price_usd_per_hour", "price_per_hour")
     )
@@ -168,6 +174,8 @@ class Instance(_Table):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        if self.kind == "cpu" and (self.vcpus is None or self.host_memory_bytes is None):
+            raise FieldProblem("vcpus", "missing (a cpu entry needs vcpus and host_memory_bytes)")
         if self.kind == "cpu" and self.accelerator_count != 1:
             raise FieldProblem("accelerator_count", "must be 1 for a cpu instance (its CPU share)")
         if not self.peak_ops_per_s:
@@ -179,8 +187,10 @@ class Instance(_Table):
                 raise FieldProblem(
                     f"peak_ops_per_s.{dtype}", f"unknown dtype (use {', '.join(DTYPES)})"
                 )
-        if "fp32" not in self.peak_ops_per_s:
-            raise FieldProblem("peak_ops_per_s.fp32", "missing (every entry needs an fp32 peak)")
+        if "fp32" not in self.peak_ops_per_s and self.kind in ("cpu", "gpu"):
+            raise FieldProblem(
+                "peak_ops_per_s.fp32", f"missing (every {self.kind} entry needs an fp32 peak)"
+            )
         spot = ["spot_price_usd_per_hour"] if self.spot_price_usd_per_hour is not None else []
         for key in (*_SOURCE_KEYS, *spot):
             if key not in self.sources:
@@ -212,8 +222,9 @@ class Instance(_Table):
 
     @property
     def devices(self) -> int:
-        """Replicas one instance serves: one per GPU, one for a CPU instance."""
-        return self.accelerator_count if self.kind == "gpu" else 1
+        """Replicas one instance serves: one per accelerator (GPU, TPU chip, NPU), one for a
+        CPU instance."""
+        return 1 if self.kind == "cpu" else self.accelerator_count
 
     def peak(self, dtype: str) -> float | None:
         """Peak ops/s per device for ``dtype``, or ``None`` where the catalog gives none."""
@@ -243,7 +254,7 @@ class Catalog:
         raise BadInputError(f"no instance type {type_!r} in the catalog (known: {known})")
 
     def gpus(self) -> tuple[Instance, ...]:
-        """The GPU instances."""
+        """The GPU instances (TPU and NPU instances are apart: their memory-fit rules differ)."""
         return tuple(i for i in self.instances if i.kind == "gpu")
 
 
@@ -265,6 +276,14 @@ def parse_catalog_text(text: str, origin: str) -> tuple[Instance, ...]:
     if not isinstance(tables, list):
         raise BadInputError(f"catalog {origin}: 'instance' must be an array of tables")
     instances = [Instance.from_table(table, origin, i) for i, table in enumerate(tables)]
+    parts = {spec.name for spec in load_accelerators().specs}
+    for instance in instances:
+        if instance.part and instance.part not in parts:
+            raise BadInputError(
+                f"catalog {origin}: instance {instance.type!r}: field 'part': no accelerator "
+                f"{instance.part!r} in the shipped datasheets (accelerators.toml; known: "
+                f"{', '.join(sorted(parts))})"
+            )
     seen: set[str] = set()
     for instance in instances:
         if instance.type in seen:

@@ -9,6 +9,7 @@ model's roofline profile, and labelled ``estimate``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -25,6 +26,7 @@ from accelscope.plan.capacity import (
     llm_capacity,
     measured_capacity,
     project_capacity,
+    published_estimate,
 )
 from accelscope.plan.catalog import Catalog, Instance
 from accelscope.plan.energy import EnergyPrice, figure_key, option_energy
@@ -36,6 +38,7 @@ from accelscope.plan.fleet import (
     plan_fleet,
     requests_per_month,
 )
+from accelscope.plan.projection.capacity import published_capacity
 from accelscope.plan.traffic import Traffic
 from accelscope.serialise import dump
 
@@ -133,10 +136,14 @@ class CapacityPlan:
     catalog_files: tuple[str, ...]
     sources: tuple[str, ...]
     energy_price: EnergyPrice | None = None
+    ranking: str = ""
+    """Whether the choice is told apart from the runner-up once the projections' intervals are
+    counted, and what would decide it."""
 
     def to_dict(self) -> dict[str, Any]:
         """The stored ``plan`` document (JSON-ready); the views render this form."""
         return {
+            "ranking": self.ranking,
             "schema": PLAN_SCHEMA,
             "mode": "capacity",
             "model": self.model,
@@ -190,7 +197,7 @@ def _check_kind(instance: Instance, device: str | None, named_by: str, where: st
 
 
 def _option(instance: Instance, capacity: CapacityEstimate | None, reason: str = "") -> Option:
-    if instance.kind == "gpu":
+    if instance.kind != "cpu":
         description = f"{instance.accelerator_count}x {instance.accelerator}"
     else:
         description = f"{instance.accelerator.split(' (')[0]}, {instance.vcpus} vCPU"
@@ -202,6 +209,76 @@ def _option(instance: Instance, capacity: CapacityEstimate | None, reason: str =
         capacity=capacity,
         reason=reason,
         spot_price_usd_per_hour=instance.spot_price_usd_per_hour,
+    )
+
+
+def _projected(
+    profile: RooflineProfile,
+    instance: Instance,
+    settings: PlanSettings,
+    here: Instance | None,
+    calibration: Calibration | None,
+) -> CapacityEstimate | None:
+    """An option's projected capacity: from published results where the option's part and the
+    model's class have them, else this machine's efficiency carried over (CPU and GPU only:
+    a TPU's or NPU's has no footing here)."""
+    carried = (
+        project_capacity(profile, instance, settings.sla_p99_s, here, calibration)
+        if instance.kind in ("cpu", "gpu")
+        else None
+    )
+    published = published_capacity(profile, instance, settings.sla_p99_s)
+    if published is not None:
+        return published_estimate(published, carried)
+    return carried
+
+
+def _bounds(cost: OptionCost) -> tuple[float, float]:
+    """The option's $ per million inferences at the ends of its capacity's interval (the
+    fleet scaled inversely with capacity); a measured capacity has none: both ends equal."""
+    per_million = cost.per_million_autoscaled
+    capacity = cost.option.capacity
+    if per_million is None or capacity is None:
+        return math.inf, math.inf
+    published = capacity.published
+    if published is None or capacity.qps_per_instance <= 0:
+        return per_million, per_million
+    point = capacity.qps_per_instance
+    return (
+        per_million * point / published.high_qps_per_instance,
+        per_million * point / published.low_qps_per_instance,
+    )
+
+
+def ranking_note(ranked: Sequence[OptionCost], choice: str | None) -> str:
+    """Whether ``choice`` is cheaper than the runner-up at every capacity within the intervals;
+    if not, which measurement decides."""
+    priced = [c for c in ranked if c.feasible and c.per_million_autoscaled is not None]
+    first = next((c for c in priced if c.option.name == choice), None)
+    others = [c for c in priced if c.option.name != choice]
+    if first is None or not others:
+        return ""
+    runner = min(others, key=lambda c: _bounds(c)[0])
+    _, first_worst = _bounds(first)
+    runner_best, _ = _bounds(runner)
+    if first_worst <= runner_best:
+        return (
+            f"decided: {first.option.name} costs less per million than {runner.option.name} "
+            "at every capacity within their 80 % intervals"
+        )
+    estimated = [
+        c.option.name
+        for c in (first, runner)
+        if c.option.capacity and c.option.capacity.is_estimate
+    ]
+    decide = (
+        f"one accelscope load run on {' or '.join(estimated)} decides it"
+        if estimated
+        else "measure both under load to decide"
+    )
+    return (
+        f"not decided: {first.option.name} and {runner.option.name} cannot be told apart at "
+        f"this traffic within their 80 % intervals; {decide}"
     )
 
 
@@ -259,10 +336,12 @@ def build_plan(
         elif instance is here_instance and here_cap is not None:
             options.append(_option(instance, here_cap))
         elif profile is not None:
-            projected = project_capacity(
-                profile, instance, settings.sla_p99_s, here_instance, calibration
+            projected = _projected(profile, instance, settings, here_instance, calibration)
+            why = (
+                f"no published result of {model}'s workload class to project onto a "
+                f"{instance.kind} from, and this machine's efficiency does not carry over to one"
             )
-            options.append(_option(instance, projected))
+            options.append(_option(instance, projected, "" if projected else why))
         else:
             options.append(
                 _option(
@@ -288,6 +367,7 @@ def build_plan(
         for cost in ranked
     )
     return CapacityPlan(
+        ranking=ranking_note(ranked, recommendation.choice),
         model=model,
         traffic=traffic,
         settings=settings,

@@ -24,9 +24,16 @@ def capacity_cell(capacity: Mapping[str, Any] | None) -> str:
         return "—"
     qps = float(capacity.get("qps_per_instance", 0.0))
     label = str(capacity.get("label", ""))
-    rate = f"{qps:,.0f}" if qps >= 100 else f"{qps:.3g}"
-    number = f"{rate} qps" if capacity.get("meets_sla") else "misses SLA"
+    number = f"{_rate(qps)} qps" if capacity.get("meets_sla") else "misses SLA"
+    published = capacity.get("published")
+    if isinstance(published, Mapping) and capacity.get("meets_sla"):
+        low, high = published["low_qps_per_instance"], published["high_qps_per_instance"]
+        number += f" [{_rate(low)}-{_rate(high)}, {published['coverage']:.0%}]"
     return f"{number} ({label})"
+
+
+def _rate(qps: float) -> str:
+    return f"{qps:,.0f}" if qps >= 100 else f"{qps:.3g}"
 
 
 def energy_cell(energy: Mapping[str, Any] | None) -> str:
@@ -145,6 +152,8 @@ def capacity_view(doc: Mapping[str, Any]) -> RenderableType:
         + Text(str(rec.get("choice") or "none"), style="bold green")
     ]
     lines += [Text(f"  · {why}") for why in rec.get("why", [])]
+    if doc.get("ranking"):
+        lines.append(Text(f"ranking: {doc['ranking']}", style="yellow"))
     for reason, names in unknown.items():
         lines.append(Text(f"no capacity for {', '.join(names)}: {reason}", style="dim"))
     chosen = next((o for o in doc["options"] if o["name"] == choice), None)

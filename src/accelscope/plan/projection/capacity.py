@@ -1,0 +1,131 @@
+"""A model's capacity on a catalog instance, projected from published results with an interval.
+
+The model's work per item (its roofline profile: FLOPs per item) is set against the published
+benchmark of its workload class (a convolutional net against ResNet-50, anything else with
+matrix work against BERT-large), in MLPerf's Server scenario (Poisson arrivals under a p99
+bound): ``items/s = published efficiency on this part x its 8-bit peak / the model's work``.
+The efficiency and its 80 % interval come from :func:`~.calibration.shipped_calibration`; a
+part with no published row of its own gets the wider interval that says so.
+
+What this assumes, and every projection states: the vendor's optimised 8-bit stack (TensorRT,
+OpenVINO, ...) as submitted, not the user's; the model's efficiency that of the benchmark of its
+class; MLPerf's latency bound for the benchmark, not the user's SLA.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from accelscope import aten
+from accelscope.documents import RooflineProfile
+from accelscope.plan.accelerators import load_accelerators
+from accelscope.plan.catalog import Instance
+from accelscope.plan.projection.calibration import group_of, shipped_calibration
+from accelscope.plan.projection.validation import COVERAGE
+from accelscope.plan.projection.workloads import BENCHMARKS, Benchmark
+
+__all__ = ["SERVER_P99_S", "PublishedCapacity", "class_benchmark", "published_capacity"]
+
+SERVER_P99_S = {"resnet50": 0.015, "bert": 0.130}
+"""MLPerf's Server-scenario p99 bound per benchmark (LoadGen's ``mlperf.conf``:
+``resnet50.Server.target_latency = 15``, ``bert.Server.target_latency = 130``, in ms)."""
+
+_SCENARIO = "Server"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishedCapacity:
+    """Items/s one instance sustains, projected from published results: a point and its 80 %
+    interval, per instance (every device of it serving)."""
+
+    qps_per_instance: float
+    low_qps_per_instance: float
+    high_qps_per_instance: float
+    coverage: float
+    benchmark: str
+    """The published benchmark and scenario the efficiency came from (``resnet50/Server``)."""
+    part: str
+    basis: str
+    """What calibrated it (this family on this class, other classes only, or nothing)."""
+    stack: str
+    """The software the efficiency was measured with."""
+    notes: tuple[str, ...]
+
+    @property
+    def calibrated(self) -> bool:
+        """False where no published row of this family informs it."""
+        return not self.basis.startswith("no published calibration")
+
+
+def _category(name: str) -> str:
+    """``conv``, ``matmul`` or ``attention`` from an operator's aten name (profiles stored
+    before operators carried their category); ``""`` for the rest."""
+    base = aten.op_base_name(name)
+    if base in aten.CONVOLUTION or base in aten.CONV_TRANSPOSE:
+        return "conv"
+    if base in (*aten.MATMUL, *aten.MM, *aten.ADDMM, *aten.MV, *aten.LINEAR, *aten.EINSUM):
+        return "matmul"
+    return "attention" if base in aten.ATTENTION else ""
+
+
+def class_benchmark(profile: RooflineProfile) -> Benchmark | None:
+    """The published benchmark of the profile's workload class: ResNet-50 when convolutions do
+    most of its FLOPs, BERT-large when matrix products and attention do; ``None`` otherwise."""
+    flops: dict[str, float] = {}
+    for op in profile.operators:
+        category = op.category or _category(op.name)
+        flops[category] = flops.get(category, 0.0) + op.flops
+    total = sum(flops.values())
+    if total <= 0:
+        return None
+    if flops.get("conv", 0.0) / total > 0.5:
+        return BENCHMARKS["resnet50"]
+    if (flops.get("matmul", 0.0) + flops.get("attention", 0.0)) / total > 0.5:
+        return BENCHMARKS["bert"]
+    return None
+
+
+def published_capacity(
+    profile: RooflineProfile, instance: Instance, sla_p99_s: float
+) -> PublishedCapacity | None:
+    """The projection of ``profile``'s model onto ``instance``; ``None`` where the instance
+    names no datasheet or the model has no published class."""
+    bench = class_benchmark(profile)
+    if not instance.part or bench is None or bench.ops_per_sample is None:
+        return None
+    spec = load_accelerators().get(instance.part)
+    model = shipped_calibration().model
+    group = group_of(bench, _SCENARIO)
+    prediction = model.predict(group, spec.family, bench.workload_class)
+    dtype, part_peak = spec.low_precision_peak
+    peak = instance.peak(dtype) or part_peak  # a CPU instance's share of its socket
+    work = sum(op.flops for op in profile.operators) / profile.batch_size
+    scale = peak * bench.ops_per_sample / work * instance.devices
+    low, high = prediction.interval(COVERAGE)
+    bound = SERVER_P99_S[bench.name]
+    notes = [
+        f"efficiency of {bench.name} ({_SCENARIO} scenario, MLPerf Inference v4.0-v5.0) on "
+        f"{spec.family}: {prediction.basis}",
+        f"{profile.model}: {work / 1e9:.3g} GFLOP per item against {bench.name}'s "
+        f"{bench.ops_per_sample / 1e9:.3g}; the same share of the {dtype} peak "
+        f"({peak / 1e12:.4g} TOP/s per device) assumed",
+        "the submitters' optimised 8-bit stacks (TensorRT, OpenVINO, vendor runtimes), not "
+        "yours: measure yours with accelscope bench/load",
+    ]
+    if sla_p99_s < bound:
+        notes.append(
+            f"MLPerf's {bench.name} Server bound is p99 {bound * 1e3:g} ms, looser than your "
+            f"{sla_p99_s * 1e3:g} ms: an upper bound at your SLA"
+        )
+    return PublishedCapacity(
+        qps_per_instance=math.exp(prediction.log_mean) * scale,
+        low_qps_per_instance=low * scale,
+        high_qps_per_instance=high * scale,
+        coverage=COVERAGE,
+        benchmark=group,
+        part=spec.name,
+        basis=prediction.basis,
+        stack="vendor-optimised, as submitted to MLPerf",
+        notes=tuple(notes),
+    )
