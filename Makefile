@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   install everything into .venv and run the main job on the built-in default model
 #   make test   install everything into .venv and run the checks: format, lint, types, tests
+# and, for a change's inner loop, `make test-fast`: the tests that start no real server.
 # Every install goes through constraints.txt, which pins torch (a CPU machine never pulls CUDA).
 
 PYTHON ?= python3
@@ -11,7 +12,8 @@ STAMP  := $(VENV)/.installed
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install vllm peers browser prometheus tools demo test check benchmarks clean
+.PHONY: install vllm peers browser prometheus tools demo test test-fast test-serial check \
+  benchmarks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -97,11 +99,30 @@ prometheus:
 	  else echo "the audit tests need prometheus and promtool: sudo apt-get install prometheus" >&2; \
 	    exit 1; fi; }
 
+# The tests come in two tiers (markers of pyproject.toml; tests/conftest.py fails a test that
+# starts a real server, cluster or browser without `server`):
+#   test-fast    every unmarked test, on both cores (pytest-xdist, -n 2; a file stays on one
+#                worker, so a module's fixture is built once): no vLLM, chromium or Prometheus
+#                needed. The inner loop of a change.
+#   test-serial  the marked tests, one at a time: `server` (vLLM, transformers serve, Ray,
+#                Prometheus, chromium, the tune templates' servers: each takes the cores) and
+#                `serial` (times to the millisecond or measures CPU: a neighbour would skew it).
+#   test         the whole suite: format, lint and types, then both tiers; fails if either does
+#                (both run, so one run names every failure). CI runs it (.ci/run).
 # The two environments, the lint and type checks and the system tools are independent: built side
 # by side (about 3 minutes off a fresh machine's run); the two apt-get installs one after the other.
 test:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target check tools vllm
-	$(BIN)/pytest -q --durations=20
+	@status=0; \
+	$(MAKE) --no-print-directory test-fast || status=1; \
+	$(MAKE) --no-print-directory test-serial || status=1; \
+	exit $$status
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not server and not serial" -n 2 --dist loadfile --durations=20
+
+test-serial: $(STAMP) tools vllm
+	$(BIN)/pytest -q -m "server or serial" --durations=20
 
 tools:
 	@$(MAKE) --no-print-directory browser

@@ -2,7 +2,9 @@
 host name mapped away, and read back the DOM, the console and the page's own network requests.
 
 The browser tests need Debian's chromium (``apt-get update && apt-get install -y chromium``);
-``make test`` installs it when missing. ``ACCELSCOPE_CHROMIUM`` names another binary.
+``make test`` installs it when missing. ``ACCELSCOPE_CHROMIUM`` names another binary. A test
+that loads a page is marked ``server`` (the serial tier; ``tests/conftest.py`` fails one that is
+not), so ``make test-fast`` needs no chromium.
 """
 
 from __future__ import annotations

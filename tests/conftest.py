@@ -1,9 +1,12 @@
 """Shared fixtures: a fixed environment and an in-process command-line runner, no real hardware
-needed. Fakes and helpers live in :mod:`accelscope.testing`; import them from there."""
+needed. Fakes and helpers live in :mod:`accelscope.testing`; import them from there. Also the
+guard of the test tiers: a test that starts a real server must be marked ``server``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,3 +30,107 @@ def cli(capsys: pytest.CaptureFixture[str]) -> CliRunner:
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+# -- the test tiers ---------------------------------------------------------------------------
+# A test that starts a real server, cluster or browser is marked `server` (pyproject.toml): it
+# runs in the serial tier of `make test`, never in `make test-fast`. Two guards keep a new one
+# from slipping into the fast tier unmarked: collection fails for a test that uses one of the
+# fixtures below, and a test that starts one of the real services inline fails when it does.
+
+TESTS = Path(__file__).parent
+
+SERVER_FIXTURES = frozenset(
+    {  # (the file that defines it, the fixture): names such as `server` are fakes elsewhere
+        ("audit/test_audit_prometheus.py", "prometheus"),  # Prometheus
+        ("commands/bench/test_html_report.py", "browser"),  # chromium
+        ("llm/test_llm_against_transformers_serve.py", "server"),  # transformers serve
+        ("llm/test_llm_against_vllm.py", "vllm"),  # vLLM
+        ("llm/test_llm_servers_fixture.py", "served"),  # transformers serve
+        ("sweep/test_ray_cluster_sweep.py", "cluster"),  # Ray
+    }
+)
+
+
+def _server_fixtures(item: pytest.Item) -> list[str]:
+    """The real-server fixtures ``item`` uses, directly or through other fixtures."""
+    info = getattr(item, "_fixtureinfo", None)  # pytest's record of the item's fixture closure
+    if info is None:
+        return []
+    return [
+        name
+        for name, definitions in info.name2fixturedefs.items()
+        for definition in definitions
+        if (_defined_in(definition.func), name) in SERVER_FIXTURES
+    ]
+
+
+def _defined_in(function: Callable[..., object]) -> str:
+    path = Path(function.__code__.co_filename)
+    return path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else str(path)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = [
+        f"{item.nodeid} (uses {', '.join(names)})"
+        for item in items
+        if item.get_closest_marker("server") is None and (names := _server_fixtures(item))
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "these tests start a real server but are not marked @pytest.mark.server (the "
+            "serial tier):\n  " + "\n  ".join(unmarked)
+        )
+
+
+_RUNNING: list[pytest.Item] = []
+"""The test now running (set-up, call and teardown), for the start guards."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _RUNNING.append(item)
+    try:
+        return (yield)
+    finally:
+        _RUNNING.pop()
+
+
+def _unmarked_start(what: str) -> None:
+    if _RUNNING and _RUNNING[-1].get_closest_marker("server") is None:
+        pytest.fail(
+            f"{_RUNNING[-1].nodeid} starts {what}: mark it @pytest.mark.server (the serial "
+            "tier; pyproject.toml)",
+            pytrace=False,
+        )
+
+
+def _guard(cls: type[Any], what: str, real: Callable[[Any], bool] = lambda _: True) -> None:
+    start = cls.start
+
+    def guarded(self: Any) -> None:
+        if real(self):
+            _unmarked_start(what)
+        start(self)
+
+    cls.start = guarded
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import browser
+    from accelscope.testing.prometheus import LocalPrometheus
+    from accelscope.testing.ray_cluster import LocalRayCluster
+    from accelscope.testing.real_llm_servers import TransformersServe, VllmServe
+
+    real_transformers = TransformersServe.executable()  # a test may fake it (sys.executable)
+    _guard(LocalPrometheus, "Prometheus")
+    _guard(LocalRayCluster, "a Ray cluster")
+    _guard(VllmServe, "vLLM")
+    _guard(TransformersServe, "transformers serve", lambda s: s.executable() == real_transformers)
+    chromium = browser.chromium
+
+    def guarded_chromium() -> str:
+        _unmarked_start("chromium")
+        return chromium()
+
+    browser.chromium = guarded_chromium

@@ -31,6 +31,7 @@ def _request(url: str, **more: Any) -> AuditRequest:
     return AuditRequest(prometheus=url, until_s=END_S, since_s=DAYS * 86400, step_s=STEP_S, **more)
 
 
+@pytest.mark.server
 def test_prometheus_and_its_saved_export_give_identical_numbers(
     prometheus: LocalPrometheus, tmp_path: Path
 ) -> None:
@@ -45,6 +46,7 @@ def test_prometheus_and_its_saved_export_give_identical_numbers(
     assert "query_range step 300 s" in live["source"]
 
 
+@pytest.mark.server
 def test_hand_computed_figures_over_http(prometheus: LocalPrometheus) -> None:
     document = audit(_request(prometheus.url), store_path=None).document
     devices = {d["key"]: d for d in document["devices"]}
@@ -57,6 +59,7 @@ def test_hand_computed_figures_over_http(prometheus: LocalPrometheus) -> None:
     assert {a["kind"] for a in document["actions"]} >= {"release-idle", "consolidate-mig"}
 
 
+@pytest.mark.server
 def test_a_window_without_data(prometheus: LocalPrometheus) -> None:
     request = AuditRequest(
         prometheus=prometheus.url, until_s=START_S - 86400, since_s=86400, step_s=STEP_S

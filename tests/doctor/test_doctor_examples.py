@@ -47,6 +47,7 @@ def _doctor(
     )
 
 
+@pytest.mark.serial  # a diagnosis from measured CPU time: under `pytest -n 2` batch1 read 'compute'
 @pytest.mark.parametrize(
     ("example", "bottleneck", "cpu"),
     [

@@ -195,6 +195,7 @@ def test_trace_flag_misuse(tmp_path: Path, cli: CliRunner, args: list[str], ment
     assert "never run" not in out
 
 
+@pytest.mark.server
 def test_html_report_is_written_escaped_and_scriptless(tmp_path: Path, cli: CliRunner) -> None:
     hostile = "<img src=x onerror=\"document.title='PWNED'\">"
     ranks = tmp_path / "ranks"

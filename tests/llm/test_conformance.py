@@ -160,6 +160,7 @@ def test_a_figure_that_does_not_exist_passes_only_when_not_reported() -> None:
     assert reported.verdict is Verdict.FAIL and "none" in reported.why
 
 
+@pytest.mark.server
 @pytest.mark.skipif(not vllm_installed, reason="no .venv-vllm (make vllm)")
 def test_vllm_bench_serve_is_graded(tmp_path: Path) -> None:
     """vLLM 0.32's ``bench serve`` on two cases, its failures named: it takes the chat role

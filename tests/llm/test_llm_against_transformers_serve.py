@@ -21,6 +21,8 @@ from accelscope.testing.client_faults import AfterAnswers
 from accelscope.testing.llm_model import build_tiny_llama
 from accelscope.testing.real_llm_servers import TransformersServe
 
+pytestmark = pytest.mark.server  # the real `transformers serve`
+
 OUTPUT_TOKENS = 8
 
 

@@ -27,6 +27,10 @@ from accelscope.testing.client_faults import AfterAnswers
 from accelscope.testing.llm_model import build_tiny_llama
 from accelscope.testing.real_llm_servers import VllmServe
 
+# a real vLLM; its start alone may take up to VLLM_STARTUP_TIMEOUT_S (420 s) on a loaded machine,
+# and the first test's set-up pays it
+pytestmark = [pytest.mark.server, pytest.mark.timeout(600)]
+
 BLOCK = 128
 
 

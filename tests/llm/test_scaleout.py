@@ -171,6 +171,7 @@ def test_llm_with_two_workers_stores_every_request(cli: CliRunner, tmp_path: Pat
     assert trial["summary"]["completed"] == 12
 
 
+@pytest.mark.server
 def test_two_ray_nodes_send_one_schedule() -> None:
     pytest.importorskip("ray")
     from accelscope.llm.scaleout_ray import run_ray_trial

@@ -29,6 +29,10 @@ from accelscope.llm.records import LlmRequest
 from accelscope.llm.summary import DEFINITIONS, request_values, summarise_trial
 from accelscope.testing.fake_llm_server import FakeLLMServer, ReceivedRequest
 
+# stamps to the millisecond: a neighbour process on the same cores delays the client's (under
+# `pytest -n 2` a late [DONE] and a tool call's E2E read 10-20 ms late)
+pytestmark = pytest.mark.serial
+
 WIDE_S = 0.005
 NARROW_S = 0.001
 EARLY_S = 0.0005

@@ -162,6 +162,7 @@ def _finish(box: dict[str, object]) -> BenchOutcome:
     return outcome
 
 
+@pytest.mark.server
 def test_sweep_across_two_node_types(
     cluster: LocalRayCluster, tmp_path: Path, cli: CliRunner
 ) -> None:
@@ -207,6 +208,7 @@ def test_sweep_across_two_node_types(
     assert "on node_type_a" in out and "on node_type_b" in out
 
 
+@pytest.mark.server
 def test_fast_strategy_screens_and_selects_per_node_type(
     cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
@@ -230,6 +232,7 @@ def test_fast_strategy_screens_and_selects_per_node_type(
     assert {r.spec.node_type for r in screened} <= {"node_type_a", "node_type_b"}
 
 
+@pytest.mark.server
 def test_an_interleave_task_with_a_shipped_model_runs_on_the_node(
     cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
@@ -264,6 +267,7 @@ def test_an_interleave_task_with_a_shipped_model_runs_on_the_node(
     assert outcome.node
 
 
+@pytest.mark.server
 def test_one_task_at_a_time_per_node(cluster: LocalRayCluster, tmp_path: Path) -> None:
     """A node with a task in flight has no free slot; its other configurations wait."""
     from accelscope.hardware.fingerprint import collect_environment
@@ -295,6 +299,7 @@ def test_one_task_at_a_time_per_node(cluster: LocalRayCluster, tmp_path: Path) -
         assert executor.idle_slots("node_type_b") == 1
 
 
+@pytest.mark.server
 def test_model_file_travels_to_the_node(cluster: LocalRayCluster, tmp_path: Path) -> None:
     model = tmp_path / "tiny.onnx"
     model.write_bytes(tiny_onnx_bytes())
@@ -312,6 +317,7 @@ def test_model_file_travels_to_the_node(cluster: LocalRayCluster, tmp_path: Path
     assert ok[0].spec.model == str(model)  # the spec names the user's file, not the copy
 
 
+@pytest.mark.server
 def test_a_file_corrupted_in_transit_is_refused(
     cluster: LocalRayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -336,6 +342,7 @@ def test_a_file_corrupted_in_transit_is_refused(
     assert len(failed) == 1 and "arrived corrupted" in failed[0].status_reason
 
 
+@pytest.mark.server
 def test_a_worker_crash_or_hang_on_a_node_is_isolated_as_locally(
     cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
@@ -358,6 +365,7 @@ def test_a_worker_crash_or_hang_on_a_node_is_isolated_as_locally(
     assert all(r.node for r in by_backend.values())  # measured (and failed) on the node
 
 
+@pytest.mark.server
 def test_a_dead_node_task_is_retried_on_another_node_of_its_type(
     cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
@@ -381,6 +389,7 @@ def test_a_dead_node_task_is_retried_on_another_node_of_its_type(
     cluster.kill_node(second)
 
 
+@pytest.mark.server
 def test_a_dead_node_with_no_other_of_its_type_is_recorded_and_the_rest_goes_on(
     cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
@@ -415,6 +424,7 @@ def test_a_dead_node_with_no_other_of_its_type_is_recorded_and_the_rest_goes_on(
         assert len(opened.get_run(outcome.run_id or "latest").results) == len(outcome.results)
 
 
+@pytest.mark.server
 def test_driver_interrupted_then_killed_mid_sweep_resumes_without_measuring_again(
     cluster: LocalRayCluster, tmp_path: Path, cli: CliRunner
 ) -> None:
@@ -533,6 +543,7 @@ def _drive_until(
             driver.wait(timeout=30)
 
 
+@pytest.mark.server
 def test_bad_cluster_input_is_one_line_exit_2(
     cluster: LocalRayCluster, tmp_path: Path, cli: CliRunner
 ) -> None:

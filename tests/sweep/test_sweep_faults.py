@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from accelscope.commands.bench.workflow import BenchRequest, bench
+from accelscope.engine.probe import cache_path
+from accelscope.hardware.fingerprint import collect_environment
 from accelscope.result import Cause, Status
+from accelscope.serialise import dump
 from accelscope.spec import Precision, TensorSpec
 from accelscope.store.sqlite import ResultStore
-from accelscope.testing import restore_default_sigint
+from accelscope.testing import fake_probe_table, restore_default_sigint
 
 FACTORY = """
 import torch
@@ -113,6 +116,15 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path, factory: str) -> None:
         "--report",
         str(tmp_path / "r.html"),
     ]
+    # what the bf16 probe measured is scripted (the cache next to the store): 1.5x fp32, so all
+    # four configurations are measured on any CPU. A probe measured here, beside another busy
+    # process, could read bf16 slower: bf16 was then skipped and the sweep ended with its second
+    # result, before the kill.
+    env = collect_environment()
+    cached = cache_path(tmp_path / "probes", env.fingerprint(), 1)
+    cached.parent.mkdir()
+    table = fake_probe_table(env, {("torch", Precision.BF16): 1.5}, threads=1)
+    cached.write_text(json.dumps(dump(table)))
     first = subprocess.Popen([*args, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # the fault: kill -9 once two of the four configurations are stored (a third measures)
     deadline = time.monotonic() + 180

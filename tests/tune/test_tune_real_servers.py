@@ -29,6 +29,8 @@ from accelscope.testing.llm_model import build_tiny_llama
 from accelscope.tune.documents import TuneConfig
 from accelscope.tune.failures import FailureKind
 
+pytestmark = pytest.mark.server  # real vLLM and `transformers serve` servers
+
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -62,6 +64,7 @@ VLLM_ARGS = [
 ]  # fmt: skip
 
 
+@pytest.mark.timeout(600)  # five vLLM starts: 115-199 s quiet here
 def test_vllm_known_answer_failures_quality_and_resume(
     tiny_model: Path, tmp_path: Path, cli: CliRunner
 ) -> None:

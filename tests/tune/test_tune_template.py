@@ -25,6 +25,8 @@ from accelscope.testing import CliRunner, restore_default_sigint
 from accelscope.tune.documents import TuneConfig, TuneRound, TuneRun
 from accelscope.tune.failures import FailureKind
 
+pytestmark = pytest.mark.server  # every test tunes real server processes (the fake, from a command)
+
 FAKE = f"{sys.executable} -m accelscope.testing.llm_server --port {{port}} --itl-ms 4 --ttft-ms 10"
 WORKLOAD = Workload(input_tokens=Lengths(8, 8), output_tokens=Lengths(12, 12), seed=1)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from accelscope.audit.telemetry import Series
 from accelscope.commands.audit.html import render_audit_report
@@ -32,6 +33,7 @@ def _document(tmp_path: Path) -> dict[str, object]:
     return audit(AuditRequest(export=export), store_path=None).document
 
 
+@pytest.mark.server
 def test_report_in_a_real_browser(tmp_path: Path) -> None:
     document = _document(tmp_path)
     html = render_audit_report(document, title="audit " + HOSTILE)

@@ -338,6 +338,7 @@ def browser(environment: Environment, tmp_path_factory: pytest.TempPathFactory) 
         SHOTS[name] = png.read_bytes()
 
 
+@pytest.mark.server
 @pytest.mark.usefixtures("browser")
 def test_browser_detectors_fire_on_deliberately_bad_pages() -> None:
     control = RUNS["control"]
@@ -351,6 +352,7 @@ def test_browser_detectors_fire_on_deliberately_bad_pages() -> None:
     assert not _png_is_nontrivial(SHOTS["blank"], *SHOT_SIZE)
 
 
+@pytest.mark.server
 @pytest.mark.usefixtures("browser")
 def test_report_draws_its_charts_in_a_browser() -> None:
     dom = Dom(RUNS["report"].dom)
@@ -363,16 +365,19 @@ def test_report_draws_its_charts_in_a_browser() -> None:
     assert _png_is_nontrivial(SHOTS["report"], *SHOT_SIZE)
 
 
+@pytest.mark.server
 @pytest.mark.usefixtures("browser")
 def test_report_logs_nothing_to_the_console() -> None:
     assert console_messages(RUNS["report"].stderr) == []
 
 
+@pytest.mark.server
 @pytest.mark.usefixtures("browser")
 def test_report_requests_nothing_from_the_network() -> None:
     assert page_requests(RUNS["report"].netlog) == []
 
 
+@pytest.mark.server
 @pytest.mark.usefixtures("browser")
 def test_report_xss_payloads_do_not_run() -> None:
     dom = Dom(RUNS["report"].dom)

@@ -112,6 +112,7 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
+@pytest.mark.server
 def test_report_in_a_real_browser(run: Run, tmp_path: Path) -> None:
     document, records, _ = _hostile(*run[:2])
     title = "accelscope llm: " + HOSTILE

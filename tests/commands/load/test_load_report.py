@@ -123,6 +123,7 @@ def test_terminal_view_shows_verdict_errors_and_notes(page: tuple[str, dict[str,
     assert "injected failure on query 7" in text and "padding note" in text
 
 
+@pytest.mark.server
 def test_report_draws_in_a_browser_quietly_and_offline(
     page: tuple[str, dict[str, Any]], tmp_path: Path
 ) -> None:

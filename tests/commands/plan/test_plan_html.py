@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from accelscope.commands.plan.html import render_plan_report
 from accelscope.documents import RooflineProfile
 from accelscope.plan.capacity import given_capacity, project_capacity
@@ -50,6 +52,7 @@ def test_report_labels_every_projection_and_escapes(tmp_path: Path) -> None:
     assert "connect-src 'none'" in html and "http://" not in html.split("<script>")[0]
 
 
+@pytest.mark.server
 def test_report_in_a_real_browser(tmp_path: Path) -> None:
     page = tmp_path / "plan.html"
     page.write_text(render_plan_report(_document(), title="plan " + HOSTILE), encoding="utf-8")

@@ -96,6 +96,7 @@ def test_report_escapes_user_text_and_is_self_contained() -> None:
     assert not re.search(r"<script[^>]+src=", doc) and "<link" not in doc
 
 
+@pytest.mark.server
 def test_report_draws_in_headless_chromium_without_console_or_network(tmp_path: Path) -> None:
     page = tmp_path / "roofline.html"
     page.write_text(render_roofline_report(_profile()), encoding="utf-8")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from accelscope.commands.tune.html import pareto_front, render_tune_report
 from accelscope.llm.documents import Arrivals, LlmTrial, RequestRecord, Slo
 from accelscope.llm.summary import summarise_trial
@@ -90,6 +92,7 @@ def _run() -> TuneRun:
     )
 
 
+@pytest.mark.server
 def test_report_in_a_real_browser(tmp_path: Path) -> None:
     html = render_tune_report(_run(), title="accelscope tune: " + HOSTILE)
     assert HOSTILE not in html and "<img src=x" not in html and "&lt;img src=x" in html
