@@ -30,6 +30,7 @@ __all__ = [
     "AcceleratorKind",
     "AcceleratorSpec",
     "Accelerators",
+    "check_sourced_peaks",
     "load_accelerators",
 ]
 
@@ -43,6 +44,31 @@ LOW_PRECISION = ("fp8", "int8")
 bits, so a published figure is set against the part's 8-bit peak."""
 
 _SHIPPED = "accelerators.toml"
+
+
+def check_sourced_peaks(
+    peaks: Mapping[str, float],
+    sources: Mapping[str, object],
+    dtypes: tuple[str, ...],
+    keys: tuple[str, ...],
+) -> None:
+    """Refuse (:class:`FieldProblem`) an empty or unknown-dtype peak table, or a number
+    without its source: each of ``keys``, and each peak (its own source or the table's)."""
+    if not peaks:
+        raise FieldProblem(
+            "peak_ops_per_s", "missing (a table of dtype = ops/s, e.g. fp32 = 8.1e12)"
+        )
+    for dtype in peaks:
+        if dtype not in dtypes:
+            raise FieldProblem(
+                f"peak_ops_per_s.{dtype}", f"unknown dtype (use {', '.join(dtypes)})"
+            )
+    for key in keys:
+        if key not in sources:
+            raise FieldProblem(f"sources.{key}", "missing (every number needs a source)")
+    for dtype in peaks:
+        if f"peak_ops_per_s.{dtype}" not in sources and "peak_ops_per_s" not in sources:
+            raise FieldProblem(f"sources.peak_ops_per_s.{dtype}", "missing")
 
 
 class _Table(BaseModel):
@@ -78,24 +104,10 @@ class AcceleratorSpec(_Table):
 
     @model_validator(mode="after")
     def _sourced(self) -> Self:
-        for dtype in self.peak_ops_per_s:
-            if dtype not in PEAK_DTYPES:
-                raise FieldProblem(
-                    f"peak_ops_per_s.{dtype}", f"unknown dtype (use {', '.join(PEAK_DTYPES)})"
-                )
-        if not self.peak_ops_per_s:
-            raise FieldProblem("peak_ops_per_s", "missing (a table of dtype = ops/s)")
         if self.kind != "cpu" and self.memory_bytes is None:
             raise FieldProblem("memory_bytes", f"missing (every {self.kind} has device memory)")
-        for key in ("memory_bandwidth_bytes_per_s", *self._given("memory_bytes", "tdp_w")):
-            if key not in self.sources:
-                raise FieldProblem(f"sources.{key}", "missing (every number needs a source)")
-        for dtype in self.peak_ops_per_s:
-            if (
-                f"peak_ops_per_s.{dtype}" not in self.sources
-                and "peak_ops_per_s" not in self.sources
-            ):
-                raise FieldProblem(f"sources.peak_ops_per_s.{dtype}", "missing")
+        given = ("memory_bandwidth_bytes_per_s", *self._given("memory_bytes", "tdp_w"))
+        check_sourced_peaks(self.peak_ops_per_s, self.sources, PEAK_DTYPES, given)
         return self
 
     def _given(self, *keys: str) -> tuple[str, ...]:

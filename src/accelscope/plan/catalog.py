@@ -35,7 +35,7 @@ from pydantic import (
 )
 
 from accelscope.errors import BadInputError
-from accelscope.plan.accelerators import AcceleratorKind, load_accelerators
+from accelscope.plan.accelerators import AcceleratorKind, check_sourced_peaks, load_accelerators
 from accelscope.validation import FieldProblem, PositiveCount, PositiveNumber, Text, validate
 
 __all__ = [
@@ -178,29 +178,12 @@ class Instance(_Table):
             raise FieldProblem("vcpus", "missing (a cpu entry needs vcpus and host_memory_bytes)")
         if self.kind == "cpu" and self.accelerator_count != 1:
             raise FieldProblem("accelerator_count", "must be 1 for a cpu instance (its CPU share)")
-        if not self.peak_ops_per_s:
-            raise FieldProblem(
-                "peak_ops_per_s", "missing (a table of dtype = ops/s, e.g. fp32 = 8.1e12)"
-            )
-        for dtype in self.peak_ops_per_s:
-            if dtype not in DTYPES:
-                raise FieldProblem(
-                    f"peak_ops_per_s.{dtype}", f"unknown dtype (use {', '.join(DTYPES)})"
-                )
+        spot = ("spot_price_usd_per_hour",) if self.spot_price_usd_per_hour is not None else ()
+        check_sourced_peaks(self.peak_ops_per_s, self.sources, DTYPES, (*_SOURCE_KEYS, *spot))
         if "fp32" not in self.peak_ops_per_s and self.kind in ("cpu", "gpu"):
             raise FieldProblem(
                 "peak_ops_per_s.fp32", f"missing (every {self.kind} entry needs an fp32 peak)"
             )
-        spot = ["spot_price_usd_per_hour"] if self.spot_price_usd_per_hour is not None else []
-        for key in (*_SOURCE_KEYS, *spot):
-            if key not in self.sources:
-                raise FieldProblem(f"sources.{key}", "missing (every number needs a source)")
-        for dtype in self.peak_ops_per_s:
-            if (
-                f"peak_ops_per_s.{dtype}" not in self.sources
-                and "peak_ops_per_s" not in self.sources
-            ):
-                raise FieldProblem(f"sources.peak_ops_per_s.{dtype}", "missing")
         return self
 
     @classmethod
