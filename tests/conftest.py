@@ -43,7 +43,7 @@ TESTS = Path(__file__).parent
 SERVER_FIXTURES = frozenset(
     {  # (the file that defines it, the fixture): names such as `server` are fakes elsewhere
         ("audit/test_audit_prometheus.py", "prometheus"),  # Prometheus
-        ("commands/bench/test_html_report.py", "browser"),  # chromium
+        ("commands/bench/test_bench_html.py", "browser"),  # chromium
         ("llm/test_llm_against_transformers_serve.py", "server"),  # transformers serve
         ("llm/test_llm_against_vllm.py", "vllm"),  # vLLM
         ("llm/test_llm_servers_fixture.py", "served"),  # transformers serve

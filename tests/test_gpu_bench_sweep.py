@@ -1,6 +1,8 @@
 """benchmarks/gpu/bench_sweep.py without a GPU: the dry run plans ResNet-50's default GPU sweep on
 a fake H100, and the step turns a ``bench --json`` document into one row per configuration with
-its two throughputs and compile time."""
+its two throughputs and compile time.
+
+Covers: accelscope.commands.bench.workflow, accelscope.sweep.gpu_default."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """benchmarks/gpu/validate.py without a GPU: the step scheduler, the digest, the parsers of each
-command's JSON (fake documents shaped like the real ones), and the subprocess handling."""
+command's JSON (fake documents shaped like the real ones), and the subprocess handling.
+
+Covers: accelscope.llm.documents, accelscope.doctor.profile, accelscope.load.summary,
+accelscope.commands.audit.workflow, accelscope.documents."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The layering rules of ARCHITECTURE.md: imports point downwards only, and no command package
-imports another one."""
+imports another one.
+
+Covers: accelscope."""
 
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ A string literal counts as a machine path when it is absolute and its first comp
 place where one machine's checkouts, homes or installs live (``/work``, ``/home``, ``/root``,
 ``/opt``, ...), or any other top-level directory that exists here and is not one of the
 operating system's own (``/proc``, ``/usr``, ``/tmp``, ...). URL paths such as
-``/v1/completions`` name no directory and pass."""
+``/v1/completions`` name no directory and pass.
+
+Covers: accelscope.testing."""
 
 from __future__ import annotations
 

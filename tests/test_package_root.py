@@ -1,4 +1,6 @@
-"""The package root re-exports the public API without hiding its own subpackages."""
+"""The package root re-exports the public API without hiding its own subpackages.
+
+Covers: accelscope."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The public API is curated: pinned names, all importable, typed package."""
+"""The public API is curated: pinned names, all importable, typed package.
+
+Covers: accelscope."""
 
 from __future__ import annotations
 

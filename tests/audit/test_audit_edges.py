@@ -1,6 +1,9 @@
 """Edge cases of the audit's reading of telemetry: scrape-renamed pod labels, percent fields
 near zero, GPU_UTIL reported as 0 under MIG, series split across answers, price matching, and
-exports the fast reader must hand to json (and json must refuse)."""
+exports the fast reader must hand to json (and json must refuse).
+
+Covers: accelscope.audit.telemetry, accelscope.audit.cost, accelscope.audit.analysis,
+accelscope.commands.audit.workflow."""
 
 from __future__ import annotations
 

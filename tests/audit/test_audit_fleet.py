@@ -1,5 +1,8 @@
 """The fixture fleet's audit against figures computed by hand (accelscope.testing.fleet
-documents every value): hours, coverage, "not measured" reasons, dollars and actions."""
+documents every value): hours, coverage, "not measured" reasons, dollars and actions.
+
+Covers: accelscope.commands.audit.workflow, accelscope.audit.telemetry, accelscope.audit.analysis,
+accelscope.audit.cost, accelscope.testing.fleet."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """``audit --prometheus`` against a real Prometheus (Debian's package) serving a TSDB that
-promtool backfilled from the fixture fleet: the same numbers as from a file, and its faults."""
+promtool backfilled from the fixture fleet: the same numbers as from a file, and its faults.
+
+Covers: accelscope.audit.telemetry, accelscope.commands.audit.workflow,
+accelscope.testing.prometheus."""
 
 from __future__ import annotations
 

@@ -2,6 +2,9 @@
 
 Real runs use the zoo ``digits-cnn`` (real held-out data) and a tiny CNN; every export goes to a
 per-test-session cache directory.
+
+Covers: accelscope.backends.onnx_export, accelscope.backends.onnxruntime,
+accelscope.backends.openvino, accelscope.backends.tensorrt.
 """
 
 from __future__ import annotations

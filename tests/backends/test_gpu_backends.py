@@ -1,6 +1,9 @@
 """What every backend does with the device ordinal and the TF32 setting, through fake GPUs and
 on the CPU: who may run TF32 and why not, runners that set (and set back) the fp32 math and the
-current device, ONNX Runtime's CUDA provider options, and a caller's module left where it was."""
+current device, ONNX Runtime's CUDA provider options, and a caller's module left where it was.
+
+Covers: accelscope.backends.base, accelscope.backends.eager, accelscope.backends.onnxruntime,
+accelscope.hardware.tf32."""
 
 from __future__ import annotations
 

@@ -3,6 +3,9 @@
 Backend tests skip when a runtime is missing (for someone running pytest in a partial
 environment); this test turns such a skip into a failure in the environment `make test` builds,
 so a broken install cannot hide behind skips.
+
+Covers: accelscope.backends.onnxruntime, accelscope.backends.openvino, accelscope.backends.compiled,
+accelscope.backends.quantize.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The torch runners' GPU options, on fake GPUs and the CPU: ``cudnn_benchmark`` set for the
 runner's life and set back, ``weights=cast`` (a cast copy, the caller's module untouched, the
-same answers within bf16's precision), which specs the options refuse, and the float8 gate."""
+same answers within bf16's precision), which specs the options refuse, and the float8 gate.
+
+Covers: accelscope.backends.eager, accelscope.backends.compiled, accelscope.hardware.tf32."""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ store) and checks that the store file was not created: a rejected input must lea
 Models are tiny factory files or ONNX graphs written into ``tmp_path``, or the zoo's
 ``digits-cnn`` with its build-time training replaced by seeded random weights (the weights are
 irrelevant to input validation, and training would cost tens of seconds on a busy machine).
+
+Covers: accelscope.cli, accelscope.commands.
 """
 
 from __future__ import annotations

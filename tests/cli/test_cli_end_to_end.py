@@ -1,4 +1,7 @@
-"""End to end through the real CLI, in-process, on small real models."""
+"""End to end through the real CLI, in-process, on small real models.
+
+Covers: accelscope.cli._measure, accelscope.cli._runs, accelscope.cli._env,
+accelscope.commands.measure.workflow, accelscope.store.export."""
 
 from __future__ import annotations
 

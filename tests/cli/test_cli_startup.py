@@ -1,7 +1,9 @@
 """The CLI starts without torch: ``import accelscope.cli`` (which registers every command) and
 the commands that need no model (``--help``, ``runs``, ``plan``, ``compare``, ``doctor
 --trace``) leave torch unimported; the help and the runs list import neither numpy nor the llm
-package either. Each case runs in a fresh interpreter, the way ``accelscope`` starts."""
+package either. Each case runs in a fresh interpreter, the way ``accelscope`` starts.
+
+Covers: accelscope.cli, accelscope.cli._app."""
 
 from __future__ import annotations
 

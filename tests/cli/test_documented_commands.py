@@ -44,6 +44,8 @@ Limits: a flag declared as plain text whose value the command's body parses (``l
 ``plan --traffic``, ``doctor --what-if`` ...) is checked here for its name and presence only;
 giving it a click type (``cli/_types.py``) brings its values under this test. Lines where
 ``accelscope`` follows another word (``timeout 300 accelscope ...``) are not collected.
+
+Covers: accelscope.cli.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""User eval data (.npz) gives a user's own model a real task metric in bench."""
+"""User eval data (.npz) gives a user's own model a real task metric in bench.
+
+Covers: accelscope.models.eval_file, accelscope.commands.bench.workflow."""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ The children run with ``OMP_NUM_THREADS=1``: on a shared 2-core test machine, mu
 operators wait for cores held by other processes, which (rightly) adds a thread-oversubscription
 finding and inflates compute times 10-50x; single-threaded operators keep the examples' own
 bottleneck on top. ``benchmarks/doctor_examples.py`` runs them with the default threads.
+
+Covers: accelscope.doctor.launcher, accelscope.doctor.diagnose, accelscope.doctor.rules.
 """
 
 from __future__ import annotations

@@ -1,7 +1,12 @@
 """The GPU evidence doctor reads besides the timeline: NVML/GPM activity over the measured steps
 (the tensor-cores-idle rule; refused metrics are "not measured", never 0), GPU memory in the
 memory rule, the census's per-operator GPU times, the instrumented calls that bracket waits,
-stored documents, and the terminal and HTML views."""
+stored documents, and the terminal and HTML views.
+
+Covers: accelscope.doctor.verdict, accelscope.doctor.profile, accelscope.doctor.rules,
+accelscope.doctor.inprocess.instrument, accelscope.doctor.inprocess.gpu_memory,
+accelscope.hardware.telemetry, accelscope.commands.doctor.gpu_lines,
+accelscope.commands.doctor.view, accelscope.commands.doctor.html."""
 
 from __future__ import annotations
 

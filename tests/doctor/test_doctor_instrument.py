@@ -1,5 +1,7 @@
 """The torch patches, in this process: what is counted, what is not, and that uninstall
-leaves torch exactly as it was; what-if injections on a real DataLoader."""
+leaves torch exactly as it was; what-if injections on a real DataLoader.
+
+Covers: accelscope.doctor.inprocess.instrument, accelscope.doctor.inprocess.inject."""
 
 from __future__ import annotations
 

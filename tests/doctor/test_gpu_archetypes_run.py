@@ -2,7 +2,10 @@
 the CPU at ``--small`` sizes (their verdicts are claimed on a GPU, where the validation runs
 them live and records their traces), and the trace recorder the validation uses turns an
 unmodified script into a gzipped Kineto trace with one ``ProfilerStep#N`` span per optimizer
-step."""
+step. No accelscope code runs here: these are the inputs of the doctor's GPU validation, the
+programs whose verdicts the rules must name and the traces the Kineto reader reads.
+
+Covers: accelscope.doctor.rules, accelscope.doctor.kineto."""
 
 from __future__ import annotations
 

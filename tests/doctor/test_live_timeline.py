@@ -3,7 +3,10 @@ trace over a few steps after the warm-up (outside the census and the measured st
 parent reads it with doctor/kineto.py, and the rules name the bottleneck from kernel time and
 the idle causes, with GPM SM activity beside them. Tested without a GPU: the trace is one the
 tests build (test_device_timeline.py's builders), injected into the rule context or, end to
-end, into a real child through ACCELSCOPE_DOCTOR_DEVICE_TRACE."""
+end, into a real child through ACCELSCOPE_DOCTOR_DEVICE_TRACE.
+
+Covers: accelscope.doctor.kineto, accelscope.doctor.inprocess.device_trace,
+accelscope.doctor.verdict, accelscope.doctor.rules, accelscope.doctor.launcher."""
 
 from __future__ import annotations
 

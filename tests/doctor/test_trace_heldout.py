@@ -9,6 +9,9 @@ keeps a host clock and one clock per stream, so the GPU runs in order, never bef
 and a synchronising call waits for the stream to drain: the idle gaps fall where they would.
 The builder also records the true union of GPU-busy intervals per step, which the tests use as
 the ground truth for the printed shares.
+
+Covers: accelscope.doctor.kineto, accelscope.doctor.device_timeline, accelscope.doctor.rules,
+accelscope.commands.doctor.trace_mode, accelscope.commands.doctor.trace_view.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 convolutions), and its threads what-if tried 1 thread (cores minus workers, though the workers
 were idle 99 % of the time). A what-if's default now comes from measured load (the workers'
 busy cores over the measured steps), and bf16 on a model with 4-D convolutions is also measured
-with channels_last, the better of the two being the figure."""
+with channels_last, the better of the two being the figure.
+
+Covers: accelscope.doctor.whatif, accelscope.doctor.refute, accelscope.doctor.verdict,
+accelscope.doctor.inprocess.worker_load, accelscope.doctor.inprocess.inject."""
 
 from __future__ import annotations
 

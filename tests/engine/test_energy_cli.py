@@ -1,5 +1,8 @@
 """measure on this machine's CPU: the results table has a J/item column that says "n/m", the
-reason is said once under it, and the JSON result carries the figure with its reason."""
+reason is said once under it, and the JSON result carries the figure with its reason.
+
+Covers: accelscope.commands.measure.workflow, accelscope.engine.energy,
+accelscope.hardware.energy."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """``--device cuda:N``: parsing, the ordinal in a configuration's identity, and the check that
-refuses a GPU this machine does not have (fake GPUs: no GPU needed)."""
+refuses a GPU this machine does not have (fake GPUs: no GPU needed).
+
+Covers: accelscope.spec, accelscope.hardware.gpu."""
 
 from __future__ import annotations
 

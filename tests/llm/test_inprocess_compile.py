@@ -1,7 +1,10 @@
 """The in-process engine's static KV cache and ``torch.compile`` (``--cache static``,
 ``--compile``), on the CPU with the tiny random Llama: same greedy tokens as the dynamic cache,
 compilation paid in the warm-up (``compile_s``) and never inside a request's TTFT or TPOT, no
-recompilation once requests flow, refusals in one line, and the host-bound note of a GPU run."""
+recompilation once requests flow, refusals in one line, and the host-bound note of a GPU run.
+
+Covers: accelscope.llm.inprocess.static, accelscope.llm.inprocess.continuous,
+accelscope.llm.inprocess.notes, accelscope.commands.llm.workflow."""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 trained here, CPU), with continuous batching off and on: every request streams, token counts
 come from the server's usage, the figures are positive and consistent, the decode floor is
 computed from the model's config, and a server killed mid-run leaves a complete run whose
-failed requests are counted."""
+failed requests are counted.
+
+Covers: accelscope.commands.llm.workflow, accelscope.llm.client, accelscope.llm.floor,
+accelscope.testing.real_llm_servers."""
 
 from __future__ import annotations
 

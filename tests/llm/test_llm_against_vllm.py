@@ -5,7 +5,10 @@ completions and chat stream with usage; the server's ``/metrics`` are read for r
 queries and hits, KV usage, running and waiting requests, preemptions) with the configuration it
 publishes; a shared prefix shorter than one KV block is explained, one longer is hit;
 conversations reuse the cache turn after turn; and, last, the server is killed in the middle of
-a multi-turn run, whose run is kept with the lost turns counted as errors."""
+a multi-turn run, whose run is kept with the lost turns counted as errors.
+
+Covers: accelscope.commands.llm.workflow, accelscope.llm.metrics_scraper,
+accelscope.llm.server_vocabulary, accelscope.llm.explain, accelscope.testing.real_llm_servers."""
 
 from __future__ import annotations
 

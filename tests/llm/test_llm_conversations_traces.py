@@ -1,7 +1,10 @@
 """The workloads users really send: multi-turn sessions (the conversation so far, with the
 server's own replies, in every prompt; think time; a failed turn ends its session), ShareGPT
 conversation files and Mooncake-format traces, each against the scripted fake server where the
-timing or the prompts can be checked exactly, and every malformed file refused in one line."""
+timing or the prompts can be checked exactly, and every malformed file refused in one line.
+
+Covers: accelscope.llm.conversations, accelscope.llm.trace, accelscope.llm.workload,
+accelscope.llm.harness."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Energy per output token: the GPU's total-energy counter read around each trial (here the
 shipped fake NVML, whose counter advances at a set power on the real clock), joules over the
-output tokens of the completed requests; "not measured: why" where no counter can be read."""
+output tokens of the completed requests; "not measured: why" where no counter can be read.
+
+Covers: accelscope.llm.harness, accelscope.hardware.energy."""
 
 from __future__ import annotations
 

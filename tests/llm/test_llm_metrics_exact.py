@@ -6,6 +6,8 @@ and the closed loop's concurrency.
 The fake sends token ``k`` at ``receipt + ttft + k * itl``; a chunk of several tokens leaves at
 its last token's time. TTFT and E2E also hold the connection set-up (a few hundred µs on
 loopback): ±5 ms; TPOT and the ITL median are differences of stamps on one stream: ±1 ms.
+
+Covers: accelscope.llm.summary, accelscope.llm.client, accelscope.llm.records, accelscope.llm.trial.
 """
 
 from __future__ import annotations

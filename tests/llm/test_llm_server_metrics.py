@@ -1,6 +1,9 @@
 """The server's own ``/metrics`` around a trial: the exposition parser, each server's names,
 the summary's arithmetic (label sets, counter resets) and a scraper against tiny local
-servers that never makes the benchmark raise."""
+servers that never makes the benchmark raise.
+
+Covers: accelscope.llm.prometheus_text, accelscope.llm.server_vocabulary,
+accelscope.llm.metrics_scraper."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """The test servers of :mod:`accelscope.testing.llm_server`, read with plain ``http.client``:
 the scripted fake (exact timing, formats, faults, metrics) and the real ``transformers serve``
-with and without continuous batching (one start per mode)."""
+with and without continuous batching (one start per mode).
+
+Covers: accelscope.testing.llm_server, accelscope.testing.fake_llm_server,
+accelscope.testing.real_llm_servers."""
 
 from __future__ import annotations
 

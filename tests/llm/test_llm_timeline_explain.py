@@ -3,7 +3,9 @@ vLLM's ``cache_config_info`` read into a typed configuration, the scrapes as a t
 per-interval counters, the moment an SLO term broke set against what the server was doing, the
 prefix reuse a workload allows counted in the server's KV blocks, and the sentences that explain
 a gap (a shared prefix shorter than one block, prefix caching off). Exact, on hand-built records
-and scrapes."""
+and scrapes.
+
+Covers: accelscope.llm.timeline, accelscope.llm.explain, accelscope.llm.server_vocabulary."""
 
 from __future__ import annotations
 

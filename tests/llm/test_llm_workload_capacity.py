@@ -1,6 +1,8 @@
 """What an ``llm`` trial sends (lengths, prefix scenarios, arrivals, seeded prompts, prompts
 files), the capacity search over a scripted trial function, and the decode floor computed by
-hand on a small model shape."""
+hand on a small model shape.
+
+Covers: accelscope.llm.workload, accelscope.llm.capacity, accelscope.llm.floor."""
 
 from __future__ import annotations
 

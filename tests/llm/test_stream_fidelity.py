@@ -11,6 +11,8 @@ mid-stream, a trailing ``[DONE]`` long after the last token, tool-call deltas.
 Tolerances, as in ``test_llm_metrics_exact``: a client stamp is never before the fake's write
 (timer granularity aside) and at most ``WIDE_S`` after it (TTFT and E2E also hold the
 connection set-up); TPOT and ITL are differences of stamps on one stream: ``NARROW_S``.
+
+Covers: accelscope.llm.client, accelscope.llm.sse_reader, accelscope.llm.summary.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Joules per query of a load trial, in simulated time: the fake NVML's energy counter advances
 on the trial's own clock, so a trial's energy and its energy per completed query are exact;
-without a counter the trial says "not measured: why"."""
+without a counter the trial says "not measured: why".
+
+Covers: accelscope.load.scenarios, accelscope.load.summary, accelscope.hardware.energy,
+accelscope.commands.load.view."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """A system under test that raises on some queries or stalls, in real time with threads:
-the queries are counted as errors or timeouts, and the run completes and says so."""
+the queries are counted as errors or timeouts, and the run completes and says so.
+
+Covers: accelscope.load.executor, accelscope.load.scenarios, accelscope.load.summary,
+accelscope.load.fakes."""
 
 from __future__ import annotations
 

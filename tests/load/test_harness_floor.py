@@ -1,6 +1,9 @@
 """The harness floor: measured with a null system under test on the real-time path at the start
 of every load run, stored with it, and shown in the terminal, the JSON and the HTML report;
-runs stored before it existed still read and render. Bounds are sanity bounds, not speed."""
+runs stored before it existed still read and render. Bounds are sanity bounds, not speed.
+
+Covers: accelscope.load.floor, accelscope.commands.load.workflow, accelscope.commands.load.view,
+accelscope.commands.load.html, accelscope.commands.load.verdict."""
 
 from __future__ import annotations
 

@@ -2,6 +2,9 @@
 
 The same trial loop, batcher and statistics that drive a real model run here on a simulated
 clock, so these are checks of the product code, not of a separate simulator.
+
+Covers: accelscope.load.trial, accelscope.load.batcher, accelscope.load.scenarios,
+accelscope.load.summary, accelscope.load.sources.
 """
 
 from __future__ import annotations

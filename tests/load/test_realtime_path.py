@@ -1,7 +1,10 @@
 """The real-time path's machinery: precise waits, server threads that dispatch and keep the time
 themselves, and Ctrl-C. Real threads and the real clock, so the checks are structural (every
 query accounted for once, batches within the policy, never more running than instances) with
-generous bounds, not speed: they must hold on a loaded 2-core CI machine."""
+generous bounds, not speed: they must hold on a loaded 2-core CI machine.
+
+Covers: accelscope.load.trial, accelscope.load.waiting, accelscope.load.executor,
+accelscope.load.batcher."""
 
 from __future__ import annotations
 

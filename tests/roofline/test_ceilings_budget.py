@@ -2,7 +2,10 @@
 (with the reason, its probe figure as the ceiling), the budget is overrun by at most one call,
 a fp32 roofline measures only fp32 and the bandwidth, and cached ceilings are extended.
 
-Nothing here depends on the machine running the tests: every rate is a fake one."""
+Nothing here depends on the machine running the tests: every rate is a fake one.
+
+Covers: accelscope.roofline.ceilings, accelscope.roofline.kernel_search,
+accelscope.roofline.measure_ceilings, accelscope.commands.roofline.workflow."""
 
 from __future__ import annotations
 

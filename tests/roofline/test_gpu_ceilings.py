@@ -1,6 +1,9 @@
 """The CUDA ceilings through fakes: IEEE fp32 and TF32 as separate rows (each measured under its
 own TF32 setting), the device ordinal, datasheet peaks (also without the clock fields CUDA 13
-removed), and cached documents from before fp32 and TF32 were told apart."""
+removed), and cached documents from before fp32 and TF32 were told apart.
+
+Covers: accelscope.roofline.ceilings, accelscope.roofline.measure_ceilings,
+accelscope.roofline.theoretical, accelscope.roofline.cache, accelscope.hardware.tf32."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Store schema migrations: version-1 stores (tests/data, see make_v1_store.py) are upgraded in
 place, in one transaction, and read back as written; newer or foreign files are refused with one
-line through the CLI; RunSink stores the command line it is given, not ``sys.argv``."""
+line through the CLI; RunSink stores the command line it is given, not ``sys.argv``.
+
+Covers: accelscope.store.sqlite, accelscope.store.sink, accelscope.cli._runs."""
 
 from __future__ import annotations
 

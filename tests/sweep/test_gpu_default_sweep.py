@@ -1,6 +1,8 @@
 """The default GPU sweep (``bench MODEL --device cuda`` with no other choice) on a fake H100:
 its rows, each with its pinned-copy twin, the float8 gate, and the memory check that skips a
-batch before it runs."""
+batch before it runs.
+
+Covers: accelscope.sweep.gpu_default, accelscope.sweep.memory_fit, accelscope.sweep.space."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """A bench sweep on a (fake) GPU: the TF32 axis, the device ordinal in every configuration, and
-a parent process that never touches the GPU: its fp32 reference runs in a worker of its own."""
+a parent process that never touches the GPU: its fp32 reference runs in a worker of its own.
+
+Covers: accelscope.sweep.driver, accelscope.sweep.worker, accelscope.sweep.space,
+accelscope.hardware.tf32."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The worker under another interpreter: why it could not start is its one-line failure, and
 each failure's cause is decided where it happened (a worker of an accelscope from before causes
-sends none: its reason is read the old way)."""
+sends none: its reason is read the old way).
+
+Covers: accelscope.sweep.executor, accelscope.sweep.worker."""
 
 from __future__ import annotations
 

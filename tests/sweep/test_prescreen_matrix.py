@@ -1,6 +1,8 @@
 """The pre-screen on every CPU class accelscope claims to support, through fake CPU descriptions:
 the measured probe decides, the ISA table explains, and only fp8 (emulated on every CPU), CUDA and
-unprobed pairs are decided by rule. Every branch runs on every machine."""
+unprobed pairs are decided by rule. Every branch runs on every machine.
+
+Covers: accelscope.sweep.space, accelscope.hardware.fastpaths, accelscope.engine.probe."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """The Ray executor against a real local Ray cluster (``ray start --head`` plus more node
 processes on this machine, each advertising a node type): a sweep across two node types, a
 model file shipped to the nodes, a node killed mid-task (retried on another node of its type,
-or recorded as failed), the driver killed mid-sweep and resumed, and bad input."""
+or recorded as failed), the driver killed mid-sweep and resumed, and bad input.
+
+Covers: accelscope.sweep.ray_executor, accelscope.sweep.driver, accelscope.commands.bench.workflow,
+accelscope.testing.ray_cluster."""
 
 from __future__ import annotations
 

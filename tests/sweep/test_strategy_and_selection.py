@@ -1,4 +1,7 @@
-"""Strategy, guard and selection logic with a fake executor (no processes, deterministic)."""
+"""Strategy, guard and selection logic with a fake executor (no processes, deterministic).
+
+Covers: accelscope.sweep.driver, accelscope.sweep.guard, accelscope.sweep.select,
+accelscope.sweep.space."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Sweep isolation: crashes, hangs and MemoryError become recorded failures; kill -9 + --resume."""
+"""Sweep isolation: crashes, hangs and MemoryError become recorded failures; kill -9 + --resume.
+
+Covers: accelscope.sweep.executor, accelscope.sweep.worker, accelscope.sweep.driver,
+accelscope.commands.bench.workflow, accelscope.testing.faults."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """What ``tune`` checks before any server starts: the engine's flags read from its own help
 (argparse's usage, click's options), the space and its values typed by them, and every kind
-of bad input as one line, exit 2, nothing started and nothing stored."""
+of bad input as one line, exit 2, nothing started and nothing stored.
+
+Covers: accelscope.tune.flags, accelscope.tune.space, accelscope.tune.failures,
+accelscope.tune.search, accelscope.tune.engines."""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 answer is known: one sequence at a time against eight under eight clients; a setting that does
 not start; a dtype through the quality guard, teacher-forced on vLLM's log-probabilities;
 accelscope killed mid-tune, then ``--resume``), and ``transformers serve`` with its batching on
-and off (a server killed while it is measured; a confirmation round). No server is left."""
+and off (a server killed while it is measured; a confirmation round). No server is left.
+
+Covers: accelscope.commands.tune.workflow, accelscope.tune.tuner, accelscope.tune.quality,
+accelscope.tune.confirm, accelscope.testing.real_llm_servers."""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 command line (``python -m accelscope.testing.llm_server``), where each setting's effect is
 known exactly: ``--max-running`` is the server's batch limit, ``--corrupt-every`` changes its
 answers, a bad value makes it refuse to start, a fault makes it die while measured. Every
-server is a real process; none is left running, also after ``kill -9`` of accelscope."""
+server is a real process; none is left running, also after ``kill -9`` of accelscope.
+
+Covers: accelscope.commands.tune.workflow, accelscope.tune.tuner, accelscope.tune.engines,
+accelscope.testing.llm_server."""
 
 from __future__ import annotations
 

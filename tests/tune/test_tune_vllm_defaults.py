@@ -5,7 +5,10 @@ it is ready is described by its log's first error line (the root cause, which vL
 chain pushes far above the last lines), and a tune where no server started says so and why.
 
 Memory figures are faked (a parameter, a fake ``/sys`` tree); the failing servers are real
-processes (a small Python script that prints a vLLM-like log and exits)."""
+processes (a small Python script that prints a vLLM-like log and exits).
+
+Covers: accelscope.llm.engines, accelscope.llm.server_process, accelscope.tune.failures,
+accelscope.commands.tune.workflow."""
 
 from __future__ import annotations
 

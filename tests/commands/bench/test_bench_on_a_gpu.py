@@ -1,6 +1,8 @@
 """``bench --device cuda[:N] --tf32 off,on`` on fake GPUs: the whole workflow (discovery,
 pre-screen, reference, sweep, store, report) leaves the GPU to its workers, and a GPU the machine
-does not have is refused before anything runs."""
+does not have is refused before anything runs.
+
+Covers: accelscope.commands.bench.workflow, accelscope.sweep.driver, accelscope.hardware.gpu."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """``bench MODEL --device cuda`` with no other choice, end to end on a fake H100: the default GPU
 rows and their pinned-copy twins measured (by a rate table), stored and read back, the standing
-against the roofline floor in the outcome and the report, and the GPU never touched here."""
+against the roofline floor in the outcome and the report, and the GPU never touched here.
+
+Covers: accelscope.commands.bench.workflow, accelscope.sweep.gpu_default,
+accelscope.commands.bench.standing."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """A GPU bench's two throughputs per row (inputs on the device; the host copy included), its best
 figure against the published records and the roofline floor, and ``bench --dry-run`` on a fake
-H100: in the table, the report and the catalog the records come from."""
+H100: in the table, the report and the catalog the records come from.
+
+Covers: accelscope.commands.bench.standing, accelscope.commands.bench.copies,
+accelscope.commands.bench.view, accelscope.commands.bench.html, accelscope.plan.records."""
 
 from __future__ import annotations
 

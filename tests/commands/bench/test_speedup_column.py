@@ -1,6 +1,8 @@
 """bench's speedup column and verdict under the one rule for ratios across processes: a ratio
 of two sweep figures (one worker process each) is shown as "not a claim"; the configurations
-re-measured alternately with the baseline in one worker show that paired ratio with its CI."""
+re-measured alternately with the baseline in one worker show that paired ratio with its CI.
+
+Covers: accelscope.sweep.select, accelscope.sweep.confirm, accelscope.commands.bench.view."""
 
 from __future__ import annotations
 

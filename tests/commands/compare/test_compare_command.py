@@ -1,5 +1,8 @@
 """``accelscope compare``: stored runs resolved by id, latest~N or store file, compared with
-statistics, printed as a table, JSON or markdown; bad references are one line and exit 2."""
+statistics, printed as a table, JSON or markdown; bad references are one line and exit 2.
+
+Covers: accelscope.commands.compare.workflow, accelscope.commands.compare.view,
+accelscope.compare.analysis, accelscope.cli._compare."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """``accelscope llm`` end to end against :class:`FakeLLMServer`: trials stored with their raw
 records, ``--json``, ``runs show``, the capacity search; every bad input one line and exit 2;
 faults in the middle of a run recorded per request (the run completes with what it measured);
-Ctrl-C keeps what finished."""
+Ctrl-C keeps what finished.
+
+Covers: accelscope.commands.llm.workflow, accelscope.cli._llm, accelscope.llm.harness,
+accelscope.llm.client, accelscope.llm.capacity."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """What other commands do with an ``llm`` run: ``plan api --from-run`` prices its goodput at
 the SLO, ``plan --run`` takes its capacity as this instance's, ``compare`` tells a slower
-server from a faster one, and ``--hf-model`` serves a local model in process."""
+server from a faster one, and ``--hf-model`` serves a local model in process.
+
+Covers: accelscope.commands.llm.workflow, accelscope.commands.plan.workflow,
+accelscope.commands.compare.workflow, accelscope.llm.inprocess."""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 by ``tests/data/make_llm_store.py`` at commit 26fb54c, when the documents were plain dicts)
 still load: every stored document reads into :class:`LlmRun`, :class:`LlmTrial` and
 :class:`LlmCapacity` with nothing lost, ``runs show`` prints both runs, and ``compare`` reads
-them, against each other and against runs stored now with the same settings."""
+them, against each other and against runs stored now with the same settings.
+
+Covers: accelscope.llm.documents, accelscope.store.sqlite, accelscope.cli._runs,
+accelscope.commands.compare.workflow."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The load HTML report and terminal view: escaping, self-containment, a real browser."""
+"""The load HTML report and terminal view: escaping, self-containment, a real browser.
+
+Covers: accelscope.commands.load.html, accelscope.commands.load.view."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Ctrl-C in the middle: exit 130, one line, what was measured is kept, the store stays sound."""
+"""Ctrl-C in the middle: exit 130, one line, what was measured is kept, the store stays sound.
+
+Covers: accelscope.commands.measure.workflow, accelscope.commands._lifecycle,
+accelscope.store.sqlite."""
 
 from __future__ import annotations
 

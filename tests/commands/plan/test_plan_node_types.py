@@ -1,6 +1,8 @@
 """``plan --run RUN --node-type INSTANCE=NODE_TYPE``: results a Ray sweep measured on a node
 type are the measured capacity of the catalog entry it stands for; results of other node types
-are never taken for this machine's."""
+are never taken for this machine's.
+
+Covers: accelscope.commands.plan.workflow, accelscope.plan.service."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ of the same system on the same benchmark (its other scenario, its ``-99``/``-99.
 same hardware and software would otherwise predict itself). A row whose benchmark and scenario
 no other row has cannot be projected and is counted apart.
 
-This is data, not timing: ``tests/plan/test_projection.py`` holds it on every run, so a change
-that makes projections worse fails CI.
+This is data, not timing: ``tests/plan/projection/test_projection_validation.py`` holds it on
+every run, so a change that makes projections worse fails CI.
 """
 
 from __future__ import annotations

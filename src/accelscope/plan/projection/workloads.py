@@ -8,7 +8,7 @@ run, submitted twice).
 
 ``ops_per_sample`` is the work of one sample where it is defined here, so efficiency can be
 stated as a share of peak: ResNet-50's is counted by accelscope's own operator counter on the
-zoo model (``tests/plan/test_projection.py`` recounts it); BERT-large's follows from its
+zoo model (``tests/plan/projection/test_workloads.py`` recounts it); BERT-large's follows from its
 architecture at MLPerf's 384-token sequence. Elsewhere it is ``None`` and efficiency is learned
 as throughput per unit of peak: the unknown constant is the benchmark's own and cancels in
 every projection of that benchmark.

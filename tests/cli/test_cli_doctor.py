@@ -1,6 +1,6 @@
 """``accelscope doctor`` through the real CLI: bad input (one line, exit 2, nothing written),
 and one full run: store documents, ``runs show``, the Chrome trace and the offline HTML report
-checked in headless chromium (same detectors as tests/commands/bench/test_html_report.py)."""
+checked in headless chromium (same detectors as tests/commands/bench/test_bench_html.py)."""
 
 from __future__ import annotations
 
