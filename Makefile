@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install vllm peers browser prometheus tools demo test test-fast test-serial check \
+.PHONY: install vllm peers browser prometheus tools demo test test-fast test-parallel test-serial check \
   benchmarks clean
 
 $(STAMP): pyproject.toml constraints.txt
@@ -103,22 +103,28 @@ prometheus:
 # starts a real server, cluster or browser without `server`):
 #   test-fast    every unmarked test, on both cores (pytest-xdist, -n 2; a file stays on one
 #                worker, so a module's fixture is built once): no vLLM, chromium or Prometheus
-#                needed. The inner loop of a change.
+#                needed. The inner loop of a change. It leaves out the `slow` tests (over about
+#                12 s each: a torch.compile, a real crash or Ctrl-C run, an end-to-end sweep).
+#   test-parallel  test-fast with the `slow` tests: make test's parallel tier.
 #   test-serial  the marked tests, one at a time: `server` (vLLM, transformers serve, Ray,
 #                Prometheus, chromium, the tune templates' servers: each takes the cores) and
 #                `serial` (times to the millisecond or measures CPU: a neighbour would skew it).
-#   test         the whole suite: format, lint and types, then both tiers; fails if either does
-#                (both run, so one run names every failure). CI runs it (.ci/run).
+#   test         the whole suite: format, lint and types, then test-parallel and test-serial;
+#                fails if either does (both run, so one run names every failure). CI runs it
+#                (.ci/run).
 # The two environments, the lint and type checks and the system tools are independent: built side
 # by side (about 3 minutes off a fresh machine's run); the two apt-get installs one after the other.
 test:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target check tools vllm
 	@status=0; \
-	$(MAKE) --no-print-directory test-fast || status=1; \
+	$(MAKE) --no-print-directory test-parallel || status=1; \
 	$(MAKE) --no-print-directory test-serial || status=1; \
 	exit $$status
 
 test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not server and not serial and not slow" -n 2 --dist loadfile --durations=10
+
+test-parallel: $(STAMP)
 	$(BIN)/pytest -q -m "not server and not serial" -n 2 --dist loadfile --durations=20
 
 test-serial: $(STAMP) tools vllm

@@ -34,7 +34,10 @@ from accelscope.models.loading import load_model
 from accelscope.result import Status
 from accelscope.spec import Precision, RunSpec, TensorSpec
 
-pytestmark = pytest.mark.skipif(cxx_compiler() is None, reason="inductor needs a C++ compiler")
+pytestmark = [
+    pytest.mark.skipif(cxx_compiler() is None, reason="inductor needs a C++ compiler"),
+    pytest.mark.slow,  # the module's fixtures compile the model: about 100 s
+]
 INT8_OK = torchao_installed() and platform.machine().lower() in ("x86_64", "amd64")
 needs_int8 = pytest.mark.skipif(not INT8_OK, reason="int8 needs torchao on x86")
 

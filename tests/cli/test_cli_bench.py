@@ -14,6 +14,7 @@ from accelscope.spec import Precision
 from accelscope.testing import CliRunner, assert_one_line_error, fake_probe_table
 
 
+@pytest.mark.slow
 def test_bench_digits_table_verdict_report_and_runs_show(tmp_path: Path, cli: CliRunner) -> None:
     store, report = tmp_path / "r.db", tmp_path / "report.html"
     config = tmp_path / "bench.toml"

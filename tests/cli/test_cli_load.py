@@ -92,6 +92,7 @@ def test_bad_config_file_is_one_line(tiny: str, tmp_path: Path, cli: CliRunner) 
     assert_one_line_error(code, err, "no.toml")
 
 
+@pytest.mark.slow
 def test_server_search_stores_trials_and_the_capacity_contract(
     tiny: str, tmp_path: Path, cli: CliRunner
 ) -> None:

@@ -105,6 +105,7 @@ def test_static_cache_gives_the_dynamic_cache_greedy_tokens(
         target.close()
 
 
+@pytest.mark.slow
 def test_compiled_static_cache_gives_the_same_tokens_and_pays_compilation_in_the_warm_up(
     compiled: StaticBatchingModel, dynamic_tokens: list[str]
 ) -> None:
@@ -242,6 +243,7 @@ def test_cli_cache_and_compile_need_an_in_process_model(tmp_path: Path, cli: Cli
     assert_one_line_error(code, err, "--cache and --compile", "--hf-model")
 
 
+@pytest.mark.slow
 def test_cli_compile_stores_the_compile_time_apart(
     model_dir: Path, tmp_path: Path, cli: CliRunner
 ) -> None:

@@ -201,6 +201,7 @@ def test_two_ray_nodes_send_one_schedule() -> None:
     assert max(r.sent_s - r.scheduled_s for r in outcome.records) < 0.05
 
 
+@pytest.mark.slow
 def test_ctrl_c_with_workers_keeps_what_they_sent_back(tmp_path: Path) -> None:
     store = tmp_path / "r.db"
     accelscope = Path(sys.executable).with_name("accelscope")

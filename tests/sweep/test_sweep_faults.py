@@ -42,6 +42,7 @@ def factory(tmp_path: Path) -> str:
     return f"{path}:make"
 
 
+@pytest.mark.slow
 def test_segfault_hang_and_memoryerror_are_recorded(tmp_path: Path, factory: str) -> None:
     # the faults: backends that crash, hang or raise MemoryError when they run (scripted)
     request = BenchRequest(
@@ -90,6 +91,7 @@ def _count(path: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_kill_9_mid_sweep_then_resume(tmp_path: Path, factory: str) -> None:
     store = tmp_path / "r.db"
     args = [
@@ -159,6 +161,7 @@ def test_kill_9_mid_sweep_then_resume(tmp_path: Path, factory: str) -> None:
             assert result.created_at == done_before[result.spec.key]
 
 
+@pytest.mark.slow
 def test_out_of_memory_ends_the_batch_axis_not_the_sweep(tmp_path: Path, factory: str) -> None:
     # the fault: a backend that raises MemoryError from batch 4 up (scripted)
     request = BenchRequest(
@@ -185,6 +188,7 @@ def test_out_of_memory_ends_the_batch_axis_not_the_sweep(tmp_path: Path, factory
     assert all(status[f"eager/fp32/b{b}/t1"][0] is Status.OK for b in (2, 4, 8))
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_sweep_cleanly(tmp_path: Path, factory: str) -> None:
     store = tmp_path / "r.db"
     args = [

@@ -147,6 +147,7 @@ def test_strategy_and_budget() -> None:
         Budget(0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "mentions"),
     [

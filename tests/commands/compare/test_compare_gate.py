@@ -262,6 +262,7 @@ def test_bad_gate_flags_are_one_line_exit_2(tmp_path: Path, cli: CliRunner) -> N
         assert_one_line_error(code, err, mention)
 
 
+@pytest.mark.slow
 def test_a_real_gate_end_to_end_with_the_candidate_under_another_interpreter(
     tmp_path: Path, cli: CliRunner
 ) -> None:
@@ -314,6 +315,7 @@ def test_a_real_shared_gate_times_both_sides_in_one_worker_per_round(
     assert err.count("round ") == 2  # one progress line per round on stderr
 
 
+@pytest.mark.slow
 def test_with_eval_data_both_sides_are_scored_once_and_the_drop_is_gated(
     tmp_path: Path, cli: CliRunner
 ) -> None:

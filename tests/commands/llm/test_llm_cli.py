@@ -401,6 +401,7 @@ def test_a_server_that_dies_during_the_run(tmp_path: Path, cli: CliRunner) -> No
 # -- Ctrl-C ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     store = tmp_path / "r.db"
     with FakeLLMServer(ttft_s=0.05, itl_s=0.01) as fake:

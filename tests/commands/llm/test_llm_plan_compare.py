@@ -37,6 +37,7 @@ def _capacity_run(cli: CliRunner, server: FakeLLMServer, store: Path) -> dict[st
     return document
 
 
+@pytest.mark.slow
 def test_plan_api_prices_the_goodput_at_the_slo(
     cli: CliRunner, server: FakeLLMServer, tmp_path: Path
 ) -> None:
@@ -65,6 +66,7 @@ def test_plan_api_prices_the_goodput_at_the_slo(
     assert_one_line_error(code, err, "--throughput or --from-run")
 
 
+@pytest.mark.slow
 def test_plan_takes_the_llm_capacity_as_this_instances(
     cli: CliRunner, server: FakeLLMServer, tmp_path: Path
 ) -> None:
@@ -100,6 +102,7 @@ def test_a_run_without_capacity_is_refused_by_plan_api(
     assert_one_line_error(code, err, "no LLM capacity")
 
 
+@pytest.mark.slow
 def test_compare_tells_a_slower_server(cli: CliRunner, tmp_path: Path) -> None:
     # Three runs per side: compare claims a difference only when its interval holds the drift
     # between processes (the one rule for ratios between processes); one run per side is

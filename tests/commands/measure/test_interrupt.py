@@ -76,6 +76,7 @@ def _stored(store_path: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_sigint_to_the_real_command(tmp_path: Path) -> None:
     store_path = tmp_path / "r.db"
     command = [
