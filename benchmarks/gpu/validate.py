@@ -2431,9 +2431,11 @@ def write_outputs(out_dir: Path, workdir: Path, digest: dict[str, Any], markdown
         for name in ("raw", "outcomes", "results.db", "traces"):
             if (workdir / name).exists():
                 tar.add(workdir / name, arcname=name)
-    for trace in sorted((workdir / "traces").glob("*.json.gz")):  # each comes back on its own
-        (out_dir / "traces").mkdir(exist_ok=True)
-        shutil.copy2(trace, out_dir / "traces" / trace.name)
+    recorded = sorted((workdir / "traces").glob("*.json.gz"))
+    if recorded:  # one file: the device tool brings back 8 files at most
+        with tarfile.open(out_dir / "traces.tar", "w") as tar:
+            for trace in recorded:
+                tar.add(trace, arcname=f"traces/{trace.name}")
     if bundle.stat().st_size > 15 * 2**20:  # the device tool brings back 16 MiB a file
         bundle.unlink()
         with tarfile.open(bundle, "w:gz") as tar:
