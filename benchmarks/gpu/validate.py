@@ -1377,7 +1377,9 @@ def step_archetypes(run: Runner, allowed: float) -> Outcome:
         live_name = live_doc.bottleneck if live_doc is not None else None
         # SM activity wherever the printed document holds it (a finding's evidence, a GPM
         # sample): a search of the whole text, not a read of one field
-        sm = find_number(live.json(), "sm_active")
+        # (the document names it ``gpu_sm_active_percent``: a percentage, given as a fraction)
+        sm_percent = find_number(live.json(), "sm_active_percent")
+        sm = None if sm_percent is None else sm_percent / 100.0
         trace = traces / f"{name}.json.gz"
         recorded = run.python(
             str(HERE / "record_trace.py"),
