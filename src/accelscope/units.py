@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from accelscope.errors import BadInputError
 
-__all__ = ["ELEMENT_BYTES", "parse_duration_s", "parse_fraction"]
+__all__ = ["ELEMENT_BYTES", "format_seconds", "parse_duration_s", "parse_fraction"]
 
 ELEMENT_BYTES: Mapping[str, float] = MappingProxyType(
     {
@@ -82,3 +82,12 @@ def parse_fraction(text: str | float | int) -> float:
     if not 0.0 < value < 1.0:
         raise BadInputError(f"fraction must be between 0 and 1 (exclusive), got {text!r}")
     return value
+
+
+def format_seconds(seconds: float) -> str:
+    """Human duration with a unit that keeps 3 significant digits (``12.3 ms``): the one home
+    of the spelling, for views (through :mod:`accelscope.report.format`) and analysis notes."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"

@@ -35,6 +35,7 @@ __all__ = [
     "DEVICE_BOUND_COMPUTE",
     "DEVICE_BOUND_SM_ACTIVE",
     "UNDERFILLED_SM_ACTIVE",
+    "UNEXPLAINED_MIN_US",
     "DeviceInterval",
     "FigureCheck",
     "HostCategory",
@@ -68,6 +69,9 @@ DEVICE_BOUND_COMPUTE = 0.8
 """Device-bound needs compute kernels over at least this share of the step ..."""
 DEVICE_BOUND_SM_ACTIVE = 0.5
 """... and, where GPM measured it, SM activity at least this high."""
+UNEXPLAINED_MIN_US = 10_000.0
+"""An idle stretch of at least this many µs that no host event covers is ``unexplained``, not
+Python between launches: launch overhead is microseconds between events, not 10 ms with none."""
 UNDERFILLED_SM_ACTIVE = 0.2
 """Kernels cover the step but SM activity below this: the GPU is kept busy by tiny or
 under-filled kernels (a finding of its own, never 'compute-bound')."""
@@ -83,7 +87,11 @@ CAUSES: dict[str, str] = {
     "launch": "launching kernels and Python between them (launch-bound)",
     "allocator": "the allocator (cudaMalloc/cudaFree)",
     "host_compute": "the host's own work between steps (preprocessing, Python on CPU tensors)",
-    "other": "other (device copies and memsets, or host time no event explains)",
+    "other": "other (device copies and memsets, short host gaps no event explains)",
+    "unexplained": (
+        "host time no recorded event explains, the GPU idle (a compile, an import or Python "
+        "outside the profiler's reach): never named a bottleneck"
+    ),
 }
 """Every cause a step's time is split into, with its description."""
 
@@ -152,6 +160,11 @@ ADVICE: dict[str, str] = {
         "(torch.compile), CUDA graphs to cut launch gaps; lower precision will not help here"
     ),
     "mixed": "no single cause dominates: the ranked shares say where to start",
+    "not_diagnosed": (
+        "profile steady steps: run a few steps before profiling (or "
+        "torch.profiler.schedule(wait=1, warmup=2, active=5), calling prof.step() each step), "
+        "so context creation, compilation and autotuning fall outside the recorded window"
+    ),
 }
 """Advice per named cause (``compute_reduced``: compute whose matrix kernels already run in
 reduced precision); bf16 appears only under ``compute`` (fp32 matrix kernels)."""
@@ -169,9 +182,12 @@ _MEMORY = re.compile(
 _MATRIX_WEAK = re.compile(r"cudnn|^(sm\d+|ampere|volta|turing|hopper)_")
 _REDUCED = re.compile(
     r"bf16|fp16|f16|half|tf32|fp8|e4m3|e5m2|int8|i8816|hmma|wgmma|imma|s1688|s16816|h1688|"
-    r"h16816|tensorop|flash|nvjet_[hbte]|nvjet_.[hbte]"
+    r"h16816|tensorop|flash|nvjet_[hbte]|nvjet_.[hbte]|"
+    # cuBLAS 13's Hopper kernels name the input type after the tile and cluster shapes:
+    # nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT (h: 16-bit inputs; s: fp32)
+    r"nvjet_sm\d+_[a-z]+_\d+x\d+_\d+x\d+_\d+x\d+_[hbte]_"
 )
-_FP32 = re.compile(r"sgemm|fp32|f32|simt|nvjet_sss|float")
+_FP32 = re.compile(r"sgemm|fp32|f32|simt|nvjet_sss|nvjet_sm\d+_[a-z]+_[\dx_]+_s_|float")
 
 
 def kernel_class(name: str) -> KernelClass:
@@ -475,7 +491,10 @@ def step_timeline(
             if amount > 0:
                 gap_causes[cat] = amount
             remaining = left
-        rest = _length(remaining)
+        unexplained = _length(a for a in remaining if a[1] - a[0] >= UNEXPLAINED_MIN_US)
+        if unexplained > 0:
+            gap_causes["unexplained"] = unexplained
+        rest = _length(remaining) - unexplained
         opened_in_sync = bool(_within(spans["sync"], span_ends["sync"], start, start + 1e-6))
         if opened_in_sync:
             # the GPU ran dry while the host waited in a readback: the Python and launches
@@ -484,10 +503,11 @@ def step_timeline(
             if moved > 0:
                 gap_causes["sync"] = gap_causes.get("sync", 0.0) + moved
         elif rest > 0:
-            # host time no event covers, in a gap where the host ran: Python between its
+            # short host time no event covers, in a gap where the host ran: Python between its
             # operators and launches; in a gap where no host event ran at all: other
-            gap_causes["launch" if gap_causes else "other"] = (
-                gap_causes.get("launch", 0.0) + rest if gap_causes else rest
+            ran = any(c != "unexplained" for c in gap_causes)
+            gap_causes["launch" if ran else "other"] = (
+                gap_causes.get("launch", 0.0) + rest if ran else rest
             )
         for cause, amount in gap_causes.items():
             by_cause[cause] += amount
@@ -625,7 +645,7 @@ def timeline_verdict(
                 f"kernels cover {kernels:.0%} of the step (< "
                 f"{DEVICE_BOUND_COMPUTE:.0%}): not called device-bound"
             )
-    elif top_share >= BOTTLENECK_SHARE and top != "other":
+    elif top_share >= BOTTLENECK_SHARE and top not in ("other", "unexplained"):
         bottleneck = top
     kernel_busy = _mean_share(steps, "compute_busy")  # copies keep no SM busy
     if (

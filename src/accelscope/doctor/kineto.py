@@ -31,6 +31,7 @@ from accelscope.doctor.device_timeline import (
     StepWindow,
     step_timeline,
 )
+from accelscope.doctor.trace_quality import NamedEvent, TraceQuality, assess, one_off_kind
 from accelscope.errors import BadInputError
 from accelscope.serialise import dump
 
@@ -45,9 +46,20 @@ __all__ = [
     "trace_files",
 ]
 
+NAMED_MIN_US = 1_000.0
+"""Host events this long (µs) are kept by name for the quality gate."""
 MAX_TRACE_BYTES = 1 << 30
 """Largest trace read (after decompression): 1 GiB."""
 
+_NAMED_CATEGORIES = {
+    "cuda_runtime",
+    "cuda_driver",
+    "runtime",
+    "driver",
+    "cpu_op",
+    "user_annotation",
+    "python_function",
+}
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 _COPY = re.compile(r"Memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?", re.IGNORECASE)
@@ -123,6 +135,22 @@ class KinetoTrace:
     step_source: Literal["ProfilerStep", "optimizer step", "whole window"]
     device_name: str | None
     notes: tuple[str, ...] = ()
+    named: tuple[NamedEvent, ...] = ()
+    """Host events of at least :data:`NAMED_MIN_US` and every compile or one-off event, by
+    name: what the quality gate explains a long step with."""
+    negative_durations: int = 0
+    """Events with a negative duration (left out of everything else)."""
+
+    def quality(self, steps: Sequence[StepTimeline]) -> TraceQuality:
+        """The quality gate over ``steps`` (this trace's :meth:`timelines`)."""
+        return assess(
+            self.steps,
+            steps,
+            named=self.named,
+            host=self.host,
+            device=self.device,
+            negative_durations=self.negative_durations,
+        )
 
     def timelines(self) -> tuple[StepTimeline, ...]:
         """Each step split into its causes (each step sees only the intervals that meet it)."""
@@ -233,14 +261,25 @@ def parse_trace(document: Any, *, source: str = "trace") -> KinetoTrace:
     runtime: list[tuple[dict[str, Any], float, float]] = []
     ops: list[tuple[dict[str, Any], float, float]] = []
     annotations: list[tuple[str, float, float]] = []
+    named: list[NamedEvent] = []
+    negative = 0
     starts: list[float] = []
     ends: list[float] = []
     for event in events:
         ts, dur = _number(event.get("ts")), _number(event.get("dur"))
-        if ts is None or dur is None or dur < 0:
+        if ts is None or dur is None:
+            continue
+        if dur < 0:
+            negative += 1
             continue
         cat = str(event.get("cat", "")).lower()
         name = str(event.get("name", ""))
+        if (
+            cat in _NAMED_CATEGORIES
+            and (dur >= NAMED_MIN_US or one_off_kind(name) == "compile")
+            and not _PROFILER_STEP.match(name)
+        ):
+            named.append(NamedEvent(start_us=ts, end_us=ts + dur, name=name))
         args = event.get("args") if isinstance(event.get("args"), dict) else {}
         args = cast("dict[str, Any]", args)
         end = ts + dur
@@ -311,6 +350,8 @@ def parse_trace(document: Any, *, source: str = "trace") -> KinetoTrace:
         step_source=step_source,
         device_name=device_name,
         notes=tuple(notes),
+        named=tuple(named),
+        negative_durations=negative,
     )
 
 
@@ -440,7 +481,12 @@ def read_live_trace(raw: dict[str, Any]) -> dict[str, Any]:
     if not steps or all(s.step_us <= 0 for s in steps):
         out["status"] = "not read: no step of positive length in the trace"
         return out
-    out["timeline"] = [dump(s) for s in steps]
+    quality = trace.quality(steps)
+    out["quality"] = [f.message for f in quality.flags]
+    if not quality.diagnosable:
+        out["status"] = "not used: no steady step in the profiled window"
+        return out
+    out["timeline"] = [dump(s) for s in steps if s.index in set(quality.steady)]
     out["device_name"] = trace.device_name
     out["step_source"] = trace.step_source
     return out

@@ -114,6 +114,8 @@ class DeviceTraceRecord:
             first measured one (outside every step).
         timeline: Each profiled step split into its causes (empty when not read).
         device_name / step_source: From the trace.
+        quality: The quality gate's flags (:mod:`accelscope.doctor.trace_quality`): what of the
+            profiled window was set aside as not steady; ``timeline`` holds the steady steps.
     """
 
     status: str
@@ -123,6 +125,7 @@ class DeviceTraceRecord:
     timeline: tuple[StepTimeline, ...] = ()
     device_name: str | None = None
     step_source: str = ""
+    quality: tuple[str, ...] = ()
 
     @property
     def usable(self) -> bool:
@@ -141,6 +144,7 @@ class DeviceTraceRecord:
             timeline=tuple(StepTimeline.from_dict(s) for s in data.get("timeline") or []),
             device_name=None if name is None else str(name),
             step_source=str(data.get("step_source", "")),
+            quality=tuple(str(q) for q in data.get("quality") or []),
         )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from accelscope.units import format_seconds
+
 __all__ = ["format_bytes", "format_seconds", "money_usd", "ms", "percent", "si_rate"]
 
 
@@ -13,14 +15,6 @@ def ms(seconds: float) -> str:
     if abs(value) >= 100:
         return f"{value:,.1f}"
     return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
-
-
-def format_seconds(seconds: float) -> str:
-    """Human duration with a unit that keeps 3 significant digits (``12.3 ms``)."""
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
 
 
 def format_bytes(count: float) -> str:

@@ -30,6 +30,7 @@ CAUSE_COLORS = {
     "allocator": "#78716c",
     "host_compute": "#ea580c",
     "other": "#9ca3af",
+    "unexplained": "#4b5563",
 }
 _MAX_STEPS = 200
 

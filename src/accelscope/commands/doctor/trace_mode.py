@@ -14,8 +14,9 @@ from typing import Any
 
 from accelscope.commands._lifecycle import check_paths, write_report
 from accelscope.commands.doctor.trace_html import render_trace_report
-from accelscope.doctor.device_timeline import TimelineVerdict, timeline_verdict
+from accelscope.doctor.device_timeline import TimelineVerdict
 from accelscope.doctor.kineto import RankTimeline, rank_timelines
+from accelscope.doctor.trace_quality import TraceQuality, gated_verdict
 from accelscope.errors import BadInputError
 
 __all__ = [
@@ -46,9 +47,10 @@ class TraceRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class RankDiagnosis:
-    """One rank's steps and verdict."""
+    """One rank's steps, the quality gate's outcome and the verdict of its steady steps."""
 
     timeline: RankTimeline
+    quality: TraceQuality
     verdict: TimelineVerdict
 
 
@@ -85,6 +87,12 @@ class TraceDiagnosis:
                     "step_source": r.timeline.trace.step_source,
                     "mean_step_s": r.timeline.mean_step_s,
                     "verdict": asdict(r.verdict),
+                    "quality": {
+                        "flags": [asdict(f) for f in r.quality.flags],
+                        "steady_steps": list(r.quality.steady),
+                        "excluded_steps": list(r.quality.excluded),
+                        "advice": r.quality.advice,
+                    },
                     "steps": steps,
                     "notes": list(r.timeline.trace.notes),
                 }
@@ -102,19 +110,18 @@ def diagnose_trace(request: TraceRequest) -> TraceDiagnosis:
     _fraction(request.sm_active, "--sm-active")
     _fraction(request.nvml_utilisation, "--gpu-util")
     check_paths(None, request.report_path)
-    ranks = tuple(
-        RankDiagnosis(
-            timeline=timeline,
-            verdict=timeline_verdict(
-                timeline.steps,
-                sm_active=request.sm_active,
-                nvml_utilisation=request.nvml_utilisation,
-            ),
+    ranks = []
+    for timeline in rank_timelines(request.path):
+        quality = timeline.trace.quality(timeline.steps)
+        verdict = gated_verdict(
+            timeline.steps,
+            quality,
+            sm_active=request.sm_active,
+            nvml_utilisation=request.nvml_utilisation,
         )
-        for timeline in rank_timelines(request.path)
-    )
+        ranks.append(RankDiagnosis(timeline=timeline, quality=quality, verdict=verdict))
     slowest = max(ranks, key=lambda r: r.timeline.mean_step_s).timeline.rank
-    diagnosis = TraceDiagnosis(ranks=ranks, slowest=slowest)
+    diagnosis = TraceDiagnosis(ranks=tuple(ranks), slowest=slowest)
     if request.report_path is not None:
         title = f"accelscope doctor --trace: {request.path.name}"
         write_report(render_trace_report(diagnosis, title=title), request.report_path)

@@ -82,7 +82,7 @@ def _rank(rank: RankDiagnosis, *, slowest: bool, many: bool) -> list[RenderableT
         }
         top = max(idle.items(), key=lambda kv: kv[1]) if idle else ("", 0.0)
         steps.add_row(
-            str(s.index),
+            str(s.index) + (" (set aside)" if s.index in rank.quality.excluded else ""),
             format_seconds(s.step_us / 1e6),
             f"{s.share(s.compute_busy_us):.0%}",
             f"{s.share(s.copy_busy_us):.0%}",
@@ -93,12 +93,21 @@ def _rank(rank: RankDiagnosis, *, slowest: bool, many: bool) -> list[RenderableT
     parts.append(steps)
     if len(t.steps) > _MAX_STEP_ROWS:
         parts.append(Text(f"... {len(t.steps) - _MAX_STEP_ROWS} more steps", style="dim"))
+    flagged = [f.message for f in rank.quality.flags]
+    if flagged:
+        parts.append(
+            Text("window quality (the verdict is of the steady steps only):", style="bold")
+        )
+        parts.extend(Text(f"  - {message}", style="yellow") for message in flagged)
     parts.append(Text("advice: " + v.advice, style="bold"))
+    if rank.quality.advice and rank.quality.advice != v.advice:
+        parts.append(Text("then: " + rank.quality.advice, style="bold"))
     for check in v.figures:
         ratio = "" if math.isnan(check.ratio) else f" ({check.ratio:.0%})"
         parts.append(Text(f"figure {check.name}{ratio}: {check.note}", style="yellow"))
     for note in (*v.notes, *t.trace.notes):
-        parts.append(Text(f"note: {note}", style="yellow"))
+        if note not in flagged:
+            parts.append(Text(f"note: {note}", style="yellow"))
     return parts
 
 
