@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install vllm peers browser prometheus tools demo test test-fast test-parallel test-serial check \
+.PHONY: install vllm peers browser prometheus tools demo test test-fast test-parallel test-servers test-serial check \
   benchmarks clean
 
 $(STAMP): pyproject.toml constraints.txt
@@ -99,25 +99,29 @@ prometheus:
 	  else echo "the audit tests need prometheus and promtool: sudo apt-get install prometheus" >&2; \
 	    exit 1; fi; }
 
-# The tests come in two tiers (markers of pyproject.toml; tests/conftest.py fails a test that
+# The tests come in tiers (markers of pyproject.toml; tests/conftest.py fails a test that
 # starts a real server, cluster or browser without `server`):
 #   test-fast    every unmarked test, on both cores (pytest-xdist, -n 2; a file stays on one
 #                worker, so a module's fixture is built once): no vLLM, chromium or Prometheus
 #                needed. The inner loop of a change. It leaves out the `slow` tests (over about
 #                12 s each: a torch.compile, a real crash or Ctrl-C run, an end-to-end sweep).
-#   test-parallel  test-fast with the `slow` tests: make test's parallel tier.
-#   test-serial  the marked tests, one at a time: `server` (vLLM, transformers serve, Ray,
-#                Prometheus, chromium, the tune templates' servers: each takes the cores) and
-#                `serial` (times to the millisecond or measures CPU: a neighbour would skew it).
-#   test         the whole suite: format, lint and types, then test-parallel and test-serial;
-#                fails if either does (both run, so one run names every failure). CI runs it
-#                (.ci/run).
+#   test-parallel  test-fast with the `slow` tests.
+#   test-servers the `server` tests (vLLM, transformers serve, Ray, Prometheus, chromium, the
+#                tune templates' servers) on two workers: a file's tests stay together, and
+#                every vLLM file shares one group, every Ray file another (tests/conftest.py:
+#                one vLLM and one Ray cluster at a time). They spend most of their time waiting
+#                for servers to start, so they run beside test-parallel.
+#   test-serial  the `serial` tests, one at a time, alone (times to the millisecond or measures
+#                CPU: a neighbour would skew it).
+#   test         the whole suite: format, lint and types; test-parallel and test-servers side by
+#                side; then test-serial. Fails if any does (all run, so one run names every
+#                failure). CI runs it (.ci/run).
 # The two environments, the lint and type checks and the system tools are independent: built side
 # by side (about 3 minutes off a fresh machine's run); the two apt-get installs one after the other.
 test:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target check tools vllm
 	@status=0; \
-	$(MAKE) --no-print-directory test-parallel || status=1; \
+	$(MAKE) --no-print-directory -k -j2 --output-sync=target test-parallel test-servers || status=1; \
 	$(MAKE) --no-print-directory test-serial || status=1; \
 	exit $$status
 
@@ -127,8 +131,11 @@ test-fast: $(STAMP)
 test-parallel: $(STAMP)
 	$(BIN)/pytest -q -m "not server and not serial" -n 2 --dist loadfile --durations=20
 
-test-serial: $(STAMP) tools vllm
-	$(BIN)/pytest -q -m "server or serial" --durations=20
+test-servers: $(STAMP) tools vllm
+	$(BIN)/pytest -q -m "server" -n 2 --dist loadgroup --durations=20
+
+test-serial: $(STAMP)
+	$(BIN)/pytest -q -m "serial" --durations=20
 
 tools:
 	@$(MAKE) --no-print-directory browser

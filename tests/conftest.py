@@ -70,7 +70,24 @@ def _defined_in(function: Callable[..., object]) -> str:
     return path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else str(path)
 
 
+SHARED_GROUPS = {
+    # files whose servers take the cores: one vLLM, one Ray cluster at a time (make test-servers
+    # runs the server tests on two xdist workers, beside the parallel tier)
+    "llm/test_llm_against_vllm.py": "vllm",
+    "llm/test_conformance.py": "vllm",
+    "tune/test_tune_real_servers.py": "vllm",
+    "sweep/test_ray_cluster_sweep.py": "ray",
+    "llm/test_scaleout.py": "ray",
+}
+"""A server test's xdist group is its file's (a module's server starts once), or one of these."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("server") is not None:
+            path = Path(str(item.fspath))
+            name = path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else str(path)
+            item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(name, name)))
     unmarked = [
         f"{item.nodeid} (uses {', '.join(names)})"
         for item in items
