@@ -107,7 +107,7 @@ prometheus:
 #                12 s each: a torch.compile, a real crash or Ctrl-C run, an end-to-end sweep).
 #   test-parallel  test-fast with the `slow` tests.
 #   test-servers the `server` tests (vLLM, transformers serve, Ray, Prometheus, chromium, the
-#                tune templates' servers) on two workers: a file's tests stay together, and
+#                tune templates' servers) on three workers: a file's tests stay together, and
 #                every vLLM file shares one group, every Ray file another (tests/conftest.py:
 #                one vLLM and one Ray cluster at a time). They spend most of their time waiting
 #                for servers to start, so they run beside test-parallel.
@@ -132,7 +132,7 @@ test-parallel: $(STAMP)
 	$(BIN)/pytest -q -m "not server and not serial" -n 2 --dist loadfile --durations=20
 
 test-servers: $(STAMP) tools vllm
-	$(BIN)/pytest -q -m "server" -n 2 --dist loadgroup --durations=20
+	$(BIN)/pytest -q -m "server" -n 3 --dist loadgroup --durations=20
 
 test-serial: $(STAMP)
 	$(BIN)/pytest -q -m "serial" --durations=20
