@@ -250,7 +250,7 @@ def test_a_compile_region_is_named_from_its_events(tmp_path: Path) -> None:
 def test_graph_launches_without_kernels_are_flagged(tmp_path: Path) -> None:
     events = _steps([3000, 3000, 3000])
     events.append(_event("ProfilerStep#3", 9000, 3000, "user_annotation"))
-    events.append(_event("cudaGraphLaunch", 9100, 20, "cuda_runtime"))
+    events.append(_event("cudaGraphLaunch", 9100, 20, "cuda_runtime", correlation=424242))
     rank = _diagnose(_write(tmp_path, events))
     flagged = [f for f in rank.quality.flags if f.kind == "graphs_unrecorded"]
     assert [f.step for f in flagged] == [3]

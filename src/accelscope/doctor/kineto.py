@@ -140,6 +140,9 @@ class KinetoTrace:
     name: what the quality gate explains a long step with."""
     negative_durations: int = 0
     """Events with a negative duration (left out of everything else)."""
+    unrecorded_graph_launches: tuple[float, ...] = ()
+    """Start times (µs) of CUDA graph launches whose correlation id no device event carries:
+    the graph's kernels are missing from the trace."""
 
     def quality(self, steps: Sequence[StepTimeline]) -> TraceQuality:
         """The quality gate over ``steps`` (this trace's :meth:`timelines`)."""
@@ -150,6 +153,7 @@ class KinetoTrace:
             host=self.host,
             device=self.device,
             negative_durations=self.negative_durations,
+            unrecorded_graph_launch_us=self.unrecorded_graph_launches,
         )
 
     def timelines(self) -> tuple[StepTimeline, ...]:
@@ -334,6 +338,13 @@ def parse_trace(document: Any, *, source: str = "trace") -> KinetoTrace:
             "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
         )
     host = _host_spans(runtime, ops, annotations, by_correlation)
+    unrecorded_graphs = tuple(
+        ts
+        for event, ts, _end in runtime
+        if "GraphLaunch" in str(event.get("name", ""))
+        and isinstance(correlation := (event.get("args") or {}).get("correlation"), int)
+        and correlation not in by_correlation
+    )
     steps, step_source = _steps(annotations, min(starts), max(ends))
     notes: list[str] = []
     if len(gpu_pids) > 1:
@@ -352,6 +363,7 @@ def parse_trace(document: Any, *, source: str = "trace") -> KinetoTrace:
         notes=tuple(notes),
         named=tuple(named),
         negative_durations=negative,
+        unrecorded_graph_launches=unrecorded_graphs,
     )
 
 

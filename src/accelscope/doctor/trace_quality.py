@@ -13,7 +13,8 @@ compile, "pageable copies" for a 30 s context creation). So, per trace:
 - **too few steps** (fewer than :data:`MIN_STEADY_STEPS` steady ones);
 - **unexplained host time**: long stretches of a step no recorded event covers (a compile or
   Python outside the profiler's reach);
-- **CUDA graphs whose kernels were not recorded** (graph launches in a step with no kernel);
+- **CUDA graphs whose kernels were not recorded** (a launch whose correlation id no kernel
+  carries, or launches in a step with no kernel at all);
 - **timestamps that cannot be right** (negative durations).
 
 The verdict is then drawn from the steady steps only; where none remain it is not given, and the
@@ -234,6 +235,9 @@ def _explain(
     if known:
         name = max(known, key=lambda n: gains[n])
         return name, one_off_kind(name)
+    convolutions = [n for n in near if _CUDNN.search(n)]  # its trials' syncs are inside it
+    if convolutions:
+        return min(convolutions, key=lambda n: outlier[n]), "cudnn_autotune"
     name = min(near, key=lambda n: outlier[n])
     return name, ("cudnn_autotune" if _CUDNN.search(name) else None)
 
@@ -246,6 +250,7 @@ def assess(
     host: Sequence[HostSpan] = (),
     device: Sequence[DeviceInterval] = (),
     negative_durations: int = 0,
+    unrecorded_graph_launch_us: Sequence[float] = (),
 ) -> TraceQuality:
     """Gate ``steps`` (one per window, same order): flag what is not steady, keep the rest."""
     if len(windows) != len(steps):
@@ -331,25 +336,32 @@ def assess(
             )
             if unexplained / step.step_us >= DOMINANT_SHARE:
                 excluded.add(step.index)
-        launches = sum(
-            1
+        # graph launches whose kernels are missing: by correlation id where the launch has
+        # one (a partly graphed step too), else a step with launches and no kernel at all
+        missing = sum(
+            1 for ts in unrecorded_graph_launch_us if window.start_us <= ts < window.end_us
+        )
+        uncorrelated = [
+            h
             for h in host
             if "GraphLaunch" in h.name and window.start_us <= h.start_us < window.end_us
-        )
+        ]
         kernels = any(
             d.kind in ("kernel", "nccl")
             and d.end_us > window.start_us
             and d.start_us < window.end_us
             for d in device
         )
-        if launches and not kernels:
+        if not missing and uncorrelated and not kernels:
+            missing = len(uncorrelated)
+        if missing:
             flags.append(
                 QualityFlag(
                     kind="graphs_unrecorded",
                     step=step.index,
-                    message=f"step {step.index}: {launches} CUDA graph launch(es) and no kernel "
-                    "recorded: the graphs' work is missing from the trace (record with a "
-                    "profiler that traces graph kernels, or profile once without graphs)",
+                    message=f"step {step.index}: {missing} CUDA graph launch(es) whose kernels "
+                    "were not recorded: the graphs' work is missing from the trace (record with "
+                    "a profiler that traces graph kernels, or profile once without graphs)",
                 )
             )
             excluded.add(step.index)
