@@ -125,6 +125,8 @@ SEVERAL_MEANINGS: dict[str, str] = {
     "--model": "llm names the model the server serves; plan the model whose runs to use; tune "
     "refuses it (--model-dir)",
     "--node-type": "bench measures on Ray node types; plan maps catalog types to them",
+    "--format": "runs export writes csv or json; doctor --trace prints text or a markdown digest",
+    "--dtype": "llm loads an in-process model at it; plan llm projects weights stored in it",
 }
 """Flags spelt alike in several commands that mean different things there: each meaning is
 declared once (renaming them would break every command line written so far)."""

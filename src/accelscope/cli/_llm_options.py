@@ -165,21 +165,23 @@ def with_percentile(slo: Slo | None, percentile: float | None) -> Slo | None:
     return slo.model_copy(update={"percentile": percentile})
 
 
+InputTokensOption: Any = typer.Option(
+    None, "--input-tokens", parser=lengths("--input-tokens"), help="128 or a range 64:256."
+)
+"""Prompt tokens per request: ``llm`` and ``tune`` draw them, ``plan llm`` projects their mean."""
+OutputTokensOption: Any = typer.Option(
+    None, "--output-tokens", parser=lengths("--output-tokens"), help="64 or a range 16:256."
+)
+"""Output tokens per request, as :data:`InputTokensOption`."""
+
+
 @dataclass(frozen=True)
 class WorkloadFlags(FlagGroup):
     """The workload flags ``llm`` and ``tune`` share, and the workload they describe."""
 
     requests: int | None = flag(typer.Option(None, "--requests", help="Requests per trial (100)."))
-    input_tokens: Lengths | None = flag(
-        typer.Option(
-            None, "--input-tokens", parser=lengths("--input-tokens"), help="128 or a range 64:256."
-        )
-    )
-    output_tokens: Lengths | None = flag(
-        typer.Option(
-            None, "--output-tokens", parser=lengths("--output-tokens"), help="64 or a range 16:256."
-        )
-    )
+    input_tokens: Lengths | None = flag(InputTokensOption)
+    output_tokens: Lengths | None = flag(OutputTokensOption)
     prompts: Path | None = flag(
         typer.Option(
             None, "--prompts", help='JSONL prompts: {"prompt": ..., "max_tokens": ...} per line.'

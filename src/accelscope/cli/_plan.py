@@ -1,4 +1,5 @@
-"""The ``plan`` command(s): capacity and cost (default), ``plan memory`` and ``plan api``."""
+"""The ``plan`` command(s): capacity and cost (default), ``plan memory``, ``plan api`` and
+``plan llm``."""
 
 from __future__ import annotations
 
@@ -19,15 +20,20 @@ from accelscope.cli._flag_groups import (
     SlaFlags,
     StoreFlags,
     flag,
+    stand_in,
     with_flag_groups,
 )
+from accelscope.cli._llm_options import InputTokensOption, OutputTokensOption, SloFlags
 from accelscope.cli._runs import register_show
 from accelscope.errors import BadInputError
 
 if TYPE_CHECKING:
     from accelscope.commands.plan.workflow import PlanOutcome
+    from accelscope.llm.workload import Lengths
     from accelscope.plan.energy import EnergyPrice
     from accelscope.store.sqlite import RunRecord
+else:  # the llm package costs the CLI's start most of its time: see stand_in
+    Lengths = stand_in("Lengths")
 
 plan_app = typer.Typer(
     help="Right-size: instances, dollars and memory fit from what was measured.",
@@ -237,6 +243,52 @@ def plan_api_command(
         runs_store=store.path,
     )
     _print(outcome, output.as_json)
+
+
+def _mean_tokens(lengths: Lengths | None) -> float | None:
+    """A length or a range's mean (the projection is of the mean request)."""
+    return None if lengths is None else (lengths.low + lengths.high) / 2
+
+
+@plan_app.command("llm")
+@with_flag_groups
+def plan_llm_command(
+    config: Path = typer.Argument(..., help="A local Hugging Face config.json."),
+    dtype: str | None = typer.Option(
+        None, "--dtype", help="Weights: fp32, bf16 (default), fp16, fp8, int8, int4."
+    ),
+    input_tokens: Lengths | None = InputTokensOption,
+    output_tokens: Lengths | None = OutputTokensOption,
+    slo: SloFlags = GROUP,
+    accelerators: str | None = typer.Option(
+        None,
+        "--accelerators",
+        help="Datasheet names or families, comma-separated (default: every GPU, TPU, NPU).",
+    ),
+    catalog: CatalogFlags = GROUP,
+    output: JsonFlags = GROUP,
+) -> None:
+    """LLM serving projected: TP degree, concurrency, TPOT, TTFT, tokens/s and $/M tokens."""
+    from accelscope.commands.plan.llm import LlmServingRequest, plan_llm
+
+    if slo.slo_percentile is not None:
+        raise BadInputError("plan llm projects mean step times: --slo-percentile does not apply")
+    if slo.slo is not None and slo.slo.e2e_s is not None:
+        raise BadInputError("plan llm bounds TTFT and TPOT: drop e2e= from --slo")
+    names = tuple(n.strip() for n in accelerators.split(",") if n.strip()) if accelerators else ()
+    request = LlmServingRequest(
+        config=config,
+        accelerators=names,
+        catalog_files=catalog.catalog_files,
+        **given(
+            dtype=dtype.lower() if dtype else None,
+            input_tokens=_mean_tokens(input_tokens),
+            output_tokens=_mean_tokens(output_tokens),
+            ttft_s=slo.slo.ttft_s if slo.slo else None,
+            tpot_s=slo.slo.tpot_s if slo.slo else None,
+        ),
+    )
+    _print(plan_llm(request), output.as_json)
 
 
 def _show(run: RunRecord) -> None:

@@ -1,4 +1,4 @@
-"""Rich terminal views of ``plan`` documents (capacity, memory and API modes).
+"""Rich terminal views of ``plan`` documents (capacity, memory, API and LLM serving modes).
 
 They render the stored JSON form, so a live plan and ``accelscope runs show`` print the same.
 A projected capacity is never printed without its ``estimate`` label.
@@ -13,9 +13,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from accelscope.report.format import format_bytes, money_usd, percent
+from accelscope.report.format import format_bytes, format_seconds, money_usd, percent
 
-__all__ = ["api_view", "capacity_view", "energy_cell", "memory_view", "plan_view"]
+__all__ = ["api_view", "capacity_view", "energy_cell", "llm_view", "memory_view", "plan_view"]
 
 
 def capacity_cell(capacity: Mapping[str, Any] | None) -> str:
@@ -264,9 +264,74 @@ def api_view(doc: Mapping[str, Any]) -> RenderableType:
     return Group(table, verdict, *notes)
 
 
+def _span(value: Any, low: Any, high: Any, money: bool = False) -> str:
+    """``point [low-high, 80%]`` (``—`` when there is no point)."""
+    if value is None:
+        return "—"
+    if money:
+        return f"{money_usd(value)} [{money_usd(low)}-{money_usd(high)}]"
+    return f"{value:,.0f} [{low:,.0f}-{high:,.0f}, 80%]"
+
+
+def llm_view(doc: Mapping[str, Any]) -> RenderableType:
+    """``plan llm``: per accelerator, the degree, concurrency, TPOT, TTFT, tokens/s per device
+    and $ per million output tokens, each projected with its interval."""
+    head = Text.assemble(
+        ("plan llm: ", "bold"),
+        (str(doc["config"]), "bold cyan"),
+        f" · {doc['params'] / 1e9:.1f} B params at {doc['dtype']} "
+        f"({format_bytes(doc['weights_bytes'])}), KV {doc['kv_dtype']} · "
+        f"{doc['input_tokens']:,.0f} in / {doc['output_tokens']:,.0f} out tokens · "
+        f"SLO TTFT <= {format_seconds(doc['ttft_s'])}, TPOT <= {format_seconds(doc['tpot_s'])}",
+    )
+    table = Table(header_style="bold", title="LLM serving (estimate, MLPerf-calibrated)")
+    for name, justify in (
+        ("accelerator", "left"),
+        ("TP", "right"),
+        ("concurrency", "right"),
+        ("TPOT", "right"),
+        ("TTFT", "right"),
+        ("tokens/s/device", "right"),
+        ("$/M output tokens", "right"),
+        ("efficiency from", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for o in doc["options"]:
+        if o["tp"] is None:
+            table.add_row(
+                o["accelerator"], "—", "—", "—", "—", o["why"], "—", o["basis"], style="dim"
+            )
+            continue
+        cost = _span(
+            o["usd_per_million_output_tokens"],
+            o["low_usd_per_million_output_tokens"],
+            o["high_usd_per_million_output_tokens"],
+            money=True,
+        )
+        near = o.get("smallest_near_tp")
+        table.add_row(
+            o["accelerator"],
+            str(o["tp"]) if near in (None, o["tp"]) else f"{o['tp']} ({near} within 10%)",
+            f"{o['concurrency']:,} ({o['limited_by']})",
+            format_seconds(o["tpot_s"]),
+            format_seconds(o["ttft_s"]),
+            _span(
+                o["tokens_per_s_per_device"],
+                o["low_tokens_per_s_per_device"],
+                o["high_tokens_per_s_per_device"],
+            ),
+            cost if o["usd_per_million_output_tokens"] is not None else "— (not in the catalog)",
+            o["basis"],
+        )
+    notes = [Text(f"  · {a}", style="dim") for a in doc.get("assumptions", [])]
+    return Group(head, table, Text("assumptions:", style="bold"), *notes)
+
+
 def plan_view(doc: Mapping[str, Any]) -> RenderableType:
     """Dispatch on the document's mode."""
     mode = doc.get("mode")
+    if mode == "llm":
+        return llm_view(doc)
     if mode == "memory":
         return memory_view(doc)
     if mode == "api":

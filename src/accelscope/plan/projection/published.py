@@ -52,6 +52,9 @@ class PublishedResult(_Row):
     value: PositiveNumber
     """The whole system's figure, per second, exactly as its summary prints it."""
     value_label: Text
+    samples_value: PositiveNumber | None = None
+    """(LLM rows) the samples/s figure printed next to the tokens/s one: their ratio is the
+    benchmark's mean output tokens per sample."""
     valid: bool
     path: Text
     framework: str = ""
