@@ -4,6 +4,7 @@ its bottleneck with evidence, and measure candidate fixes."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,21 +77,34 @@ def doctor_command(
     gpu_util: float | None = typer.Option(
         None, "--gpu-util", help="With --trace: NVML utilisation over the traced steps (0-1)."
     ),
+    output_format: str = typer.Option(
+        "text",
+        "--format",
+        help="With --trace: text (default) or markdown, a digest of 40 lines or fewer per rank "
+        "for an agent, a pull-request comment or a chat.",
+    ),
 ) -> None:
     """Run SCRIPT under instrumentation: where each step's time goes, the bottleneck named
     with its evidence, and candidate fixes measured (accelscope doctor train.py -- --lr 0.1).
     With --trace FILE, diagnose a torch.profiler trace you already have."""
+    if output_format not in ("text", "markdown"):
+        raise BadInputError(f"unknown --format {output_format!r}; choose text or markdown")
     if trace is not None:
         if script is not None:
             raise BadInputError("give SCRIPT or --trace FILE, not both")
+        if output.as_json and output_format == "markdown":
+            raise BadInputError("give --json or --format markdown, not both")
         _trace_mode(
             trace,
             sm_active=sm_active,
             gpu_util=gpu_util,
             as_json=output.as_json,
+            markdown=output_format == "markdown",
             report=output.report,
         )
         return
+    if output_format == "markdown":
+        raise BadInputError("--format markdown is for --trace")
     if script is None:
         raise BadInputError("missing SCRIPT (or --trace FILE): accelscope doctor train.py")
     for value, name in ((sm_active, "--sm-active"), (gpu_util, "--gpu-util")):
@@ -146,11 +160,13 @@ def _trace_mode(
     sm_active: float | None,
     gpu_util: float | None,
     as_json: bool,
+    markdown: bool,
     report: Path | None,
 ) -> None:
     """``doctor --trace``: the device-timeline diagnosis of a recorded trace; nothing stored,
-    an HTML report only where ``--report`` asks for one."""
-    from accelscope.commands.doctor.trace_mode import TraceRequest, diagnose_trace
+    an HTML report only where ``--report`` asks for one. ``markdown``: print the digest."""
+    from accelscope.commands.doctor.digest import markdown_digest
+    from accelscope.commands.doctor.trace_mode import TraceRequest, diagnose_trace, trace_title
     from accelscope.commands.doctor.trace_view import trace_view
 
     diagnosis = diagnose_trace(
@@ -159,6 +175,12 @@ def _trace_mode(
     if as_json:
         document = diagnosis.document() | {"report": str(report or "")}
         _out.print_json(json.dumps(document, allow_nan=False, default=str))
+        return
+    if markdown:
+        sys.stdout.write(markdown_digest(diagnosis, title=trace_title(trace)))
+        sys.stdout.flush()
+        if report is not None:  # stdout holds the digest alone
+            _err.print(f"report: {report}", markup=False, highlight=False)
         return
     _out.print(trace_view(diagnosis))
     if report is not None:

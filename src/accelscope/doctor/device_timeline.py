@@ -50,6 +50,7 @@ __all__ = [
     "check_figure",
     "kernel_class",
     "kernel_precision",
+    "kernel_time_by_name",
     "step_timeline",
     "timeline_verdict",
 ]
@@ -387,6 +388,30 @@ def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]
 
 def _length(intervals: Iterable[tuple[float, float]]) -> float:
     return math.fsum(end - start for start, end in intervals)
+
+
+def kernel_time_by_name(
+    windows: Sequence[StepWindow], device: Sequence[DeviceInterval]
+) -> dict[str, float]:
+    """Each kernel name's device time in ``windows``, µs: per name the union of its kernel
+    (and NCCL kernel) intervals, so a kernel overlapping itself on two streams counts once,
+    clipped to each window and summed over the windows. Names with no time are left out."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for d in device:
+        if d.kind in ("kernel", "nccl") and d.end_us > d.start_us:
+            spans.setdefault(d.name, []).append((d.start_us, d.end_us))
+    out: dict[str, float] = {}
+    for name, raw in spans.items():
+        merged = _union(raw)
+        starts = [start for start, _ in merged]
+        total = 0.0
+        for w in windows:
+            first = max(0, bisect.bisect_right(starts, w.start_us) - 1)
+            last = bisect.bisect_left(starts, w.end_us)
+            total += _length(_clip(merged[first:last], w.start_us, w.end_us))
+        if total > 0:
+            out[name] = total
+    return out
 
 
 def _clip(

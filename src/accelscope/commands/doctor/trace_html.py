@@ -1,6 +1,7 @@
 """Self-contained offline HTML report of ``doctor --trace``: per rank the verdict with its
-advice, the causes table and one stacked bar per step. No script at all (CSP forbids it); every
-user string escaped by jinja's autoescape."""
+advice, the causes table and one stacked bar per step; then the markdown digest
+(:mod:`.digest`) as text, to copy into an agent's prompt or a pull-request comment. No script
+at all (CSP forbids it); every user string escaped by jinja's autoescape."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
+from accelscope.commands.doctor.digest import markdown_digest
 from accelscope.doctor.device_timeline import CAUSES
 from accelscope.report.format import format_seconds
 from accelscope.report.page import template
@@ -51,4 +53,5 @@ def render_trace_report(diagnosis: TraceDiagnosis, *, title: str) -> str:
         colors=CAUSE_COLORS,
         max_steps=_MAX_STEPS,
         sources=sources,
+        digest=markdown_digest(diagnosis, title=title),
     )

@@ -1,5 +1,6 @@
 """Terminal rendering of ``doctor --trace``: per rank the verdict, the step split into causes
-(busy beside NVML utilisation and GPM SM activity), the per-step table and the advice."""
+(busy beside NVML utilisation and GPM SM activity), the top kernels, the per-step table and the
+advice."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from accelscope.commands.doctor.digest import short_kernel_name
 from accelscope.commands.doctor.trace_mode import RankDiagnosis, TraceDiagnosis
 from accelscope.doctor.device_timeline import CAUSES
 from accelscope.report.format import format_seconds
@@ -71,6 +73,21 @@ def _rank(rank: RankDiagnosis, *, slowest: bool, many: bool) -> list[RenderableT
             continue
         causes.add_row(CAUSES[cause], f"{share:.1%}", format_seconds(share * v.step_s))
     parts.append(causes)
+    if rank.kernels:
+        kernels = Table(
+            title="top kernels (the steps judged)", title_justify="left", box=None, min_width=60
+        )
+        for name in ("kernel", "share", "per step", "class", "precision"):
+            kernels.add_column(name, justify="right" if name in ("share", "per step") else "left")
+        for k in rank.kernels:
+            kernels.add_row(
+                escape(short_kernel_name(k.name)),
+                f"{k.share:.1%}",
+                format_seconds(k.per_step_s),
+                k.kernel_class,
+                k.precision or "n/a",
+            )
+        parts.append(kernels)
     steps = Table(title="steps", title_justify="left", box=None)
     for name in ("step", "time", "kernels", "copies", "busy", "idle", "largest idle cause"):
         steps.add_column(
