@@ -23,6 +23,7 @@ __all__ = [
     "EINSUM",
     "ELEMENTWISE",
     "ELEMENTWISE_MULTIPLY_ADD",
+    "LAUNCH_NOTHING",
     "LAYER_NORM",
     "LINEAR",
     "MATMUL",
@@ -316,6 +317,20 @@ VIEWS = (
     "lift_fresh",
 )
 """Views of a tensor's storage (and aliases): no data moved."""
+LAUNCH_NOTHING = (
+    "detach_",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "resize_",
+    "contiguous",
+    "result_type",
+    "is_nonzero",
+    "set_",
+    "record_stream",
+)
+"""Besides the views: operators that on a device tensor launch no kernel (allocations, metadata,
+a contiguous tensor's ``contiguous``) or whose launches a trace may not nest."""
 DROPOUT = ("dropout", "native_dropout", "feature_dropout", "alpha_dropout")
 """No-ops in inference."""
 QUANTIZE = ("quantize_per_tensor", "dequantize")

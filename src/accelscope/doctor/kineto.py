@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from accelscope.aten import LAUNCH_NOTHING, VIEWS
 from accelscope.doctor.device_timeline import (
     DeviceInterval,
     HostCategory,
@@ -88,38 +89,7 @@ _ALLOC_CALLS = {
 _LAUNCH = re.compile(
     r"^(cuda|cu)(LaunchKernel|LaunchKernelExC|LaunchCooperativeKernel|GraphLaunch)"
 )
-_METADATA_OPS = {
-    "aten::view",
-    "aten::_unsafe_view",
-    "aten::reshape",
-    "aten::t",
-    "aten::transpose",
-    "aten::permute",
-    "aten::expand",
-    "aten::as_strided",
-    "aten::slice",
-    "aten::select",
-    "aten::unsqueeze",
-    "aten::squeeze",
-    "aten::detach",
-    "aten::detach_",
-    "aten::alias",
-    "aten::empty",
-    "aten::empty_like",
-    "aten::empty_strided",
-    "aten::resize_",
-    "aten::lift_fresh",
-    "aten::unbind",
-    "aten::split",
-    "aten::chunk",
-    "aten::narrow",
-    "aten::flatten",
-    "aten::contiguous",
-    "aten::result_type",
-    "aten::is_nonzero",
-    "aten::set_",
-    "aten::record_stream",
-}
+_METADATA_OPS = frozenset(f"aten::{name}" for name in (*VIEWS, *LAUNCH_NOTHING))
 """Operators that on a device tensor launch nothing (views, metadata, allocations) or whose
 launches a trace may not nest: never counted as the host's own compute."""
 
