@@ -16,7 +16,7 @@ from accelscope.doctor.device_timeline import CAUSES
 from accelscope.report.format import format_seconds
 
 if TYPE_CHECKING:
-    from accelscope.commands.doctor.trace_mode import RankDiagnosis, TraceDiagnosis
+    from accelscope.doctor.trace_diagnosis import RankDiagnosis, TraceDiagnosis
 
 __all__ = ["MAX_LINES_PER_RANK", "markdown_digest", "md_escape", "rank_digest", "short_kernel_name"]
 

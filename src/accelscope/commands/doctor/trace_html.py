@@ -16,7 +16,7 @@ from accelscope.report.format import format_seconds
 from accelscope.report.page import template
 
 if TYPE_CHECKING:
-    from accelscope.commands.doctor.trace_mode import TraceDiagnosis
+    from accelscope.doctor.trace_diagnosis import TraceDiagnosis
 
 __all__ = ["CAUSE_COLORS", "render_trace_report"]
 

@@ -13,8 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from accelscope.commands.doctor.digest import short_kernel_name
-from accelscope.commands.doctor.trace_mode import RankDiagnosis, TraceDiagnosis
 from accelscope.doctor.device_timeline import CAUSES
+from accelscope.doctor.trace_diagnosis import RankDiagnosis, TraceDiagnosis
 from accelscope.report.format import format_seconds
 
 __all__ = ["trace_view"]
