@@ -148,6 +148,7 @@ def test_the_shared_traces_keep_their_verdicts() -> None:
     assert dict(pageable.verdict.ranked)["h2d_pageable"] > 0.7
 
 
+@pytest.mark.slow  # 19 traces read twice each (30 s here): make test, not test-fast
 @pytest.mark.parametrize(
     "path",
     [
