@@ -16,6 +16,7 @@ from accelscope.doctor.device_timeline import (
     CONSISTENCY_TOLERANCE,
     DeviceInterval,
     HostSpan,
+    StepTimeline,
     StepWindow,
     SuppliedFigure,
     check_figure,
@@ -658,3 +659,33 @@ def test_profiler_steps_filed_as_operators_are_steps() -> None:
         b.kernel(i * 1_000.0 + 100, 800)
     trace = parse_trace(b.document())
     assert trace.step_source == "ProfilerStep" and [w.index for w in trace.steps] == [5, 6]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"by_cause": {"compute": 600.0, "launch": 300.0}}, "sum to"),
+        ({"by_cause": {"compute": 1200.0, "launch": -200.0}}, "outside"),
+        ({"busy_us": 1100.0}, "outside"),
+        ({"compute_busy_us": 700.0, "busy_us": 600.0}, "above its busy"),
+        ({"kernel_by_class": {"memory": 1500.0}}, "outside"),
+        ({"step_us": float("nan")}, "length"),
+    ],
+)
+def test_a_step_whose_parts_do_not_partition_it_is_not_built(
+    change: dict[str, Any], message: str
+) -> None:
+    # a bug upstream raises where the timeline is built instead of being clipped by a reader
+    good: dict[str, Any] = {
+        "index": 0,
+        "step_us": 1000.0,
+        "compute_busy_us": 600.0,
+        "copy_busy_us": 0.0,
+        "busy_us": 600.0,
+        "copy_by_kind": {},
+        "by_cause": {"compute": 600.0, "launch": 400.0},
+        "gaps": (),
+    }
+    StepTimeline(**good)  # the partition holds
+    with pytest.raises(ValueError, match=message):
+        StepTimeline(**(good | change))

@@ -293,13 +293,34 @@ class StepTimeline:
     """Kernel busy time (union per class, clipped to the step): ``matrix reduced``,
     ``matrix fp32``, ``matrix unknown``, ``memory``, ``other``; classes may overlap in time."""
 
+    def __post_init__(self) -> None:
+        """The partition holds, or the timeline is not built: every part >= 0, the causes sum
+        to the step, busy time within the step and kernel and copy time within busy time
+        (floating-point rounding allowed; a bug raises here instead of being clipped later)."""
+        step = self.step_us
+        if not (math.isfinite(step) and step >= 0):
+            raise ValueError(f"step {self.index}: length {step} µs")
+        slack = 1e-9 * step + 1e-6
+        parts = {**self.by_cause, **{f"kernel {k}": v for k, v in self.kernel_by_class.items()}}
+        parts |= {"compute_busy": self.compute_busy_us, "copy_busy": self.copy_busy_us}
+        for name, value in {**parts, "busy": self.busy_us}.items():
+            if not (math.isfinite(value) and -slack <= value <= step + slack):
+                raise ValueError(f"step {self.index}: {name} {value} µs outside [0, {step}]")
+        if abs(math.fsum(self.by_cause.values()) - step) > slack * max(1, len(self.by_cause)):
+            raise ValueError(
+                f"step {self.index}: its causes sum to {math.fsum(self.by_cause.values())} µs, "
+                f"not its length {step} µs"
+            )
+        if max(self.compute_busy_us, self.copy_busy_us) > self.busy_us + slack:
+            raise ValueError(f"step {self.index}: kernel or copy time above its busy time")
+
     @property
     def idle_us(self) -> float:
-        return max(0.0, self.step_us - self.busy_us)
+        return self.step_us - self.busy_us
 
     def share(self, us: float) -> float:
-        """``us`` as a share of this step, in [0, 1]."""
-        return min(1.0, max(0.0, us / self.step_us)) if self.step_us > 0 else 0.0
+        """``us`` (a part of this step) as a share of it."""
+        return us / self.step_us if self.step_us > 0 else 0.0
 
     @property
     def shares(self) -> dict[str, float]:
@@ -586,7 +607,7 @@ def _mean_share(steps: Sequence[StepTimeline], pick: str) -> float:
         part = math.fsum(s.compute_busy_us for s in steps)
     else:
         part = math.fsum(s.by_cause.get(pick, 0.0) for s in steps)
-    return min(1.0, max(0.0, part / total))
+    return part / total
 
 
 def _kernel_classes(steps: Sequence[StepTimeline]) -> dict[str, float]:
@@ -594,9 +615,7 @@ def _kernel_classes(steps: Sequence[StepTimeline]) -> dict[str, float]:
     keys = sorted({k for s in steps for k in s.kernel_by_class})
     if total <= 0:
         return dict.fromkeys(keys, 0.0)
-    return {
-        k: min(1.0, math.fsum(s.kernel_by_class.get(k, 0.0) for s in steps) / total) for k in keys
-    }
+    return {k: math.fsum(s.kernel_by_class.get(k, 0.0) for s in steps) / total for k in keys}
 
 
 def _matrix_precision(classes: dict[str, float]) -> Precision | None:
@@ -639,7 +658,7 @@ def timeline_verdict(
         )
     )
     shares = dict(ranked)
-    kernels = min(1.0, shares["compute"] + shares["memory"])
+    kernels = shares["compute"] + shares["memory"]  # exclusive causes: at most the step
     device_top = "memory" if shares["memory"] > shares["compute"] else "compute"
     busy = _mean_share(steps, "busy")
     classes = _kernel_classes(steps)
@@ -698,7 +717,7 @@ def timeline_verdict(
         compute_share=kernel_busy,
         busy_share=busy,
         copy_share=_mean_share(steps, "copy"),
-        idle_share=max(0.0, 1.0 - busy),
+        idle_share=1.0 - busy,
         nvml_utilisation=nvml_utilisation,
         sm_active=sm_active,
         figures=figures,
