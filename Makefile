@@ -107,21 +107,22 @@ prometheus:
 #                12 s each: a torch.compile, a real crash or Ctrl-C run, an end-to-end sweep).
 #   test-parallel  test-fast with the `slow` tests.
 #   test-servers the `server` tests (vLLM, transformers serve, Ray, Prometheus, chromium, the
-#                tune templates' servers) on three workers: a file's tests stay together, and
+#                tune templates' servers) on two workers: a file's tests stay together, and
 #                every vLLM file shares one group, every Ray file another (tests/conftest.py:
-#                one vLLM and one Ray cluster at a time). They spend most of their time waiting
-#                for servers to start, so they run beside test-parallel.
+#                one vLLM and one Ray cluster at a time); they mostly wait for servers to start.
+#                Not beside test-parallel: on 2 cores that took as long and broke timing tests.
 #   test-serial  the `serial` tests, one at a time, alone (times to the millisecond or measures
 #                CPU: a neighbour would skew it).
-#   test         the whole suite: format, lint and types; test-parallel and test-servers side by
-#                side; then test-serial. Fails if any does (all run, so one run names every
-#                failure). CI runs it (.ci/run).
+#   test         the whole suite: format, lint and types; test-parallel, test-servers and
+#                test-serial, one after the other. Fails if any does (all run, so one run names
+#                every failure). CI runs it (.ci/run).
 # The two environments, the lint and type checks and the system tools are independent: built side
 # by side (about 3 minutes off a fresh machine's run); the two apt-get installs one after the other.
 test:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target check tools vllm
 	@status=0; \
-	$(MAKE) --no-print-directory -k -j2 --output-sync=target test-parallel test-servers || status=1; \
+	$(MAKE) --no-print-directory test-parallel || status=1; \
+	$(MAKE) --no-print-directory test-servers || status=1; \
 	$(MAKE) --no-print-directory test-serial || status=1; \
 	exit $$status
 
@@ -132,7 +133,7 @@ test-parallel: $(STAMP)
 	$(BIN)/pytest -q -m "not server and not serial" -n 2 --dist loadfile --durations=20
 
 test-servers: $(STAMP) tools vllm
-	$(BIN)/pytest -q -m "server" -n 3 --dist loadgroup --durations=20
+	$(BIN)/pytest -q -m "server" -n 2 --dist loadgroup --durations=20
 
 test-serial: $(STAMP)
 	$(BIN)/pytest -q -m "serial" --durations=20
