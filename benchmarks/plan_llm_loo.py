@@ -17,20 +17,7 @@ import argparse
 import time
 
 from accelscope.plan.projection.llm_serving import leave_one_out, shipped_serving_calibration
-from accelscope.plan.projection.validation import LooSummary, summarise
-
-
-def _table(title: str, rows: list[LooSummary]) -> str:
-    lines = [
-        f"| {title} | left out | median abs error | 80 % interval coverage | median hi/lo |",
-        "|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {s.label} | {s.count} | {s.median_abs_error:.1%} | {s.coverage:.0%} | "
-        f"{s.median_width:.2f} |"
-        for s in rows
-    ]
-    return "\n".join(lines)
+from accelscope.plan.projection.validation import summarise, summary_table
 
 
 def main() -> None:
@@ -47,7 +34,7 @@ def main() -> None:
         f"out; workload {workload.input_tokens:.0f} input (assumed) / "
         f"{workload.output_tokens:.0f} output tokens; {took:.1f} s\n"
     )
-    print(_table("family", [*summarise(holdouts, lambda h: h.family), *summarise(holdouts)]))
+    print(summary_table("family", [*summarise(holdouts, lambda h: h.family), *summarise(holdouts)]))
     if args.rows:
         print("\n| system | published | point | 80 % interval | covered |\n|---|---|---|---|---|")
         for h in holdouts:

@@ -17,20 +17,12 @@ import time
 from pathlib import Path
 
 from accelscope.plan.projection.calibration import shipped_calibration
-from accelscope.plan.projection.validation import Holdout, LooSummary, leave_one_out, summarise
-
-
-def _table(title: str, rows: list[LooSummary]) -> str:
-    lines = [
-        f"| {title} | left out | median abs error | 80 % interval coverage | median hi/lo |",
-        "|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {s.label} | {s.count} | {s.median_abs_error:.1%} | {s.coverage:.0%} | "
-        f"{s.median_width:.2f} |"
-        for s in rows
-    ]
-    return "\n".join(lines)
+from accelscope.plan.projection.validation import (
+    Holdout,
+    leave_one_out,
+    summarise,
+    summary_table,
+)
 
 
 def main() -> None:
@@ -54,11 +46,11 @@ def main() -> None:
         holdouts: list[Holdout] = leave_one_out(calibration, mode=mode)
         took = time.perf_counter() - started
         print(f"\n### leave out: {mode} ({len(holdouts)} rows, {took:.1f} s)\n")
-        print(_table("all", summarise(holdouts)))
+        print(summary_table("all", summarise(holdouts)))
         print()
-        print(_table("workload class", summarise(holdouts, lambda h: h.workload_class)))
+        print(summary_table("workload class", summarise(holdouts, lambda h: h.workload_class)))
         print()
-        print(_table("family", summarise(holdouts, lambda h: h.family)))
+        print(summary_table("family", summarise(holdouts, lambda h: h.family)))
         dump[mode] = [
             {**dataclasses.asdict(h), "error": h.error, "covered": h.covered} for h in holdouts
         ]

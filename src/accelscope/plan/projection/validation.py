@@ -22,7 +22,7 @@ from typing import Literal
 from accelscope.plan.projection.calibration import Calibrated, Calibration
 from accelscope.plan.projection.efficiency import fit
 
-__all__ = ["Holdout", "LooSummary", "leave_one_out", "summarise"]
+__all__ = ["Holdout", "LooSummary", "leave_one_out", "summarise", "summary_table"]
 
 COVERAGE = 0.8
 """The prediction interval every projection states."""
@@ -123,3 +123,17 @@ def summarise(
         )
         for label, hs in sorted(slices.items())
     ]
+
+
+def summary_table(title: str, rows: Sequence[LooSummary]) -> str:
+    """Leave-one-out summaries as a markdown table (the benchmark scripts print it)."""
+    lines = [
+        f"| {title} | left out | median abs error | 80 % interval coverage | median hi/lo |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {s.label} | {s.count} | {s.median_abs_error:.1%} | {s.coverage:.0%} | "
+        f"{s.median_width:.2f} |"
+        for s in rows
+    ]
+    return "\n".join(lines)
