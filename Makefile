@@ -107,10 +107,10 @@ prometheus:
 #                12 s each: a torch.compile, a real crash or Ctrl-C run, an end-to-end sweep).
 #   test-parallel  test-fast with the `slow` tests.
 #   test-servers the `server` tests (vLLM, transformers serve, Ray, Prometheus, chromium, the
-#                tune templates' servers) on two workers: a file's tests stay together, and
-#                every vLLM file shares one group, every Ray file another (tests/conftest.py:
-#                one vLLM and one Ray cluster at a time); they mostly wait for servers to start.
-#                Not beside test-parallel: on 2 cores that took as long and broke timing tests.
+#                tune templates' servers), one at a time: each takes the cores. On two xdist
+#                workers (one vLLM and one Ray cluster at a time, tests/conftest.py's groups)
+#                they took 14.6 min against 19.5 and a tune test's known winner lost; beside
+#                test-parallel, both tiers took 21-22 min and four timing tests failed.
 #   test-serial  the `serial` tests, one at a time, alone (times to the millisecond or measures
 #                CPU: a neighbour would skew it).
 #   test         the whole suite: format, lint and types; test-parallel, test-servers and
@@ -133,7 +133,7 @@ test-parallel: $(STAMP)
 	$(BIN)/pytest -q -m "not server and not serial" -n 2 --dist loadfile --durations=20
 
 test-servers: $(STAMP) tools vllm
-	$(BIN)/pytest -q -m "server" -n 2 --dist loadgroup --durations=20
+	$(BIN)/pytest -q -m "server" --durations=20
 
 test-serial: $(STAMP)
 	$(BIN)/pytest -q -m "serial" --durations=20

@@ -38,6 +38,8 @@ pytestmark = pytest.mark.serial
 WIDE_S = 0.005
 NARROW_S = 0.001
 EARLY_S = 0.0005
+TAIL_JITTER_S = 0.005
+"""How much later than the fake sent it the client may read a stream's last token."""
 
 TTFT_S = 0.040
 ITL_S = 0.010
@@ -346,11 +348,14 @@ def test_a_late_done_ends_e2e_at_the_last_token(api: str) -> None:
         # the fake's own stamps: its tail ends at a deadline, so a last token that left late
         # (a loaded machine woke the fake late) leaves a shorter tail than the script's 200 ms
         true_tail = case.answer.ended_s[0] - case.answer.sent_s[-1]
-        assert stream_tail >= true_tail - EARLY_S
+        # the client stamps the last token when it reads it: woken 1.7 ms late once on a
+        # 2-vCPU machine running this test alone, it saw a tail that much shorter than the
+        # fake's; a tail folded into E2E would read ~0, so 5 ms still tells the two apart
+        assert stream_tail >= true_tail - TAIL_JITTER_S
         assert e2e_stream - e2e == pytest.approx(stream_tail)
         metrics = case.summary.metrics
         assert metrics.e2e_stream_s.p50 is not None and metrics.e2e_s.p50 is not None
-        assert metrics.e2e_stream_s.p50 - metrics.e2e_s.p50 >= true_tail - EARLY_S
+        assert metrics.e2e_stream_s.p50 - metrics.e2e_s.p50 >= true_tail - TAIL_JITTER_S
     _assert_figures(cases)
     assert _near(_median(cases, "e2e_s"), TTFT_S + 5 * ITL_S, 2 * WIDE_S)
     assert _near(_median(cases, "tpot_s"), ITL_S, 2 * NARROW_S)
