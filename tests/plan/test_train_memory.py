@@ -253,10 +253,12 @@ def test_the_predicted_peak_matches_a_measured_cpu_step(transformers: ModuleType
     1 x 128; SGD, so the peak is the start of the backward pass and the activation terms are
     tested, not only gradients and optimizer state). The profiler's allocator total counts
     only this process's allocations made while it runs, so a neighbour process cannot
-    disturb it (no ``serial`` mark). Tolerance 0.5 %: this configuration measured within
-    0.004 % of the model and the benchmark's 24 fp32 configurations within 1.25 % (docs/
-    BENCHMARKS.md, 2026-11-28), while one missing decoder layer's activations would be 6 %
-    and one missing token x vocab fp32 tensor 10 % here."""
+    disturb it (no ``serial`` mark). Tolerance 3 % on the peak: this configuration measured
+    within 0.004 % of the model on an AVX2-only Zen 3 and the benchmark's 24 fp32
+    configurations within 1.25 % (docs/BENCHMARKS.md, 2026-11-28), but another CPU's kernels
+    (AVX-512, AMX) may take scratch space of their own; one missing decoder layer's
+    activations would still be 6 % and one missing token x vocab fp32 tensor 10 % here.
+    Weights and held bytes hold no kernel scratch: 0.5 %."""
     config = {**bench.SIZES["2M"], "size": "2M", "opt": "sgd", "ckpt": False, "B": 1}
     config |= {"S": bench.SEQ, "precision": "fp32"}
     measured = bench.measure(config)
@@ -264,7 +266,7 @@ def test_the_predicted_peak_matches_a_measured_cpu_step(transformers: ModuleType
     assert predicted.peak_phase == "backward"
     assert measured["weights"] == pytest.approx(predicted.weights_bytes, rel=0.005)
     assert measured["held_before"] == pytest.approx(predicted.held_bytes, rel=0.005)
-    assert measured["peak"] == pytest.approx(predicted.total_bytes, rel=0.005)
+    assert measured["peak"] == pytest.approx(predicted.total_bytes, rel=0.03)
 
 
 def test_bf16_mixed_weights_under_each_sharding() -> None:

@@ -50,6 +50,13 @@ class KernelShare:
     kernel_class: KernelClass | Literal["communication"]
     precision: Precision | None
 
+    def __post_init__(self) -> None:
+        # its time is a union clipped to each step: a share outside [0, 1] is a bug upstream
+        if not (math.isfinite(self.share) and 0.0 <= self.share <= 1.0 + 1e-9):
+            raise ValueError(f"kernel {self.name!r}: share {self.share} of its steps")
+        if not (math.isfinite(self.per_step_s) and self.per_step_s >= 0.0):
+            raise ValueError(f"kernel {self.name!r}: {self.per_step_s} s per step")
+
 
 @dataclass(frozen=True, kw_only=True)
 class RankDiagnosis:
@@ -131,7 +138,7 @@ def top_kernels(timeline: RankTimeline, steps: tuple[int, ...]) -> tuple[KernelS
         out.append(
             KernelShare(
                 name=name,
-                share=min(1.0, us / total_us),
+                share=us / total_us,
                 per_step_s=us / len(windows) / 1e6,
                 kernel_class=klass,
                 precision=kernel_precision(name) if klass == "matrix" else None,
