@@ -199,7 +199,9 @@ def test_a_refused_setting_and_a_server_that_dies_are_recorded(
     assert died.trials[0].summary.errors > 0
     assert by_key["max-running=1,fault=none"].status == "measured"
     assert by_key["max-running=4,fault=none"].status == "measured"  # the sweep went on
-    assert outcome.document.winner == "max-running=4,fault=none"
+    # a failed configuration never wins; which of the two measured ones does is the known-winner
+    # test's question (here the CPU may be shared: one at a time has won under a busy CI run)
+    assert outcome.document.winner in {"max-running=1,fault=none", "max-running=4,fault=none"}
 
 
 def _documents(store: Path, kind: str) -> list[dict[str, object]]:
