@@ -28,6 +28,7 @@ __all__ = [
     "GpuPrice",
     "OnPremCost",
     "actions",
+    "gpu_family",
     "gpu_memory_gib",
     "gpu_price",
     "look_at",
@@ -47,7 +48,9 @@ class GpuPrice:
     source: str
 
 
-def _family(model: str) -> tuple[str, str]:
+def gpu_family(model: str) -> tuple[str, str]:
+    """A GPU model name's family (``H100``, ``A100``, ``L4``, ...; "" when none is named) and
+    the memory size it states in GB ("" when none)."""
     kind = _MODEL.search(model)
     memory = _MEMORY.search(model)
     return (kind.group(1).upper() if kind else "", memory.group(1) if memory else "")
@@ -58,13 +61,13 @@ def gpu_memory_gib(model: str, catalog: Catalog | None) -> float | None:
     name says (``A100-SXM4-40GB``), else the catalog's device memory for its GPU family (the
     largest where the catalog has several: a memory fraction of it then needs the most, so no
     workload is squeezed into too small a slice); ``None`` when neither says it."""
-    family, memory = _family(model)
+    family, memory = gpu_family(model)
     if memory:
         return float(memory)
     sizes = [
         instance.device_memory_bytes / 2**30
         for instance in (catalog.gpus() if catalog is not None and family else ())
-        if _family(instance.accelerator)[0] == family
+        if gpu_family(instance.accelerator)[0] == family
     ]
     return max(sizes, default=None)
 
@@ -72,11 +75,11 @@ def gpu_memory_gib(model: str, catalog: Catalog | None) -> float | None:
 def gpu_price(model: str, catalog: Catalog, given: Mapping[str, float]) -> GpuPrice:
     """The price of one GPU-hour of ``model``: ``given`` (by exact model name or family),
     else the catalog; a model without one is bad input."""
-    family, memory = _family(model)
+    family, memory = gpu_family(model)
     tiers = (
         [n for n in given if n == model],
-        [n for n in given if family and _family(n) == (family, memory)],
-        [n for n in given if family and _family(n)[0] == family and not _family(n)[1]],
+        [n for n in given if family and gpu_family(n) == (family, memory)],
+        [n for n in given if family and gpu_family(n)[0] == family and not gpu_family(n)[1]],
         [n for n in given if n == "*"],
     )
     for names in tiers:
@@ -86,7 +89,7 @@ def gpu_price(model: str, catalog: Catalog, given: Mapping[str, float]) -> GpuPr
     for instance in catalog.instances:
         if instance.kind != "gpu":
             continue
-        other, other_memory = _family(instance.accelerator)
+        other, other_memory = gpu_family(instance.accelerator)
         if family and other == family:
             exact = not memory or not other_memory or memory == other_memory
             candidates.append(
@@ -175,7 +178,7 @@ class OnPremCost:
 
 def mig_profiles(model: str) -> dict[int, float]:
     """Compute slices → memory (GiB) of the smallest MIG profile with that many slices."""
-    family, memory = _family(model)
+    family, memory = gpu_family(model)
     if family == "A30":
         return {1: 6, 2: 12, 4: 24}
     if family in ("A100", "H100", "H200"):
