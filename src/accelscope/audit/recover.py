@@ -16,6 +16,9 @@ traffic (``plan``'s hourly sizing). On the fleet's GPUs of the same family the p
 ``min(n_h·g, idle_h)`` GPUs; the rest is rented, hour by hour (the autoscaled path), or bought
 for the peak shortfall. Every figure says where it came from: ``audited`` (the stored run),
 ``projected`` or ``measured`` (the option's capacity), ``catalog`` (a price).
+
+It lives in ``audit`` (above ``plan`` in the layers): it reads an audit document and sets it
+against ``plan``'s sizing.
 """
 
 from __future__ import annotations

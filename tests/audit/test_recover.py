@@ -1,4 +1,4 @@
-"""Buy or recover (accelscope.plan.recover): the fixture fleet's idle GPUs by hour, set against
+"""Buy or recover (accelscope.audit.recover): the fixture fleet's idle GPUs by hour, set against
 a plan option's hourly need, every figure computed by hand from accelscope.testing.fleet's
 documented values."""
 
@@ -16,7 +16,7 @@ from accelscope.errors import BadInputError
 from accelscope.plan.capacity import CapacityEstimate
 from accelscope.plan.catalog import load_catalog
 from accelscope.plan.fleet import HOURS_PER_MONTH, Option, OptionCost
-from accelscope.plan.recover import BuyOrRecover, FleetClass, buy_or_recover, fleet_classes
+from accelscope.audit.recover import BuyOrRecover, FleetClass, buy_or_recover, fleet_classes
 from accelscope.testing.fleet import dumps_query_range, fleet
 
 STEP_S = 300.0
