@@ -1,5 +1,5 @@
-"""The ``plan`` command(s): capacity and cost (default), ``plan memory``, ``plan api`` and
-``plan llm``."""
+"""The ``plan`` command(s): capacity and cost (default), ``plan memory``, ``plan api``,
+``plan llm`` and ``plan train``."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from accelscope.cli._flag_groups import (
 )
 from accelscope.cli._llm_options import InputTokensOption, OutputTokensOption, SloFlags
 from accelscope.cli._runs import register_show
+from accelscope.cli._types import duration_option
 from accelscope.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -58,6 +59,26 @@ class HeadroomFlags(FlagGroup):
         from accelscope.plan.quantities import parse_percent
 
         return parse_percent(self.headroom, "--headroom")
+
+
+@dataclass(frozen=True)
+class AcceleratorFlags(FlagGroup):
+    """``--accelerators``: the datasheets a projection covers (``plan llm``, ``plan train``)."""
+
+    accelerators: str | None = flag(
+        typer.Option(
+            None,
+            "--accelerators",
+            help="Datasheet names or families, comma-separated (default: every GPU, TPU, NPU).",
+        )
+    )
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names given, in order (empty: every GPU, TPU and NPU datasheet)."""
+        if not self.accelerators:
+            return ()
+        return tuple(n.strip() for n in self.accelerators.split(",") if n.strip())
 
 
 @dataclass(frozen=True)
@@ -260,11 +281,7 @@ def plan_llm_command(
     input_tokens: Lengths | None = InputTokensOption,
     output_tokens: Lengths | None = OutputTokensOption,
     slo: SloFlags = GROUP,
-    accelerators: str | None = typer.Option(
-        None,
-        "--accelerators",
-        help="Datasheet names or families, comma-separated (default: every GPU, TPU, NPU).",
-    ),
+    accelerators: AcceleratorFlags = GROUP,
     catalog: CatalogFlags = GROUP,
     output: JsonFlags = GROUP,
 ) -> None:
@@ -275,10 +292,9 @@ def plan_llm_command(
         raise BadInputError("plan llm projects mean step times: --slo-percentile does not apply")
     if slo.slo is not None and slo.slo.e2e_s is not None:
         raise BadInputError("plan llm bounds TTFT and TPOT: drop e2e= from --slo")
-    names = tuple(n.strip() for n in accelerators.split(",") if n.strip()) if accelerators else ()
     request = LlmServingRequest(
         config=config,
-        accelerators=names,
+        accelerators=accelerators.names,
         catalog_files=catalog.catalog_files,
         **given(
             dtype=dtype.lower() if dtype else None,
@@ -289,6 +305,71 @@ def plan_llm_command(
         ),
     )
     _print(plan_llm(request), output.as_json)
+
+
+@plan_app.command("train")
+@with_flag_groups
+def plan_train_command(
+    config: Path = typer.Argument(..., help="A local Hugging Face config.json of a decoder."),
+    optimizer: str | None = typer.Option(
+        None, "--optimizer", help="sgd, adamw (default), adafactor or adam8bit."
+    ),
+    precision: str | None = typer.Option(
+        None, "--precision", help="fp32, bf16-mixed (default) or fp8."
+    ),
+    micro_batch: int | None = typer.Option(
+        None, "--micro-batch", help="Sequences per device per step (1)."
+    ),
+    seq_len: str | None = typer.Option(None, "--seq-len", help="Tokens per sequence (4k)."),
+    checkpointing: bool | None = typer.Option(
+        None,
+        "--checkpointing/--no-checkpointing",
+        help="Activation checkpointing (on by default).",
+    ),
+    sharding: str | None = typer.Option(
+        None, "--sharding", help="ddp, zero1, zero2, zero3 or fsdp (default; = zero3)."
+    ),
+    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel degree (1)."),
+    devices: int | None = typer.Option(None, "--devices", help="Devices in the run (8)."),
+    tokens: str | None = typer.Option(None, "--tokens", help="Token budget, e.g. 1B or 1e9."),
+    deadline: float | None = duration_option(
+        "--deadline", "e.g. 24h or 3d: the cheapest option that meets it."
+    ),
+    budget_usd: str | None = typer.Option(
+        None, "--budget-usd", help="e.g. 5000: the fastest option within it."
+    ),
+    accelerators: AcceleratorFlags = GROUP,
+    catalog: CatalogFlags = GROUP,
+    output: JsonFlags = GROUP,
+) -> None:
+    """Training: memory per device per sharding, fit, time and $ for a token budget."""
+    from accelscope.commands.plan.train import TrainRequest, plan_train, train_view
+    from accelscope.plan.quantities import parse_count, parse_money, parse_tokens
+    from accelscope.serialise import dump
+
+    request = TrainRequest(
+        config=config,
+        accelerators=accelerators.names,
+        catalog_files=catalog.catalog_files,
+        deadline_s=deadline,
+        budget_usd=parse_money(budget_usd, "--budget-usd") if budget_usd is not None else None,
+        **given(
+            optimizer=optimizer.lower() if optimizer else None,
+            precision=precision.lower() if precision else None,
+            micro_batch=micro_batch,
+            seq_len=parse_tokens(seq_len, "--seq-len") if seq_len is not None else None,
+            checkpointing=checkpointing,
+            sharding=sharding.lower() if sharding else None,
+            tp=tp,
+            devices=devices,
+            tokens=parse_count(tokens, "--tokens") if tokens is not None else None,
+        ),
+    )
+    plan = plan_train(request)
+    if output.as_json:
+        _out.print_json(json.dumps(dump(plan)))
+    else:
+        _out.print(train_view(plan))
 
 
 def _show(run: RunRecord) -> None:
