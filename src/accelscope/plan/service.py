@@ -4,7 +4,10 @@ Which measurement belongs to which option: a measurement made HERE (a load capac
 result, or ``--capacity``) is attached to the catalog entry named by ``here`` (``--here TYPE``:
 "this machine is a c7i.2xlarge"); without it, to a synthetic option ``this machine`` that has
 no price (its fleet is sized, its cost is not). Every other option is projected from the
-model's roofline profile, and labelled ``estimate``.
+model's roofline profile, and labelled ``estimate``. With no roofline profile stored, from the
+model's work counted without a run (``Evidence.static``): the published projection alone, with
+the wider interval such a projection has (:mod:`accelscope.plan.projection.static`), labelled
+``estimate, static``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from accelscope.plan.fleet import (
     plan_fleet,
     requests_per_month,
 )
-from accelscope.plan.projection.capacity import published_capacity
+from accelscope.plan.projection.capacity import ModelWork, published_capacity
+from accelscope.plan.projection.static import STATIC_SOURCE, static_capacity
 from accelscope.plan.traffic import Traffic
 from accelscope.serialise import dump
 
@@ -96,6 +100,11 @@ class Evidence:
     by_instance: Mapping[str, tuple[BenchFigure, ...]] = field(default_factory=dict)
     """Bench figures measured on cluster nodes, by the catalog instance type their node type
     stands for (``--node-type INSTANCE=NODE_TYPE``): measured capacity for that entry."""
+    static: ModelWork | None = None
+    """The model's work counted without a run (FLOPs and bytes, no time), used only where no
+    roofline ``profile`` is stored."""
+    static_missing: str = ""
+    """Why the model's work could not be counted without a run, where it was tried."""
 
     def energy_figures(self) -> dict[str, EnergyFigure]:
         """Every energy figure measured with a capacity, by :func:`figure_key`: each bench
@@ -233,6 +242,35 @@ def _projected(
     return carried
 
 
+def _static_projected(
+    work: ModelWork, instance: Instance, settings: PlanSettings
+) -> CapacityEstimate | None:
+    """An option's capacity projected from the model's counted work alone (no measured run):
+    the published projection with its interval widened as the leave-one-out measured."""
+    published = static_capacity(work, instance, settings.sla_p99_s)
+    if published is None:
+        return None
+    estimate = published_estimate(published, None)
+    return replace(
+        estimate,
+        label=estimate.label.replace("estimate", "estimate, static", 1),
+        detail={**estimate.detail, "source": STATIC_SOURCE},
+    )
+
+
+def _missing_reason(model: str, instance: Instance, evidence: Evidence) -> str:
+    """Why an option has no capacity when no roofline profile of ``model`` is stored."""
+    if evidence.static is not None:
+        return (
+            f"no roofline run of {model} stored, and its counted work has no published result "
+            f"to project onto {instance.type} from (run: accelscope roofline {model})"
+        )
+    why = f": {evidence.static_missing}" if evidence.static_missing else ""
+    return (
+        f"no roofline profile of {model} to project from (run: accelscope roofline {model})" + why
+    )
+
+
 def _bounds(cost: OptionCost) -> tuple[float, float]:
     """The option's $ per million inferences at the ends of its capacity's interval (the
     fleet scaled inversely with capacity); a measured capacity has none: both ends equal."""
@@ -342,19 +380,20 @@ def build_plan(
                 f"{instance.kind} from, and this machine's efficiency does not carry over to one"
             )
             options.append(_option(instance, projected, "" if projected else why))
+        elif evidence.static is not None:
+            projected = _static_projected(evidence.static, instance, settings)
+            reason = "" if projected else _missing_reason(model, instance, evidence)
+            options.append(_option(instance, projected, reason))
         else:
-            options.append(
-                _option(
-                    instance,
-                    None,
-                    f"no roofline profile of {model} to project "
-                    f"from (run: accelscope roofline {model})",
-                )
-            )
+            options.append(_option(instance, None, _missing_reason(model, instance, evidence)))
     if not any(o.capacity is not None for o in options):
+        why = f" ({evidence.static_missing})" if evidence.static_missing else ""
+        if evidence.static is not None:
+            why = " (its counted work has no published result to project onto these options)"
         raise BadInputError(
             f"nothing known about {model}'s capacity: no roofline profile, load capacity or bench "
             "result in the store for it (run accelscope roofline/load/bench, or give --capacity)"
+            + why
         )
     ranked, recommendation = plan_fleet(options, traffic, settings)
     energy = evidence.energy_figures()
@@ -375,6 +414,14 @@ def build_plan(
         recommendation=recommendation,
         here=here,
         catalog_files=catalog.files,
-        sources=evidence.sources,
+        sources=_sources(evidence),
         energy_price=energy_price,
     )
+
+
+def _sources(evidence: Evidence) -> tuple[str, ...]:
+    """What the plan was derived from: the stored runs, and the counted work where used."""
+    if evidence.profile is None and evidence.static is not None:
+        work = evidence.static
+        return (*evidence.sources, f"{STATIC_SOURCE} ({work.model}, batch {work.batch_size})")
+    return evidence.sources

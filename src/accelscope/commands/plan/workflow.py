@@ -331,6 +331,11 @@ def plan_capacity(
             profile=profile,
             sources=(*evidence.sources, f"profile file {request.profile_file}"),
         )
+    if request.model and evidence.profile is None:  # count the zoo model's work (torch)
+        from accelscope.roofline.static_work import count_static_work
+
+        counted = count_static_work(request.model)
+        evidence = replace(evidence, static=counted.work, static_missing=counted.missing)
     if request.node_types:
         evidence = _with_node_types(store_path, request, evidence)
     if request.capacity_qps is not None:

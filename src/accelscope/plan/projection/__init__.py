@@ -6,6 +6,8 @@ published, measured results, as a point and an 80 % prediction interval.
 - :mod:`.efficiency`: the mixed model of log efficiency and its intervals;
 - :mod:`.calibration`: the table set against the datasheets, and the fitted model;
 - :mod:`.validation`: the leave-one-out that checks errors and interval coverage.
+- :mod:`.static`: projections from a model's counted work with no measured run, their
+  interval widened as that leave-one-out measured.
 - :mod:`.llm_serving`: LLM serving (TP degree, concurrency, TPOT, TTFT, tokens/s) at an SLO,
   calibrated on MLPerf's Llama-2-70B Server rows, and its leave-one-out over systems.
 """

@@ -15,23 +15,46 @@ class; MLPerf's latency bound for the benchmark, not the user's SLA.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from accelscope import aten
-from accelscope.documents import RooflineProfile
+from accelscope.documents import Operator
 from accelscope.plan.accelerators import load_accelerators
 from accelscope.plan.catalog import Instance
 from accelscope.plan.projection.calibration import group_of, shipped_calibration
 from accelscope.plan.projection.validation import COVERAGE
 from accelscope.plan.projection.workloads import BENCHMARKS, Benchmark
 
-__all__ = ["SERVER_P99_S", "PublishedCapacity", "class_benchmark", "published_capacity"]
+__all__ = [
+    "SERVER_P99_S",
+    "ModelWork",
+    "PublishedCapacity",
+    "class_benchmark",
+    "published_capacity",
+]
 
 SERVER_P99_S = {"resnet50": 0.015, "bert": 0.130}
 """MLPerf's Server-scenario p99 bound per benchmark (LoadGen's ``mlperf.conf``:
 ``resnet50.Server.target_latency = 15``, ``bert.Server.target_latency = 130``, in ms)."""
 
 _SCENARIO = "Server"
+
+
+class ModelWork(Protocol):
+    """A model's work for one batch, per operator: what a projection reads of a stored roofline
+    profile (:class:`~accelscope.documents.RooflineProfile`) or of work counted without a run
+    (:class:`~accelscope.roofline.static_work.StaticWork`)."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def operators(self) -> Sequence[Operator]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +92,7 @@ def _category(name: str) -> str:
     return "attention" if base in aten.ATTENTION else ""
 
 
-def class_benchmark(profile: RooflineProfile) -> Benchmark | None:
+def class_benchmark(profile: ModelWork) -> Benchmark | None:
     """The published benchmark of the profile's workload class: ResNet-50 when convolutions do
     most of its FLOPs, BERT-large when matrix products and attention do; ``None`` otherwise."""
     flops: dict[str, float] = {}
@@ -87,7 +110,7 @@ def class_benchmark(profile: RooflineProfile) -> Benchmark | None:
 
 
 def published_capacity(
-    profile: RooflineProfile, instance: Instance, sla_p99_s: float
+    profile: ModelWork, instance: Instance, sla_p99_s: float
 ) -> PublishedCapacity | None:
     """The projection of ``profile``'s model onto ``instance``; ``None`` where the instance
     names no datasheet or the model has no published class."""
