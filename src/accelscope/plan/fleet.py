@@ -224,7 +224,7 @@ def _recommend(
         )
     if cap.is_estimate:
         why.append(
-            "the capacity is an ESTIMATE projected from a roofline profile: measure on "
+            "the capacity is an ESTIMATE projected from the model's work: measure on "
             "the target (accelscope load) before buying"
         )
     return Recommendation(best.option.name, tuple(why))
