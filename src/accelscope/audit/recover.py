@@ -34,12 +34,14 @@ from accelscope.errors import BadInputError
 from accelscope.plan.catalog import Catalog
 from accelscope.plan.fleet import HOURS_PER_MONTH, OptionCost
 from accelscope.plan.traffic import HOURS
+from accelscope.serialise import dump
 
 __all__ = [
     "BuyOrRecover",
     "FleetClass",
     "buy_or_recover",
     "fleet_classes",
+    "recover_document",
 ]
 
 _DAYS_PER_MONTH = HOURS_PER_MONTH / HOURS
@@ -301,3 +303,26 @@ def buy_or_recover(
         consolidation_gpus_peak=match.spare_gpus_by_hour[worst],
         busy_not_useful_gpu_h_per_day=match.busy_not_useful_gpu_h_per_day,
     )
+
+
+def recover_document(
+    options: Sequence[OptionCost], fleet: Sequence[FleetClass], catalog: Catalog, run_id: str
+) -> dict[str, Any]:
+    """The ``fleet`` part of a plan document: each family's idle GPUs and, per priced GPU
+    option of a family the fleet has, what is recovered, rented or bought and what each path
+    costs."""
+    paths = [p for c in options if (p := buy_or_recover(c, fleet, catalog)) is not None]
+    paths.sort(key=lambda p: p.recover_usd_per_month)
+    return {
+        "run_id": run_id,
+        "definitions": {
+            "recovered": f"whole GPUs idle in that UTC hour (engine activity below "
+            f"{IDLE_BELOW:.0%}, the audit's bound), taken up to what the option needs",
+            "rented": "the rest, whole instances hour by hour (following the traffic)",
+            "bought": "instances for the worst hour's shortfall (to buy or reserve)",
+            "not counted": "consolidating partly used GPUs, and fixing busy-but-not-useful work: "
+            "upper bounds that need a change first",
+        },
+        "classes": [dump(c) for c in fleet],
+        "paths": [{**dump(p), "saved_usd_per_month": p.saved_usd_per_month} for p in paths],
+    }

@@ -157,6 +157,12 @@ def plan_command(
     pue: float = typer.Option(
         None, "--pue", help="With --energy-price: wall / IT energy (1.0: the GPU board only)."
     ),
+    fleet: str = typer.Option(
+        None,
+        "--fleet",
+        metavar="AUDIT_RUN",
+        help="A stored audit run (id or 'latest'): buy or recover against its idle GPUs.",
+    ),
     output: OutputFlags = GROUP,
 ) -> None:
     """Capacity at the SLA per catalog option, fleet size, $/month and $/M inferences."""
@@ -182,6 +188,7 @@ def plan_command(
         node_types=parse_node_type_map(node_type or ()),
         report_path=output.report,
         energy_price=_energy_price(energy_price, pue),
+        fleet_run=fleet,
         **given(headroom=headroom.fraction, min_instances=min_instances),
     )
     outcome = plan_capacity(

@@ -15,7 +15,15 @@ from rich.text import Text
 
 from accelscope.report.format import format_bytes, format_seconds, money_usd, percent
 
-__all__ = ["api_view", "capacity_view", "energy_cell", "llm_view", "memory_view", "plan_view"]
+__all__ = [
+    "api_view",
+    "capacity_view",
+    "energy_cell",
+    "fleet_view",
+    "llm_view",
+    "memory_view",
+    "plan_view",
+]
 
 
 def capacity_cell(capacity: Mapping[str, Any] | None) -> str:
@@ -170,7 +178,89 @@ def capacity_view(doc: Mapping[str, Any]) -> RenderableType:
             style="dim",
         )
     )
+    if doc.get("fleet"):
+        return Group(head, table, *lines, fleet_view(doc["fleet"]))
     return Group(head, table, *lines)
+
+
+def _hours(series: list[float]) -> str:
+    """A 24-hour series as its range: ``1`` (flat) or ``0-3 (peak at 14 UTC)``."""
+    low, high = min(series), max(series)
+    if abs(high - low) < 1e-9:
+        return f"{high:g}"
+    return f"{low:g}-{high:g} (peak at {series.index(high):02d} UTC)"
+
+
+def fleet_view(fleet: Mapping[str, Any]) -> RenderableType:
+    """Buy or recover: the audited fleet's idle GPUs against each option's need."""
+    head = Text(f"buy or recover: against audit run {fleet['run_id']}", style="bold")
+    classes = Table(title="the fleet's GPUs (audited)", title_justify="left")
+    for column in ("family", "GPUs", "idle GPUs by hour", "busy, not useful", "$/useful GPU-h"):
+        classes.add_column(column, justify="left" if column == "family" else "right")
+    for c in fleet["classes"]:
+        useful, cost = c["useful_gpu_h_per_day"], c["cost_usd_per_day"]
+        classes.add_row(
+            c["family"],
+            f"{c['gpus']:.3g}",
+            _hours([round(v, 3) for v in c["idle_gpus_by_hour"]]),
+            f"{c['busy_not_useful_gpu_h_per_day']:.3g} GPU-h/day",
+            money_usd(cost / useful) if useful else "n/m",
+        )
+    paths = Table(title="per option of a family the fleet has", title_justify="left")
+    for column in (
+        "option",
+        "needs (GPUs)",
+        "recovered (GPUs)",
+        "rent (inst.)",
+        "buy",
+        "all new $/month",
+        "recover + rent $/month",
+        "$/useful GPU-h before → after",
+    ):
+        paths.add_column(column, justify="left" if column == "option" else "right")
+    for path in fleet["paths"]:
+        before = path["fleet_usd_per_useful_gpu_hour_before"]
+        after = path["fleet_usd_per_useful_gpu_hour_after"]
+        paths.add_row(
+            f"{path['option']} ({path['capacity_source']})",
+            _hours(path["needed_gpus_by_hour"]),
+            _hours([round(v, 3) for v in path["recovered_gpus_by_hour"]]),
+            _hours(path["rented_instances_by_hour"]),
+            str(path["buy_instances"]),
+            money_usd(path["all_new_usd_per_month"]),
+            money_usd(path["recover_usd_per_month"]),
+            "n/m"
+            if before is None
+            else f"{money_usd(before)} → {'n/m' if after is None else money_usd(after)}",
+        )
+    lines: list[RenderableType] = [head, classes]
+    if fleet["paths"]:
+        lines.append(paths)
+        best = fleet["paths"][0]
+        lines.append(
+            Text(
+                f"recover {best['recovered_gpu_h_per_day']:.3g} GPU-hours a day of "
+                f"{best['family']} and rent the rest: {money_usd(best['recover_usd_per_month'])}"
+                f"/month against {money_usd(best['all_new_usd_per_month'])} all new "
+                f"({money_usd(best['saved_usd_per_month'])}/month saved) on {best['option']}",
+                style="bold green",
+            )
+        )
+    else:
+        lines.append(
+            Text("no priced option of this plan is of a GPU family the fleet has", style="yellow")
+        )
+    lines += [
+        Text(f"  · {name}: {text}", style="dim") for name, text in fleet["definitions"].items()
+    ]
+    lines.append(
+        Text(
+            "sources: the fleet's hours and prices audited; each option's capacity as its "
+            "label says (measured or projected); rent prices: the catalog",
+            style="dim",
+        )
+    )
+    return Group(*lines)
 
 
 def memory_view(doc: Mapping[str, Any]) -> RenderableType:

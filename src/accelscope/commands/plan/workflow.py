@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from accelscope.audit.recover import FleetClass, fleet_classes, recover_document
 from accelscope.commands._lifecycle import CommandRun, check_paths
 from accelscope.commands.plan.html import render_plan_report
 from accelscope.documents import LlmCapacity, LoadCapacity, RooflineProfile
@@ -68,6 +69,8 @@ class PlanRequest:
     report_path: Path | None = None
     energy_price: EnergyPrice | None = None
     """$/kWh (and PUE) to price each option's measured energy at; ``None``: kWh only."""
+    fleet_run: str | None = None
+    """A stored ``audit`` run (id, prefix or ``latest``): buy or recover against its idle GPUs."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,6 +214,31 @@ def _model_matches(run: RunRecord, model: str) -> bool:
     return run.model == model or Path(run.model).name == model
 
 
+def _resolve_audit_run(store: ResultStore, run: str) -> RunRecord:
+    """``run`` (an id, a unique prefix, or ``latest``: the newest audit run) as an audit run."""
+    if run == "latest":
+        audits = [r for r in store.list_runs(limit=1_000_000) if r.kind == "audit"]
+        if not audits:
+            raise BadInputError(
+                f"--fleet latest: the store {store.path} holds no audit run (run accelscope "
+                "audit first)"
+            )
+        run = audits[0].id
+    record = store.get_run(run)
+    if not record.documents_of("audit"):
+        raise BadInputError(
+            f"--fleet {run}: run {record.id} is a {record.kind} run, not an audit run "
+            "(see: accelscope runs list)"
+        )
+    return record
+
+
+def fleet_from_store(store: ResultStore, run: str) -> tuple[str, tuple[FleetClass, ...]]:
+    """The audit run ``run`` names (id, prefix or ``latest``) and its fleet's GPU families."""
+    record = _resolve_audit_run(store, run)
+    return record.id, fleet_classes(record.documents_of("audit")[-1], record.id)
+
+
 def _gather(store: ResultStore, request: PlanRequest) -> tuple[str, Evidence]:
     if request.run_id:
         run = store.get_run(request.run_id)
@@ -319,11 +347,15 @@ def plan_capacity(
         catalog.get(name)
     check_paths(store_path, request.report_path)
     model, evidence = request.model or "", Evidence()
+    fleet: tuple[str, tuple[FleetClass, ...]] | None = None
     if store_path is not None and store_path.exists():
         with ResultStore(store_path) as store:
+            if request.fleet_run is not None:  # bad input is refused before any work
+                fleet = fleet_from_store(store, request.fleet_run)
             model, evidence = _gather(store, request)
-    elif request.run_id:
-        raise BadInputError(f"no results store at {store_path}: cannot read run {request.run_id}")
+    elif request.run_id or request.fleet_run:
+        wanted = request.run_id or request.fleet_run
+        raise BadInputError(f"no results store at {store_path}: cannot read run {wanted}")
     if request.profile_file is not None:
         profile = _profile_from_file(request.profile_file)
         evidence = replace(
@@ -354,6 +386,8 @@ def plan_capacity(
         energy_price=request.energy_price,
     )
     document = plan.to_dict()
+    if fleet is not None:
+        document["fleet"] = recover_document(plan.options, fleet[1], catalog, fleet[0])
     run = _store_document(
         store_path if save else None,
         model,
