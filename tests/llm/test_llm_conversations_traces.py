@@ -47,7 +47,7 @@ def _one_line(exc: pytest.ExceptionInfo[BadInputError], *mentions: str) -> None:
 
 
 def test_every_kind_is_registered() -> None:
-    assert set(WORKLOADS) == {"synthetic", "sessions", "sharegpt", "trace"}
+    assert set(WORKLOADS) == {"synthetic", "sessions", "sharegpt", "trace", "agentic"}
 
 
 # -- every kind's sessions, pinned ------------------------------------------------------------

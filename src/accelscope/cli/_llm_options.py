@@ -14,7 +14,7 @@ import typer
 
 from accelscope.cli._app import given
 from accelscope.cli._flag_groups import FlagGroup, flag, stand_in
-from accelscope.cli._types import duration_option
+from accelscope.cli._types import choice, duration_option
 from accelscope.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -79,8 +79,12 @@ def build_workload(
     trace: Path | None,
     trace_block_tokens: int | None,
     seed: int,
+    agentic: Path | None = None,
+    agentic_answers: str | None = None,
+    agentic_skip_bad: bool = False,
 ) -> WorkloadSource:
     """The workload the flags describe (one line when they contradict each other)."""
+    from accelscope.llm.agentic import AgenticWorkload
     from accelscope.llm.conversations import ConversationWorkload
     from accelscope.llm.trace import MOONCAKE_BLOCK_TOKENS, TraceWorkload
     from accelscope.llm.workload import SessionWorkload, Workload, read_prompts
@@ -91,11 +95,15 @@ def build_workload(
             ("--prompts", prompts),
             ("--conversations", conversations),
             ("--trace", trace),
+            ("--agentic", agentic),
         )
         if value is not None
     ]
     if len(sources) > 1:
         raise BadInputError(f"give one workload file, not {' and '.join(sources)}")
+    if agentic is None and (agentic_answers is not None or agentic_skip_bad):
+        used = "--agentic-answers" if agentic_answers is not None else "--agentic-skip-bad"
+        raise BadInputError(f"{used} applies to --agentic FILE")
     multi = {"--sessions": sessions, "--turns": turns, "--think-time": think_time}
     multi_given = [flag for flag, value in multi.items() if value is not None]
     filters = [
@@ -110,6 +118,18 @@ def build_workload(
         )
     if trace_block_tokens is not None:
         raise BadInputError("--trace-block-tokens applies to --trace")
+    if agentic is not None:
+        extra = [f for f in (*multi_given, *filters) if f != "--sessions"]
+        extra += ["--prefix"] if not prefix.cold else []
+        if extra:
+            raise BadInputError(f"{extra[0]} does not apply to --agentic (the file has its own)")
+        return AgenticWorkload.from_file(
+            agentic,
+            lenient=agentic_skip_bad,
+            answers=agentic_answers or "server",
+            sessions_per_trial=sessions,
+            seed=seed,
+        )
     if conversations is not None:
         if not prefix.cold:
             raise BadInputError("--prefix does not apply to --conversations (use the file's)")
@@ -209,6 +229,29 @@ class WorkloadFlags(FlagGroup):
     conversations: Path | None = flag(
         typer.Option(None, "--conversations", help="ShareGPT conversations (JSON or JSONL).")
     )
+    agentic: Path | None = flag(
+        typer.Option(
+            None,
+            "--agentic",
+            help="Agent trajectories (JSONL of OpenAI chat messages with tool calls), replayed "
+            "turn by turn with their recorded tool latencies.",
+        )
+    )
+    agentic_answers: str | None = flag(
+        typer.Option(
+            None,
+            "--agentic-answers",
+            parser=choice("--agentic-answers", "server", "recorded"),
+            help="Answers sent back in later turns: server (its own, default) or recorded.",
+        )
+    )
+    agentic_skip_bad: bool | None = flag(
+        typer.Option(
+            None,
+            "--agentic-skip-bad/--no-agentic-skip-bad",
+            help="Skip malformed trajectories (counted per reason) instead of refusing the file.",
+        )
+    )
     seed: int | None = flag(
         typer.Option(None, "--seed", help="Prompt seed (default: random, stored).")
     )
@@ -267,6 +310,9 @@ class WorkloadFlags(FlagGroup):
             trace=trace,
             trace_block_tokens=trace_block_tokens,
             seed=self.seed if self.seed is not None else random_seed(),
+            agentic=self.agentic,
+            agentic_answers=self.agentic_answers,
+            agentic_skip_bad=bool(self.agentic_skip_bad),
         )
 
 

@@ -7,9 +7,10 @@ model in this process (:class:`InProcessModel`, static or continuous batching) a
 the scripted fake server of :mod:`accelscope.testing.fake_llm_server`.
 
 A workload (:data:`WORKLOADS`: synthetic single-turn requests with prefix scenarios, synthetic
-multi-turn sessions, ShareGPT conversations, a Mooncake trace) becomes sessions of one or more
-turns that :func:`run_trial` sends open loop (a rate, a trace's timestamps) or closed loop (a
-concurrency); :func:`summarise_trial` turns the records into TTFT, TPOT, ITL and E2E from the
+multi-turn sessions, ShareGPT conversations, a Mooncake trace, agent trajectories) becomes
+sessions of one or more turns that :func:`run_trial` sends open loop (a rate, a trace's
+timestamps) or closed loop (a concurrency); :func:`summarise_trial` turns the records into
+TTFT, TPOT, ITL and E2E from the
 scheduled arrival, throughput, goodput under an :class:`Slo`, LoadGen tail claims and per-turn
 TTFT, each with its definition; :class:`ServerMetricsScraper` reads the server's ``/metrics``
 (a timeline, and the configuration it publishes) around each trial; :func:`slo_breaks` sets
@@ -18,6 +19,7 @@ highest load that meets the SLO; :func:`decode_floor` sets the measured TPOT aga
 memory-bandwidth floor. The documents (:mod:`accelscope.llm.documents`) are typed.
 """
 
+from accelscope.llm.agentic import AgenticWorkload, read_trajectories
 from accelscope.llm.capacity import CapacityResult, TrialPoint, search_capacity, trial_passes
 from accelscope.llm.client import OpenAIEndpoint
 from accelscope.llm.conversations import ConversationWorkload, read_conversations
@@ -47,6 +49,7 @@ from accelscope.llm.workload import (
 __all__ = [
     "DEFINITIONS",
     "WORKLOADS",
+    "AgenticWorkload",
     "Arrivals",
     "CapacityResult",
     "ConversationWorkload",
@@ -78,6 +81,7 @@ __all__ = [
     "read_conversations",
     "read_prompts",
     "read_trace",
+    "read_trajectories",
     "run_trial",
     "search_capacity",
     "slo_breaks",

@@ -197,6 +197,10 @@ class Turn:
     max_tokens: int
     text_tokens: int | None = None
     reusable_prefix_tokens: int | None = None
+    answer: str | None = field(default=None, repr=False)
+    """A recorded answer the later turns send back in place of the server's (an agent
+    trajectory replayed with its recorded answers); ``None``: the server's own. Left out of
+    the repr, which pins every kind's prompts (tests/llm)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,10 +249,16 @@ def turn_request(
     multi_turn: bool,
 ) -> LlmRequest:
     """The request of 0-based ``turn``: the conversation so far (``history``: each earlier
-    turn's user message and the server's reply) and the new message. ``previous`` is the
-    record of the turn before, whose prompt and output tokens are what a prefix cache holds
-    of this one."""
+    turn's user message and the server's reply, or the turn's recorded ``answer`` where it
+    has one) and the new message. ``previous`` is the record of the turn before, whose prompt
+    and output tokens are what a prefix cache holds of this one (its prompt only when a
+    recorded answer replaced the server's output)."""
     current = session.turns[turn]
+    recorded = [session.turns[k].answer for k in range(len(history))]
+    history = [
+        (user, reply if answer is None else answer)
+        for (user, reply), answer in zip(history, recorded, strict=True)
+    ]
     text = "".join(f"{user}{reply}\n" for user, reply in history) + current.text
     messages: list[ChatMessage] = []
     for user, reply in history:
@@ -258,12 +268,12 @@ def turn_request(
         reusable = current.reusable_prefix_tokens
         tokens = current.text_tokens
     else:
-        known = previous is not None and previous.prompt_tokens is not None
-        reusable = (
-            previous.prompt_tokens + (previous.output_tokens or 0)  # type: ignore[operator,union-attr]
-            if known
-            else None
-        )
+        reusable = None
+        if previous is not None and previous.prompt_tokens is not None:
+            served = (
+                0 if session.turns[turn - 1].answer is not None else previous.output_tokens or 0
+            )
+            reusable = previous.prompt_tokens + served  # a recorded answer: the prompt only
         tokens = None  # the server's usage counts it
     return LlmRequest(
         index=session.first_request + turn,
