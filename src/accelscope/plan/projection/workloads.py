@@ -85,6 +85,7 @@ _ALIASES = {
     "llama2-70b-99.9": "llama2-70b",
     "mixtral-8x7b": "mixtral-8x7b",
     "llama3_1-405b": "llama3.1-405b",
+    "llama3.1-405b": "llama3.1-405b",  # v5.1 renamed the directory (most submitters)
     "gptj-99": "gptj",
     "gptj-99.9": "gptj",
     "stable-diffusion-xl": "stable-diffusion-xl",
