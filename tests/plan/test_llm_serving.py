@@ -176,6 +176,20 @@ def test_plan_llm_end_to_end(tmp_path: Path, cli: CliRunner) -> None:
     assert "tokens/s/device" in out and "no MLPerf LLM row" in out
 
 
+def test_save_stores_a_plan_run_that_runs_show_prints(tmp_path: Path, cli: CliRunner) -> None:
+    store = tmp_path / "s.db"
+    args = ("plan", "llm", _config(tmp_path), "--accelerators", "nvidia-l4", "--store", store)
+    code, out, err = cli(*args)
+    assert code == 0, err
+    assert not store.exists() and "stored run" not in out  # stored only when asked
+    code, out, err = cli(*args, "--save")
+    assert code == 0, err
+    assert "stored run" in out
+    code, shown, err = cli("runs", "show", "latest", "--store", store)
+    assert code == 0, err
+    assert "tokens/s/device" in shown and "no MLPerf LLM row" in shown
+
+
 @pytest.mark.parametrize(
     ("args", "mention"),
     [

@@ -290,6 +290,7 @@ def plan_llm_command(
     slo: SloFlags = GROUP,
     accelerators: AcceleratorFlags = GROUP,
     catalog: CatalogFlags = GROUP,
+    store: SaveFlags = GROUP,
     output: JsonFlags = GROUP,
 ) -> None:
     """LLM serving projected: TP degree, concurrency, TPOT, TTFT, tokens/s and $/M tokens."""
@@ -311,7 +312,7 @@ def plan_llm_command(
             tpot_s=slo.slo.tpot_s if slo.slo else None,
         ),
     )
-    _print(plan_llm(request), output.as_json)
+    _print(plan_llm(request, store_path=store.target, command_line=command_line()), output.as_json)
 
 
 @plan_app.command("train")
@@ -347,6 +348,13 @@ def plan_train_command(
     ),
     accelerators: AcceleratorFlags = GROUP,
     catalog: CatalogFlags = GROUP,
+    fleet: str | None = typer.Option(
+        None,
+        "--fleet",
+        metavar="AUDIT_RUN",
+        help="A stored audit run (id or 'latest'): recover its idle GPUs, rent the rest.",
+    ),
+    store: StoreFlags = GROUP,
     output: JsonFlags = GROUP,
 ) -> None:
     """Training: memory per device per sharding, fit, time and $ for a token budget."""
@@ -360,6 +368,8 @@ def plan_train_command(
         catalog_files=catalog.catalog_files,
         deadline_s=deadline,
         budget_usd=parse_money(budget_usd, "--budget-usd") if budget_usd is not None else None,
+        fleet_run=fleet,
+        store_path=store.path,
         **given(
             optimizer=optimizer.lower() if optimizer else None,
             precision=precision.lower() if precision else None,

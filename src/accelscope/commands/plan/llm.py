@@ -3,7 +3,8 @@
 The request names a local Hugging Face ``config.json``, the weights' dtype, the mean prompt and
 output tokens, the SLO and the accelerators; the workflow returns the plan document
 (:class:`accelscope.plan.projection.llm_serving.ServingPlan`, dumped) for
-:func:`accelscope.commands.plan.view.plan_view`. Nothing is stored: it is an estimate.
+:func:`accelscope.commands.plan.view.plan_view`. It is stored, as a ``plan`` run, only when
+asked (``--save``, as ``plan memory`` and ``plan api``): it is an estimate.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from accelscope.commands.plan.workflow import PlanOutcome
+from accelscope.commands._lifecycle import check_paths
+from accelscope.commands.plan.workflow import PlanOutcome, store_plan_document
 from accelscope.errors import BadInputError
+from accelscope.hardware.fingerprint import Environment
 from accelscope.plan.accelerators import Accelerators, AcceleratorSpec, load_accelerators
 from accelscope.plan.catalog import load_catalog
 from accelscope.plan.llm_memory import BYTES_PER_PARAM, load_model_config, shape_from_config
@@ -64,8 +67,15 @@ def resolve_accelerators(
     return chosen
 
 
-def plan_llm(request: LlmServingRequest) -> PlanOutcome:
-    """The serving projection of the request's model on each accelerator, as a document."""
+def plan_llm(
+    request: LlmServingRequest,
+    *,
+    store_path: Path | None = None,
+    environment: Environment | None = None,
+    command_line: str | None = None,
+) -> PlanOutcome:
+    """The serving projection of the request's model on each accelerator, as a document;
+    stored as a ``plan`` run when ``store_path`` is given."""
     if request.dtype not in BYTES_PER_PARAM:
         raise BadInputError(
             f"--dtype {request.dtype!r} unknown; choose one of {', '.join(BYTES_PER_PARAM)}"
@@ -81,5 +91,19 @@ def plan_llm(request: LlmServingRequest) -> PlanOutcome:
     name = str(config.get("_name_or_path") or request.config)
     model = served_model(shape, request.dtype, name=name)
     catalog = load_catalog(request.catalog_files)
+    check_paths(store_path)
     plan = serving_plan(model, specs, workload, slo, catalog, config=name)
-    return PlanOutcome(document=dump(plan))
+    document = dump(plan)
+    if store_path is None:
+        return PlanOutcome(document=document)
+    settings = {
+        "mode": "llm",
+        "dtype": request.dtype,
+        "input_tokens": request.input_tokens,
+        "output_tokens": request.output_tokens,
+        "ttft_s": request.ttft_s,
+        "tpot_s": request.tpot_s,
+        "accelerators": list(request.accelerators),
+    }
+    run = store_plan_document(store_path, name, settings, document, environment, command_line)
+    return PlanOutcome(document=document, run_id=run.run_id, store_path=run.stored_path)

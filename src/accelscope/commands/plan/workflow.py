@@ -312,7 +312,7 @@ def _validate(request: PlanRequest) -> None:
         raise BadInputError("the p99 SLA must be positive")
 
 
-def _store_document(
+def store_plan_document(
     store_path: Path | None,
     model: str,
     settings: dict[str, Any],
@@ -320,6 +320,8 @@ def _store_document(
     environment: Environment | None,
     command_line: str | None,
 ) -> CommandRun:
+    """Store one ``plan`` document as a run (nothing when ``store_path`` is None), for every
+    plan mode: capacity, memory, api and llm."""
     # collected only if the run is stored: an estimate printed needs no GPU probe (torch)
     env = environment or collect_environment
     run = CommandRun(
@@ -388,7 +390,7 @@ def plan_capacity(
     document = plan.to_dict()
     if fleet is not None:
         document["fleet"] = recover_document(plan.options, fleet[1], catalog, fleet[0])
-    run = _store_document(
+    run = store_plan_document(
         store_path if save else None,
         model,
         dump(settings),
@@ -429,7 +431,7 @@ def plan_memory(
     document = dump(estimate)
     name = str(config.get("_name_or_path") or request.config)
     settings = {"mode": "memory"}
-    run = _store_document(store_path, name, settings, document, environment, command_line)
+    run = store_plan_document(store_path, name, settings, document, environment, command_line)
     return PlanOutcome(document=document, run_id=run.run_id, store_path=run.stored_path)
 
 
@@ -477,7 +479,9 @@ def plan_api(
         )
         document["slo"] = measured.slo.model_dump(mode="json") if measured.slo else {}
     settings = {"mode": "api"}
-    run = _store_document(store_path, instance.type, settings, document, environment, command_line)
+    run = store_plan_document(
+        store_path, instance.type, settings, document, environment, command_line
+    )
     return PlanOutcome(document=document, run_id=run.run_id, store_path=run.stored_path)
 
 
