@@ -3,7 +3,9 @@ token counts are known, every benchmark client found run against each, each figu
 against the truth (issue 31).
 
 - :mod:`.script`: the stream shape a case asks of the scripted server, and what it served;
-- :mod:`.cases`: the cases, the figures, and the truth derived from what was served;
+- :mod:`.cases`: the cases, the figures, and the truth derived from what was served (the
+  agentic case's sessions too: its tool wait and kept context graded on what the server saw
+  the client do, :func:`~.cases.observed_of`);
 - :mod:`.grading`: tolerances (stated and justified) and the verdict per figure;
 - :mod:`.clients`: the client protocol and registry; :mod:`.accelscope_client` (in-process,
   through ``llm``'s harness) and :mod:`.peers` (vLLM's ``bench serve``, GuideLLM, AIPerf,

@@ -5,10 +5,19 @@ from what the scripted server says it served (:class:`~.script.ServedRequest`).
 Every client runs a case as one request at a time (a closed loop of one) unless the case says
 otherwise, so a figure's truth is a plain median (latencies) or mean (token counts) over the
 requests the server served while that client ran.
+
+The agentic case (``agent``: :class:`~.script.AgentScript`) is sessions of turns sent one
+session at a time: the served requests, in order of receipt, are its sessions' turns. Two of its
+figures grade what a client **did**, not what it reported: the tool wait (the recorded wait is
+the truth; the client's figure is the shortest gap the server saw between an answer's end and
+the next turn) and the context kept (every later turn's prompt holds the turn before and its
+answer: the truth is 1, the client's figure the share of its later turns that did)
+(:func:`observed_of`).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,12 +28,13 @@ import numpy as np
 from accelscope.llm.conformance.script import (
     CHAT_TEMPLATE_GENERATION_TOKENS,
     CHAT_TEMPLATE_MESSAGE_TOKENS,
+    AgentScript,
     ServedRequest,
     StreamScript,
 )
 from accelscope.llm.summary import LAG_LIMIT_S
 
-__all__ = ["CASES", "Case", "Figure", "case_named", "truth_of"]
+__all__ = ["CASES", "OBSERVED", "Case", "Figure", "case_named", "observed_of", "truth_of"]
 
 
 class Figure(StrEnum):
@@ -42,6 +52,10 @@ class Figure(StrEnum):
     FAILED_SHARE = "failed_share"
     LAG_P99_MS = "lag_p99_ms"
     CLIENT_BOUND = "client_bound"
+    PROMPT_GROWTH_TOKENS = "prompt_growth_tokens"
+    TOOL_WAIT_MS = "tool_wait_ms"
+    CONTEXT_KEPT = "context_kept"
+    JOB_LATENCY_MS = "job_latency_ms"
 
 
 TRUE_DEFINITIONS: dict[Figure, str] = {
@@ -57,9 +71,19 @@ TRUE_DEFINITIONS: dict[Figure, str] = {
     Figure.LAG_P99_MS: "p99 of receipt - scheduled arrival: how late the client sent",
     Figure.CLIENT_BOUND: "1 when the p99 lag exceeds the client's own limit (the offered load "
     "was not generated)",
+    Figure.PROMPT_GROWTH_TOKENS: "a turn's prompt tokens less the turn's before it in its session "
+    "(the server's count), mean over the later turns",
+    Figure.TOOL_WAIT_MS: "the recorded tool wait; a client's figure is what it did: the shortest "
+    "gap from an answer's end (the server's stamp) to the next turn's receipt",
+    Figure.CONTEXT_KEPT: "1: every later turn sends the conversation so far; a client's figure is "
+    "the share of its later turns whose prompt held the turn before and its answer",
+    Figure.JOB_LATENCY_MS: "a session's wall time: its first turn's receipt to its last answer's "
+    "end (the tool waits included), median over sessions",
 }
 
 LATENCIES = (Figure.TTFT_MS, Figure.TPOT_MS, Figure.ITL_MS, Figure.E2E_MS)
+OBSERVED = (Figure.TOOL_WAIT_MS, Figure.CONTEXT_KEPT)
+"""Figures of what a client did, read from the server's stamps (:func:`observed_of`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +92,8 @@ class Case:
 
     ``turns`` above 1: conversations of that many turns (a peer that cannot send them sends
     single turns, graded on what it sent). ``rate_per_s``: an open-loop rate instead of one
-    request at a time, with ``client_threads`` (accelscope's ``--max-in-flight``) to send it."""
+    request at a time, with ``client_threads`` (accelscope's ``--max-in-flight``) to send it.
+    ``agent``: an agentic case, ``requests`` sessions of ``turns`` turns (its trajectories)."""
 
     name: str
     about: str
@@ -81,8 +106,19 @@ class Case:
     turns: int = 1
     rate_per_s: float | None = None
     client_threads: int | None = None
+    agent: AgentScript | None = None
+
+    def __post_init__(self) -> None:
+        if self.agent is not None and (self.requests, self.turns) != (
+            self.agent.sessions,
+            self.agent.turns,
+        ):
+            raise ValueError(f"case {self.name}: requests and turns are its agent's sessions")
+        if self.agent is None and any(f in OBSERVED for f in self.figures):
+            raise ValueError(f"case {self.name}: only an agentic case grades what a client did")
 
 
+_AGENT = AgentScript()
 CASES: tuple[Case, ...] = (
     Case(
         name="empty-opening-chunk",
@@ -167,6 +203,25 @@ CASES: tuple[Case, ...] = (
         requests=2,
         turns=3,
     ),
+    Case(
+        name="agentic",
+        about=f"{_AGENT.sessions} agent sessions of {_AGENT.turns} turns, tool calls answered "
+        f"{_AGENT.tool_wait_s * 1000:g} ms after each answer, the whole conversation resent",
+        script=StreamScript(),
+        figures=(
+            Figure.TTFT_MS,
+            Figure.E2E_MS,
+            Figure.PROMPT_TOKENS,
+            Figure.PROMPT_GROWTH_TOKENS,
+            Figure.TOOL_WAIT_MS,
+            Figure.CONTEXT_KEPT,
+            Figure.JOB_LATENCY_MS,
+        ),
+        requests=_AGENT.sessions,
+        turns=_AGENT.turns,
+        max_tokens=_AGENT.answer_words,
+        agent=_AGENT,
+    ),
 )
 
 
@@ -186,12 +241,75 @@ def _mean(values: Sequence[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def sessions_of(
+    served: Sequence[ServedRequest], agent: AgentScript | None
+) -> list[list[ServedRequest]] | None:
+    """The agentic case's sessions in ``served`` (in order of receipt: a session at a time);
+    None: not an agentic case, or not whole sessions (a client that sent other turns)."""
+    if agent is None or not served or len(served) % agent.turns:
+        return None
+    return [list(served[k : k + agent.turns]) for k in range(0, len(served), agent.turns)]
+
+
+def observed_of(
+    served: Sequence[ServedRequest], agent: AgentScript | None
+) -> dict[Figure, float | None]:
+    """What a client did on an agentic case, from the server's stamps of the requests it sent:
+    the shortest gap (ms) from an answer's end to the next turn's receipt, and the share of
+    later turns whose prompt held the turn before and its answer (None: no whole sessions)."""
+    sessions = sessions_of(served, agent)
+    if sessions is None:
+        return {figure: None for figure in OBSERVED}
+    gaps = [
+        later.received_s - before.ended_s
+        for turns in sessions
+        for before, later in itertools.pairwise(turns)
+        if before.ended_s is not None
+    ]
+    kept = [
+        float(later.prompt_tokens >= before.prompt_tokens + before.output_tokens)
+        for turns in sessions
+        for before, later in itertools.pairwise(turns)
+    ]
+    return {
+        Figure.TOOL_WAIT_MS: min(gaps) * 1000.0 if gaps else None,
+        Figure.CONTEXT_KEPT: _mean(kept),
+    }
+
+
+def _session_truth(
+    served: Sequence[ServedRequest], agent: AgentScript | None
+) -> dict[Figure, float | None]:
+    sessions = sessions_of(served, agent)
+    if agent is None or sessions is None:
+        return {f: None for f in (*OBSERVED, Figure.PROMPT_GROWTH_TOKENS, Figure.JOB_LATENCY_MS)}
+    growth = [
+        later.prompt_tokens - before.prompt_tokens
+        for turns in sessions
+        for before, later in itertools.pairwise(turns)
+    ]
+    walls = [
+        turns[-1].ended_s - turns[0].received_s
+        for turns in sessions
+        if turns[-1].ended_s is not None and not any(r.errored for r in turns)
+    ]
+    return {
+        Figure.PROMPT_GROWTH_TOKENS: _mean(growth),
+        Figure.TOOL_WAIT_MS: agent.tool_wait_s * 1000.0,
+        Figure.CONTEXT_KEPT: 1.0,
+        Figure.JOB_LATENCY_MS: _median_ms(walls),
+    }
+
+
 def truth_of(
-    served: Sequence[ServedRequest], lag_s: Sequence[float] | None = None
+    served: Sequence[ServedRequest],
+    lag_s: Sequence[float] | None = None,
+    agent: AgentScript | None = None,
 ) -> dict[Figure, float | None]:
     """Every figure's truth over ``served`` (None: the figure does not exist here, e.g. no
     answer text, no time to first content). ``lag_s``: each request's receipt minus its
-    scheduled arrival, where the client's schedule is known (else the lag figures are None)."""
+    scheduled arrival, where the client's schedule is known (else the lag figures are None).
+    ``agent``: the agentic case's script (else its session figures are None)."""
     streamed = [r for r in served if r.sent_s]
     whole = [r for r in served if not r.errored]
     tpot = []
@@ -219,4 +337,5 @@ def truth_of(
         Figure.FAILED_SHARE: sum(r.errored for r in served) / len(served) if served else None,
         Figure.LAG_P99_MS: lag_p99,
         Figure.CLIENT_BOUND: None if lag_p99 is None else float(lag_p99 / 1000.0 > LAG_LIMIT_S),
+        **_session_truth(served, agent),
     }

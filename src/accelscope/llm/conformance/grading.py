@@ -20,22 +20,32 @@ class Verdict(StrEnum):
 
 
 class Tolerance(BaseModel):
-    """Pass when ``|measured - truth| <= abs + rel * |truth|`` (in the figure's unit)."""
+    """Pass when ``|measured - truth| <= abs + rel * |truth|`` (in the figure's unit);
+    ``at_least``: when ``truth <= measured <= truth + abs + rel * |truth|`` (a wait a client
+    must honour: shorter is wrong by any amount)."""
 
     model_config = ConfigDict(frozen=True)
 
     abs: float
     rel: float
+    at_least: bool = False
 
     def bound(self, truth: float) -> float:
         return self.abs + self.rel * abs(truth)
+
+    def passes(self, measured: float, truth: float) -> bool:
+        if self.at_least:
+            return truth <= measured <= truth + self.bound(truth)
+        return abs(measured - truth) <= self.bound(truth)
 
     @property
     def label(self) -> str:
         if self.abs < 1e-6 and not self.rel:
             return "exact"
-        parts = [f"±{self.abs:g}" if self.abs else "", f"{self.rel:.0%}" if self.rel else ""]
-        return " + ".join(p for p in parts if p)
+        sign = "+" if self.at_least else "±"
+        parts = [f"{sign}{self.abs:g}" if self.abs else "", f"{self.rel:.0%}" if self.rel else ""]
+        found = " + ".join(p for p in parts if p)
+        return f"at least, {found}" if self.at_least else found
 
 
 _EXACT = Tolerance(abs=1e-9, rel=0.0)
@@ -66,6 +76,18 @@ TOLERANCES: dict[Figure, Tolerance] = {
     # the one request that anchors the two clocks adds its own. The lag is hundreds of ms.
     Figure.LAG_P99_MS: Tolerance(abs=10.0, rel=0.10),
     Figure.CLIENT_BOUND: _EXACT,
+    # The agentic case. Prompt growth is a difference of two server counts: exact. The tool
+    # wait is what the client did, on the server's stamps: the answer's end is stamped before
+    # its trailing events leave and the next turn's receipt after the client sent it, so an
+    # honoured wait is never short of the truth (a shorter gap is a wait not honoured, by any
+    # amount), and is long by delivery, wake-up and the request's write (a few ms; the figure
+    # is the shortest gap, so a stall lengthens it only if every gap stalls). Kept context is
+    # a share of turns: exact. Job latency spans a session (~0.6 s) and holds the same stamps
+    # as E2E at both ends.
+    Figure.PROMPT_GROWTH_TOKENS: _EXACT,
+    Figure.TOOL_WAIT_MS: Tolerance(abs=4.0, rel=0.05, at_least=True),
+    Figure.CONTEXT_KEPT: _EXACT,
+    Figure.JOB_LATENCY_MS: Tolerance(abs=4.0, rel=0.05),
 }
 
 
@@ -112,7 +134,7 @@ def grade(
         if verdict is Verdict.FAIL and not why:
             why = "reported where there is none" if truth is None else "not reported"
     else:
-        passed = abs(measured - truth) <= tolerance.bound(truth)
+        passed = tolerance.passes(measured, truth)
         verdict, found = (Verdict.PASS if passed else Verdict.FAIL), measured
     return Grade(
         case=case,

@@ -4,7 +4,12 @@ report is "n/a" (with why), never a failure; a peer that is not installed says h
 it (``make vllm``, ``make peers``).
 
 Each environment is ``.venv-<name>`` in the working directory or in the checkout accelscope
-runs from (where the make targets build them)."""
+runs from (where the make targets build them).
+
+The agentic case is run only by a peer with a mode that replays sessions from a file the case
+writes (the conversation resent each turn, a recorded wait before the next): AIPerf's
+``multi_turn`` dataset. A peer without one is n/a on every figure of the case, its reason
+stated (:attr:`_Peer.no_agentic_mode`), and is not started."""
 
 from __future__ import annotations
 
@@ -19,12 +24,14 @@ from typing import Any, ClassVar
 from accelscope.errors import one_line
 from accelscope.llm.conformance.cases import Case, Figure
 from accelscope.llm.conformance.clients import ClientRun, Endpoint, register_client
+from accelscope.llm.conformance.script import AgentScript
 
 __all__ = [
     "AiperfClient",
     "GuidellmClient",
     "InferencePerfClient",
     "VllmBenchClient",
+    "multi_turn_dataset",
     "peer_executable",
 ]
 
@@ -111,6 +118,23 @@ class _Peer:
     """Run without the offline switches (see :func:`_run`)."""
     exit_status_matters: ClassVar[bool] = True
     """False for a peer that exits non-zero after writing a whole result (AIPerf 0.13)."""
+    no_agentic_mode: ClassVar[str] = ""
+    """Why the peer cannot replay the agentic case's sessions ("": it can, :meth:`_agentic`)."""
+
+    def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
+        """The case run as the peer can: the agentic case in its agentic mode, or n/a on
+        every figure (nothing started) where it has none."""
+        if case.agent is None:
+            return self._single(case, endpoint)
+        if self.no_agentic_mode:
+            return ClientRun(not_expressed=dict.fromkeys(case.figures, self.no_agentic_mode))
+        return self._agentic(case, case.agent, endpoint)
+
+    def _single(self, case: Case, endpoint: Endpoint) -> ClientRun:
+        raise NotImplementedError
+
+    def _agentic(self, case: Case, agent: AgentScript, endpoint: Endpoint) -> ClientRun:
+        raise NotImplementedError(f"{self.name} has no agentic mode: {self.no_agentic_mode}")
 
     def unavailable(self) -> str | None:
         if peer_executable(self.venv, self.command) is None:
@@ -153,8 +177,13 @@ class VllmBenchClient(_Peer):
 
     name = "vllm"
     venv, command, builds = ".venv-vllm", "python", "vllm"
+    no_agentic_mode = (
+        "bench serve (0.32) has no multi-turn mode: every dataset sends single prompts "
+        "(ShareGPT's and the custom JSONL's first turn); vLLM's multi-turn benchmark "
+        "(benchmarks/multi_turn in its repository) is not in the package"
+    )
 
-    def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
+    def _single(self, case: Case, endpoint: Endpoint) -> ClientRun:
         chat = case.api == "chat"
         command = [
             self._executable(), "-c", _VLLM_BENCH,
@@ -222,34 +251,68 @@ class AiperfClient(_Peer):
     ``input_sequence_length`` (the figures it prints); its error count over all requests.
 
     It runs online-mode tokenizer loading on the local directory: with ``HF_HUB_OFFLINE`` set,
-    AIPerf 0.13 hands a local path to ``snapshot_download`` and stops (a hub id is expected)."""
+    AIPerf 0.13 hands a local path to ``snapshot_download`` and stops (a hub id is expected).
+
+    The agentic case runs in its multi-turn mode: the case's sessions written as its
+    ``multi_turn`` dataset (``--input-file``, one ``{"session_id", "turns"}`` a line: the
+    system prompt and the task as the first turn, then each tool result as a user turn whose
+    ``delay`` is the recorded tool wait in ms, :func:`multi_turn_dataset`),
+    ``--conversation-num`` sessions one at a time; it threads the server's answers into the
+    history itself. Its per-turn records are not read: no prompt growth, no job latency."""
 
     name = "aiperf"
     venv, command, builds = ".venv-aiperf", "aiperf", "peers"
     online = True
     exit_status_matters = False
 
-    def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
-        out = endpoint.workdir / "aiperf"
-        command = [
+    def _common(self, case: Case, endpoint: Endpoint, out: Path) -> list[str]:
+        return [
             self._executable(), "profile",
             "--model", endpoint.model,
             "--url", endpoint.url,
             "--endpoint-type", "chat" if case.api == "chat" else "completions",
             "--streaming",
             "--tokenizer", str(endpoint.tokenizer_dir),
-            "--prompt-input-tokens-mean", str(case.input_tokens),
-            "--prompt-input-tokens-stddev", "0",
             "--prompt-output-tokens-mean", str(case.max_tokens),
             "--prompt-output-tokens-stddev", "0",
-            "--request-count", str(case.requests * case.turns),
             "--concurrency", str(case.client_threads or 1),
             "--random-seed", "0",
             "--ui-type", "none",
             "--artifact-dir", str(out),
         ]  # fmt: skip
+
+    def _single(self, case: Case, endpoint: Endpoint) -> ClientRun:
+        out = endpoint.workdir / "aiperf"
+        command = [
+            *self._common(case, endpoint, out),
+            "--prompt-input-tokens-mean", str(case.input_tokens),
+            "--prompt-input-tokens-stddev", "0",
+            "--request-count", str(case.requests * case.turns),
+        ]  # fmt: skip
         if case.rate_per_s:
             command += ["--request-rate", str(case.rate_per_s)]
+        return self._read(command, endpoint, out)
+
+    def _agentic(self, case: Case, agent: AgentScript, endpoint: Endpoint) -> ClientRun:
+        out = endpoint.workdir / "aiperf"
+        dataset = endpoint.workdir / "aiperf_multi_turn.jsonl"
+        dataset.write_text(multi_turn_dataset(agent))
+        command = [
+            *self._common(case, endpoint, out),
+            "--input-file", str(dataset),
+            "--custom-dataset-type", "multi_turn",
+            "--conversation-num", str(agent.sessions),
+        ]  # fmt: skip
+        found = self._read(command, endpoint, out)
+        no_sessions = "reports no per-session figures (its aggregate is per request)"
+        return ClientRun(
+            figures=found.figures,
+            not_expressed=found.not_expressed
+            | {Figure.PROMPT_GROWTH_TOKENS: no_sessions, Figure.JOB_LATENCY_MS: no_sessions},
+            error=found.error,
+        )
+
+    def _read(self, command: list[str], endpoint: Endpoint, out: Path) -> ClientRun:
         payload = self._result(command, endpoint.workdir, out / "profile_export_aiperf.json")
         if isinstance(payload, ClientRun):
             return payload
@@ -280,6 +343,26 @@ class AiperfClient(_Peer):
         )
 
 
+def multi_turn_dataset(agent: AgentScript) -> str:
+    """The agentic case's sessions as AIPerf's ``multi_turn`` dataset: the system prompt and
+    the task as the first user turn (as accelscope sends them: a leading system turn is a
+    request of its own in the AIPerf versions that do not hoist it), each tool result a later
+    user turn sent ``delay`` ms (the recorded tool wait) after the answer before it."""
+    lines = []
+    for session in range(agent.sessions):
+        opening: list[str] = []
+        turns: list[dict[str, object]] = []
+        for message in agent.session_messages(session):
+            if message["role"] in ("system", "user"):
+                opening.append(str(message["content"]))
+            elif message["role"] == "tool":
+                delay_ms = float(str(message["latency_s"])) * 1000.0
+                turns.append({"text": message["content"], "delay": delay_ms})
+        turns.insert(0, {"text": "\n\n".join(opening)})
+        lines.append(json.dumps({"session_id": f"s{session}", "turns": turns}))
+    return "".join(line + "\n" for line in lines)
+
+
 register_client(AiperfClient)
 
 
@@ -300,8 +383,12 @@ class GuidellmClient(_Peer):
 
     name = "guidellm"
     venv, command, builds = ".venv-guidellm", "guidellm", "peers"
+    no_agentic_mode = (
+        "replays no agent sessions with a recorded wait between turns (agentic replay is its "
+        "open issue #347)"
+    )
 
-    def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
+    def _single(self, case: Case, endpoint: Endpoint) -> ClientRun:
         out = endpoint.workdir / "guidellm.json"
         route = "/v1/chat/completions" if case.api == "chat" else "/v1/completions"
         profile = (
@@ -374,8 +461,12 @@ class InferencePerfClient(_Peer):
 
     name = "inference-perf"
     venv, command, builds = ".venv-inference-perf", "inference-perf", "peers"
+    no_agentic_mode = (
+        "its multi-turn chat data is generated, not read from a trajectory file with recorded "
+        "tool waits: nothing here drives it"
+    )
 
-    def run(self, case: Case, endpoint: Endpoint) -> ClientRun:
+    def _single(self, case: Case, endpoint: Endpoint) -> ClientRun:
         out = endpoint.workdir / "out"
         requests = case.requests * case.turns
         # its stage lasts whole seconds: the rate that sends the case's requests in them

@@ -15,14 +15,17 @@ with them directly.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 __all__ = [
+    "AGENT_TOOL",
     "CHAT_TEMPLATE_GENERATION_TOKENS",
     "CHAT_TEMPLATE_MESSAGE_TOKENS",
+    "AgentScript",
     "HostedCase",
     "ServedRequest",
     "StreamScript",
@@ -56,6 +59,81 @@ class StreamScript(BaseModel):
     tail_s: float = Field(default=0.0, ge=0)
     fault: str = ""
     chat_template: bool = False
+
+
+AGENT_TOOL = "grep"
+"""The tool every scripted agent turn but the last calls."""
+
+
+class AgentScript(BaseModel):
+    """The trajectories of an agentic case: ``sessions`` alike, each a system prompt and a
+    task, then ``turns`` answers; every answer but the last calls :data:`AGENT_TOOL`, whose
+    result (``message_words`` words) comes back ``tool_wait_s`` after the answer ended (its
+    recorded ``latency_s``). Every message has ``message_words`` words of its own
+    (``s<session>m<message>w<word>``: no two messages share a word, so a prompt grows by what
+    a turn adds and nothing else), every recorded answer ``answer_words`` (its tool call one
+    word: ``grep({...})``). :meth:`trajectories` writes them as OpenAI chat messages, one
+    session a line: the file ``accelscope llm --agentic`` reads and a peer's agentic mode is
+    fed from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sessions: int = Field(default=3, ge=1)
+    turns: int = Field(default=3, ge=2)
+    tool_wait_s: float = Field(default=0.2, gt=0)
+    message_words: int = Field(default=8, ge=1)
+    answer_words: int = Field(default=8, ge=2)
+
+    def _words(self, session: int, message: int, count: int) -> str:
+        return " ".join(f"s{session}m{message}w{k}" for k in range(count))
+
+    def session_messages(self, session: int) -> list[dict[str, object]]:
+        """One session's OpenAI chat messages (tool messages with their ``latency_s``)."""
+        messages: list[dict[str, object]] = [
+            {"role": "system", "content": self._words(session, 0, self.message_words)},
+            {"role": "user", "content": self._words(session, 1, self.message_words)},
+        ]
+        for turn in range(self.turns):
+            number = len(messages)
+            if turn == self.turns - 1:
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": self._words(session, number, self.answer_words),
+                    }
+                )
+                break
+            call = f"call-{session}-{turn}"
+            arguments = f'{{"q":"s{session}t{turn}"}}'
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": self._words(session, number, self.answer_words - 1),
+                    "tool_calls": [
+                        {
+                            "id": call,
+                            "type": "function",
+                            "function": {"name": AGENT_TOOL, "arguments": arguments},
+                        }
+                    ],
+                }
+            )
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call,
+                    "content": self._words(session, number + 1, self.message_words),
+                    "latency_s": self.tool_wait_s,
+                }
+            )
+        return messages
+
+    def trajectories(self) -> str:
+        """The trajectory file's text: ``{"id": "s<k>", "messages": [...]}`` a line."""
+        return "".join(
+            json.dumps({"id": f"s{k}", "messages": self.session_messages(k)}) + "\n"
+            for k in range(self.sessions)
+        )
 
 
 class ServedRequest(BaseModel):

@@ -6,7 +6,9 @@ The server runs in a process of its own (``python -m accelscope.testing.llm_serv
 a server thread in the client's process would share its interpreter lock with the client under
 test, and the stamps it writes on the way out are the truth. Its ``perf_counter`` is the
 machine's ``CLOCK_MONOTONIC``, the clock every client process stamps on too, so a client run's
-requests are the ones received between its start and its end.
+requests are the ones received between its start and its end. A figure of what a client did
+(the agentic case's tool wait and kept context) is read from those requests, not from the
+client's report.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from accelscope.llm.conformance.cases import TRUE_DEFINITIONS, Case, Figure, truth_of
+from accelscope.llm.conformance.cases import (
+    OBSERVED,
+    TRUE_DEFINITIONS,
+    Case,
+    Figure,
+    observed_of,
+    truth_of,
+)
 from accelscope.llm.conformance.clients import Client, ClientRun, Endpoint
 from accelscope.llm.conformance.grading import TOLERANCES, Grade, Verdict, grade
 from accelscope.llm.conformance.script import (
@@ -98,7 +107,11 @@ def _lag_s(run: ClientRun, served: Sequence[ServedRequest]) -> list[float] | Non
 
 
 def _grades(ran: _Ran, served: Sequence[ServedRequest]) -> list[Grade]:
-    truth = truth_of(served, _lag_s(ran.run, served))
+    """Each figure of the case graded: what the client reported, or for a figure of what it
+    did (the agentic case's tool wait and kept context) what the server saw it do."""
+    agent = ran.case.agent
+    truth = truth_of(served, _lag_s(ran.run, served), agent)
+    did = observed_of(served, agent)
     found = []
     for figure in ran.case.figures:
         why = ran.run.not_expressed.get(figure)
@@ -110,7 +123,7 @@ def _grades(ran: _Ran, served: Sequence[ServedRequest]) -> list[Grade]:
                 client=ran.client,
                 figure=figure,
                 truth=truth[figure],
-                measured=ran.run.figures.get(figure),
+                measured=did[figure] if figure in OBSERVED else ran.run.figures.get(figure),
                 expressed=why is None,
                 why=why or "",
                 error=ran.run.error,
