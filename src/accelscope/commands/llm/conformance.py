@@ -154,15 +154,12 @@ def conformance_view(report: ConformanceReport) -> RenderableType:
                 style="red",
             )
         )
-    missing = sorted(
-        {
-            (g.client, g.figure.value, g.why)
-            for g in report.grades
-            if g.verdict is Verdict.NOT_EXPRESSED
-        }
-    )
-    for name, figure_name, why in missing:
-        lines.append(Text(f"n/a {name} {figure_name}: {why}", style="dim"))
+    missing: dict[tuple[str, str], set[str]] = {}  # one line per client and reason
+    for g in report.grades:
+        if g.verdict is Verdict.NOT_EXPRESSED:
+            missing.setdefault((g.client, g.why), set()).add(g.figure.value)
+    for (name, why), figures in sorted(missing.items()):
+        lines.append(Text(f"n/a {name} {', '.join(sorted(figures))}: {why}", style="dim"))
     for status in report.clients:
         if not status.ran:
             lines.append(Text(f"not run: {status.name}: {status.why}", style="yellow"))
