@@ -8,11 +8,20 @@ model's roofline profile, and labelled ``estimate``. With no roofline profile st
 model's work counted without a run (``Evidence.static``): the published projection alone, with
 the wider interval such a projection has (:mod:`accelscope.plan.projection.static`), labelled
 ``estimate, static``.
+
+Measure, then tighten: a capacity measured on a catalog instance (``--here TYPE`` with a stored
+load or bench run, or ``--node-type`` results) is added to the published efficiency model as
+one more row (:mod:`accelscope.plan.projection.tighten`): every projected option of the same
+accelerator family is labelled ``narrowed by your run ID on TYPE``, and its interval narrows as
+far as the run adds to what the published table knows of the family (most where it has no
+published row of the model's class). The run's id is read from ``Evidence.sources`` (``load
+run ID``, ``bench run ID``, ``run ID on node type N as TYPE``).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -42,7 +51,9 @@ from accelscope.plan.fleet import (
     requests_per_month,
 )
 from accelscope.plan.projection.capacity import ModelWork, published_capacity
+from accelscope.plan.projection.efficiency import EfficiencyModel
 from accelscope.plan.projection.static import STATIC_SOURCE, static_capacity
+from accelscope.plan.projection.tighten import UserRun, tightened
 from accelscope.plan.traffic import Traffic
 from accelscope.serialise import dump
 
@@ -227,35 +238,121 @@ def _projected(
     settings: PlanSettings,
     here: Instance | None,
     calibration: Calibration | None,
+    model: EfficiencyModel | None = None,
 ) -> CapacityEstimate | None:
     """An option's projected capacity: from published results where the option's part and the
-    model's class have them, else this machine's efficiency carried over (CPU and GPU only:
-    a TPU's or NPU's has no footing here)."""
+    model's class have them (``model``: narrowed by the user's runs, where any), else this
+    machine's efficiency carried over (CPU and GPU only: a TPU's or NPU's has no footing
+    here)."""
     carried = (
         project_capacity(profile, instance, settings.sla_p99_s, here, calibration)
         if instance.kind in ("cpu", "gpu")
         else None
     )
-    published = published_capacity(profile, instance, settings.sla_p99_s)
+    published = published_capacity(profile, instance, settings.sla_p99_s, model)
     if published is not None:
-        return published_estimate(published, carried)
+        return _labelled(published_estimate(published, carried))
     return carried
 
 
 def _static_projected(
-    work: ModelWork, instance: Instance, settings: PlanSettings
+    work: ModelWork,
+    instance: Instance,
+    settings: PlanSettings,
+    model: EfficiencyModel | None = None,
 ) -> CapacityEstimate | None:
-    """An option's capacity projected from the model's counted work alone (no measured run):
+    """An option's capacity projected from the model's counted work alone (no roofline run):
     the published projection with its interval widened as the leave-one-out measured."""
-    published = static_capacity(work, instance, settings.sla_p99_s)
+    published = static_capacity(work, instance, settings.sla_p99_s, model)
     if published is None:
         return None
     estimate = published_estimate(published, None)
+    return _labelled(
+        replace(
+            estimate,
+            label=estimate.label.replace("estimate", "estimate, static", 1),
+            detail={**estimate.detail, "source": STATIC_SOURCE},
+        )
+    )
+
+
+def _labelled(estimate: CapacityEstimate) -> CapacityEstimate:
+    """``estimate`` with what narrowed its interval in its label, where the user's runs did."""
+    published = estimate.published
+    if published is None or not published.narrowed_by:
+        return estimate
     return replace(
         estimate,
-        label=estimate.label.replace("estimate", "estimate, static", 1),
-        detail={**estimate.detail, "source": STATIC_SOURCE},
+        label=f"{estimate.label}, narrowed by {published.narrowed_by}",
+        detail={**estimate.detail, "narrowed_by": published.narrowed_by},
     )
+
+
+_RUN_SOURCE = re.compile(r"^(?P<kind>\w+) run (?P<id>\S+)$")
+_NODE_SOURCE = re.compile(r"^run (?P<id>\S+) on node type \S+ as (?P<instance>\S+)$")
+
+
+def _source_run(sources: Sequence[str], kind: str, fallback: str) -> str:
+    """The id of the ``kind`` run the evidence names (``load run ID``, as the store's
+    gatherer writes it); ``fallback`` (the capacity's own label, quoted) where none does."""
+    for source in sources:
+        found = _RUN_SOURCE.match(source)
+        if found and found["kind"] == kind:
+            return found["id"]
+    return f"'{fallback}'"
+
+
+def _user_runs(
+    evidence: Evidence,
+    settings: PlanSettings,
+    here: Instance | None,
+    here_cap: CapacityEstimate | None,
+    catalog: Catalog,
+) -> list[UserRun]:
+    """The capacities measured on catalog instances, as the runs that narrow projections:
+    the ``--here`` entry's load (per device: the capacity is the instance's) or bench figure
+    (one device), and each ``--node-type`` entry's best bench figure. A given capacity or an
+    LLM run's is not a measurement of this model's efficiency, and one that missed the SLA
+    has no capacity to set."""
+    runs: list[UserRun] = []
+    usable = here_cap is not None and here_cap.meets_sla and here_cap.qps_per_instance > 0
+    if here is not None and here_cap is not None and usable:
+        if here_cap.basis == "measured" and "load_label" in here_cap.detail:
+            runs.append(
+                UserRun(
+                    run_id=_source_run(evidence.sources, "load", here_cap.detail["load_label"]),
+                    instance=here,
+                    items_per_s_per_device=here_cap.qps_per_instance / here.devices,
+                    scenario="Server",
+                )
+            )
+        elif here_cap.basis == "bench":
+            runs.append(
+                UserRun(
+                    run_id=_source_run(evidence.sources, "bench", here_cap.detail["bench_label"]),
+                    instance=here,
+                    items_per_s_per_device=here_cap.qps_per_instance,
+                    scenario="Offline",
+                )
+            )
+    node_runs = {
+        found["instance"]: found["id"]
+        for found in (_NODE_SOURCE.match(source) for source in evidence.sources)
+        if found
+    }
+    for name, figures in evidence.by_instance.items():
+        best = _best_bench(figures, settings) if figures else None
+        if best is None or not best.meets_sla or best.qps_per_instance <= 0:
+            continue
+        runs.append(
+            UserRun(
+                run_id=node_runs.get(name, f"'{best.detail['bench_label']}'"),
+                instance=catalog.get(name),
+                items_per_s_per_device=best.qps_per_instance,
+                scenario="Offline",
+            )
+        )
+    return runs
 
 
 def _missing_reason(model: str, instance: Instance, evidence: Evidence) -> str:
@@ -344,6 +441,9 @@ def build_plan(
     if profile is not None:
         found = (b.calibration() for b in evidence.bench)
         calibration = best_calibration([c for c in found if c is not None], profile.device)
+    work: ModelWork | None = profile if profile is not None else evidence.static
+    runs = _user_runs(evidence, settings, here_instance, here_cap, catalog)
+    narrowed = tightened(work, runs) if work is not None and runs else None
     options: list[Option] = []
     if here_instance is None and here_cap is not None:
         options.append(
@@ -374,14 +474,16 @@ def build_plan(
         elif instance is here_instance and here_cap is not None:
             options.append(_option(instance, here_cap))
         elif profile is not None:
-            projected = _projected(profile, instance, settings, here_instance, calibration)
+            projected = _projected(
+                profile, instance, settings, here_instance, calibration, narrowed
+            )
             why = (
                 f"no published result of {model}'s workload class to project onto a "
                 f"{instance.kind} from, and this machine's efficiency does not carry over to one"
             )
             options.append(_option(instance, projected, "" if projected else why))
         elif evidence.static is not None:
-            projected = _static_projected(evidence.static, instance, settings)
+            projected = _static_projected(evidence.static, instance, settings, narrowed)
             reason = "" if projected else _missing_reason(model, instance, evidence)
             options.append(_option(instance, projected, reason))
         else:

@@ -8,6 +8,8 @@ published, measured results, as a point and an 80 % prediction interval.
 - :mod:`.validation`: the leave-one-out that checks errors and interval coverage.
 - :mod:`.static`: projections from a model's counted work with no measured run, their
   interval widened as that leave-one-out measured.
+- :mod:`.tighten`: the user's own measured runs added to the model as rows of their family
+  (measure, then tighten), and the leave-one-out that checks the narrowed intervals.
 - :mod:`.llm_serving`: LLM serving (TP degree, concurrency, TPOT, TTFT, tokens/s) at an SLO,
   calibrated on MLPerf's Llama-2-70B Server rows, and its leave-one-out over systems.
 """

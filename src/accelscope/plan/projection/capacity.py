@@ -24,6 +24,7 @@ from accelscope.documents import Operator
 from accelscope.plan.accelerators import load_accelerators
 from accelscope.plan.catalog import Instance
 from accelscope.plan.projection.calibration import group_of, shipped_calibration
+from accelscope.plan.projection.efficiency import EfficiencyModel, Observation
 from accelscope.plan.projection.validation import COVERAGE
 from accelscope.plan.projection.workloads import BENCHMARKS, Benchmark
 
@@ -32,6 +33,7 @@ __all__ = [
     "ModelWork",
     "PublishedCapacity",
     "class_benchmark",
+    "measured_observation",
     "published_capacity",
 ]
 
@@ -74,6 +76,9 @@ class PublishedCapacity:
     stack: str
     """The software the efficiency was measured with."""
     notes: tuple[str, ...]
+    narrowed_by: str = ""
+    """The user's own runs that narrowed this family's interval (``your run ID on TYPE``);
+    ``""``: the published table alone."""
 
     @property
     def calibrated(self) -> bool:
@@ -109,33 +114,105 @@ def class_benchmark(profile: ModelWork) -> Benchmark | None:
     return None
 
 
-def published_capacity(
-    profile: ModelWork, instance: Instance, sla_p99_s: float
-) -> PublishedCapacity | None:
-    """The projection of ``profile``'s model onto ``instance``; ``None`` where the instance
-    names no datasheet or the model has no published class."""
+@dataclass(frozen=True)
+class _Footing:
+    """What sets a model's items/s on an instance against its class benchmark's efficiency."""
+
+    bench: Benchmark
+    ops_per_sample: float
+    """The benchmark's work per sample (ops)."""
+    family: str
+    part: str
+    dtype: str
+    peak_ops_per_s: float
+    """The 8-bit peak per device (a CPU instance's share of its socket)."""
+    work_ops: float
+    """The model's work per item (FLOPs)."""
+
+    @property
+    def scale(self) -> float:
+        """Items/s per device per unit of efficiency (``exp`` of the model's log scale)."""
+        return self.peak_ops_per_s * self.ops_per_sample / self.work_ops
+
+
+def _footing(profile: ModelWork, instance: Instance) -> _Footing | None:
+    """The footing of ``profile`` on ``instance``; ``None`` where the instance names no
+    datasheet or the model has no published class."""
     bench = class_benchmark(profile)
     if not instance.part or bench is None or bench.ops_per_sample is None:
         return None
     spec = load_accelerators().get(instance.part)
-    model = shipped_calibration().model
-    group = group_of(bench, _SCENARIO)
-    prediction = model.predict(group, spec.family, bench.workload_class)
     dtype, part_peak = spec.low_precision_peak
-    peak = instance.peak(dtype) or part_peak  # a CPU instance's share of its socket
-    work = sum(op.flops for op in profile.operators) / profile.batch_size
-    scale = peak * bench.ops_per_sample / work * instance.devices
+    return _Footing(
+        bench=bench,
+        ops_per_sample=bench.ops_per_sample,
+        family=spec.family,
+        part=spec.name,
+        dtype=dtype,
+        peak_ops_per_s=instance.peak(dtype) or part_peak,
+        work_ops=sum(op.flops for op in profile.operators) / profile.batch_size,
+    )
+
+
+def measured_observation(
+    profile: ModelWork, instance: Instance, items_per_s_per_device: float, scenario: str
+) -> Observation | None:
+    """A capacity measured on ``instance`` (items/s per device) as a row of the efficiency
+    model: the inverse of :func:`published_capacity`'s scale, in the class benchmark's
+    ``scenario``. ``None`` where ``instance`` has no published projection."""
+    if not items_per_s_per_device > 0:
+        raise ValueError(f"a measured capacity is positive, got {items_per_s_per_device}")
+    footing = _footing(profile, instance)
+    if footing is None:
+        return None
+    return Observation(
+        group=group_of(footing.bench, scenario),
+        family=footing.family,
+        workload_class=footing.bench.workload_class,
+        log_value=math.log(items_per_s_per_device / footing.scale),
+    )
+
+
+def published_capacity(
+    profile: ModelWork,
+    instance: Instance,
+    sla_p99_s: float,
+    model: EfficiencyModel | None = None,
+) -> PublishedCapacity | None:
+    """The projection of ``profile``'s model onto ``instance``; ``None`` where the instance
+    names no datasheet or the model has no published class. ``model``: the shipped
+    calibration's, or that model updated with the user's own runs
+    (:meth:`~.efficiency.EfficiencyModel.updated`)."""
+    footing = _footing(profile, instance)
+    if footing is None:
+        return None
+    bench, dtype, peak, work = (
+        footing.bench,
+        footing.dtype,
+        footing.peak_ops_per_s,
+        footing.work_ops,
+    )
+    model = model or shipped_calibration().model
+    group = group_of(bench, _SCENARIO)
+    prediction = model.predict(group, footing.family, bench.workload_class)
+    scale = footing.scale * instance.devices
     low, high = prediction.interval(COVERAGE)
     bound = SERVER_P99_S[bench.name]
     notes = [
         f"efficiency of {bench.name} ({_SCENARIO} scenario, MLPerf Inference v4.0-v5.0) on "
-        f"{spec.family}: {prediction.basis}",
+        f"{footing.family}: {prediction.basis}",
         f"{profile.model}: {work / 1e9:.3g} GFLOP per item against {bench.name}'s "
-        f"{bench.ops_per_sample / 1e9:.3g}; the same share of the {dtype} peak "
+        f"{footing.ops_per_sample / 1e9:.3g}; the same share of the {dtype} peak "
         f"({peak / 1e12:.4g} TOP/s per device) assumed",
         "the submitters' optimised 8-bit stacks (TensorRT, OpenVINO, vendor runtimes), not "
         "yours: measure yours with accelscope bench/load",
     ]
+    narrowed = model.narrowed_by(footing.family)
+    if narrowed:
+        notes.append(
+            f"interval narrowed by {narrowed}: measured on {footing.family}, added to the "
+            "published rows as one more (docs/plan.md, measure then tighten)"
+        )
     if sla_p99_s < bound:
         notes.append(
             f"MLPerf's {bench.name} Server bound is p99 {bound * 1e3:g} ms, looser than your "
@@ -147,8 +224,10 @@ def published_capacity(
         high_qps_per_instance=high * scale,
         coverage=COVERAGE,
         benchmark=group,
-        part=spec.name,
+        part=footing.part,
         basis=prediction.basis,
-        stack="vendor-optimised, as submitted to MLPerf",
+        stack="vendor-optimised, as submitted to MLPerf"
+        + (", and yours as measured" if narrowed else ""),
         notes=tuple(notes),
+        narrowed_by=narrowed,
     )

@@ -33,6 +33,12 @@ projection (:func:`accelscope.plan.projection.efficiency.fit`), which gives a St
 interval, wider for a family without a row. The interval maps through the floor (monotone in
 ``eta``) to tokens/s and $ per million output tokens. :func:`leave_one_out` checks it, each
 system left out and projected from the rest.
+
+**Measured, then tightened** (:func:`tightened_serving`): a user's own run on an accelerator
+the datasheets know (good output tokens/s per device at its workload and SLO, at the degree
+it ran) gives its ``eta`` by the same solve as a published row, and is added to the model as
+one more row of its family (:meth:`~.efficiency.EfficiencyModel.updated`, with a stored run's
+run-to-run spread): that family's interval narrows, and says what narrowed it.
 """
 
 from __future__ import annotations
@@ -41,15 +47,16 @@ import functools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from accelscope.plan.accelerators import Accelerators, AcceleratorSpec, load_accelerators
 from accelscope.plan.catalog import Catalog
 from accelscope.plan.llm_memory import BYTES_PER_PARAM, ModelShape
 from accelscope.plan.projection.calibration import spec_for
-from accelscope.plan.projection.efficiency import EfficiencyModel, Observation, fit
+from accelscope.plan.projection.efficiency import EfficiencyModel, Measured, Observation, fit
 from accelscope.plan.projection.published import PublishedResult, PublishedTable, load_published
+from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD
 from accelscope.plan.projection.validation import COVERAGE, Holdout
 
 __all__ = [
@@ -63,6 +70,7 @@ __all__ = [
     "ServingOption",
     "ServingPlan",
     "ServingProjection",
+    "ServingRun",
     "ServingSlo",
     "ServingWorkload",
     "best_point",
@@ -75,6 +83,7 @@ __all__ = [
     "served_model",
     "serving_plan",
     "shipped_serving_calibration",
+    "tightened_serving",
 ]
 
 GPU_MEMORY_UTILIZATION = 0.9
@@ -499,6 +508,58 @@ def shipped_serving_calibration() -> ServingCalibration:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ServingRun:
+    """A user's own measured serving run on an accelerator the datasheets know: good output
+    tokens/s per device at its workload and SLO, at the degree it ran."""
+
+    run_id: str
+    spec: AcceleratorSpec
+    model: ServedModel
+    workload: ServingWorkload
+    slo: ServingSlo
+    tokens_per_s_per_device: float
+    devices: int
+    """The devices one server used (its tensor-parallel degree)."""
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            raise ValueError("a user's run needs its id (the label names it)")
+        if not self.tokens_per_s_per_device > 0:
+            raise ValueError(
+                f"run {self.run_id}: measured tokens/s per device must be positive, got "
+                f"{self.tokens_per_s_per_device}"
+            )
+        if self.devices < 1:
+            raise ValueError(f"run {self.run_id}: devices must be 1 or more, got {self.devices}")
+
+    @property
+    def label(self) -> str:
+        """What the narrowed options say narrowed them."""
+        return f"your run {self.run_id} on {self.spec.name}"
+
+
+def tightened_serving(
+    runs: Sequence[ServingRun], calibration: ServingCalibration | None = None
+) -> ServingCalibration:
+    """``calibration`` (the shipped one by default) with each run's efficiency added to its
+    family as one more row (the module's "measured, then tightened"). A run whose tokens/s
+    the floor cannot reach at any efficiency is refused in one line."""
+    calibration = calibration or shipped_serving_calibration()
+    points = []
+    for run in runs:
+        max_tp = max(tp for tp in TP_DEGREES if tp <= run.devices)
+        try:
+            eta = solve_efficiency(
+                run.model, run.spec, run.workload, run.slo, run.tokens_per_s_per_device, max_tp
+            )
+        except ValueError as exc:
+            raise ValueError(f"run {run.run_id}: {exc}") from None
+        observation = Observation(MLPERF_GROUP, run.spec.family, "llm", math.log(eta))
+        points.append(Measured(observation, RUN_TO_RUN_LOG_SD**2, run.label))
+    return replace(calibration, model=calibration.model.updated(points))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServingProjection:
     """One accelerator: the chosen degree at the point efficiency, and the 80 % interval of
     its tokens/s per device (each bound at its own best degree and concurrency)."""
@@ -548,6 +609,9 @@ def project_serving(
         basis = f"{spec.family} calibrated on {rows} MLPerf Llama-2-70B Server rows"
     else:
         basis = f"{spec.family}: no MLPerf LLM row, other families only (wider interval)"
+    narrowed = calibration.model.narrowed_by(spec.family)
+    if narrowed:
+        basis += f"; narrowed by {narrowed}"
     point = best_point(model, spec, workload, slo, prediction.point)
     near = None
     if point is not None:

@@ -32,6 +32,7 @@ from accelscope.plan.projection.capacity import (
     class_benchmark,
     published_capacity,
 )
+from accelscope.plan.projection.efficiency import EfficiencyModel
 from accelscope.plan.projection.validation import COVERAGE, Holdout
 
 __all__ = ["STATIC_SOURCE", "STATIC_WIDTH", "static_capacity", "widened", "width_factor"]
@@ -82,13 +83,18 @@ def widened(published: PublishedCapacity, factor: float) -> PublishedCapacity:
 
 
 def static_capacity(
-    work: ModelWork, instance: Instance, sla_p99_s: float
+    work: ModelWork,
+    instance: Instance,
+    sla_p99_s: float,
+    model: EfficiencyModel | None = None,
 ) -> PublishedCapacity | None:
     """The projection of counted ``work`` onto ``instance`` with the interval a projection
     without a measured run has (:data:`STATIC_WIDTH`); ``None`` where the instance names no
-    datasheet or the model has no published class."""
+    datasheet or the model has no published class. ``model``: as
+    :func:`~.capacity.published_capacity` takes it (narrowed by the user's runs, the same
+    widening applies: it corrects the model's intervals, narrowed or not)."""
     bench = class_benchmark(work)
-    published = published_capacity(work, instance, sla_p99_s)
+    published = published_capacity(work, instance, sla_p99_s, model)
     if bench is None or published is None:
         return None
     factor = STATIC_WIDTH[bench.workload_class]
