@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,6 +189,43 @@ def test_save_stores_a_plan_run_that_runs_show_prints(tmp_path: Path, cli: CliRu
     code, shown, err = cli("runs", "show", "latest", "--store", store)
     assert code == 0, err
     assert "tokens/s/device" in shown and "no MLPerf LLM row" in shown
+
+
+LLM_STORE = Path(__file__).resolve().parents[1] / "data" / "store-llm-2026-11.sqlite"
+"""An llm run with a capacity search (a fake server: 280.4 good output tokens/s at concurrency
+2, p90 TTFT <= 200 ms and TPOT <= 50 ms), stored in 2026-11 (tests/data/make_llm_store.py)."""
+CAPACITY_RUN = "20261126-064700-99b6"
+
+
+def test_a_measured_llm_run_narrows_its_family_only(tmp_path: Path, cli: CliRunner) -> None:
+    store = tmp_path / "s.db"
+    store.write_bytes(LLM_STORE.read_bytes())
+    config = Path(__file__).resolve().parents[2] / "examples/plan/llama-3.1-8b-config.json"
+    args = ("plan", "llm", config, "--accelerators", "nvidia-l4,nvidia-l40s", "--json")
+    code, out, err = cli(*args, "--store", store)
+    assert code == 0, err
+    before = {o["family"]: o for o in json.loads(out)["options"]}
+    measured = ("--from-run", CAPACITY_RUN, "--measured-on", "nvidia-l4", "--store", store)
+    code, out, err = cli(*args, *measured)
+    assert code == 0, err
+    after = {o["family"]: o for o in json.loads(out)["options"]}
+    assert f"narrowed by your run {CAPACITY_RUN} on NVIDIA L4" in after["nvidia-l4"]["basis"]
+    assert "narrowed" not in after["nvidia-l40s"]["basis"]
+
+    def width(option: dict[str, Any]) -> float:
+        high, low = option["high_tokens_per_s_per_device"], option["low_tokens_per_s_per_device"]
+        return float(high) / float(low)
+
+    assert width(after["nvidia-l4"]) < width(before["nvidia-l4"])  # no published L4 row
+    assert width(after["nvidia-l40s"]) == pytest.approx(width(before["nvidia-l40s"]))
+    code, _, err = cli(*args, "--from-run", CAPACITY_RUN, "--store", store)
+    assert_one_line_error(code, err, "--from-run and --measured-on go together")
+    code, _, err = cli(*args, *measured[:-2], "--store", tmp_path / "none.db")
+    assert_one_line_error(code, err, "no results store")
+    too_big = tmp_path / "l70.json"
+    too_big.write_text(json.dumps(LLAMA_70B_CONFIG), encoding="utf-8")
+    code, _, err = cli("plan", "llm", too_big, "--accelerators", "nvidia-l4", *measured)
+    assert_one_line_error(code, err, "beyond the model's reach")
 
 
 @pytest.mark.parametrize(

@@ -82,6 +82,15 @@ class AcceleratorFlags(FlagGroup):
 
 
 @dataclass(frozen=True)
+class LlmRunFlags(FlagGroup):
+    """``--from-run``: a stored ``llm`` run's measured goodput (``plan api``, ``plan llm``)."""
+
+    from_run: str | None = flag(
+        typer.Option(None, "--from-run", help="An llm run with --capacity: its goodput at the SLO.")
+    )
+
+
+@dataclass(frozen=True)
 class SaveFlags(StoreFlags):
     """``--save``: an estimate is stored only when asked (``plan memory``, ``plan api``)."""
 
@@ -236,9 +245,7 @@ def plan_api_command(
     throughput: str | None = typer.Option(
         None, "--throughput", help="Measured tokens/s per instance (input + output)."
     ),
-    from_run: str | None = typer.Option(
-        None, "--from-run", help="An llm run with --capacity: its goodput at the SLO."
-    ),
+    measured: LlmRunFlags = GROUP,
     output_share: str | None = typer.Option(
         None, "--output-share", help="Share of output tokens (25%)."
     ),
@@ -260,7 +267,7 @@ def plan_api_command(
         throughput_tokens_per_s=parse_rate_per_s(throughput, "--throughput")
         if throughput is not None
         else None,
-        from_run=from_run,
+        from_run=measured.from_run,
         catalog_files=catalog.catalog_files,
         **given(output_share=share, headroom=headroom.fraction),
     )
@@ -290,6 +297,16 @@ def plan_llm_command(
     slo: SloFlags = GROUP,
     accelerators: AcceleratorFlags = GROUP,
     catalog: CatalogFlags = GROUP,
+    measured: LlmRunFlags = GROUP,
+    measured_on: str | None = typer.Option(
+        None,
+        "--measured-on",
+        metavar="PART",
+        help="With --from-run: the accelerator its server ran on (narrows that family).",
+    ),
+    run_devices: int = typer.Option(
+        1, "--run-devices", help="With --from-run: the devices its server used (its TP degree)."
+    ),
     store: SaveFlags = GROUP,
     output: JsonFlags = GROUP,
 ) -> None:
@@ -300,10 +317,15 @@ def plan_llm_command(
         raise BadInputError("plan llm projects mean step times: --slo-percentile does not apply")
     if slo.slo is not None and slo.slo.e2e_s is not None:
         raise BadInputError("plan llm bounds TTFT and TPOT: drop e2e= from --slo")
+    if (measured.from_run is None) != (measured_on is None):
+        raise BadInputError("--from-run and --measured-on go together: the run and its part")
     request = LlmServingRequest(
         config=config,
         accelerators=accelerators.names,
         catalog_files=catalog.catalog_files,
+        from_run=measured.from_run,
+        measured_on=measured_on,
+        run_devices=run_devices,
         **given(
             dtype=dtype.lower() if dtype else None,
             input_tokens=_mean_tokens(input_tokens),
@@ -312,7 +334,10 @@ def plan_llm_command(
             tpot_s=slo.slo.tpot_s if slo.slo else None,
         ),
     )
-    _print(plan_llm(request, store_path=store.target, command_line=command_line()), output.as_json)
+    outcome = plan_llm(
+        request, store_path=store.target, command_line=command_line(), runs_store=store.path
+    )
+    _print(outcome, output.as_json)
 
 
 @plan_app.command("train")

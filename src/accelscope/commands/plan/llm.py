@@ -13,19 +13,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accelscope.commands._lifecycle import check_paths
-from accelscope.commands.plan.workflow import PlanOutcome, store_plan_document
+from accelscope.commands.plan.workflow import PlanOutcome, llm_capacity, store_plan_document
 from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.plan.accelerators import Accelerators, AcceleratorSpec, load_accelerators
 from accelscope.plan.catalog import load_catalog
 from accelscope.plan.llm_memory import BYTES_PER_PARAM, load_model_config, shape_from_config
 from accelscope.plan.projection.llm_serving import (
+    ServedModel,
+    ServingCalibration,
+    ServingRun,
     ServingSlo,
     ServingWorkload,
     served_model,
     serving_plan,
+    tightened_serving,
 )
 from accelscope.serialise import dump
+from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
 __all__ = ["LlmServingRequest", "plan_llm", "resolve_accelerators"]
 
@@ -43,6 +48,12 @@ class LlmServingRequest:
     tpot_s: float = 0.2
     accelerators: tuple[str, ...] = ()
     catalog_files: tuple[Path, ...] = ()
+    from_run: str | None = None
+    """A stored ``llm`` run with a capacity search, measured on ``measured_on``: its goodput
+    narrows that family's projection (the module's measure-then-tighten)."""
+    measured_on: str | None = None
+    run_devices: int = 1
+    """The devices the measured server used (its tensor-parallel degree)."""
 
 
 def resolve_accelerators(
@@ -67,12 +78,50 @@ def resolve_accelerators(
     return chosen
 
 
+def _tightened(
+    request: LlmServingRequest, model: ServedModel, slo: ServingSlo, runs_store: Path
+) -> ServingCalibration:
+    """The shipped calibration narrowed by the user's ``llm`` run on ``measured_on``: its good
+    output tokens/s per device at its own workload, and its SLO where it bounds TTFT or TPOT
+    (the request's otherwise)."""
+    assert request.from_run is not None and request.measured_on is not None
+    if request.run_devices < 1:
+        raise BadInputError(f"--run-devices must be 1 or more, got {request.run_devices}")
+    found = resolve_accelerators((request.measured_on,), load_accelerators())
+    if len(found) != 1:
+        names = ", ".join(s.name for s in found)
+        raise BadInputError(f"--measured-on {request.measured_on!r} names {names}: give one part")
+    measured, _ = llm_capacity(request.from_run, runs_store)
+    run_slo = measured.slo
+    try:
+        run = ServingRun(
+            run_id=request.from_run,
+            spec=found[0],
+            model=model,
+            workload=ServingWorkload(
+                measured.prompt_tokens_mean or request.input_tokens,
+                measured.output_tokens_mean or request.output_tokens,
+            ),
+            slo=ServingSlo(
+                (run_slo.ttft_s if run_slo is not None else None) or slo.ttft_s,
+                (run_slo.tpot_s if run_slo is not None else None) or slo.tpot_s,
+            ),
+            tokens_per_s_per_device=(measured.good_output_tokens_per_s or 0.0)
+            / request.run_devices,
+            devices=request.run_devices,
+        )
+        return tightened_serving([run])
+    except ValueError as exc:
+        raise BadInputError(f"--from-run {request.from_run}: {exc}") from None
+
+
 def plan_llm(
     request: LlmServingRequest,
     *,
     store_path: Path | None = None,
     environment: Environment | None = None,
     command_line: str | None = None,
+    runs_store: Path = DEFAULT_STORE_PATH,
 ) -> PlanOutcome:
     """The serving projection of the request's model on each accelerator, as a document;
     stored as a ``plan`` run when ``store_path`` is given."""
@@ -92,7 +141,10 @@ def plan_llm(
     model = served_model(shape, request.dtype, name=name)
     catalog = load_catalog(request.catalog_files)
     check_paths(store_path)
-    plan = serving_plan(model, specs, workload, slo, catalog, config=name)
+    calibration = None
+    if request.from_run is not None:
+        calibration = _tightened(request, model, slo, runs_store)
+    plan = serving_plan(model, specs, workload, slo, catalog, config=name, calibration=calibration)
     document = dump(plan)
     if store_path is None:
         return PlanOutcome(document=document)
@@ -104,6 +156,8 @@ def plan_llm(
         "ttft_s": request.ttft_s,
         "tpot_s": request.tpot_s,
         "accelerators": list(request.accelerators),
+        "from_run": request.from_run,
+        "measured_on": request.measured_on,
     }
     run = store_plan_document(store_path, name, settings, document, environment, command_line)
     return PlanOutcome(document=document, run_id=run.run_id, store_path=run.stored_path)

@@ -452,7 +452,7 @@ def plan_api(
         raise BadInputError("give --throughput or --from-run (an llm run), not both")
     measured: LlmCapacity | None = None
     if request.from_run is not None:
-        measured, basis = _llm_capacity(request.from_run, runs_store)
+        measured, basis = llm_capacity(request.from_run, runs_store)
         prompt_share = (measured.prompt_tokens_mean or 0.0) / (measured.output_tokens_mean or 1.0)
         throughput = (measured.good_output_tokens_per_s or 0.0) * (1.0 + prompt_share)
     else:
@@ -485,7 +485,7 @@ def plan_api(
     return PlanOutcome(document=document, run_id=run.run_id, store_path=run.stored_path)
 
 
-def _llm_capacity(run_id: str, store_path: Path) -> tuple[LlmCapacity, str]:
+def llm_capacity(run_id: str, store_path: Path) -> tuple[LlmCapacity, str]:
     """The ``llm-capacity`` document of an ``llm`` run, and the throughput basis it gives."""
     if not store_path.exists():
         raise BadInputError(f"no results store at {store_path}: cannot read run {run_id}")

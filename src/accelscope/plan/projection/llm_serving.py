@@ -400,7 +400,11 @@ def solve_efficiency(
     ``log eta``: the floor's tokens/s never falls as ``eta`` grows)."""
     low, high = (math.log(x) for x in _ETA_RANGE)
     if _rate(model, spec, workload, slo, math.exp(high), max_tp) < tokens_per_s_per_device:
-        raise ValueError(f"{spec.name}: {tokens_per_s_per_device:g} tokens/s is beyond the model")
+        raise ValueError(
+            f"{spec.name}: {tokens_per_s_per_device:g} tokens/s per device is beyond the model's "
+            f"reach even at {_ETA_RANGE[1]:g}x the datasheet's efficiency (does the model fit "
+            "at that degree, and is it the model the run served?)"
+        )
     for _ in range(40):  # the range's log width / 2**40: 1e-11
         mid = (low + high) / 2
         if _rate(model, spec, workload, slo, math.exp(mid), max_tp) >= tokens_per_s_per_device:
