@@ -39,9 +39,11 @@ from accelscope.serialise import dump
 __all__ = [
     "BuyOrRecover",
     "FleetClass",
+    "TrainRecovery",
     "buy_or_recover",
     "fleet_classes",
     "recover_document",
+    "train_buy_or_recover",
 ]
 
 _DAYS_PER_MONTH = HOURS_PER_MONTH / HOURS
@@ -326,3 +328,171 @@ def recover_document(
         "classes": [dump(c) for c in fleet],
         "paths": [{**dump(p), "saved_usd_per_month": p.saved_usd_per_month} for p in paths],
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainRecovery:
+    """A synchronous training run on ``devices`` GPUs of one family set against the fleet's idle
+    GPUs of that family (see :func:`train_buy_or_recover`).
+
+    Sources: the GPU-hours are ``projected`` (``plan train``'s time x devices, with its
+    interval), the idle hours and the fleet's cost ``audited``, the rent price the ``catalog``'s.
+    """
+
+    accelerator: str
+    family: str
+    devices: int
+    needed_gpu_h: float
+    """GPU-hours the run needs (projected: time x devices)."""
+    needed_gpu_h_low: float
+    needed_gpu_h_high: float
+    hours_of_day: tuple[int, ...]
+    """UTC hours of the day with at least ``devices`` idle GPUs of the family (audited)."""
+    recovered_gpu_h_per_day: float
+    """``devices`` x those hours: what the fleet offers the run each day."""
+    days_on_recovered: float | None
+    """Days to finish on recovered capacity alone; ``None``: no hour has enough idle GPUs."""
+    deadline_s: float | None
+    recovered_gpu_h: float
+    """GPU-hours run on the fleet's idle GPUs (within the deadline when one is given)."""
+    rented_gpu_h: float
+    """The rest, rented (GPU-hours x the catalog's per-device price)."""
+    usd_per_gpu_hour: float
+    price_source: str
+    rent_all_usd: float
+    """Renting every GPU-hour."""
+    recover_usd: float
+    """Renting only what the idle hours do not cover (the fleet's GPUs are already paid for)."""
+    fleet_usd_per_useful_gpu_hour_before: float | None
+    """The family's audited cost per useful (SM-active) GPU-hour now."""
+    fleet_usd_per_useful_gpu_hour_after: float | None
+    """The same cost with the recovered hours counted useful while the run lasts (projected: a
+    training step keeps the GPU's SMs active)."""
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.devices < 1:
+            raise ValueError(f"a training run needs at least one device, got {self.devices}")
+        for name in (
+            "needed_gpu_h",
+            "needed_gpu_h_low",
+            "needed_gpu_h_high",
+            "recovered_gpu_h_per_day",
+            "recovered_gpu_h",
+            "rented_gpu_h",
+            "usd_per_gpu_hour",
+            "rent_all_usd",
+            "recover_usd",
+        ):
+            _finite(name, getattr(self, name))
+        if not self.needed_gpu_h_low <= self.needed_gpu_h <= self.needed_gpu_h_high:
+            raise ValueError("the GPU-hours needed lie outside their own interval")
+        if len(set(self.hours_of_day)) != len(self.hours_of_day) or any(
+            not 0 <= h < HOURS for h in self.hours_of_day
+        ):
+            raise ValueError(f"hours of the day must be distinct and in 0..{HOURS - 1}")
+        if not math.isclose(
+            self.recovered_gpu_h_per_day, self.devices * len(self.hours_of_day), abs_tol=1e-9
+        ):
+            raise ValueError("GPU-hours a day must be devices x the hours with enough idle GPUs")
+        if not math.isclose(
+            self.recovered_gpu_h + self.rented_gpu_h, self.needed_gpu_h, rel_tol=1e-9, abs_tol=1e-9
+        ):
+            raise ValueError("recovered and rented GPU-hours must add up to the GPU-hours needed")
+        if self.recovered_gpu_h > 0 and not self.hours_of_day:
+            raise ValueError("nothing can be recovered without an hour of enough idle GPUs")
+        if self.recover_usd > self.rent_all_usd + 1e-6:
+            raise ValueError("renting the shortfall cannot cost more than renting it all")
+
+    @property
+    def saved_usd(self) -> float:
+        """What recovering saves against renting it all."""
+        return self.rent_all_usd - self.recover_usd
+
+    @property
+    def meets_deadline(self) -> bool | None:
+        """The run's projected wall time on ``devices`` (rented capacity filling the hours the
+        fleet has none idle) fits the deadline; ``None``: no deadline."""
+        if self.deadline_s is None:
+            return None
+        return self.needed_gpu_h / self.devices * 3600.0 <= self.deadline_s * (1 + 1e-12)
+
+
+def train_buy_or_recover(
+    *,
+    accelerator: str,
+    devices: int,
+    time_s: float,
+    time_low_s: float,
+    time_high_s: float,
+    usd_per_gpu_hour: float,
+    price_source: str,
+    fleet: Sequence[FleetClass],
+    deadline_s: float | None = None,
+) -> TrainRecovery | None:
+    """A synchronous training run of ``time_s`` (projected, with its interval) on ``devices``
+    GPUs of ``accelerator``'s family, set against the fleet's idle GPUs of that family.
+
+    Synchronous data/tensor parallelism needs all ``devices`` at once, so only the UTC hours
+    with at least ``devices`` idle GPUs count; the run is assumed to pause (checkpoint) outside
+    them, every day alike. Without a deadline every GPU-hour is recovered where some hour
+    allows it (taking :attr:`TrainRecovery.days_on_recovered`); with one, the idle hours within
+    it are recovered and the rest is rented. ``None`` when the fleet has no GPU of the family.
+
+    Raises:
+        ValueError: a time, price, device count or deadline that is not a positive finite
+            number, or ``time_low_s <= time_s <= time_high_s`` does not hold.
+    """
+    if devices < 1:
+        raise ValueError(f"devices must be >= 1, got {devices}")
+    for name, value in (("time_s", time_s), ("usd_per_gpu_hour", usd_per_gpu_hour)):
+        _finite(name, value)
+    if not 0 < time_low_s <= time_s <= time_high_s or not math.isfinite(time_high_s):
+        raise ValueError(f"times must be 0 < low <= point <= high, got {time_low_s, time_s}")
+    if deadline_s is not None and not (math.isfinite(deadline_s) and deadline_s > 0):
+        raise ValueError(f"deadline_s must be positive and finite, got {deadline_s}")
+    family = gpu_family(accelerator)[0]
+    match = next((c for c in fleet if family and c.family == family), None)
+    if match is None:
+        return None
+    hours = tuple(h for h, idle in enumerate(match.idle_gpus_by_hour) if idle >= devices - 1e-9)
+    per_day = float(devices * len(hours))
+    needed = devices * time_s / 3600.0
+    if not hours:
+        recovered = 0.0
+    elif deadline_s is None:
+        recovered = needed
+    else:
+        recovered = min(needed, per_day * deadline_s / 86400.0)
+    rented = needed - recovered
+    before = (
+        match.cost_usd_per_day / match.useful_gpu_h_per_day
+        if match.useful_gpu_h_per_day > 0
+        else None
+    )
+    after = (
+        None
+        if before is None or not hours
+        else (match.cost_usd_per_day / (match.useful_gpu_h_per_day + per_day))
+    )
+    return TrainRecovery(
+        accelerator=accelerator,
+        family=match.family,
+        devices=devices,
+        needed_gpu_h=needed,
+        needed_gpu_h_low=devices * time_low_s / 3600.0,
+        needed_gpu_h_high=devices * time_high_s / 3600.0,
+        hours_of_day=hours,
+        recovered_gpu_h_per_day=per_day,
+        days_on_recovered=needed / per_day if per_day > 0 else None,
+        deadline_s=deadline_s,
+        recovered_gpu_h=recovered,
+        rented_gpu_h=rented,
+        usd_per_gpu_hour=usd_per_gpu_hour,
+        price_source=price_source,
+        rent_all_usd=needed * usd_per_gpu_hour,
+        recover_usd=rented * usd_per_gpu_hour,
+        fleet_usd_per_useful_gpu_hour_before=before,
+        fleet_usd_per_useful_gpu_hour_after=after,
+        source=match.source,
+    )

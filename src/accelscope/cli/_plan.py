@@ -82,6 +82,20 @@ class AcceleratorFlags(FlagGroup):
 
 
 @dataclass(frozen=True)
+class FleetFlags(FlagGroup):
+    """``--fleet``: a stored audit run to buy or recover against (``plan``, ``plan train``)."""
+
+    fleet: str | None = flag(
+        typer.Option(
+            None,
+            "--fleet",
+            metavar="AUDIT_RUN",
+            help="A stored audit run (id or 'latest'): buy or recover against its idle GPUs.",
+        )
+    )
+
+
+@dataclass(frozen=True)
 class LlmRunFlags(FlagGroup):
     """``--from-run``: a stored ``llm`` run's measured goodput (``plan api``, ``plan llm``)."""
 
@@ -166,12 +180,7 @@ def plan_command(
     pue: float = typer.Option(
         None, "--pue", help="With --energy-price: wall / IT energy (1.0: the GPU board only)."
     ),
-    fleet: str = typer.Option(
-        None,
-        "--fleet",
-        metavar="AUDIT_RUN",
-        help="A stored audit run (id or 'latest'): buy or recover against its idle GPUs.",
-    ),
+    audited: FleetFlags = GROUP,
     output: OutputFlags = GROUP,
 ) -> None:
     """Capacity at the SLA per catalog option, fleet size, $/month and $/M inferences."""
@@ -197,7 +206,7 @@ def plan_command(
         node_types=parse_node_type_map(node_type or ()),
         report_path=output.report,
         energy_price=_energy_price(energy_price, pue),
-        fleet_run=fleet,
+        fleet_run=audited.fleet,
         **given(headroom=headroom.fraction, min_instances=min_instances),
     )
     outcome = plan_capacity(
@@ -373,12 +382,7 @@ def plan_train_command(
     ),
     accelerators: AcceleratorFlags = GROUP,
     catalog: CatalogFlags = GROUP,
-    fleet: str | None = typer.Option(
-        None,
-        "--fleet",
-        metavar="AUDIT_RUN",
-        help="A stored audit run (id or 'latest'): recover its idle GPUs, rent the rest.",
-    ),
+    audited: FleetFlags = GROUP,
     store: StoreFlags = GROUP,
     output: JsonFlags = GROUP,
 ) -> None:
@@ -393,7 +397,7 @@ def plan_train_command(
         catalog_files=catalog.catalog_files,
         deadline_s=deadline,
         budget_usd=parse_money(budget_usd, "--budget-usd") if budget_usd is not None else None,
-        fleet_run=fleet,
+        fleet_run=audited.fleet,
         store_path=store.path,
         **given(
             optimizer=optimizer.lower() if optimizer else None,

@@ -17,11 +17,13 @@ from accelscope.doctor.findings import RuleContext
 from accelscope.doctor.launcher import ChildConfig, ChildRun, Launcher
 from accelscope.doctor.profile import Profile
 from accelscope.doctor.refute import refute_by_what_ifs
+from accelscope.doctor.train_whatif import compare_losses
 from accelscope.doctor.verdict import Diagnosis, diagnose
 from accelscope.doctor.whatif import (
     PlannedWhatIf,
     WhatIfResult,
     caveat_for,
+    loss_caveat,
     pair_variants,
     parse_what_ifs,
     plan_what_ifs,
@@ -177,20 +179,32 @@ def _run(
     return launcher.run(config, on_step)
 
 
+_SEED = 0
+"""The seed of every what-if run and of the baseline they are compared with (same weights,
+same data order: their losses can be set side by side)."""
+
+
 def _measure_what_if(
     planned: PlannedWhatIf,
     run: ChildRun,
     baseline: WhatIfResult | None,
     warmup: int,
     launcher: Launcher,
+    baseline_losses: dict[int, float | None] | None = None,
 ) -> WhatIfResult:
     failure = failure_message(run, warmup, launcher.stall_s, launcher.timeout_s)
     if failure is not None:
-        return WhatIfResult(name=planned.name, label=planned.label, status="failed", reason=failure)
+        return WhatIfResult(
+            name=planned.name,
+            label=planned.label,
+            status="failed",
+            reason=failure,
+            notes=planned.notes,
+        )
     profile = run.profile
     assert profile is not None
     applied = profile.whatif
-    notes = tuple(str(n) for n in applied.get("notes", []))
+    notes = (*planned.notes, *(str(n) for n in applied.get("notes", [])))
     details = dict(applied.get("details", {}))
     if planned.name != "baseline" and not applied.get("applied", False):
         return WhatIfResult(
@@ -204,6 +218,12 @@ def _measure_what_if(
     ratio = low = high = None
     if baseline is not None and baseline.items_per_s is not None:
         ratio, low, high = speedup(baseline.items_per_s, b.items_per_s)
+    caveat = caveat_for(planned.name, details)
+    gap = None
+    if planned.name in ("bf16", "fp16") and baseline_losses:
+        comparison = compare_losses(baseline_losses, profile.measured_losses())
+        caveat = loss_caveat(planned.name, comparison)
+        gap = None if comparison is None else comparison.gap
     return WhatIfResult(
         name=planned.name,
         label=planned.label,
@@ -217,8 +237,9 @@ def _measure_what_if(
         speedup=ratio,
         speedup_low=low,
         speedup_high=high,
-        caveat=caveat_for(planned.name, details),
+        caveat=caveat,
         details=details,
+        loss_gap=gap,
     )
 
 
@@ -270,6 +291,7 @@ def run_doctor(
     interrupted = False
     try:
         baseline: WhatIfResult | None = None
+        base_losses: dict[int, float | None] = {}
         if runnable:
             light = ChildConfig(
                 script=plan.script,
@@ -279,10 +301,12 @@ def run_doctor(
                 full=False,
                 trace_steps=0,
                 probe=False,
+                seed=_SEED,
             )
             base_planned = PlannedWhatIf("baseline", "baseline (re-measured alike)", None)
             base_run = _run(launcher, light, "baseline (re-measured)", events)
             baseline = _measure_what_if(base_planned, base_run, None, plan.warmup, launcher)
+            base_losses = base_run.profile.measured_losses() if base_run.profile is not None else {}
             if baseline.status == "ok":
                 baseline = WhatIfResult(
                     **{**baseline.__dict__, "speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0}
@@ -302,7 +326,11 @@ def run_doctor(
             if item.spec is None:
                 results.append(
                     WhatIfResult(
-                        name=item.name, label=item.label, status="skipped", reason=item.reason
+                        name=item.name,
+                        label=item.label,
+                        status="skipped",
+                        reason=item.reason,
+                        notes=item.notes,
                     )
                 )
                 continue
@@ -315,9 +343,12 @@ def run_doctor(
                 trace_steps=0,
                 probe=False,
                 whatif=item.spec,
+                seed=_SEED,
             )
             child = _run(launcher, config, item.label, events)
-            result = _measure_what_if(item, child, baseline, plan.warmup, launcher)
+            result = _measure_what_if(
+                item, child, baseline, plan.warmup, launcher, base_losses if baseline else None
+            )
             results.append(result)
             if events is not None:
                 line = (

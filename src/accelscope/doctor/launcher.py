@@ -47,6 +47,10 @@ class ChildConfig:
     trace_steps: int = 3
     probe: bool = True
     whatif: dict[str, Any] | None = None
+    seed: int | None = None
+    """Seed ``random``, ``numpy`` and ``torch`` with this before the script runs, so that runs
+    compared with each other start from the same weights and draw the same data (a script's
+    own seeding still wins); ``None``: leave them unseeded."""
 
     def payload(self, result_path: Path) -> dict[str, Any]:
         """The JSON the bootstrap reads (the diagnosis run, ``full``, also records the
@@ -61,6 +65,7 @@ class ChildConfig:
             "trace_steps": self.trace_steps,
             "probe": self.probe,
             "whatif": self.whatif,
+            "seed": self.seed,
             "result_path": str(result_path),
             "device_trace_path": None if trace is None else str(trace),
         }

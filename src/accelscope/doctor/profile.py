@@ -7,6 +7,7 @@ in use, facts about the loop (DataLoaders, threads, the main model) and how the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "ScriptError",
     "Span",
     "Step",
+    "TrainState",
 ]
 
 PHASES: tuple[str, ...] = ("input", "copy", "forward", "backward", "optimizer", "sync")
@@ -282,6 +284,44 @@ class LoaderFacts:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TrainState:
+    """What a training loop holds between steps, measured in its process at the end of the
+    first ``optimizer.step()`` (bytes of the tensors themselves, ``Tensor.nbytes``).
+
+    ``rss_before_first_step_bytes``: the process's resident memory when the main model's first
+    forward began (model, data and libraries loaded; no activations, gradients or optimizer
+    states yet); ``None``: not measured (psutil unavailable)."""
+
+    optimizer: str
+    parameter_bytes: int
+    gradient_bytes: int
+    optimizer_state_bytes: int
+    rss_before_first_step_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def held_bytes(self) -> int:
+        """Parameters + gradients + optimizer states: held through every step."""
+        return self.parameter_bytes + self.gradient_bytes + self.optimizer_state_bytes
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainState:
+        """Read the child's record."""
+        rss = data.get("rss_before_first_step_bytes")
+        return cls(
+            optimizer=str(data["optimizer"]),
+            parameter_bytes=int(data["parameter_bytes"]),
+            gradient_bytes=int(data["gradient_bytes"]),
+            optimizer_state_bytes=int(data["optimizer_state_bytes"]),
+            rss_before_first_step_bytes=None if rss is None else int(rss),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunFacts:
     """Facts about the loop, read in the instrumented process."""
 
@@ -297,11 +337,14 @@ class RunFacts:
     worker_busy_cores: float | None = None
     """Cores the loop's child processes (DataLoader workers) kept busy over the measured steps
     (psutil, in the loop's process); ``None``: not measured."""
+    train_state: TrainState | None = None
+    """Bytes a training loop holds between steps; ``None``: no ``optimizer.step()`` seen."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunFacts:
         """Read the facts record."""
         busy = data.get("worker_busy_cores")
+        state = data.get("train_state")
         return cls(
             torch=str(data["torch"]),
             torch_threads=int(data["torch_threads"]),
@@ -313,6 +356,7 @@ class RunFacts:
             optimizer_seen=bool(data.get("optimizer_seen", False)),
             backward_seen=bool(data.get("backward_seen", False)),
             worker_busy_cores=None if busy is None else float(busy),
+            train_state=None if not isinstance(state, dict) else TrainState.from_dict(state),
         )
 
 
@@ -396,6 +440,14 @@ class Profile:
     gpu_memory_status: str = "not measured: no CUDA device"
     device_trace: DeviceTraceRecord | None = None
     """The GPU's own timeline of the profiled steps (CUDA runs of the diagnosis only)."""
+    losses: tuple[tuple[int, float | None], ...] = ()
+    """``(step index, loss)`` of each step whose loop called ``loss.backward()`` on a scalar
+    (the last such call of the step; the loss before any what-if scaling); ``None``: the loss
+    was not finite."""
+
+    def measured_losses(self) -> dict[int, float | None]:
+        """The losses of the measured steps (after the warm-up), by step index."""
+        return {step: loss for step, loss in self.losses if step >= self.warmup}
 
     @property
     def measured(self) -> tuple[Step, ...]:
@@ -438,4 +490,12 @@ class Profile:
             device_trace=None
             if not isinstance(device_trace, dict)
             else DeviceTraceRecord.from_dict(device_trace),
+            losses=tuple(
+                (int(step), _finite_or_none(loss)) for step, loss in data.get("losses") or []
+            ),
         )
+
+
+def _finite_or_none(value: Any) -> float | None:
+    number = None if value is None else float(value)
+    return number if number is not None and math.isfinite(number) else None

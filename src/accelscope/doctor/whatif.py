@@ -8,16 +8,30 @@ one that cannot apply (no DataLoader to change, no CUDA to pin for) is skipped w
 
 Results are compared on items/s (so ``batch=K`` is not flattered by fewer, bigger steps) as a
 ratio of medians, with bounds from the medians' 95 % intervals.
+
+In a training loop (``backward()`` and ``optimizer.step()`` seen) two what-ifs also answer
+for more than speed (:mod:`.train_whatif`): ``batch`` is sized to the memory estimated from the
+measured peak (a smaller factor that fits, else gradient accumulation, estimated from the
+measured phases), and ``fp16`` runs with a GradScaler; ``bf16``/``fp16`` runs are compared
+with the re-measured fp32 baseline's loss over the same measured steps, from the same seed,
+and one whose loss diverges is not recommended.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from accelscope.doctor.breakdown import Rate
 from accelscope.doctor.findings import RuleContext
 from accelscope.doctor.inprocess.inject import describe
+from accelscope.doctor.train_whatif import (
+    LossComparison,
+    accumulation_speedup,
+    batch_memory,
+    is_training,
+)
 from accelscope.errors import BadInputError
 from accelscope.measurement.stats import ratio_from_intervals
 from accelscope.serialise import FiniteOrNull
@@ -28,6 +42,7 @@ __all__ = [
     "PlannedWhatIf",
     "WhatIfResult",
     "caveat_for",
+    "loss_caveat",
     "pair_variants",
     "parse_what_ifs",
     "plan_what_ifs",
@@ -91,6 +106,7 @@ class PlannedWhatIf:
     label: str
     spec: dict[str, Any] | None
     reason: str = ""
+    notes: tuple[str, ...] = ()
 
 
 def _plan_one(name: str, value: int | None, ctx: RuleContext, explicit: bool) -> PlannedWhatIf:
@@ -102,8 +118,8 @@ def _plan_one(name: str, value: int | None, ctx: RuleContext, explicit: bool) ->
     def skip(reason: str) -> PlannedWhatIf:
         return PlannedWhatIf(name, name, None, reason)
 
-    def plan(spec: dict[str, Any]) -> PlannedWhatIf:
-        return PlannedWhatIf(name, describe(spec), spec)
+    def plan(spec: dict[str, Any], *notes: str) -> PlannedWhatIf:
+        return PlannedWhatIf(name, describe(spec), spec, notes=notes)
 
     if name in ("workers", "pin_memory", "persistent", "prefetch", "cache") and loader is None:
         return skip("the script builds no DataLoader")
@@ -143,7 +159,11 @@ def _plan_one(name: str, value: int | None, ctx: RuleContext, explicit: bool) ->
         if facts is not None and facts.autocast:
             return skip(f"autocast is already on ({facts.autocast})")
         dtype = "bfloat16" if name == "bf16" else "float16"
-        return plan({"kind": "autocast", "dtype": dtype})
+        if not is_training(ctx):
+            return plan({"kind": "autocast", "dtype": dtype})
+        if name == "bf16":  # bf16 keeps fp32's exponent range: gradients do not underflow
+            return plan({"kind": "autocast", "dtype": dtype}, "training: no GradScaler (bf16)")
+        return plan({"kind": "autocast", "dtype": dtype, "grad_scaler": True})
     if name == "compile":
         if not main:
             return skip("no model forward was seen")
@@ -151,7 +171,7 @@ def _plan_one(name: str, value: int | None, ctx: RuleContext, explicit: bool) ->
             return skip("the model is already compiled")
         return plan({"kind": "compile"})
     if name == "batch":
-        return plan({"kind": "batch", "factor": value or 4})
+        return _plan_batch(value or 4, ctx, plan, skip)
     if name == "cache":
         assert loader is not None
         if loader.iterable:
@@ -163,6 +183,36 @@ def _plan_one(name: str, value: int | None, ctx: RuleContext, explicit: bool) ->
             return skip(f"torch already uses {threads} threads")
         return plan({"kind": "threads", "threads": threads})
     raise BadInputError(f"unknown what-if {name!r}")  # pragma: no cover - parse rejects it
+
+
+def _plan_batch(
+    factor: int,
+    ctx: RuleContext,
+    plan: Callable[..., PlannedWhatIf],
+    skip: Callable[[str], PlannedWhatIf],
+) -> PlannedWhatIf:
+    """``batch`` x ``factor``; in a training loop sized to the estimated memory: the largest
+    factor up to ``factor`` that fits, else gradient accumulation (not run: estimated)."""
+    if not is_training(ctx):
+        return plan({"kind": "batch", "factor": factor})
+    memory, why = batch_memory(ctx, factor)
+    if memory is None:
+        return plan({"kind": "batch", "factor": factor}, f"memory at x{factor} {why}")
+    if memory.fits:
+        return plan({"kind": "batch", "factor": factor}, f"memory {memory.sentence()}")
+    largest = memory.largest_factor()
+    if largest >= 2:
+        return plan(
+            {"kind": "batch", "factor": largest},
+            f"memory {memory.sentence()}: too much; x{largest} is the largest that fits",
+        )
+    gain = accumulation_speedup(ctx, factor)
+    return skip(
+        f"a larger micro-batch would not fit: {memory.sentence()}; gradient accumulation over "
+        f"{factor} micro-batches gives the same samples per optimizer step at today's memory: "
+        f"~{gain:.2f}x samples/s, estimated from the measured phases (the optimizer step paid "
+        f"once per {factor}), not measured"
+    )
 
 
 def plan_what_ifs(
@@ -255,6 +305,10 @@ class WhatIfResult:
     speedup_high: FiniteOrNull | None = None
     caveat: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    loss_gap: FiniteOrNull | None = None
+    """Training runs of ``bf16``/``fp16``: the relative loss gap to the fp32 baseline over the
+    same measured steps (:mod:`.train_whatif`); ``None``: not compared (stored ``null`` when
+    infinite: the loss became non-finite, and ``caveat`` says so)."""
 
 
 def caveat_for(name: str, details: dict[str, Any]) -> str:
@@ -262,6 +316,16 @@ def caveat_for(name: str, details: dict[str, Any]) -> str:
     if name == "cache" and details.get("deterministic") is False:
         return "changes results: freezes random augmentation in __getitem__"
     return _CHANGES_RESULTS.get(name, "")
+
+
+def loss_caveat(name: str, comparison: LossComparison | None) -> str:
+    """The caveat of a training what-if whose loss was compared: a diverging recipe
+    "changes results" (so :func:`recommend` passes it over), one within the bound says so."""
+    if comparison is None:
+        return caveat_for(name, {})
+    if comparison.diverging:
+        return f"changes results: {comparison.sentence()}"
+    return f"changes numerics: {comparison.sentence()}"
 
 
 def recommend(results: list[WhatIfResult]) -> tuple[str | None, str]:

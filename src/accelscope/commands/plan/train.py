@@ -9,6 +9,12 @@ accelerator (:mod:`accelscope.plan.train_time`: FLOPs over peak x an MFU fitted 
 Training, with its 80 % interval). With a deadline, the cheapest option that meets it at the
 interval's slow end; with a budget, the fastest whose $ stays within it. Nothing is stored: it
 is an estimate.
+
+With ``--fleet AUDIT_RUN`` each priced option whose step fits is also set against the audited
+fleet's idle GPUs of its family (:func:`accelscope.audit.recover.train_buy_or_recover`): the UTC
+hours with enough idle GPUs at once for the synchronous run, the GPU-hours a day they offer, the
+days on recovered capacity alone, and within ``--deadline`` what is recovered, what is rented
+and the $ of each path.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from accelscope.audit.recover import FleetClass, TrainRecovery, train_buy_or_recover
 from accelscope.commands.plan.llm import resolve_accelerators
 from accelscope.errors import BadInputError
 from accelscope.plan.accelerators import AcceleratorSpec, load_accelerators
@@ -125,6 +132,10 @@ class TrainRequest:
     budget_usd: float | None = None
     accelerators: tuple[str, ...] = ()
     catalog_files: tuple[Path, ...] = ()
+    fleet_run: str | None = None
+    """A stored ``audit`` run (id, prefix or ``latest``): buy or recover against its idle GPUs."""
+    store_path: Path | None = None
+    """The results store ``fleet_run`` is read from."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,6 +252,10 @@ class TrainPlan:
     fastest_in_budget: str | None
     assumptions: tuple[str, ...]
     mode: Literal["train"] = "train"
+    fleet_run: str | None = None
+    """The audit run the options were set against (``--fleet``)."""
+    recovery: tuple[TrainRecovery, ...] = ()
+    """Per priced option whose step fits and whose family the fleet has: buy or recover."""
 
 
 def _decoder_shape(config: dict[str, Any], origin: str) -> ModelShape:
@@ -404,9 +419,48 @@ def _memory(request: TrainRequest, shape: ModelShape) -> tuple[MemoryBreakdown, 
     )
 
 
+def _fleet(request: TrainRequest) -> tuple[str, tuple[FleetClass, ...]] | None:
+    """The ``--fleet`` audit run's id and GPU families (bad input refused before any work)."""
+    if request.fleet_run is None:
+        return None
+    from accelscope.commands.plan.workflow import fleet_from_store
+    from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
+
+    path = request.store_path or DEFAULT_STORE_PATH
+    if not path.exists():
+        raise BadInputError(f"no results store at {path}: cannot read run {request.fleet_run}")
+    with ResultStore(path) as store:
+        return fleet_from_store(store, request.fleet_run)
+
+
+def _recovery(
+    request: TrainRequest, options: tuple[TrainOption, ...], fleet: tuple[FleetClass, ...]
+) -> tuple[TrainRecovery, ...]:
+    out = []
+    for o in options:
+        if not o.fits or o.usd_per_device_hour is None or o.time_s is None:
+            continue
+        assert o.time_low_s is not None and o.time_high_s is not None
+        found = train_buy_or_recover(
+            accelerator=o.accelerator,
+            devices=request.devices,
+            time_s=o.time_s,
+            time_low_s=o.time_low_s,
+            time_high_s=o.time_high_s,
+            usd_per_gpu_hour=o.usd_per_device_hour,
+            price_source=o.priced_by or "catalog",
+            fleet=fleet,
+            deadline_s=request.deadline_s,
+        )
+        if found is not None:
+            out.append(found)
+    return tuple(out)
+
+
 def plan_train(request: TrainRequest) -> TrainPlan:
     """The training plan of the request's model on each accelerator."""
     _check(request)
+    fleet = _fleet(request)
     specs = resolve_accelerators(request.accelerators, load_accelerators())
     config = load_model_config(request.config)
     shape = _decoder_shape(config, str(request.config))
@@ -451,6 +505,8 @@ def plan_train(request: TrainRequest) -> TrainPlan:
         fastest_in_budget=min(in_budget, key=lambda o: cast(float, o.time_s)).accelerator
         if in_budget
         else None,
+        fleet_run=None if fleet is None else fleet[0],
+        recovery=() if fleet is None else _recovery(request, options, fleet[1]),
         assumptions=(
             f"FLOPs per token 6N + 12 L n d S = {flops:.3g} (PaLM appendix B; N the weights a "
             "token multiplies, full attention counted)",
@@ -561,5 +617,77 @@ def train_view(plan: TrainPlan) -> RenderableType:
                 )
             )
         )
+    if plan.fleet_run is not None:
+        lines += _recovery_view(plan)
     lines += [Text(f"assumed: {a}", style="dim") for a in plan.assumptions]
     return Group(*lines)
+
+
+def _hours(hours: tuple[int, ...]) -> str:
+    """``0-7, 20-23`` (UTC hours of the day, runs joined)."""
+    runs: list[list[int]] = []
+    for h in hours:
+        if runs and h == runs[-1][-1] + 1:
+            runs[-1].append(h)
+        else:
+            runs.append([h])
+    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs) or "none"
+
+
+def _recovery_view(plan: TrainPlan) -> list[RenderableType]:
+    """Buy or recover: per option of a family the fleet has, idle hours, days, $ of each path."""
+    head = Text(
+        f"buy or recover: against audit run {plan.fleet_run} ({plan.devices} GPUs idle at once "
+        "for a synchronous run; hours UTC, audited; GPU-hours projected; $ the catalog's rent)"
+    )
+    if not plan.recovery:
+        return [head, Text("the fleet has no GPU of a family that fits and is priced here")]
+    within = "" if plan.deadline_s is None else f" within {_duration(plan.deadline_s)}"
+    table = Table(
+        title=f"UTC hours with >= {plan.devices} idle, GPU-hours recovered and rented{within}",
+        title_justify="left",
+        show_edge=False,
+    )
+    for column in (
+        "accelerator",
+        "GPU-h needed",
+        "idle hours",
+        "GPU-h/day",
+        "days alone",
+        "recovered",
+        "rented",
+        "$ rent all",
+        "$ recover",
+        "$/useful GPU-h",
+    ):
+        table.add_column(column, justify="left" if column == "accelerator" else "right")
+    for r in plan.recovery:
+        before, after = (
+            r.fleet_usd_per_useful_gpu_hour_before,
+            r.fleet_usd_per_useful_gpu_hour_after,
+        )
+        table.add_row(
+            r.accelerator,
+            f"{r.needed_gpu_h:,.0f} [{r.needed_gpu_h_low:,.0f}-{r.needed_gpu_h_high:,.0f}]",
+            _hours(r.hours_of_day),
+            f"{r.recovered_gpu_h_per_day:g}",
+            "never" if r.days_on_recovered is None else f"{r.days_on_recovered:.3g}",
+            f"{r.recovered_gpu_h:,.0f}",
+            f"{r.rented_gpu_h:,.0f}",
+            money_usd(r.rent_all_usd),
+            money_usd(r.recover_usd),
+            "—" if before is None else f"{money_usd(before)} → {money_usd(after or before)}",
+        )
+    lines: list[RenderableType] = [head, table]
+    late = [r.accelerator for r in plan.recovery if r.meets_deadline is False]
+    if late:
+        lines.append(Text(f"misses the deadline on {plan.devices} devices: {', '.join(late)}"))
+    best = min(plan.recovery, key=lambda r: r.recover_usd)
+    lines.append(
+        Text(
+            f"cheapest path: {best.accelerator}: recover {best.recovered_gpu_h:,.0f} GPU-hours of "
+            f"idle {best.family}, rent {best.rented_gpu_h:,.0f}: {money_usd(best.recover_usd)} "
+            f"against {money_usd(best.rent_all_usd)} all rented"
+        )
+    )
+    return lines

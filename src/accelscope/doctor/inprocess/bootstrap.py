@@ -105,6 +105,9 @@ class _Child:
         if self.session.injector is not None:
             self.session.injector.start()
         self.session.instrumentation.install()
+        seed = self.config.get("seed")
+        if seed is not None:
+            _seed(int(seed))
         sys.argv = [self.script, *[str(a) for a in self.config.get("args", [])]]
         sys.path[0] = str(Path(self.script).parent)
         import runpy
@@ -141,6 +144,21 @@ class _Child:
                 },
             )
         self.finish("ended", 0)
+
+
+def _seed(seed: int) -> None:
+    """The seeds a script's initial weights and data order are drawn from."""
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)
 
 
 def main(argv: list[str] | None = None) -> None:

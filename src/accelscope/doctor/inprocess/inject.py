@@ -72,7 +72,10 @@ class Injector:
         spec: ``{"kind": ..., ...}``; ``dataloader`` has ``set`` (DataLoader kwargs), ``batch``
             has ``factor``, ``autocast`` has ``dtype`` (``bfloat16``/``float16``) and optionally
             ``channels_last`` (the model and its 4-D inputs in channels-last memory format: how
-            convolutions run fast in bf16), ``threads`` has ``threads``.
+            convolutions run fast in bf16) and ``grad_scaler`` (a training loop's loss scaled
+            by a ``torch.amp.GradScaler``: its gradients unscaled before ``optimizer.step()``,
+            the step skipped when they are not finite, the scale updated after), ``threads``
+            has ``threads``.
         needed_steps: Steps the run will take (warm-up + measured), to size the cache.
     """
 
@@ -90,6 +93,8 @@ class Injector:
         self._scaled_loader = False
         self._tile: list[int] = []
         self._channels_last_done = False
+        self._scaler: Any = None
+        self._skip_step = False
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -226,6 +231,44 @@ class Injector:
             return tuple(tile(a) for a in args), {k: tile(v) for k, v in kwargs.items()}
         return None
 
+    # -- training: a GradScaler around the loss and the optimizer step ------------------------
+
+    def scale_loss(self, loss: Any) -> Any:
+        """The loss ``backward()`` is called on: scaled by the GradScaler where one is asked."""
+        if self.kind != "autocast" or not self.spec.get("grad_scaler") or not self.applied:
+            return loss
+        if self._scaler is None:
+            import torch
+
+            self._scaler = torch.amp.GradScaler(loss.device.type)
+            self.details["grad_scaler"] = True
+            self.details["scaler_skipped_steps"] = 0
+            self.notes.append(f"torch.amp.GradScaler({loss.device.type!r}) scales the loss")
+        return self._scaler.scale(loss)
+
+    def before_optimizer_step(self, optimizer: Any) -> None:
+        """Unscale the gradients; drop them (the step then changes nothing) if any is not
+        finite, as ``GradScaler.step`` skips such a step."""
+        if self._scaler is None:
+            return
+        import torch
+
+        self._scaler.unscale_(optimizer)
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        checks = [torch.isfinite(g).all() for g in grads]
+        if checks and not bool(torch.stack(checks).all()):
+            for group in optimizer.param_groups:
+                for parameter in group["params"]:
+                    parameter.grad = None
+            self.details["scaler_skipped_steps"] = int(self.details["scaler_skipped_steps"]) + 1
+
+    def after_optimizer_step(self, optimizer: Any) -> None:
+        """Update the loss scale (halved after a skipped step, grown after a run of good ones)."""
+        if self._scaler is None:
+            return
+        self._scaler.update()
+        self.details["loss_scale"] = float(self._scaler.get_scale())
+
     def _channels_last(
         self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -284,6 +327,7 @@ def describe(spec: dict[str, Any]) -> str:
         return f"batch size x{spec.get('factor')}"
     if kind == "autocast":
         extra = " + channels_last" if spec.get("channels_last") else ""
+        extra += " + GradScaler" if spec.get("grad_scaler") else ""
         return f"autocast {spec.get('dtype')}{extra}"
     if kind == "compile":
         return "torch.compile of the model"

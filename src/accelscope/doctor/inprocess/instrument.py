@@ -64,6 +64,39 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
+def _rss_bytes() -> int | None:
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return int(psutil.Process().memory_info().rss)
+
+
+def _tensor_bytes(values: Any) -> int:
+    import torch
+
+    if isinstance(values, torch.Tensor):
+        return int(values.nbytes)
+    if isinstance(values, dict):
+        return sum(_tensor_bytes(v) for v in values.values())
+    if isinstance(values, list | tuple):
+        return sum(_tensor_bytes(v) for v in values)
+    return 0
+
+
+def _train_state(optimizer: Any, rss_before_bytes: int | None) -> dict[str, Any]:
+    """Bytes of the optimizer's parameters, their gradients and its states (the
+    :class:`~accelscope.doctor.profile.TrainState` record)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return {
+        "optimizer": type(optimizer).__name__,
+        "parameter_bytes": sum(int(p.nbytes) for p in params),
+        "gradient_bytes": sum(int(p.grad.nbytes) for p in params if p.grad is not None),
+        "optimizer_state_bytes": _tensor_bytes(list(optimizer.state.values())),
+        "rss_before_first_step_bytes": rss_before_bytes,
+    }
+
+
 def _has_parameters(module: Any) -> bool:
     return any(True for _ in module.parameters())
 
@@ -118,6 +151,10 @@ class Instrumentation:
         self.loaders: list[dict[str, Any]] = []
         self.main_facts: dict[str, Any] = {}
         self.autocast_seen: str | None = None
+        self.losses: dict[int, Any] = {}
+        """Step index -> the detached scalar loss of its last ``backward()`` (what-if runs)."""
+        self.train_state: dict[str, Any] | None = None
+        self._rss_before_bytes: int | None = None
         self._main_device = "cpu"
         self._undo: list[Callable[[], None]] = []
         self._global_handles: list[Any] = []
@@ -177,6 +214,7 @@ class Instrumentation:
             lambda: self.rec.optimizer_end(False),
         )
         self._wrap_phase(torch.Tensor, "backward", self.rec.backward_begin, self.rec.backward_end)
+        self._wrap_loss(torch.Tensor)
         self._wrap_phase(
             torch.autograd, "backward", self.rec.backward_begin, self.rec.backward_end, method=False
         )
@@ -250,6 +288,8 @@ class Instrumentation:
         if self.main is None and _has_parameters(module):
             self._identify(module)
         main = module is self.main
+        if main and self._rss_before_bytes is None:
+            self._rss_before_bytes = _rss_bytes()
         changed = None
         if main and self.injector is not None:
             if self.injector.compile and not self.compiled:
@@ -316,10 +356,46 @@ class Instrumentation:
     def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._ours():
             self.rec.optimizer_begin()
+            if self.injector is not None:
+                self.injector.before_optimizer_step(optimizer)
 
     def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._ours():
+            if self.injector is not None:
+                self.injector.after_optimizer_step(optimizer)
+            if self.train_state is None:
+                self.train_state = _train_state(optimizer, self._rss_before_bytes)
             self.rec.optimizer_end(True)
+
+    def _wrap_loss(self, owner: Any) -> None:
+        """``loss.backward()`` of a scalar: keep the loss (what-if runs, to compare losses;
+        detached, read once at the end so no step waits for it) and let the what-if scale it
+        (a GradScaler)."""
+        inner = owner.backward
+        ours, keep = self._ours, not self.full
+
+        def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if ours() and tensor.numel() == 1:
+                if keep:
+                    self.losses[len(self.rec.steps)] = tensor.detach().clone()
+                if self.injector is not None:
+                    tensor = self.injector.scale_loss(tensor)
+            return inner(tensor, *args, **kwargs)
+
+        backward.__wrapped__ = inner  # type: ignore[attr-defined]
+        backward.__name__ = "backward"
+        self._patch(owner, "backward", backward)
+
+    def losses_payload(self) -> list[list[float]]:
+        """``[[step, loss], ...]`` (floats; a non-finite loss stays NaN/inf)."""
+        import torch
+
+        if not self.losses:
+            return []
+        steps = sorted(self.losses)
+        stacked = torch.stack([self.losses[i].float().reshape(()) for i in steps]).cpu()
+        tolist = getattr(torch.Tensor.tolist, "__wrapped__", torch.Tensor.tolist)  # not a sync
+        return [[float(i), float(v)] for i, v in zip(steps, tolist(stacked), strict=True)]
 
     # -- wrappers ------------------------------------------------------------------------------
 

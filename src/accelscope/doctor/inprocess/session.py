@@ -148,7 +148,9 @@ class Session:
                 "cuda_initialized": bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]
                 "optimizer_seen": rec.optimizer_seen,
                 "backward_seen": rec.backward_seen,
+                "train_state": inst.train_state,
             },
+            "losses": inst.losses_payload(),
             "whatif": None
             if self.injector is None
             else {
