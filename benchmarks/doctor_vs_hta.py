@@ -3,7 +3,7 @@ in tests/data/doctor-h200-traces/: idle and compute shares, then time and peak m
 tool as a whole process.
 
     .venv/bin/python benchmarks/doctor_vs_hta.py --hta-python .venv-hta/bin/python
-        [--rounds 3] [--timed 3] [--only launch_bound] [--json OUT]
+        [--rounds 5] [--timed N] [--timing-only] [--only launch_bound] [--json OUT]
 
 HTA lives in its own virtual environment (``python3 -m venv .venv-hta && .venv-hta/bin/pip
 install HolisticTraceAnalysis``); it runs here as a subprocess of that interpreter.
@@ -20,6 +20,12 @@ What is compared, per trace:
   step; (3) no rounding and ``include_last_profiler_step=True`` - the window closest to
   accelscope's all-steps one. Plus ``get_idle_time_breakdown()`` on (2).
 
+Time and peak memory: each tool as a whole child process (``os.wait4``: wall time and
+``ru_maxrss``), alternated A,B,B,A,... per trace; HTA runs its temporal breakdown with
+``HTA_DISABLE_NS_ROUNDING=1`` (``time-exact``: stock HTA's rounding fails an assertion on some of
+these traces, and a failed run is not a like-for-like time). Medians with bootstrap 95 % intervals
+of the ratio of medians.
+
 Definitions: HTA idle = 1 - union of all GPU activity (kernels, memcpy, memset) over the window
 from the first GPU event's start to the last one's end; HTA compute = union of the kernels whose
 name is not memcpy/memset/communication over that window. accelscope idle = 1 - busy over the
@@ -32,17 +38,18 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "tests" / "data" / "doctor-h200-traces"
 ACCELSCOPE = ROOT / ".venv" / "bin" / "accelscope"
-TIME = "/usr/bin/time"
 
 HELPER = r"""
 import json, logging, os, sys, warnings
@@ -96,9 +103,11 @@ def variant(include_last, extra=False):
 
 import hta.configs.env_options as opts  # noqa: E402
 ENV = opts.HTA_DISABLE_NS_ROUNDING_ENV
-if mode == "time":  # what a user runs: stock options, one load, the temporal breakdown
+if mode in ("time", "time-exact"):  # one load, the temporal breakdown (stock or exact)
+    if mode == "time-exact":
+        os.environ[ENV] = "1"
     r = variant(False)
-    print(json.dumps({"ok": "error" not in r}))
+    print(json.dumps({"ok": "error" not in r, **({"error": r["error"]} if "error" in r else {})}))
     sys.exit(0)
 import importlib.metadata as md  # noqa: E402
 result = {"version": md.version("HolisticTraceAnalysis")}
@@ -183,18 +192,50 @@ def hta_shares(hta_python: str, helper: Path, trace: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, int]:
-    """Wall seconds and peak RSS (MiB) of the whole process, from /usr/bin/time."""
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
-        proc = subprocess.run(
-            [TIME, "-o", tf.name, "-f", "%e %M", *cmd],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            timeout=900,
+@dataclass(frozen=True)
+class Measured:
+    """One child process: wall time, peak resident memory, exit code and output."""
+
+    wall_s: float
+    peak_mib: float
+    rc: int
+    stdout: str
+    stderr_tail: str
+
+
+def run_measured(
+    cmd: list[str], env: dict | None = None, *, address_limit_bytes: int | None = None
+) -> Measured:
+    """Run ``cmd`` as a child and measure it alone: ``os.wait4`` returns this child's own
+    rusage (``ru_maxrss``, KiB on Linux), not the maximum over every child so far.
+    ``address_limit_bytes`` caps its address space (RLIMIT_AS): past it, allocations fail."""
+
+    def limit() -> None:
+        if address_limit_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (address_limit_bytes, address_limit_bytes))
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, preexec_fn=limit)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stderr = err.read().decode(errors="replace").strip().splitlines()
+        return Measured(
+            wall_s=wall,
+            peak_mib=usage.ru_maxrss / 1024,
+            rc=proc.returncode,
+            stdout=out.read().decode(errors="replace"),
+            stderr_tail=(stderr or [""])[-1][:200],
         )
-        wall, rss_kb = tf.read().split()[-2:]
-    return float(wall), int(rss_kb) / 1024, proc.returncode
+
+
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, int]:
+    """Wall seconds and peak RSS (MiB) of the whole process."""
+    m = run_measured(cmd, env)
+    return m.wall_s, m.peak_mib, m.rc
 
 
 def pct(x: float | None) -> str:
@@ -224,8 +265,11 @@ def ratio_range(a: list[float], b: list[float], n: int = 2000) -> tuple[float, f
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hta-python", required=True, help="python of the venv holding HTA")
-    parser.add_argument("--rounds", type=int, default=3, help="timing rounds per tool")
-    parser.add_argument("--timed", type=int, default=3, help="time the N largest traces")
+    parser.add_argument("--rounds", type=int, default=5, help="timing rounds per tool")
+    parser.add_argument("--timed", type=int, default=100, help="time the N largest traces")
+    parser.add_argument(
+        "--timing-only", action="store_true", help="skip the share comparison, time only"
+    )
     parser.add_argument("--only", action="append", help="substring of a trace name")
     parser.add_argument("--json", type=Path, help="write the raw results here")
     parser.add_argument(
@@ -243,7 +287,7 @@ def main() -> None:
         helper.write_text(HELPER)
         rows = []
         version = None
-        for trace in files:
+        for trace in [] if args.timing_only else files:
             t0 = time.perf_counter()
             a = accelscope_shares(trace)
             h = hta_shares(args.hta_python, helper, trace)
@@ -257,6 +301,7 @@ def main() -> None:
         hta_env = {k: v for k, v in os.environ.items() if k != "HTA_DISABLE_NS_ROUNDING"}
         for trace in largest:
             runs: dict[str, list[tuple[float, float, int]]] = {"as": [], "hta": []}
+            hta_ok = []
             for r in range(args.rounds):
                 order = ("as", "hta") if r % 2 == 0 else ("hta", "as")
                 for tool in order:
@@ -264,9 +309,18 @@ def main() -> None:
                         cmd = [str(ACCELSCOPE), "doctor", "--trace", str(trace), "--json"]
                         runs["as"].append(timed(cmd))
                     else:
-                        cmd = [args.hta_python, str(helper), str(trace), "time"]
-                        runs["hta"].append(timed(cmd, hta_env))
-            timing.append({"trace": label(trace), "bytes": trace.stat().st_size, "runs": runs})
+                        cmd = [args.hta_python, str(helper), str(trace), "time-exact"]
+                        m = run_measured(cmd, hta_env)
+                        runs["hta"].append((m.wall_s, m.peak_mib, m.rc))
+                        hta_ok.append('"ok": true' in m.stdout)
+            timing.append(
+                {
+                    "trace": label(trace),
+                    "bytes": trace.stat().st_size,
+                    "runs": runs,
+                    "hta_ok": all(hta_ok),
+                }
+            )
             print(f"# timed {label(trace)}", file=sys.stderr)
 
     if args.json:
@@ -344,26 +398,30 @@ def report(rows: list[dict], timing: list[dict], version: str | None) -> None:
             f"| {pts(ab['idle'], hi)} | {pts(ab['compute'], hc)} |"
         )
 
-    print("\nTime and peak memory, whole processes, alternated; median (min-max) of the rounds.\n")
     print(
-        "| trace (gz KiB) | accelscope s | HTA s | HTA/accelscope time (95 % bootstrap) "
-        "| accelscope MiB | HTA MiB | HTA/accelscope memory |"
+        "\nTime and peak memory, whole processes, alternated; median (min-max) of the rounds; "
+        "ratios: median ratio with a bootstrap 95 % interval.\n"
     )
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| trace (gz KiB) | accelscope s | HTA s | HTA/accelscope time (95 %) "
+        "| accelscope MiB | HTA MiB | HTA/accelscope memory (95 %) | HTA ran |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for t in timing:
         ra, rh = t["runs"]["as"], t["runs"]["hta"]
         at, ht = [x[0] for x in ra], [x[0] for x in rh]
         am, hm = [x[1] for x in ra], [x[1] for x in rh]
         r, lo, hi = ratio_range(ht, at)
-        rm, _, _ = ratio_range(hm, am)
+        rm, mlo, mhi = ratio_range(hm, am)
 
         def cell(xs: list[float], fmt: str) -> str:
             return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})"
 
+        ran = {True: "ok", False: "failed", None: "?"}[t.get("hta_ok")]
         print(
             f"| {t['trace']} ({t['bytes'] // 1024}) | {cell(at, '.2f')} | {cell(ht, '.2f')} "
             f"| {r:.2f}x ({lo:.2f}-{hi:.2f}) | {cell(am, '.0f')} | {cell(hm, '.0f')} "
-            f"| {rm:.2f}x |"
+            f"| {rm:.2f}x ({mlo:.2f}-{mhi:.2f}) | {ran} |"
         )
 
 

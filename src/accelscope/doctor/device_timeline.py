@@ -19,6 +19,7 @@ Pure analysis: typed data in, typed data out; never prints."""
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -191,6 +192,7 @@ _REDUCED = re.compile(
 _FP32 = re.compile(r"sgemm|fp32|f32|simt|nvjet_sss|nvjet_sm\d+_[a-z]+_[\dx_]+_s_|float")
 
 
+@functools.lru_cache(maxsize=1 << 14)  # called per interval per step; names repeat
 def kernel_class(name: str) -> KernelClass:
     """``matrix`` (GEMM, convolution, attention), ``memory`` (elementwise, normalisation,
     softmax, reductions, copies) or ``other``, from a kernel's name."""
@@ -204,6 +206,7 @@ def kernel_class(name: str) -> KernelClass:
     return "other"
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def kernel_precision(name: str) -> Precision:
     """``reduced`` (bf16/fp16/tf32/fp8 in the name, or a tensor-core kernel), ``fp32``
     (``sgemm``, fp32 names), else ``unknown``, from a matrix kernel's name."""

@@ -6,22 +6,24 @@ Steps: ``ProfilerStep#N`` annotations where present; else the spans between cons
 optimizer-step annotations (``Optimizer.step#SGD.step``); else the whole window as one span.
 A directory of per-rank traces gives one result per rank.
 
+The file is read in one streaming pass (:mod:`.trace_stream`): each event is reduced, as it is
+decoded, to the fields the timeline uses, and the JSON document is never held whole.
+
 Bad traces (missing, too large, not JSON, truncated, no ``traceEvents``, no GPU events) raise
 :class:`~accelscope.errors.BadInputError` with one line. Reads files; never prints."""
 
 from __future__ import annotations
 
 import bisect
-import gzip
 import itertools
-import json
 import math
 import re
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
+
+import msgspec
 
 from accelscope.aten import LAUNCH_NOTHING, VIEWS
 from accelscope.doctor.device_timeline import (
@@ -33,6 +35,7 @@ from accelscope.doctor.device_timeline import (
     step_timeline,
 )
 from accelscope.doctor.trace_quality import NamedEvent, TraceQuality, assess, one_off_kind
+from accelscope.doctor.trace_stream import EventArgs, TraceEvent, stream_trace
 from accelscope.errors import BadInputError
 from accelscope.serialise import dump
 
@@ -49,8 +52,10 @@ __all__ = [
 
 NAMED_MIN_US = 1_000.0
 """Host events this long (µs) are kept by name for the quality gate."""
-MAX_TRACE_BYTES = 1 << 30
-"""Largest trace read (after decompression): 1 GiB."""
+MAX_TRACE_BYTES = 4 << 30
+"""Largest trace read (after decompression): 4 GiB. The trace is streamed, so memory grows with
+the events kept, not the file: a 1.0 GB Kineto trace (5 M events) peaked at 1.25 GiB RSS for
+the whole ``doctor --trace`` process (``benchmarks/trace_big.py``)."""
 
 _NAMED_CATEGORIES = {
     "cuda_runtime",
@@ -157,39 +162,27 @@ class RankTimeline:
         return math.fsum(s.step_us for s in self.steps) / len(self.steps) / 1e6
 
 
-def _read_bytes(path: Path) -> bytes:
-    if not path.exists():
-        raise BadInputError(f"trace {path} not found")
-    if not path.is_file():
-        raise BadInputError(f"trace {path} is not a file")
-    try:
-        if path.name.endswith(".gz"):
-            with gzip.open(path, "rb") as handle:
-                data = handle.read(MAX_TRACE_BYTES + 1)
-        else:
-            with path.open("rb") as handle:
-                data = handle.read(MAX_TRACE_BYTES + 1)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise BadInputError(f"trace {path}: truncated or not gzip ({exc})") from exc
-    except OSError as exc:
-        raise BadInputError(f"trace {path}: cannot read ({exc.strerror or exc})") from exc
-    if len(data) > MAX_TRACE_BYTES:
-        raise BadInputError(f"trace {path}: larger than {MAX_TRACE_BYTES >> 20} MiB")
-    return data
+_Call = tuple[str, Any, Any, float, float, Any]
+"""A runtime or driver call: name, pid, tid, start and end (µs), correlation id (or None)."""
+_Op = tuple[str, Any, Any, float, float]
+"""An operator: name, pid, tid, start and end (µs)."""
 
 
 def load_trace(path: Path) -> KinetoTrace:
-    """Read and parse one trace file."""
-    data = _read_bytes(path)
-    try:
-        document = json.loads(data)
-    except UnicodeDecodeError as exc:
-        raise BadInputError(f"trace {path}: not JSON (not UTF-8 text)") from exc
-    except json.JSONDecodeError as exc:
-        opened = data.lstrip()[:1] in (b"{", b"[")
-        why = "truncated or malformed JSON" if opened else "not JSON"
-        raise BadInputError(f"trace {path}: {why} (line {exc.lineno}, column {exc.colno})") from exc
-    return parse_trace(document, source=str(path))
+    """Read and parse one trace file in one streaming pass (:mod:`.trace_stream`): each event
+    is reduced to the fields the timeline uses as it is read, so memory grows with the events
+    kept (device activity, runtime calls, operators, annotations), never with the document."""
+    events = _Events()
+    found, kept = stream_trace(
+        path,
+        events.add_typed,
+        events.add,
+        max_bytes=MAX_TRACE_BYTES,
+        keep=frozenset({"deviceProperties"}),
+    )
+    if not found:
+        raise BadInputError(f"trace {path}: not a Chrome trace (no traceEvents)")
+    return events.trace(source=str(path), device_properties=kept.get("deviceProperties"))
 
 
 def _number(value: Any) -> float | None:
@@ -213,12 +206,13 @@ def _copy_kind(name: str) -> tuple[str | None, Literal["pageable", "pinned"] | N
     return direction, memory
 
 
-def _is_gpu_pid(pid: Any, gpu_pids: set[Any]) -> bool:
-    return pid in gpu_pids
+def _hashable(value: Any) -> Any:
+    """A pid, tid or correlation id as a key: a JSON array or object (a broken trace) is none."""
+    return None if isinstance(value, (list, dict)) else value
 
 
 def parse_trace(document: Any, *, source: str = "trace") -> KinetoTrace:
-    """The timeline inputs of a parsed trace document."""
+    """The timeline inputs of a parsed trace document (what :func:`load_trace` streams)."""
     if isinstance(document, list):
         events_raw: Any = document
         document = {"traceEvents": document}
@@ -228,142 +222,208 @@ def parse_trace(document: Any, *, source: str = "trace") -> KinetoTrace:
         raise BadInputError(f"trace {source}: not a Chrome trace (no traceEvents)")
     if not isinstance(events_raw, list):
         raise BadInputError(f"trace {source}: not a Chrome trace (no traceEvents)")
-    events = [e for e in events_raw if isinstance(e, dict) and e.get("ph") == "X"]
-    device: list[DeviceInterval] = []
-    gpu_pids: set[Any] = set()
-    by_correlation: dict[int, DeviceInterval] = {}
-    runtime: list[tuple[dict[str, Any], float, float]] = []
-    ops: list[tuple[dict[str, Any], float, float]] = []
-    annotations: list[tuple[str, float, float]] = []
-    named: list[NamedEvent] = []
-    negative = 0
-    starts: list[float] = []
-    ends: list[float] = []
-    for event in events:
+    events = _Events()
+    for event in events_raw:
+        events.add(event)
+    return events.trace(source=source, device_properties=document.get("deviceProperties"))
+
+
+class _Events:
+    """The accumulator of one trace's events: :meth:`add` keeps, per complete (``X``) event,
+    only what the timeline reads, in compact form (names interned, runtime calls and operators
+    as small tuples, the window's first and last µs as two numbers), and drops the rest at
+    once; :meth:`trace` builds the immutable :class:`KinetoTrace`."""
+
+    def __init__(self) -> None:
+        self.device: list[DeviceInterval] = []
+        self.gpu_pids: set[Any] = set()
+        self.by_correlation: dict[int, DeviceInterval] = {}
+        self.runtime: list[_Call] = []
+        self.ops: list[_Op] = []
+        self.annotations: list[tuple[str, float, float]] = []
+        self.named: list[NamedEvent] = []
+        self.negative = 0
+        self.first_us = math.inf
+        self.last_us = -math.inf
+        self._names: dict[str, str] = {}
+        self._compile: dict[str, bool] = {}
+
+    def add(self, event: Any) -> None:
+        """Keep what the timeline reads of one trace event, whatever its shape (anything that
+        is not a complete event with finite numeric ``ts`` and ``dur`` is ignored): its fields
+        are checked here, then kept as a typed event's."""
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            return
         ts, dur = _number(event.get("ts")), _number(event.get("dur"))
         if ts is None or dur is None:
-            continue
-        if dur < 0:
-            negative += 1
-            continue
-        cat = str(event.get("cat", "")).lower()
-        name = str(event.get("name", ""))
-        if (
-            cat in _NAMED_CATEGORIES
-            and (dur >= NAMED_MIN_US or one_off_kind(name) == "compile")
-            and not _PROFILER_STEP.match(name)
-        ):
-            named.append(NamedEvent(start_us=ts, end_us=ts + dur, name=name))
-        args = event.get("args") if isinstance(event.get("args"), dict) else {}
-        args = cast("dict[str, Any]", args)
-        end = ts + dur
-        if cat == "overhead" or event.get("pid") == -1:
-            continue
-        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
-            stream = args.get("stream", event.get("tid", 0))
-            stream_id = int(stream) if isinstance(stream, (int, float)) else 0
-            if cat == "kernel":
-                kind: Literal["kernel", "nccl", "memcpy", "memset"] = (
-                    "nccl" if "nccl" in name.lower() else "kernel"
-                )
-                interval = DeviceInterval(
-                    start_us=ts, end_us=end, kind=kind, stream=stream_id, name=name
-                )
-            elif cat == "gpu_memcpy":
-                direction, memory = _copy_kind(name)
-                interval = DeviceInterval(
-                    start_us=ts,
-                    end_us=end,
-                    kind="memcpy",
-                    stream=stream_id,
-                    name=name,
-                    direction=direction,
-                    host_memory=memory,
-                )
-            else:
-                interval = DeviceInterval(
-                    start_us=ts, end_us=end, kind="memset", stream=stream_id, name=name
-                )
-            device.append(interval)
-            gpu_pids.add(event.get("pid"))
-            correlation = args.get("correlation")
-            if isinstance(correlation, int):
-                by_correlation[correlation] = interval
-        elif cat in ("cuda_runtime", "cuda_driver", "runtime", "driver"):
-            runtime.append((event, ts, end))
-        elif cat == "cpu_op" and _PROFILER_STEP.match(name):
-            annotations.append((name, ts, end))  # a step mark filed as an operator (torch 1.x)
-        elif cat == "cpu_op":
-            ops.append((event, ts, end))
-        elif cat in ("user_annotation", "python_function"):
-            annotations.append((name, ts, end))
-        else:
-            continue
-        if cat != "python_function":
-            starts.append(ts)
-            ends.append(end)
-    if not device:
-        raise BadInputError(
-            f"trace {source}: no GPU events (kernels or copies); record with "
-            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+            return
+        name = event.get("name", "")
+        args = event.get("args")
+        args = args if isinstance(args, dict) else {}
+        self.add_typed(
+            TraceEvent(
+                ph="X",
+                cat=str(event.get("cat", "")),
+                name=name if isinstance(name, str) else str(name),
+                pid=_hashable(event.get("pid")),
+                tid=_hashable(event.get("tid")),
+                ts=ts,
+                dur=dur,
+                args=EventArgs(
+                    correlation=_hashable(args.get("correlation")),
+                    stream=args.get("stream", event.get("tid", 0)),
+                ),
+            )
         )
-    host = _host_spans(runtime, ops, annotations, by_correlation)
-    unrecorded_graphs = tuple(
-        ts
-        for event, ts, _end in runtime
-        if "GraphLaunch" in str(event.get("name", ""))
-        and isinstance(correlation := (event.get("args") or {}).get("correlation"), int)
-        and correlation not in by_correlation
-    )
-    steps, step_source = _steps(annotations, min(starts), max(ends))
-    notes: list[str] = []
-    if len(gpu_pids) > 1:
-        notes.append(f"{len(gpu_pids)} devices in one trace: their activity is merged")
-    device_name: str | None = None
-    props = document.get("deviceProperties")
-    if isinstance(props, list) and props and isinstance(props[0], dict) and props[0].get("name"):
-        device_name = str(props[0]["name"])
-    return KinetoTrace(
-        source=source,
-        device=tuple(device),
-        host=tuple(host),
-        steps=steps,
-        step_source=step_source,
-        device_name=device_name,
-        notes=tuple(notes),
-        named=tuple(named),
-        negative_durations=negative,
-        unrecorded_graph_launches=unrecorded_graphs,
-    )
+
+    def add_typed(self, event: TraceEvent) -> None:
+        """Keep what the timeline reads of one event decoded as :class:`TraceEvent` (the
+        common case; it runs once per event of the trace, so it is written flat)."""
+        ts, dur = event.ts, event.dur
+        if event.ph != "X" or ts is None or dur is None:
+            return
+        if not (math.isfinite(ts) and math.isfinite(dur)):
+            return
+        if dur < 0:
+            self.negative += 1
+            return
+        cat = event.cat.lower()
+        name = self._names.setdefault(event.name, event.name)
+        end = ts + dur
+        if cat in _NAMED_CATEGORIES:
+            compiles = self._compile.get(name)
+            if compiles is None:
+                compiles = self._compile[name] = one_off_kind(name) == "compile"
+            if (dur >= NAMED_MIN_US or compiles) and not _PROFILER_STEP.match(name):
+                self.named.append(NamedEvent(start_us=ts, end_us=end, name=name))
+        pid = event.pid
+        if cat == "overhead" or pid == -1:
+            return
+        tid = None if event.tid is msgspec.UNSET else event.tid
+        args = event.args
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            stream: Any = 0 if event.tid is msgspec.UNSET else event.tid
+            correlation = None
+            if args is not None:
+                if args.stream is not msgspec.UNSET:
+                    stream = args.stream
+                if args.correlation is not msgspec.UNSET:
+                    correlation = args.correlation
+            self._device(cat, name, pid, ts, end, stream, correlation)
+        elif cat in ("cuda_runtime", "cuda_driver", "runtime", "driver"):
+            correlation = None
+            if args is not None and args.correlation is not msgspec.UNSET:
+                correlation = args.correlation
+            self.runtime.append((name, pid, tid, ts, end, correlation))
+        elif cat == "cpu_op" and _PROFILER_STEP.match(name):
+            self.annotations.append((name, ts, end))  # a step mark filed as an op (torch 1.x)
+        elif cat == "cpu_op":
+            self.ops.append((name, pid, tid, ts, end))
+        elif cat in ("user_annotation", "python_function"):
+            self.annotations.append((name, ts, end))
+        else:
+            return
+        if cat != "python_function":
+            self.first_us = min(self.first_us, ts)
+            self.last_us = max(self.last_us, end)
+
+    def _device(
+        self, cat: str, name: str, pid: Any, ts: float, end: float, stream: Any, correlation: Any
+    ) -> None:
+        stream_us = _number(stream)
+        stream_id = int(stream_us) if stream_us is not None else 0
+        if cat == "kernel":
+            kind: Literal["kernel", "nccl"] = "nccl" if "nccl" in name.lower() else "kernel"
+            interval = DeviceInterval(
+                start_us=ts, end_us=end, kind=kind, stream=stream_id, name=name
+            )
+        elif cat == "gpu_memcpy":
+            direction, memory = _copy_kind(name)
+            interval = DeviceInterval(
+                start_us=ts,
+                end_us=end,
+                kind="memcpy",
+                stream=stream_id,
+                name=name,
+                direction=direction,
+                host_memory=memory,
+            )
+        else:
+            interval = DeviceInterval(
+                start_us=ts, end_us=end, kind="memset", stream=stream_id, name=name
+            )
+        self.device.append(interval)
+        self.gpu_pids.add(pid)
+        if isinstance(correlation, int):
+            self.by_correlation[correlation] = interval
+
+    def trace(self, *, source: str, device_properties: Any) -> KinetoTrace:
+        """The immutable trace of the events added."""
+        if not self.device:
+            raise BadInputError(
+                f"trace {source}: no GPU events (kernels or copies); record with "
+                "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+            )
+        host = _host_spans(self.runtime, self.ops, self.annotations, self.by_correlation)
+        unrecorded_graphs = tuple(
+            ts
+            for name, _pid, _tid, ts, _end, correlation in self.runtime
+            if "GraphLaunch" in name
+            and isinstance(correlation, int)
+            and correlation not in self.by_correlation
+        )
+        steps, step_source = _steps(self.annotations, self.first_us, self.last_us)
+        notes: list[str] = []
+        if len(self.gpu_pids) > 1:
+            notes.append(f"{len(self.gpu_pids)} devices in one trace: their activity is merged")
+        device_name: str | None = None
+        props = device_properties
+        if (
+            isinstance(props, list)
+            and props
+            and isinstance(props[0], dict)
+            and props[0].get("name")
+        ):
+            device_name = str(props[0]["name"])
+        return KinetoTrace(
+            source=source,
+            device=tuple(self.device),
+            host=tuple(host),
+            steps=steps,
+            step_source=step_source,
+            device_name=device_name,
+            notes=tuple(notes),
+            named=tuple(self.named),
+            negative_durations=self.negative,
+            unrecorded_graph_launches=unrecorded_graphs,
+        )
 
 
 def _host_spans(
-    runtime: Sequence[tuple[dict[str, Any], float, float]],
-    ops: Sequence[tuple[dict[str, Any], float, float]],
+    runtime: Sequence[_Call],
+    ops: Sequence[_Op],
     annotations: Sequence[tuple[str, float, float]],
     by_correlation: dict[int, DeviceInterval],
 ) -> list[HostSpan]:
     spans: list[HostSpan] = []
     copy_calls: list[tuple[float, float, HostCategory]] = []
     calls_by_thread: dict[tuple[Any, Any], list[float]] = {}
-    for event, ts, _end in runtime:
-        calls_by_thread.setdefault((event.get("pid"), event.get("tid")), []).append(ts)
+    for _name, pid, tid, ts, _end, _correlation in runtime:
+        calls_by_thread.setdefault((pid, tid), []).append(ts)
     for starts in calls_by_thread.values():
         starts.sort()
 
-    def calls_inside(event: dict[str, Any], ts: float, end: float) -> bool:
-        starts = calls_by_thread.get((event.get("pid"), event.get("tid")), [])
+    def calls_inside(pid: Any, tid: Any, ts: float, end: float) -> bool:
+        starts = calls_by_thread.get((pid, tid), [])
         i = bisect.bisect_left(starts, ts)
         return i < len(starts) and starts[i] <= end
 
-    for event, ts, end in runtime:
-        name = str(event.get("name", ""))
-        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+    for name, _pid, _tid, ts, end, correlation in runtime:
         category: HostCategory | None = None
         if name in _SYNC_CALLS:
             category = "sync"
         elif name in _COPY_CALLS or name.startswith(("cudaMemcpy", "cuMemcpy")):
-            target = by_correlation.get(cast("dict[str, Any]", args).get("correlation", -1))
+            target = by_correlation.get(correlation) if correlation is not None else None
             if target is not None and target.direction == "HtoD":
                 category = "h2d_pinned" if target.host_memory == "pinned" else "h2d_pageable"
             elif target is not None and target.direction == "DtoH":
@@ -378,17 +438,20 @@ def _host_spans(
         if category is not None:
             spans.append(HostSpan(start_us=ts, end_us=end, category=category, name=name))
     order: tuple[HostCategory, ...] = ("h2d_pageable", "h2d_pinned", "sync")
-    for event, ts, end in ops:
-        name = str(event.get("name", ""))
+    copy_calls.sort()
+    copy_starts = [s for s, _e, _c in copy_calls]
+    for name, pid, tid, ts, end in ops:
         op_category: HostCategory = "launch"
         if name in _SYNC_OPS:
             op_category = "sync"
         elif name in _COPY_OPS:
-            inside = {c for s, e, c in copy_calls if s >= ts and e <= end}
+            lo = bisect.bisect_left(copy_starts, ts)
+            hi = bisect.bisect_right(copy_starts, end)
+            inside = {c for s, e, c in copy_calls[lo:hi] if s >= ts and e <= end}
             op_category = next((c for c in order if c in inside), "launch")
-            if not inside and not calls_inside(event, ts, end):
+            if not inside and not calls_inside(pid, tid, ts, end):
                 op_category = "host_compute"  # a copy between host tensors: no device call
-        elif name not in _METADATA_OPS and not calls_inside(event, ts, end):
+        elif name not in _METADATA_OPS and not calls_inside(pid, tid, ts, end):
             op_category = "host_compute"  # an operator that calls no CUDA API: CPU tensors
         spans.append(HostSpan(start_us=ts, end_us=end, category=op_category, name=name))
     for name, ts, end in annotations:

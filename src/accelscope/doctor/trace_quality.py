@@ -22,6 +22,8 @@ user is told how to profile steady steps. Pure analysis: typed data in, typed da
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import re
 import statistics
@@ -266,6 +268,13 @@ def assess(
             )
         )
     lengths = [s.step_us for s in steps]
+    # indexed once, so a step finds its graph launches and kernels by bisection, not by a scan
+    # of the whole trace per step (a 1 GB trace holds millions of host events)
+    unrecorded = sorted(unrecorded_graph_launch_us)
+    graph_starts = sorted(h.start_us for h in host if "GraphLaunch" in h.name)
+    kernel_spans = sorted((d.start_us, d.end_us) for d in device if d.kind in ("kernel", "nccl"))
+    kernel_starts = [a for a, _ in kernel_spans]
+    kernel_end_max = list(itertools.accumulate((b for _, b in kernel_spans), max))
     for i, (window, step) in enumerate(zip(windows, steps, strict=True)):
         others = lengths[:i] + lengths[i + 1 :]
         typical_us = statistics.median(others) if others else None
@@ -338,22 +347,16 @@ def assess(
                 excluded.add(step.index)
         # graph launches whose kernels are missing: by correlation id where the launch has
         # one (a partly graphed step too), else a step with launches and no kernel at all
-        missing = sum(
-            1 for ts in unrecorded_graph_launch_us if window.start_us <= ts < window.end_us
+        missing = bisect.bisect_left(unrecorded, window.end_us) - bisect.bisect_left(
+            unrecorded, window.start_us
         )
-        uncorrelated = [
-            h
-            for h in host
-            if "GraphLaunch" in h.name and window.start_us <= h.start_us < window.end_us
-        ]
-        kernels = any(
-            d.kind in ("kernel", "nccl")
-            and d.end_us > window.start_us
-            and d.start_us < window.end_us
-            for d in device
+        uncorrelated = bisect.bisect_left(graph_starts, window.end_us) - bisect.bisect_left(
+            graph_starts, window.start_us
         )
+        begun = bisect.bisect_left(kernel_starts, window.end_us)  # kernels starting before its end
+        kernels = begun > 0 and kernel_end_max[begun - 1] > window.start_us
         if not missing and uncorrelated and not kernels:
-            missing = len(uncorrelated)
+            missing = uncorrelated
         if missing:
             flags.append(
                 QualityFlag(
