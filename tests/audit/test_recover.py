@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from accelscope.audit.recover import BuyOrRecover, FleetClass, buy_or_recover, fleet_classes
 from accelscope.commands.audit.workflow import AuditRequest, audit
 from accelscope.errors import BadInputError
 from accelscope.plan.capacity import CapacityEstimate
 from accelscope.plan.catalog import load_catalog
 from accelscope.plan.fleet import HOURS_PER_MONTH, Option, OptionCost
-from accelscope.audit.recover import BuyOrRecover, FleetClass, buy_or_recover, fleet_classes
 from accelscope.testing.fleet import dumps_query_range, fleet
 
 STEP_S = 300.0

@@ -23,14 +23,22 @@ from accelscope.errors import BadInputError
 from accelscope.hardware.energy import EnergyFigure
 
 __all__ = [
+    "AgenticStep",
     "Arrivals",
+    "CacheOptimum",
     "CapacityPoint",
     "CapacitySummary",
     "ClientLag",
     "DecodeFloor",
     "Distribution",
     "ErrorKind",
+    "EvictionCliff",
+    "GateReason",
     "Goodput",
+    "Interval",
+    "JobFigures",
+    "JobGate",
+    "JobTier",
     "LlmRun",
     "LlmTrial",
     "MeanMax",
@@ -52,6 +60,7 @@ __all__ = [
     "TokenSource",
     "TokenStats",
     "TrialSummary",
+    "TtftContextBin",
     "TurnSummary",
     "Window",
     "WorkloadSummary",
@@ -112,6 +121,9 @@ class RequestRecord(BaseModel):
     session: int | None = None
     turn: int | None = None
     reusable_prefix_tokens: int | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens the server served from its prefix cache
+    (``usage.prompt_tokens_details.cached_tokens``), ``None`` when it does not say."""
     output_text: str = Field(default="", exclude=True, repr=False)
 
     @property
@@ -369,6 +381,152 @@ class PrefixReuse(Document):
     basis: str = ""
 
 
+class Interval(Document):
+    """A figure and its confidence interval over sessions (``low``/``high`` ``None``: the
+    interval is not measured, ``why`` says why); ``method`` names how it was computed."""
+
+    value: float = Field(description="the figure itself")
+    low: float | None = Field(default=None, description="lower bound of the interval")
+    high: float | None = Field(default=None, description="upper bound of the interval")
+    confidence: float = Field(default=0.95, description="confidence level of the interval")
+    method: str = Field(default="", description="how the interval was computed")
+    why: str = Field(default="", description="why there is no interval")
+
+
+class GateReason(Document):
+    """One reason the validity gate refused a run: its kind and the line that says it."""
+
+    reason: str = Field(description="errors, context overflow or client behind schedule")
+    text: str = Field(description="the counts and the bound, in one line")
+
+
+class JobGate(Document):
+    """The validity gate of one agentic step (``llm.jobs.check_validity``): a step whose failed
+    turns, context overflows or client lag exceed their stated bounds is invalid and gets no
+    job figure. ``overflowed`` ``None``: no context length known, overflow not checked
+    (``context_why`` says why)."""
+
+    valid: bool = Field(description="no bound exceeded")
+    turns: int = Field(description="turns considered (cancelled ones left out)")
+    errors: int = Field(description="turns that failed, or were not sent after a failure")
+    overflowed: int | None = Field(
+        default=None, description="prompts over the context (None: not checked)"
+    )
+    context_tokens: int | None = Field(default=None, description="the context length checked")
+    context_why: str = Field(default="", description="why overflow was not checked")
+    lag_p99_s: float = Field(description="p99 of sent - scheduled over the turns, seconds")
+    max_error_share: float = Field(description="the bound on failed turns, a share")
+    max_overflow_share: float = Field(description="the bound on overflowing prompts, a share")
+    lag_limit_s: float = Field(description="the bound on the client's p99 lag, seconds")
+    failures: list[GateReason] = Field(default_factory=list, description="each bound exceeded")
+
+
+class TtftContextBin(Document):
+    """The turns whose prompt held ``low_tokens`` <= tokens < ``high_tokens``: their median
+    TTFT with an interval over the sessions that have turns in the bin."""
+
+    low_tokens: int
+    high_tokens: int
+    turns: int
+    sessions: int
+    prompt_tokens_mean: float
+    ttft_p50_s: Interval
+
+
+class JobTier(Document):
+    """One row of the SLO-tier table (AgentPerf's style): sessions whose every turn streamed
+    at least ``min_output_tokens_per_s`` (1 / TPOT) with TTFT at most ``max_ttft_s``."""
+
+    min_output_tokens_per_s: float
+    max_ttft_s: float
+    sessions_meeting: int
+    share: float
+    jobs_per_hour: Interval
+
+
+class JobFigures(Document):
+    """The job-level figures of a valid agentic step (``llm.jobs``): a session is a job.
+    ``jobs_per_hour_at_slo`` ``None``: no SLO given; the $ figures ``None``: no price known
+    (``usd_why``) or nothing to divide by (``notes``)."""
+
+    jobs: int = Field(description="sessions considered")
+    completed: int = Field(description="sessions whose every turn was answered")
+    met_slo: int = Field(description="completed sessions whose every turn met the SLO")
+    duration_s: float = Field(description="first scheduled arrival to last stream end")
+    job_latency_p50_s: Interval | None = Field(
+        default=None, description="median wall time of a completed session, tool waits included"
+    )
+    completed_jobs_per_hour: Interval
+    jobs_per_hour_at_slo: Interval | None = None
+    usd_per_hour: float | None = Field(default=None, description="the price used, $/hour")
+    usd_source: str = Field(default="", description="where the price came from")
+    usd_why: str = Field(default="", description="why there is no $ per job")
+    usd_per_completed_job: Interval | None = None
+    usd_per_job_at_slo: Interval | None = None
+    ttft_by_context: list[TtftContextBin] = Field(default_factory=list)
+    tiers: list[JobTier] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class CacheOptimum(Document):
+    """The step's measured prefix-cache hit rate set against the best a cache could reach on
+    the same sessions (``llm.prefix_optimum``): every prefix kept, and LRU under the server's
+    KV capacity at the step's concurrency when the server publishes it. ``reference`` is the
+    optimum the ratio divides by (``lru`` when modelled, else ``every prefix kept``);
+    ``below_bound``: measured / optimum fell below ``bound``."""
+
+    concurrency: int | None = Field(default=None, description="sessions in flight (None: a rate)")
+    block_size_tokens: int = Field(description="KV block of the server, tokens")
+    block_basis: str = Field(description="where the block size came from")
+    tokens_per_model_token: float | None = Field(
+        default=None,
+        description="the server's prompt tokens per token of the workload's own token model, "
+        "measured on the step's answered turns (scales the blocks the optimum counts)",
+    )
+    measured: float | None = Field(default=None, description="the server's hit rate")
+    measured_source: str = Field(default="", description="the counters it came from")
+    measured_why: str = Field(default="", description="why it was not measured")
+    every_prefix_kept: float = Field(description="the hit rate with nothing evicted")
+    lru: float | None = Field(default=None, description="the hit rate of LRU under the capacity")
+    capacity_blocks: int | None = Field(default=None, description="the server's KV capacity")
+    lru_why: str = Field(default="", description="why LRU under a capacity was not modelled")
+    reference: Literal["lru", "every prefix kept"] = "every prefix kept"
+    ratio: float | None = Field(default=None, description="measured / the reference optimum")
+    kept_share: float | None = Field(
+        default=None,
+        description="measured / every prefix kept: the share of the reuse the workload allows "
+        "that the server's cache kept (what eviction took, whatever the policy)",
+    )
+    ratio_why: str = Field(default="", description="why there is no ratio")
+    bound: float = Field(description="the share of the optimum below which the cache fell off")
+    below_bound: bool = False
+    note: str = Field(default="", description="what a ratio above 1 says of the model")
+
+
+class AgenticStep(Document):
+    """An agentic workload's step (one trial): the validity gate first; the job figures only
+    when it passed; the prefix cache against its optimum."""
+
+    gate: JobGate
+    jobs: JobFigures | None = None
+    cache: CacheOptimum | None = None
+
+
+class EvictionCliff(Document):
+    """Where the prefix cache fell off, over a run's concurrency steps, each the first
+    concurrency below ``bound`` (``None``: no step was, or none was comparable; ``text`` says
+    which): ``concurrency``, measured / the step's optimum (LRU under the server's capacity
+    when modelled); ``reuse_lost_at``, measured / every prefix kept (the reuse eviction took);
+    ``optimum_cliff_at``, the LRU optimum / every prefix kept (the cliff the capacity alone
+    predicts from the workload)."""
+
+    bound: float
+    concurrency: int | None = None
+    reuse_lost_at: int | None = None
+    optimum_cliff_at: int | None = None
+    text: str = ""
+
+
 class SloBreak(Document):
     """The first moment an SLO term started failing, set against what the server was doing.
     ``at_s`` (seconds from the trial's start) is the scheduled arrival of the first request
@@ -415,6 +573,8 @@ class TrialSummary(Document):
     turns: list[TurnSummary] = Field(default_factory=list)
     prefix_reuse: PrefixReuse | None = None
     slo_breaks: list[SloBreak] = Field(default_factory=list)
+    agentic: AgenticStep | None = None
+    """An agent-trajectory workload's gate, jobs and prefix cache against its optimum."""
     energy: EnergyFigure | None = None
     """Joules over the whole trial (the first request sent to the last stream ended) from
     NVML's total-energy counter of the GPU(s) serving it (the board draws it for every process
@@ -698,6 +858,8 @@ class LlmRun(Document):
     capacity: CapacitySummary | None = None
     server_config: ServerConfig | None = None
     notes: list[str] = Field(default_factory=list)
+    eviction_cliff: EvictionCliff | None = None
+    """Agentic runs: where the measured prefix-cache hit rate fell off its optimum."""
 
     @field_serializer("trials")
     def _trials_without_records(self, trials: list[LlmTrial]) -> list[dict[str, Any]]:

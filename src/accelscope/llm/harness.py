@@ -18,8 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from accelscope.hardware.energy import EnergyFigure, EnergyMeter
+from accelscope.llm.agentic import AgenticWorkload, cache_sessions
 from accelscope.llm.capacity import CapacityResult, search_capacity
 from accelscope.llm.documents import (
+    AgenticStep,
     Arrivals,
     CapacityPoint,
     CapacitySummary,
@@ -31,7 +33,9 @@ from accelscope.llm.documents import (
 )
 from accelscope.llm.explain import prefix_reuse
 from accelscope.llm.floor import FloorInputs
+from accelscope.llm.jobs import ValidityBounds, assess_jobs, stored_report
 from accelscope.llm.metrics_scraper import ServerMetricsScraper
+from accelscope.llm.prefix_optimum import against_optimum
 from accelscope.llm.records import Target
 from accelscope.llm.scaleout import Workers, run_scaled_trial
 from accelscope.llm.scaleout_ray import run_ray_trial
@@ -39,7 +43,7 @@ from accelscope.llm.server_vocabulary import check_against_client
 from accelscope.llm.summary import WARMUP_FRACTION, steady_samples, summarise_trial
 from accelscope.llm.timeline import slo_breaks
 from accelscope.llm.trial import TrialInterrupted, TrialRecords, run_trial
-from accelscope.llm.workload import TokenCounter, WorkloadSource
+from accelscope.llm.workload import Session, TokenCounter, WorkloadSource
 from accelscope.load.early_stopping import min_passing_queries
 
 __all__ = ["COLD_HIT_RATE", "Harness", "LoadKind", "arrivals_at", "capacity_summary"]
@@ -90,6 +94,15 @@ class Harness:
     """Client processes that share each trial's schedule (``llm.scaleout``); 1: this one."""
     ray_address: str = "auto"
     """The Ray cluster of ``workers.ray``."""
+    context_tokens: int | None = None
+    """The server's context length, for the agentic validity gate; ``None``: ``context_why``."""
+    context_why: str = "the server publishes no context length"
+    usd_per_hour: float | None = None
+    """The price of the serving hardware, for $ per job; ``None``: ``usd_why`` says why."""
+    usd_source: str = ""
+    usd_why: str = "no price: give --instance (a catalog instance's $/hour)"
+    validity: ValidityBounds = field(default_factory=ValidityBounds)
+    """The agentic validity gate's bounds (errors, overflows, the client's lag)."""
     trials: list[LlmTrial] = field(default_factory=list)
 
     def _say(self, line: str) -> None:
@@ -170,7 +183,9 @@ class Harness:
             else ServerMetrics(available=False, why=self.no_metrics_why)
         )
         notes += [f"{arrivals.label}: server /metrics {line}" for line in server.contradicted]
-        found = self._trial(index, role, arrivals, requests, outcome, server, cpu_s, energy)
+        found = self._trial(
+            index, role, arrivals, requests, outcome, server, cpu_s, energy, sessions
+        )
         found = found.model_copy(update={"interrupted": interrupted, "notes": notes})
         per_request_ms = found.summary.client_cpu_ms_per_request
         if per_request_ms is not None:
@@ -195,6 +210,7 @@ class Harness:
         server: ServerMetrics,
         cpu_s: float,
         energy: Sequence[EnergyFigure],
+        sessions: Sequence[Session] = (),
     ) -> LlmTrial:
         records = outcome.records
         summary = summarise_trial(records, slo=self.slo, duration_s=outcome.duration_s)
@@ -209,6 +225,8 @@ class Harness:
             "prefix_reuse": prefix_reuse(records, config=server.config, measured_share=measured),
             "energy": _energy(energy, records, self.no_energy_why),
         }
+        if isinstance(self.workload, AgenticWorkload):
+            updates["agentic"] = self._agentic(self.workload, arrivals, sessions, records, server)
         if self.slo is not None:
             updates["slo_breaks"] = slo_breaks(
                 records, self.slo, summary, server.timeline, server_why=server.why
@@ -230,6 +248,66 @@ class Harness:
             samples=steady_samples(records, summary),
             records=records,
         )
+
+    def _agentic(
+        self,
+        workload: AgenticWorkload,
+        arrivals: Arrivals,
+        sessions: Sequence[Session],
+        records: Sequence[RequestRecord],
+        server: ServerMetrics,
+    ) -> AgenticStep | None:
+        """The step's validity gate, job figures and prefix cache against its optimum
+        (``None``: every session had a turn cancelled, nothing to judge)."""
+        cut = {r.session for r in records if r.cancelled}
+        if all(s.index in cut for s in sessions):
+            return None
+        prompts, asked = workload.recorded_sizes(sessions)
+        report = assess_jobs(
+            records,
+            expected_turns={s.index: len(s.turns) for s in sessions},
+            slo=self.slo,
+            context_tokens=self.context_tokens,
+            requested_tokens=asked,
+            prompt_tokens=prompts,
+            usd_per_hour=self.usd_per_hour,
+            bounds=self.validity,
+        )
+        gate, figures = stored_report(
+            report,
+            context_tokens=self.context_tokens,
+            context_why=self.context_why,
+            usd_per_hour=self.usd_per_hour,
+            usd_source=self.usd_source,
+            usd_why=self.usd_why,
+        )
+        answered = [r for r in records if r.ok and r.prompt_tokens]
+        cached = [r for r in answered if r.cached_tokens is not None]
+        measured, source, why = (
+            None,
+            "",
+            server.why or "the server exports no prefix-cache counters",
+        )
+        if cached:
+            measured = sum(r.cached_tokens or 0 for r in cached) / sum(
+                r.prompt_tokens or 0 for r in cached
+            )
+            source = f"usage.prompt_tokens_details.cached_tokens ({len(cached)} turns)"
+        elif server.prefix_cache is not None and server.prefix_cache.hit_rate is not None:
+            measured, source = server.prefix_cache.hit_rate, server.prefix_cache.source
+        model_tokens = sum(prompts[r.index] for r in answered)
+        scale = sum(r.prompt_tokens or 0 for r in answered) / model_tokens if model_tokens else None
+        recorded = cache_sessions(workload.trajectories)
+        cache = against_optimum(
+            [recorded[s.index % len(recorded)] for s in sessions],
+            concurrency=arrivals.concurrency,
+            config=server.config,
+            measured=measured,
+            measured_source=source,
+            measured_why=why,
+            tokens_per_model_token=scale,
+        )
+        return AgenticStep(gate=gate, jobs=figures, cache=cache)
 
     def _warnings(
         self, arrivals: Arrivals, summary: TrialSummary, server: ServerMetrics

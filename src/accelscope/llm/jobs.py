@@ -44,7 +44,15 @@ from enum import StrEnum
 import numpy as np
 
 from accelscope.documents import Slo
-from accelscope.llm.documents import RequestRecord
+from accelscope.llm.documents import (
+    GateReason,
+    Interval,
+    JobFigures,
+    JobGate,
+    JobTier,
+    RequestRecord,
+    TtftContextBin,
+)
 from accelscope.llm.summary import LAG_LIMIT_S, first_chunk_tokens, is_good, request_values
 
 __all__ = [
@@ -63,6 +71,7 @@ __all__ = [
     "assess_jobs",
     "check_validity",
     "jobs_of",
+    "stored_report",
 ]
 
 DEFAULT_TPS_FLOORS = (10.0, 20.0, 50.0)
@@ -214,13 +223,13 @@ class SloTier:
 class JobMetrics:
     """The job-level figures of a valid run (see the module)."""
 
-    slo: Slo
+    slo: Slo | None
     jobs: int
     completed: int
     met_slo: int
     duration_s: float
     job_latency_p50_s: Estimate | None
-    jobs_per_hour_at_slo: Estimate
+    jobs_per_hour_at_slo: Estimate | None
     completed_jobs_per_hour: Estimate
     usd_per_completed_job: Estimate | None
     usd_per_job_at_slo: Estimate | None
@@ -231,6 +240,10 @@ class JobMetrics:
     def __post_init__(self) -> None:
         if not 0 <= self.met_slo <= self.completed <= self.jobs:
             raise ValueError("jobs at the SLO <= completed <= jobs")
+        if (self.slo is None) != (self.jobs_per_hour_at_slo is None):
+            raise ValueError("jobs/hour at the SLO is given exactly when there is an SLO")
+        if self.slo is None and self.met_slo:
+            raise ValueError("no job meets an SLO that was not given")
         if not self.duration_s > 0.0:
             raise ValueError(f"run duration {self.duration_s} must be > 0")
         for tier in self.tiers:
@@ -353,10 +366,10 @@ def _by_session(
 
 
 def jobs_of(
-    records: Sequence[RequestRecord], expected_turns: Mapping[int, int], slo: Slo
+    records: Sequence[RequestRecord], expected_turns: Mapping[int, int], slo: Slo | None
 ) -> list[Job]:
     """One :class:`Job` per expected session (``expected_turns``: session → its turns),
-    sessions with a cancelled turn left out."""
+    sessions with a cancelled turn left out; with no ``slo`` no job meets one."""
     grouped = _by_session(records, expected_turns)
     jobs = []
     for session, expected in sorted(expected_turns.items()):
@@ -375,7 +388,7 @@ def jobs_of(
                 turns_expected=expected,
                 turns_ok=ok,
                 completed=completed,
-                met_slo=completed and all(_turn_meets(r, slo) for r in turns),
+                met_slo=completed and slo is not None and all(_turn_meets(r, slo) for r in turns),
                 wall_s=wall,
             )
         )
@@ -498,7 +511,7 @@ def assess_jobs(
     records: Sequence[RequestRecord],
     *,
     expected_turns: Mapping[int, int],
-    slo: Slo,
+    slo: Slo | None,
     context_tokens: int | None = None,
     requested_tokens: Mapping[int, int] | None = None,
     prompt_tokens: Mapping[int, int] | None = None,
@@ -510,10 +523,11 @@ def assess_jobs(
     resamples: int = 2000,
     seed: int = 0,
 ) -> JobReport:
-    """The gate, then (for a valid run) the job-level figures of the module."""
+    """The gate, then (for a valid run) the job-level figures of the module. ``slo``
+    ``None``: no jobs/hour at an SLO (the rest, the tiers included, need none)."""
     if usd_per_hour is not None and not (math.isfinite(usd_per_hour) and usd_per_hour > 0):
         raise ValueError(f"usd_per_hour {usd_per_hour} must be > 0")
-    if not slo.terms():
+    if slo is not None and not slo.terms():
         raise ValueError("jobs at an SLO need at least one SLO term")
     if any(not f > 0 for f in tps_floors) or any(not c > 0 for c in ttft_ceilings_s):
         raise ValueError("tier floors and ceilings must be > 0")
@@ -541,7 +555,7 @@ def assess_jobs(
 
     completed = np.asarray([job.completed for job in jobs], dtype=float)
     good = np.asarray([job.met_slo for job in jobs], dtype=float)
-    at_slo = _per_hour(good, per_hour, boot, confidence)
+    at_slo = _per_hour(good, per_hour, boot, confidence) if slo is not None else None
     done = _per_hour(completed, per_hour, boot, confidence)
     walls = np.asarray([job.wall_s for job in jobs if job.completed], dtype=float)
     latency = boot(walls.size, lambda i: float(np.median(walls[i]))) if walls.size else None
@@ -578,7 +592,9 @@ def assess_jobs(
         notes.append("job latency not measured: no session completed")
     if usd_per_hour is not None and not completed.any():
         notes.append("$ per completed job not measured: no job completed")
-    if usd_per_hour is not None and not good.any():
+    if slo is None:
+        notes.append("jobs/hour at the SLO not measured: no SLO given (--slo)")
+    elif usd_per_hour is not None and not good.any():
         notes.append("$ per job at the SLO not measured: no job met the SLO")
     return JobReport(
         validity=validity,
@@ -592,9 +608,97 @@ def assess_jobs(
             jobs_per_hour_at_slo=at_slo,
             completed_jobs_per_hour=done,
             usd_per_completed_job=_dollars(usd_per_hour, done, "completed jobs"),
-            usd_per_job_at_slo=_dollars(usd_per_hour, at_slo, "jobs at the SLO"),
+            usd_per_job_at_slo=(
+                _dollars(usd_per_hour, at_slo, "jobs at the SLO") if at_slo is not None else None
+            ),
             ttft_by_context=tuple(by_context),
             tiers=tuple(tiers),
             notes=tuple(notes),
         ),
     )
+
+
+# -- the stored form ---------------------------------------------------------------------------
+
+
+def _interval(estimate: Estimate) -> Interval:
+    return Interval(
+        value=estimate.value,
+        low=estimate.low,
+        high=estimate.high,
+        confidence=estimate.confidence,
+        method=estimate.method,
+        why=estimate.why,
+    )
+
+
+def _maybe(estimate: Estimate | None) -> Interval | None:
+    return None if estimate is None else _interval(estimate)
+
+
+def stored_report(
+    report: JobReport,
+    *,
+    context_tokens: int | None,
+    context_why: str = "",
+    usd_per_hour: float | None = None,
+    usd_source: str = "",
+    usd_why: str = "",
+) -> tuple[JobGate, JobFigures | None]:
+    """The gate and the figures of ``report`` as the stored documents hold them
+    (:class:`~accelscope.llm.documents.JobGate`, :class:`~accelscope.llm.documents.JobFigures`),
+    with the context length the gate checked and the price the $ came from."""
+    validity = report.validity
+    gate = JobGate(
+        valid=validity.valid,
+        turns=validity.turns,
+        errors=validity.errors,
+        overflowed=validity.overflowed,
+        context_tokens=context_tokens,
+        context_why="" if validity.overflowed is not None else context_why,
+        lag_p99_s=validity.lag_p99_s,
+        max_error_share=validity.bounds.max_error_share,
+        max_overflow_share=validity.bounds.max_overflow_share,
+        lag_limit_s=validity.bounds.lag_limit_s,
+        failures=[GateReason(reason=f.reason.value, text=f.text) for f in validity.failures],
+    )
+    metrics = report.metrics
+    if metrics is None:
+        return gate, None
+    figures = JobFigures(
+        jobs=metrics.jobs,
+        completed=metrics.completed,
+        met_slo=metrics.met_slo,
+        duration_s=metrics.duration_s,
+        job_latency_p50_s=_maybe(metrics.job_latency_p50_s),
+        completed_jobs_per_hour=_interval(metrics.completed_jobs_per_hour),
+        jobs_per_hour_at_slo=_maybe(metrics.jobs_per_hour_at_slo),
+        usd_per_hour=usd_per_hour,
+        usd_source=usd_source if usd_per_hour is not None else "",
+        usd_why="" if usd_per_hour is not None else usd_why,
+        usd_per_completed_job=_maybe(metrics.usd_per_completed_job),
+        usd_per_job_at_slo=_maybe(metrics.usd_per_job_at_slo),
+        ttft_by_context=[
+            TtftContextBin(
+                low_tokens=b.low_tokens,
+                high_tokens=b.high_tokens,
+                turns=b.turns,
+                sessions=b.sessions,
+                prompt_tokens_mean=b.prompt_tokens_mean,
+                ttft_p50_s=_interval(b.ttft_p50_s),
+            )
+            for b in metrics.ttft_by_context
+        ],
+        tiers=[
+            JobTier(
+                min_output_tokens_per_s=t.min_output_tokens_per_s,
+                max_ttft_s=t.max_ttft_s,
+                sessions_meeting=t.sessions_meeting,
+                share=t.share,
+                jobs_per_hour=_interval(t.jobs_per_hour),
+            )
+            for t in metrics.tiers
+        ],
+        notes=list(metrics.notes),
+    )
+    return gate, figures

@@ -34,20 +34,35 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from accelscope.errors import BadInputError
-from accelscope.llm.documents import ServerConfig
+from accelscope.llm.documents import CacheOptimum, EvictionCliff, ServerConfig
 
 __all__ = [
+    "ABOVE_OPTIMUM",
+    "ASSUMED_BLOCK_TOKENS",
+    "CLIFF_BOUND",
     "CacheRequest",
     "PrefixOptimum",
     "TurnTokens",
+    "against_optimum",
     "arrival_order",
     "block_keys",
+    "cliff_of",
     "eviction_cliff",
     "optimum",
     "optimum_curve",
     "replay",
     "server_cache",
 ]
+
+CLIFF_BOUND = 0.9
+"""The eviction cliff: the first concurrency whose measured hit rate falls below this share of
+the optimum a cache of the server's size could reach on the same sessions (TRT-LLM's measured
+cliff fell from 0.97 to 0.73; 0.9 leaves room for the token model's approximation)."""
+ABOVE_OPTIMUM = 1.05
+"""A measured hit rate above this multiple of the optimum gets a note: the optimum's model
+(whole blocks, the workload's token model) does not describe that server's cache."""
+ASSUMED_BLOCK_TOKENS = 16
+"""The KV block assumed when the server publishes none (vLLM's default on a GPU)."""
 
 
 @dataclass(frozen=True)
@@ -258,3 +273,151 @@ def server_cache(config: ServerConfig | None) -> tuple[int, int] | str:
             f"{config.block_size_tokens}) holds no whole block"
         )
     return config.block_size_tokens, config.kv_capacity_tokens // config.block_size_tokens
+
+
+def against_optimum(
+    sessions: Sequence[Sequence[TurnTokens]],
+    *,
+    concurrency: int | None,
+    config: ServerConfig | None,
+    measured: float | None,
+    measured_source: str = "",
+    measured_why: str = "",
+    tokens_per_model_token: float | None = None,
+    bound: float = CLIFF_BOUND,
+) -> CacheOptimum:
+    """The measured hit rate of a step that sent ``sessions`` (their turns as the workload's
+    token model counts them) at ``concurrency`` in flight (``None``: at a rate) set against
+    the optimum: every prefix kept, and LRU under the server's KV capacity
+    (:func:`server_cache`) when the server publishes it and the step ran at a concurrency.
+    ``tokens_per_model_token`` (server prompt tokens per model token, measured) scales the
+    server's block to the model's tokens, so a block holds the same text in both."""
+    if not 0.0 < bound <= 1.0:
+        raise ValueError(f"cliff bound {bound} outside (0, 1]")
+    if tokens_per_model_token is not None and not tokens_per_model_token > 0.0:
+        raise ValueError(f"tokens per model token {tokens_per_model_token} must be > 0")
+    cache = server_cache(config)
+    capacity: int | None = None
+    lru_why = ""
+    if isinstance(cache, str):
+        published = config.block_size_tokens if config is not None else None
+        block = published or ASSUMED_BLOCK_TOKENS
+        basis = "the server's" if published else "assumed: vLLM's GPU default"
+        lru_why = cache
+    else:
+        block, capacity = cache
+        basis = "the server's"
+    scale = tokens_per_model_token or 1.0
+    model_block = max(1, round(block / scale))
+    every = optimum(sessions, block_size=model_block, concurrency=concurrency or 1)
+    lru: float | None = None
+    if capacity is not None and concurrency is None:
+        lru_why = "the step's sessions arrive at a rate, not a fixed concurrency: LRU not modelled"
+    elif capacity is not None and concurrency is not None:
+        try:
+            lru = optimum(
+                sessions,
+                block_size=model_block,
+                capacity_blocks=capacity,
+                concurrency=concurrency,
+            ).hit_rate
+        except BadInputError as refused:
+            lru_why = str(refused)
+    reference = lru if lru is not None else every.hit_rate
+    ratio: float | None = None
+    ratio_why = ""
+    if measured is None:
+        ratio_why = f"measured hit rate not measured: {measured_why or 'the server says nothing'}"
+    elif reference <= 0.0:
+        ratio_why = "the optimum is 0: these sessions share no whole block"
+    else:
+        ratio = measured / reference
+    note = ""
+    if ratio is not None and ratio > ABOVE_OPTIMUM:
+        note = (
+            "the server hit more than the modelled optimum: the model does not describe this "
+            f"run (a cache finer than whole blocks of {block} tokens, tokens that are not the "
+            "workload's token model, or, under a capacity, requests in another order than "
+            "sessions in lockstep, which is LRU's worst order)"
+        )
+    return CacheOptimum(
+        concurrency=concurrency,
+        block_size_tokens=block,
+        block_basis=basis,
+        tokens_per_model_token=tokens_per_model_token,
+        measured=measured,
+        measured_source=measured_source,
+        measured_why="" if measured is not None else measured_why,
+        every_prefix_kept=every.hit_rate,
+        lru=lru,
+        capacity_blocks=capacity,
+        lru_why=lru_why,
+        reference="lru" if lru is not None else "every prefix kept",
+        ratio=ratio,
+        kept_share=(
+            measured / every.hit_rate if measured is not None and every.hit_rate > 0 else None
+        ),
+        ratio_why=ratio_why,
+        bound=bound,
+        below_bound=ratio is not None and ratio < bound,
+        note=note,
+    )
+
+
+def _first_below(steps: dict[int, float], bound: float) -> int | None:
+    return eviction_cliff(sorted(steps.items()), 1.0, bound) if steps else None
+
+
+def cliff_of(steps: Sequence[CacheOptimum], bound: float = CLIFF_BOUND) -> EvictionCliff:
+    """Where the cache fell off over a run's steps (see
+    :class:`~accelscope.llm.documents.EvictionCliff`; a concurrency measured twice counts its
+    first step)."""
+    ratios: dict[int, float] = {}
+    kept: dict[int, float] = {}
+    lru: dict[int, float] = {}
+    for step in steps:
+        if step.concurrency is None:
+            continue
+        if step.ratio is not None:
+            ratios.setdefault(step.concurrency, step.ratio)
+        if step.kept_share is not None:
+            kept.setdefault(step.concurrency, step.kept_share)
+        if step.lru is not None and step.every_prefix_kept > 0:
+            lru.setdefault(step.concurrency, step.lru / step.every_prefix_kept)
+    found = _first_below(ratios, bound)
+    lost = _first_below(kept, bound)
+    predicted = _first_below(lru, bound)
+
+    def listed(values: dict[int, float]) -> str:
+        return ", ".join(f"{c}: {r:.3f}" for c, r in sorted(values.items()))
+
+    if not ratios:
+        text = (
+            "no eviction cliff named: no concurrency step has a measured hit rate and an "
+            "optimum above 0"
+        )
+    elif found is None:
+        text = (
+            f"no eviction cliff: measured / optimal stayed at or above {bound:g} at every "
+            f"concurrency ({listed(ratios)})"
+        )
+    else:
+        text = (
+            f"eviction cliff at concurrency {found}: measured / optimal hit rate "
+            f"{ratios[found]:.3f} < {bound:g} (by concurrency: {listed(ratios)})"
+        )
+    if kept:
+        text += f"; measured / every prefix kept: {listed(kept)}" + (
+            f", below {bound:g} from concurrency {lost}" if lost is not None else ""
+        )
+    if lru:
+        text += f"; the LRU optimum of the server's capacity / every prefix kept: {listed(lru)}" + (
+            f", below {bound:g} from concurrency {predicted}" if predicted is not None else ""
+        )
+    return EvictionCliff(
+        bound=bound,
+        concurrency=found,
+        reuse_lost_at=lost,
+        optimum_cliff_at=predicted,
+        text=text,
+    )

@@ -422,6 +422,7 @@ class SseParser:
             record.tokens_source = "usage"
         if state.usage_prompt is not None:
             record.prompt_tokens = state.usage_prompt
+        record.cached_tokens = state.usage_cached
         record.first_token_s = self._first_token
         record.first_content_s = self._first_content
         record.last_token_s = self._last_token
@@ -510,6 +511,9 @@ def _usage(usage: dict[str, Any], completion: int, state: StreamState) -> None:
     details = usage.get("completion_tokens_details")
     if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
         state.reported_reasoning = details["reasoning_tokens"]
+    cached = usage.get("prompt_tokens_details")
+    if isinstance(cached, dict) and isinstance(cached.get("cached_tokens"), int):
+        state.usage_cached = cached["cached_tokens"]
 
 
 IDLE_S = 1.0
@@ -724,6 +728,7 @@ class StreamState:
         self.usage_completion: int | None = None
         """The last ``usage.completion_tokens`` seen (the record's count once it ends)."""
         self.usage_prompt: int | None = None
+        self.usage_cached: int | None = None
         self.answer: list[str] = []
         self.streamed: list[str] = []
         """(reasoning, answer, tool-call) text, chunk after chunk."""

@@ -7,7 +7,16 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from accelscope.llm.documents import Distribution, LlmRun, LlmTrial, TrialSummary
+from accelscope.llm.documents import (
+    AgenticStep,
+    CacheOptimum,
+    Distribution,
+    Interval,
+    JobFigures,
+    LlmRun,
+    LlmTrial,
+    TrialSummary,
+)
 from accelscope.report.format import ms as _ms
 
 __all__ = ["llm_view", "ms"]
@@ -151,6 +160,142 @@ def _stream_lines(trial: LlmTrial) -> list[RenderableType]:
     return parts
 
 
+def _interval(value: Interval | None, show: str = "{:,.1f}", scale: float = 1.0) -> str:
+    """``12.3 [10.1, 14.0]`` (each times ``scale``), the figure alone with why its interval
+    is missing, or n/m."""
+    if value is None:
+        return NOT_MEASURED
+    figure = show.format(value.value * scale)
+    if value.low is None or value.high is None:
+        return f"{figure} (no interval: {value.why})"
+    return f"{figure} [{show.format(value.low * scale)}, {show.format(value.high * scale)}]"
+
+
+def _seconds(value: Interval | None) -> str:
+    return _interval(value, "{:,.2f}") + (" s" if value is not None else "")
+
+
+def _dollars(value: Interval | None) -> str:
+    return _interval(value, "${:.3g}")
+
+
+def _job_lines(label: str, jobs: JobFigures) -> list[RenderableType]:
+    """Job latency, jobs/hour (completed, at the SLO), $ per job, TTFT by context, tiers."""
+    confidence = f"{jobs.completed_jobs_per_hour.confidence:.0%}"
+    lines: list[RenderableType] = [
+        Text(
+            f"jobs at {label}: {jobs.completed}/{jobs.jobs} sessions completed, "
+            f"{jobs.met_slo} at the SLO; job latency p50 {_seconds(jobs.job_latency_p50_s)}; "
+            f"jobs/hour {_interval(jobs.completed_jobs_per_hour)} completed, "
+            f"{_interval(jobs.jobs_per_hour_at_slo)} at the SLO ({confidence} intervals over "
+            "sessions)"
+        )
+    ]
+    if jobs.usd_per_hour is not None:
+        lines.append(
+            Text(
+                f"$ per job at {label}: {_dollars(jobs.usd_per_completed_job)} completed, "
+                f"{_dollars(jobs.usd_per_job_at_slo)} at the SLO "
+                f"(${jobs.usd_per_hour:g}/hour, {jobs.usd_source})"
+            )
+        )
+    else:
+        lines.append(Text(f"$ per job at {label}: not measured: {jobs.usd_why}", style="dim"))
+    for note in jobs.notes:
+        lines.append(Text(f"{label}: {note}", style="dim"))
+    if jobs.ttft_by_context:
+        table = Table(title=escape(f"TTFT by context at {label}"), title_justify="left")
+        for column in ("prompt tokens", "turns", "sessions", "mean tokens", "TTFT p50 ms"):
+            table.add_column(column, justify="right")
+        for found in jobs.ttft_by_context:
+            table.add_row(
+                f"{found.low_tokens:,}-{found.high_tokens - 1:,}",
+                str(found.turns),
+                str(found.sessions),
+                f"{found.prompt_tokens_mean:,.0f}",
+                _interval(found.ttft_p50_s, scale=1000.0),
+            )
+        lines.append(table)
+    if jobs.tiers:
+        ceilings = sorted({t.max_ttft_s for t in jobs.tiers})
+        table = Table(
+            title=escape(f"sessions meeting each SLO tier at {label} (jobs/hour)"),
+            title_justify="left",
+        )
+        table.add_column("output tok/s >=", justify="right")
+        for ceiling in ceilings:
+            table.add_column(f"TTFT <= {ceiling:g} s", justify="right")
+        for floor in sorted({t.min_output_tokens_per_s for t in jobs.tiers}):
+            cells = {t.max_ttft_s: t for t in jobs.tiers if t.min_output_tokens_per_s == floor}
+            table.add_row(
+                f"{floor:g}",
+                *(
+                    f"{cells[c].sessions_meeting}/{jobs.jobs} ({cells[c].jobs_per_hour.value:,.1f})"
+                    for c in ceilings
+                ),
+            )
+        lines.append(table)
+    return lines
+
+
+def _cache_line(label: str, cache: CacheOptimum) -> Text:
+    """The measured prefix-cache hit rate against the optimum of the same sessions."""
+    measured = (
+        f"{cache.measured:.1%} ({cache.measured_source})"
+        if cache.measured is not None
+        else f"not measured ({cache.measured_why})"
+    )
+    lru = (
+        f"LRU under {cache.capacity_blocks:,} blocks at concurrency {cache.concurrency} "
+        f"{cache.lru:.1%}"
+        if cache.lru is not None
+        else f"LRU under the KV capacity not modelled ({cache.lru_why}): every prefix kept only"
+    )
+    ratio = (
+        f"measured / optimal {cache.ratio:.3f}"
+        + (f" < {cache.bound:g}: the cache fell off its optimum" if cache.below_bound else "")
+        if cache.ratio is not None
+        else f"no ratio ({cache.ratio_why})"
+    )
+    if cache.kept_share is not None and cache.reference == "lru":
+        ratio += f"; measured / every prefix kept {cache.kept_share:.3f}"
+    return Text(
+        f"prefix cache at {label}: measured {measured}; optimal: every prefix kept "
+        f"{cache.every_prefix_kept:.1%}, {lru} (blocks of {cache.block_size_tokens} tokens, "
+        f"{cache.block_basis}); {ratio}" + (f" ({cache.note})" if cache.note else ""),
+        style="red" if cache.below_bound else "",
+    )
+
+
+def _agentic_lines(trial: LlmTrial, step: AgenticStep) -> list[RenderableType]:
+    """The validity gate first: an invalid step is named, with its reasons, and gets no job
+    figure; then the jobs and the prefix cache against its optimum."""
+    label = trial.label
+    gate = step.gate
+    lines: list[RenderableType] = []
+    if not gate.valid:
+        reasons = "; ".join(f"{f.reason}: {f.text}" for f in gate.failures)
+        lines.append(Text(f"INVALID at {label}: {reasons}: no job figure", style="bold red"))
+    else:
+        checked = (
+            f"{gate.overflowed} of {gate.turns} prompts over {gate.context_tokens:,} tokens"
+            if gate.overflowed is not None and gate.context_tokens is not None
+            else f"context overflow not checked: {gate.context_why}"
+        )
+        lines.append(
+            Text(
+                f"valid at {label}: {gate.errors} of {gate.turns} turns failed, {checked}, "
+                f"lag p99 {ms(gate.lag_p99_s)} ms",
+                style="dim",
+            )
+        )
+    if step.jobs is not None:
+        lines.extend(_job_lines(label, step.jobs))
+    if step.cache is not None:
+        lines.append(_cache_line(label, step.cache))
+    return lines
+
+
 def _trial_lines(document: LlmRun, trial: LlmTrial) -> list[RenderableType]:
     parts: list[RenderableType] = []
     floor = trial.floor
@@ -202,6 +347,8 @@ def _trial_lines(document: LlmRun, trial: LlmTrial) -> list[RenderableType]:
     table = _turn_table(trial)
     if table is not None:
         parts.append(table)
+    if trial.summary.agentic is not None:
+        parts.extend(_agentic_lines(trial, trial.summary.agentic))
     return parts
 
 
@@ -232,6 +379,10 @@ def llm_view(document: LlmRun, *, title: str = "llm") -> RenderableType:
             )
     for trial in document.trials:
         parts.extend(_trial_lines(document, trial))
+    if document.eviction_cliff is not None:
+        cliff = document.eviction_cliff
+        fell = cliff.concurrency is not None or cliff.reuse_lost_at is not None
+        parts.append(Text(cliff.text, style="bold red" if fell else ""))
     config = document.server_config
     if config is not None:
         caching = {True: "on", False: "off", None: "not published"}[config.prefix_caching]

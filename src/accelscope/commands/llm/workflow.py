@@ -10,9 +10,12 @@ it too). Returns data; never prints.
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import socket
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,11 +40,14 @@ from accelscope.llm.documents import (
 from accelscope.llm.explain import explanations
 from accelscope.llm.floor import FloorInputs, resolve_floor_inputs
 from accelscope.llm.harness import Harness, LoadKind, capacity_summary
+from accelscope.llm.jobs import ValidityBounds
+from accelscope.llm.prefix_optimum import cliff_of
 from accelscope.llm.records import Target
 from accelscope.llm.scaleout import Workers
 from accelscope.llm.summary import DEFINITIONS
 from accelscope.llm.workload import TokenCounter, Workload, WorkloadSource, load_tokenizer
 from accelscope.measurement.threads import available_cores
+from accelscope.plan.catalog import load_catalog
 from accelscope.roofline.cache import cache_path, load_cached
 from accelscope.store.sqlite import DEFAULT_STORE_PATH
 
@@ -105,6 +111,12 @@ class LlmRequestSettings:
     ray_address: str = "auto"
     """The Ray cluster of ``--workers ray:N``."""
     scrape_metrics: bool = True
+    context_tokens: int | None = None
+    """The server's context length for the agentic validity gate; ``None``: read from the
+    server's ``/v1/models`` (vLLM's ``max_model_len``) when it publishes it."""
+    validity: ValidityBounds = field(default_factory=ValidityBounds)
+    """The agentic validity gate's stated bounds (the defaults: 1 % errors, 1 % overflows, the
+    client's p99 lag within the trial summary's limit)."""
     report_path: Path | None = None
 
     def settings(self) -> dict[str, Any]:
@@ -125,6 +137,7 @@ class LlmRequestSettings:
             "timeout_s": self.timeout_s,
             "ignore_eos": self.ignore_eos,
             "workers": self.workers.label,
+            "context_tokens": self.context_tokens,
         }
 
 
@@ -183,6 +196,8 @@ def _validate(request: LlmRequestSettings) -> None:
         raise BadInputError("--capacity-start must be positive")
     if request.capacity_trials < 1:
         raise BadInputError("--capacity-trials must be >= 1")
+    if request.context_tokens is not None and request.context_tokens < 2:
+        raise BadInputError(f"context length {request.context_tokens}: give at least 2 tokens")
     for value, flag in (
         (request.bandwidth_bytes_per_s, "--bandwidth"),
         (request.peak_flops_per_s, "--peak-flops"),
@@ -295,6 +310,49 @@ def _energy_meters(
     return [nvml_energy_meter(uuid=g.uuid) for g in gpus], ""
 
 
+MODELS_TIMEOUT_S = 10.0
+"""How long the one ``/v1/models`` read (the served context length) may take."""
+
+
+def _served_context(request: LlmRequestSettings) -> tuple[int | None, str]:
+    """The context length the gate checks: the one given, else the server's ``/v1/models``
+    ``max_model_len`` (vLLM publishes it), else ``None`` and why."""
+    if request.context_tokens is not None:
+        return request.context_tokens, ""
+    if request.url is None:
+        return None, "an in-process model: no served context length"
+    parsed = urllib.parse.urlsplit(request.url.strip())
+    base = parsed.path.rstrip("/")
+    path = base if base.endswith("/v1") else f"{base}/v1"
+    url = urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, f"{path}/models", "", ""))
+    headers = {"Authorization": f"Bearer {request.api_key}"} if request.api_key else {}
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(
+            urllib.request.Request(url, headers=headers), timeout=MODELS_TIMEOUT_S
+        ) as got:
+            listed = json.loads(got.read())
+    except (OSError, ValueError, urllib.error.URLError) as exc:
+        return None, f"{url} did not answer with a model list ({type(exc).__name__})"
+    models = listed.get("data") if isinstance(listed, dict) else None
+    for entry in models if isinstance(models, list) else []:
+        length = entry.get("max_model_len") if isinstance(entry, dict) else None
+        if entry.get("id") == request.model and isinstance(length, int) and length > 1:
+            return length, ""
+    return None, f"{url} publishes no max_model_len for {request.model}"
+
+
+def _price(request: LlmRequestSettings) -> tuple[float | None, str, str]:
+    """$/hour of ``--instance`` from the catalog ``plan`` prices from, its source, or why
+    there is none."""
+    if request.instance is None:
+        return None, "", "no price: give --instance (a catalog instance's $/hour)"
+    entry = load_catalog(tuple(request.catalog_files)).get(request.instance)
+    source = entry.sources.get("price_usd_per_hour")
+    cited = f" ({source.source}, {source.date})" if source else ""
+    return entry.price_usd_per_hour, f"catalog {entry.type} on-demand price{cited}", ""
+
+
 def llm(
     request: LlmRequestSettings,
     *,
@@ -310,6 +368,8 @@ def llm(
     env = environment or collect_environment()
     local = _is_local(request.url)
     floor = _floor_inputs(request, env, store_path, local)
+    agentic = request.workload.kind == "agentic"
+    usd, usd_source, usd_why = _price(request) if agentic else (None, "", "")
     tokenizer = load_tokenizer(request.tokenizer or request.hf_model)
     target = TARGETS[_target_kind(request)](request, tokenizer)
     try:
@@ -331,6 +391,7 @@ def llm(
     )
     records: dict[int, list[RequestRecord]] = {}
     meters, no_energy = _energy_meters(request, env, local)
+    context, context_why = _served_context(request) if agentic else (None, "")
 
     def keep(trial: LlmTrial) -> None:
         records[trial.index] = trial.records
@@ -354,6 +415,12 @@ def llm(
         events=say,
         energy=meters,
         no_energy_why=no_energy,
+        context_tokens=context,
+        context_why=context_why,
+        usd_per_hour=usd,
+        usd_source=usd_source,
+        usd_why=usd_why,
+        validity=request.validity,
     )
     capacity: CapacitySummary | None = None
     try:
@@ -401,6 +468,7 @@ def _document(
         (t.server_metrics.config for t in reversed(trials) if t.server_metrics.config), None
     )
     workload = request.workload.summary()
+    steps = [t.summary.agentic.cache for t in trials if t.summary.agentic is not None]
     return LlmRun(
         target=target,
         model=request.model or str(request.hf_model),
@@ -415,6 +483,7 @@ def _document(
         floor_why=None if floor.ready else floor.why,
         capacity=capacity,
         server_config=config,
+        eviction_cliff=cliff_of([s for s in steps if s is not None]) if steps else None,
         notes=[
             *explanations(workload, trials, config),
             *(n for t in trials for n in t.notes),
