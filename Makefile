@@ -116,10 +116,11 @@ prometheus:
 #                12 s each: a torch.compile, a real crash or Ctrl-C run, an end-to-end sweep).
 #   test-parallel  test-fast with the `slow` tests.
 #   test-servers the `server` tests (vLLM, transformers serve, Ray, Prometheus, chromium, the
-#                tune templates' servers) on two xdist workers, a file's tests on one, at most
-#                one vLLM and one Ray cluster at a time (tests/conftest.py's groups): 14.6 min
-#                against 19.5 one at a time. Beside test-parallel, both tiers took 21-22 min and
-#                four timing tests failed: they run after it.
+#                tune templates' servers), one at a time: each takes the cores. On two xdist
+#                workers (one vLLM and one Ray cluster at a time, tests/conftest.py's groups) a
+#                fresh clone took 24.4 min against 17.9 one at a time, and a Ray node's eager
+#                measurement timed out beside a vLLM (docs/BENCHMARKS.md, row 26); beside
+#                test-parallel, both tiers took 21-22 min and four timing tests failed.
 #   test-serial  the `serial` tests, one at a time, alone (times to the millisecond or measures
 #                CPU: a neighbour would skew it).
 #   test         the whole suite: format, lint and types; test-parallel, test-servers and
@@ -142,7 +143,7 @@ test-parallel: $(STAMP)
 	$(BIN)/pytest -q -m "not server and not serial" -n 2 --dist loadfile --durations=20
 
 test-servers: $(STAMP) tools vllm
-	$(BIN)/pytest -q -m "server" -n 2 --dist loadgroup --durations=20
+	$(BIN)/pytest -q -m "server" --durations=20
 
 test-serial: $(STAMP)
 	$(BIN)/pytest -q -m "serial" --durations=20

@@ -72,7 +72,8 @@ def _defined_in(function: Callable[..., object]) -> str:
 
 SHARED_GROUPS = {
     # files whose servers take the cores: one vLLM, one Ray cluster at a time where the server
-    # tests run on xdist workers (make test-servers: `pytest -m server -n 2 --dist loadgroup`)
+    # tests run on xdist workers (`pytest -m server -n 2 --dist loadgroup`; make test-servers
+    # runs them one at a time: on two workers they were slower and a Ray timeout failed)
     "llm/test_llm_against_vllm.py": "vllm",
     "llm/test_conformance.py": "vllm",
     "tune/test_tune_real_servers.py": "vllm",
