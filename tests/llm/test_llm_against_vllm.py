@@ -115,7 +115,15 @@ def test_streams_with_usage_and_the_server_metrics_are_read(
     assert summary.tokens is not None and summary.tokens.output_mean == output
     metrics = summary.metrics
     assert 0 < (metrics.ttft_s.p50 or 0) <= (metrics.e2e_s.p50 or 0)
-    assert (metrics.tpot_s.p50 or 0) > 0
+    # TPOT is measured for every request; vLLM merges the outputs its API server has not yet
+    # sent (two cores shared with the engine), so a request's later tokens may arrive in one
+    # chunk (TPOT 0, measured so: 9 of 15 in one full-suite run). A request whose tokens came
+    # in chunks spread in time has a positive TPOT.
+    assert metrics.tpot_s.n and (metrics.tpot_s.min or 0) >= 0
+    spread = [
+        r for r in trial.records if r.chunk_times_s and r.chunk_times_s[-1] > r.chunk_times_s[0]
+    ]
+    assert not spread or (metrics.tpot_s.max or 0) > 0
     server = trial.server_metrics
     assert server.available and server.server == "vllm" and server.scrapes >= 2
     assert server.prefix_cache is not None and (server.prefix_cache.queries or 0) > 0

@@ -15,6 +15,7 @@ from accelscope.plan.projection.llm_serving import llama2_70b_shape
 from accelscope.plan.projection.validation import summarise
 from accelscope.plan.train_time import (
     MLPERF_MODELS,
+    MeasuredStep,
     TrainingResult,
     TrainTime,
     flops_per_token,
@@ -25,6 +26,8 @@ from accelscope.plan.train_time import (
     matmul_params,
     project_train_time,
     shipped_training_calibration,
+    tighten_training_leave_one_out,
+    tightened_training,
     training_rows,
 )
 
@@ -221,3 +224,64 @@ def test_a_broken_published_table_is_one_clear_error(tmp_path: Path) -> None:
         load_published_training(path)
     with pytest.raises(BadInputError, match="cannot read"):
         load_published_training(tmp_path / "absent.toml")
+
+
+def test_a_measured_step_narrows_its_family_and_reproduces_itself() -> None:
+    """A user's step on an L4 (no MLPerf Training row: the pooled MFU, wide) at MFU 0.30: the
+    L4's interval narrows and moves to the measured MFU; an H100's (13 rows) barely moves."""
+    accelerators = load_accelerators()
+    l4, h100 = accelerators.get("NVIDIA L4"), accelerators.get(H100)
+    flops = flops_per_token(_llama31_8b(), 4096)
+    peak = l4.peak("bf16")
+    assert peak is not None
+    tokens = 4 * 4096.0
+    step_s = tokens * flops / (4 * peak * 0.30)
+    step = MeasuredStep(
+        spec=l4, dtype="bf16", devices=4, tokens_per_step=tokens, flops_per_token=flops,
+        step_s=step_s, label="your step on 4 x NVIDIA L4",
+    )  # fmt: skip
+    assert step.mfu == pytest.approx(0.30)
+    shipped = shipped_training_calibration()
+    narrowed = tightened_training(shipped, [step])
+    assert narrowed.measured_of("nvidia-l4") == (step,) and not narrowed.measured_of("nvidia-h100")
+    kwargs = {"dtype": "bf16", "tokens": 1e9, "flops_per_token": flops, "devices": 8}
+    before = project_train_time(l4, calibration=shipped, **kwargs)  # type: ignore[arg-type]
+    after = project_train_time(l4, calibration=narrowed, **kwargs)  # type: ignore[arg-type]
+    assert after.mfu_high / after.mfu_low < 0.8 * (before.mfu_high / before.mfu_low)
+    assert abs(math.log(after.mfu / 0.30)) < abs(math.log(before.mfu / 0.30))
+    assert after.basis.endswith("+ your step on 4 x NVIDIA L4")
+    h_before = project_train_time(h100, calibration=shipped, **kwargs)  # type: ignore[arg-type]
+    h_after = project_train_time(h100, calibration=narrowed, **kwargs)  # type: ignore[arg-type]
+    assert h_after.mfu == pytest.approx(h_before.mfu, rel=0.1)
+    assert tightened_training(shipped, []) is shipped
+
+
+def test_a_measured_step_that_beats_the_datasheet_is_refused() -> None:
+    l4 = load_accelerators().get("NVIDIA L4")
+    base = {"spec": l4, "dtype": "bf16", "devices": 1, "tokens_per_step": 4096.0}
+    with pytest.raises(ValueError, match="cannot beat the datasheet"):
+        MeasuredStep(**base, flops_per_token=5e10, step_s=1e-3, label="x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no fp4 peak"):
+        MeasuredStep(  # type: ignore[arg-type]
+            **base | {"dtype": "fp4"}, flops_per_token=5e10, step_s=10.0, label="x"
+        )
+    with pytest.raises(ValueError, match="step_s"):
+        MeasuredStep(**base, flops_per_token=5e10, step_s=0.0, label="x")  # type: ignore[arg-type]
+
+
+def test_measure_then_tighten_by_leave_one_out_over_mlperf_training() -> None:
+    """Another system's published row of the family plays the user's measured step. Measured
+    2026-11-28 (46 rows each): a family MLPerf has rows of, median |error| 14.9 -> 13.6 %,
+    coverage 67 -> 76 %, high/low 1.64 -> 1.62; a family it has none of (its rows left out of
+    the fit), 22.3 -> 12.7 %, coverage 83 -> 83 %, high/low 2.58 -> 1.65. The floor: for an
+    unpublished family the error and the width both fall, and coverage stays at least 70 %."""
+    held = tighten_training_leave_one_out(shipped_training_calibration(), unpublished=True)
+    assert len(held) >= 30
+    (before,) = summarise([t.before for t in held])
+    (after,) = summarise([t.after for t in held])
+    assert after.median_abs_error < before.median_abs_error
+    assert after.median_width < 0.8 * before.median_width
+    assert after.coverage >= 0.70, after
+    published = tighten_training_leave_one_out(shipped_training_calibration(), unpublished=False)
+    (after,) = summarise([t.after for t in published])
+    assert after.coverage >= 0.65 and after.median_abs_error <= 0.18, after

@@ -82,6 +82,22 @@ class AcceleratorFlags(FlagGroup):
 
 
 @dataclass(frozen=True)
+class MeasuredOnFlags(FlagGroup):
+    """``--measured-on``: the part a user's own measurement ran on (``plan llm``'s
+    ``--from-run``, ``plan train``'s ``--measured-step``)."""
+
+    measured_on: str | None = flag(
+        typer.Option(
+            None,
+            "--measured-on",
+            metavar="PART",
+            help="The accelerator your measurement ran on (--from-run or --measured-step): "
+            "narrows that family's interval.",
+        )
+    )
+
+
+@dataclass(frozen=True)
 class FleetFlags(FlagGroup):
     """``--fleet``: a stored audit run to buy or recover against (``plan``, ``plan train``)."""
 
@@ -307,12 +323,7 @@ def plan_llm_command(
     accelerators: AcceleratorFlags = GROUP,
     catalog: CatalogFlags = GROUP,
     measured: LlmRunFlags = GROUP,
-    measured_on: str | None = typer.Option(
-        None,
-        "--measured-on",
-        metavar="PART",
-        help="With --from-run: the accelerator its server ran on (narrows that family).",
-    ),
+    part: MeasuredOnFlags = GROUP,
     run_devices: int = typer.Option(
         1, "--run-devices", help="With --from-run: the devices its server used (its TP degree)."
     ),
@@ -326,14 +337,14 @@ def plan_llm_command(
         raise BadInputError("plan llm projects mean step times: --slo-percentile does not apply")
     if slo.slo is not None and slo.slo.e2e_s is not None:
         raise BadInputError("plan llm bounds TTFT and TPOT: drop e2e= from --slo")
-    if (measured.from_run is None) != (measured_on is None):
+    if (measured.from_run is None) != (part.measured_on is None):
         raise BadInputError("--from-run and --measured-on go together: the run and its part")
     request = LlmServingRequest(
         config=config,
         accelerators=accelerators.names,
         catalog_files=catalog.catalog_files,
         from_run=measured.from_run,
-        measured_on=measured_on,
+        measured_on=part.measured_on,
         run_devices=run_devices,
         **given(
             dtype=dtype.lower() if dtype else None,
@@ -380,6 +391,14 @@ def plan_train_command(
     budget_usd: str | None = typer.Option(
         None, "--budget-usd", help="e.g. 5000: the fastest option within it."
     ),
+    measured_step: float | None = duration_option(
+        "--measured-step",
+        "e.g. 2.1s: your measured step of this configuration; narrows its family's interval.",
+    ),
+    part: MeasuredOnFlags = GROUP,
+    measured_devices: int | None = typer.Option(
+        None, "--measured-devices", help="Devices the measured step ran on (--devices)."
+    ),
     accelerators: AcceleratorFlags = GROUP,
     catalog: CatalogFlags = GROUP,
     audited: FleetFlags = GROUP,
@@ -399,6 +418,9 @@ def plan_train_command(
         budget_usd=parse_money(budget_usd, "--budget-usd") if budget_usd is not None else None,
         fleet_run=audited.fleet,
         store_path=store.path,
+        measured_step_s=measured_step,
+        measured_on=part.measured_on,
+        measured_devices=measured_devices,
         **given(
             optimizer=optimizer.lower() if optimizer else None,
             precision=precision.lower() if precision else None,

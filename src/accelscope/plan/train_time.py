@@ -67,14 +67,16 @@ from pydantic import BaseModel, ConfigDict
 from accelscope.errors import BadInputError
 from accelscope.plan.accelerators import Accelerators, AcceleratorSpec, load_accelerators
 from accelscope.plan.llm_memory import ModelShape
-from accelscope.plan.projection.efficiency import EfficiencyModel, Observation, fit
+from accelscope.plan.projection.efficiency import EfficiencyModel, Measured, Observation, fit
 from accelscope.plan.projection.llm_serving import llama2_70b_shape
+from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD, Tightened
 from accelscope.plan.projection.validation import COVERAGE, Holdout
 from accelscope.validation import PositiveCount, PositiveNumber, Text, validate
 
 __all__ = [
     "LORA_RANK",
     "MLPERF_MODELS",
+    "MeasuredStep",
     "MlperfModel",
     "Recipe",
     "TrainCalibration",
@@ -90,6 +92,8 @@ __all__ = [
     "matmul_params",
     "project_train_time",
     "shipped_training_calibration",
+    "tighten_training_leave_one_out",
+    "tightened_training",
     "training_rows",
 ]
 
@@ -375,15 +379,78 @@ def training_rows(
 
 @dataclass(frozen=True)
 class TrainCalibration:
-    """The rows, those left out (with why), and the fitted MFU model."""
+    """The rows, those left out (with why), the fitted MFU model, and the user's measured steps
+    it was updated with (:func:`tightened_training`)."""
 
     rows: tuple[TrainingRow, ...]
     left_out: tuple[tuple[TrainingResult, str], ...]
     model: EfficiencyModel
+    measured: tuple[MeasuredStep, ...] = ()
 
     def rows_of(self, family: str) -> int:
         """Published rows of ``family``."""
         return sum(r.result.family == family for r in self.rows)
+
+    def measured_of(self, family: str) -> tuple[MeasuredStep, ...]:
+        """The user's measured steps on a part of ``family``."""
+        return tuple(m for m in self.measured if m.spec.family == family)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredStep:
+    """The user's own measured training step, set on the MFU model's scale: ``tokens_per_step``
+    x FLOPs per token over (``devices`` x the part's ``dtype`` peak x ``step_s``), the peak the
+    projection applies the MFU to. It enters the model as one more row of the part's family
+    (:meth:`~accelscope.plan.projection.efficiency.EfficiencyModel.updated`), its own variance
+    the run-to-run spread of a measurement (:data:`~.tighten.RUN_TO_RUN_LOG_SD`) on top of the
+    spread between systems: the user's stack is another system."""
+
+    spec: AcceleratorSpec
+    dtype: str
+    devices: int
+    tokens_per_step: float
+    flops_per_token: float
+    step_s: float
+    label: str
+
+    def __post_init__(self) -> None:
+        if self.devices < 1:
+            raise ValueError(f"devices must be >= 1, got {self.devices}")
+        for name in ("tokens_per_step", "flops_per_token", "step_s"):
+            _positive(name, getattr(self, name))
+        if self.spec.peak(self.dtype) is None:
+            raise ValueError(f"{self.spec.name} has no {self.dtype} peak in its datasheet")
+        if not 0 < self.mfu < 1:
+            raise ValueError(
+                f"a {self.step_s:g} s step of {self.tokens_per_step:g} tokens on {self.devices} "
+                f"x {self.spec.name} is MFU {self.mfu:.3g} of its {self.dtype} peak; a step "
+                "cannot beat the datasheet (check the step time, the devices and the batch)"
+            )
+        if not self.label:
+            raise ValueError("a measured step needs a label (what narrowed the interval)")
+
+    @property
+    def mfu(self) -> float:
+        peak = self.spec.peak(self.dtype)
+        assert peak is not None  # checked when built
+        return self.tokens_per_step * self.flops_per_token / (self.devices * peak * self.step_s)
+
+    def measurement(self, recipe: Recipe = "full") -> Measured:
+        observation = Observation(recipe, self.spec.family, _CLASS, math.log(self.mfu))
+        return Measured(observation, RUN_TO_RUN_LOG_SD**2, self.label)
+
+
+def tightened_training(
+    calibration: TrainCalibration, steps: Sequence[MeasuredStep]
+) -> TrainCalibration:
+    """``calibration`` with the user's measured steps added as rows of their families: the
+    family measured narrows; the others move only through the mean they share."""
+    if not steps:
+        return calibration
+    model = calibration.model.updated([s.measurement() for s in steps])
+    return TrainCalibration(
+        calibration.rows, calibration.left_out, model, (*calibration.measured, *steps)
+    )
 
 
 def calibrate_training(
@@ -467,6 +534,9 @@ def project_train_time(
         basis = f"MLPerf Training: {spec.family}, {rows} rows"
     else:
         basis = f"pooled: no MLPerf Training row for {spec.family} (wider interval)"
+    mine = calibration.measured_of(spec.family)
+    if mine:
+        basis += " + " + "; ".join(m.label for m in mine)
     work = tokens * flops_per_token
 
     def seconds(mfu: float) -> float:
@@ -527,3 +597,48 @@ def forward_check(
     """Rows of a later round (the v5.1 held-out file) projected from ``calibration`` alone."""
     rows, left_out = training_rows(results, accelerators)
     return [_holdout(row, calibration.model) for row in rows], left_out
+
+
+def tighten_training_leave_one_out(
+    calibration: TrainCalibration, *, unpublished: bool
+) -> list[Tightened]:
+    """Each published row projected before and after "the user's measured step": the first
+    row (in table order) of the same family and recipe from another system, at its own MFU.
+    The fit leaves out the row's system and the measuring system (a user's machine is not in
+    the table); ``unpublished``: every row of the family too, as for a part MLPerf Training
+    has no result of (the measurement is then all the model knows of it)."""
+    held: list[Tightened] = []
+    rows = calibration.rows
+    for row in rows:
+        o = row.observation
+        partner = next(
+            (
+                r
+                for r in rows
+                if r.result.system_key != row.result.system_key
+                and r.observation.family == o.family
+                and r.observation.group == o.group
+            ),
+            None,
+        )
+        if partner is None:
+            continue
+        if unpublished:
+            rest = [r.observation for r in rows if r.observation.family != o.family]
+        else:
+            away = {row.result.system_key, partner.result.system_key}
+            rest = [r.observation for r in rows if r.result.system_key not in away]
+        if o.group not in {r.group for r in rest}:
+            continue
+        model = fit(rest)
+        measured = Measured(
+            partner.observation, RUN_TO_RUN_LOG_SD**2, f"published row {partner.result.key}"
+        )
+        held.append(
+            Tightened(
+                before=_holdout(row, model),
+                after=_holdout(row, model.updated([measured])),
+                measured=partner.result.key,
+            )
+        )
+    return held

@@ -166,6 +166,16 @@ def test_a_config_that_is_not_a_dense_decoder_is_one_line(
         (("--tokens", "lots"), "--tokens"),
         (("--deadline", "soon"), "soon"),
         (("--accelerators", "nvidia-z9"), "no accelerator 'nvidia-z9'"),
+        (("--measured-step", "2s"), "go together"),
+        (("--measured-on", "NVIDIA L4"), "go together"),
+        (("--measured-devices", "4"), "--measured-devices needs"),
+        (("--measured-step", "2s", "--measured-on", "nvidia-z9"), "no accelerator 'nvidia-z9'"),
+        (("--measured-step", "2s", "--measured-on", "nvidia-h100"), "names a family"),
+        (("--measured-step", "1ms", "--measured-on", "NVIDIA L4"), "cannot beat the datasheet"),
+        (
+            ("--measured-step", "2s", "--measured-on", "NVIDIA L4", "--measured-devices", "0"),
+            "--measured-devices 0",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(
@@ -218,3 +228,24 @@ def test_a_deadline_adds_devices_until_the_sharded_step_fits(
     assert code == 0, err
     doc = json.loads(out)
     assert doc["options"][0]["deadline_devices"] is None and doc["cheapest_in_deadline"] is None
+
+
+def test_a_measured_step_narrows_its_family_and_says_so(cli: CliRunner) -> None:
+    """The user's step of this configuration on 8 L4s (no MLPerf row: pooled, wide) narrows the
+    L4's interval and names itself in the basis and the assumptions; the H100 keeps its rows."""
+    base = ("plan", "train", CONFIG, "--accelerators", "NVIDIA L4,NVIDIA H100 SXM 80GB")
+    code, out, err = cli(*base, "--json")
+    assert code == 0, err
+    before = {o["accelerator"]: o for o in json.loads(out)["options"]}
+    code, out, err = cli(*base, "--measured-step", "24s", "--measured-on", "NVIDIA L4", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    after = {o["accelerator"]: o for o in doc["options"]}
+    l4, l4_before = after["NVIDIA L4"], before["NVIDIA L4"]
+    assert 0 < doc["measured_mfu"] < 1
+    assert l4["basis"].endswith("+ your step of 24 s on 8 x NVIDIA L4")
+    assert l4["time_high_s"] / l4["time_low_s"] < l4_before["time_high_s"] / l4_before["time_low_s"]
+    assert any(a.startswith("your step of 24 s") for a in doc["assumptions"])
+    assert "+ your step" not in after["NVIDIA H100 SXM 80GB"]["basis"]
+    code, out, err = cli(*base, "--measured-step", "24s", "--measured-on", "NVIDIA L4")
+    assert code == 0 and "your step of 24 s on 8 x NVIDIA L4" in out, err

@@ -47,10 +47,13 @@ from accelscope.plan.train_memory import (
     max_micro_batch,
 )
 from accelscope.plan.train_time import (
+    MeasuredStep,
+    TrainCalibration,
     TrainTime,
     flops_per_token,
     project_train_time,
     shipped_training_calibration,
+    tightened_training,
 )
 from accelscope.report.format import format_bytes, format_seconds, money_usd
 
@@ -136,6 +139,13 @@ class TrainRequest:
     """A stored ``audit`` run (id, prefix or ``latest``): buy or recover against its idle GPUs."""
     store_path: Path | None = None
     """The results store ``fleet_run`` is read from."""
+    measured_step_s: float | None = None
+    """The user's measured step of this configuration (micro-batch, sequence length, tp) on
+    ``measured_on``: its MFU narrows that family's interval."""
+    measured_on: str | None = None
+    """The accelerator (a datasheet's name) the step was measured on."""
+    measured_devices: int | None = None
+    """Devices the measured step ran on (``devices`` when not given)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,6 +264,8 @@ class TrainPlan:
     mode: Literal["train"] = "train"
     fleet_run: str | None = None
     """The audit run the options were set against (``--fleet``)."""
+    measured_mfu: float | None = None
+    """The MFU of the user's measured step (``--measured-step``), on its part's peak."""
     recovery: tuple[TrainRecovery, ...] = ()
     """Per priced option whose step fits and whose family the fleet has: buy or recover."""
 
@@ -323,6 +335,48 @@ def _check(request: TrainRequest) -> None:
             raise BadInputError(f"{flag} must be positive, got {amount}")
     if not (math.isfinite(request.tokens) and request.tokens > 0):
         raise BadInputError(f"--tokens must be positive, got {request.tokens}")
+    given = (request.measured_step_s is not None, request.measured_on is not None)
+    if any(given) and not all(given):
+        raise BadInputError("--measured-step and --measured-on go together: the step, and where")
+    if request.measured_devices is not None and request.measured_on is None:
+        raise BadInputError("--measured-devices needs --measured-step and --measured-on")
+    if request.measured_step_s is not None and not (
+        math.isfinite(request.measured_step_s) and request.measured_step_s > 0
+    ):
+        raise BadInputError(f"--measured-step must be positive, got {request.measured_step_s}")
+    measured_devices = _measured_devices(request)
+    if measured_devices < 1 or measured_devices % request.tp:
+        raise BadInputError(
+            f"--measured-devices {measured_devices} is not a positive multiple of --tp {request.tp}"
+        )
+
+
+def _measured_devices(request: TrainRequest) -> int:
+    return request.devices if request.measured_devices is None else request.measured_devices
+
+
+def _measured_step(request: TrainRequest, flops: float) -> MeasuredStep | None:
+    """The user's measured step as the MFU model takes it (bad input is one line)."""
+    if request.measured_step_s is None or request.measured_on is None:
+        return None
+    [spec, *more] = resolve_accelerators((request.measured_on,), load_accelerators())
+    if more:
+        names = ", ".join(s.name for s in (spec, *more))
+        raise BadInputError(f"--measured-on {request.measured_on!r} names a family: one of {names}")
+    devices = _measured_devices(request)
+    dtype = PRECISIONS[request.precision][1]
+    try:
+        return MeasuredStep(
+            spec=spec,
+            dtype=dtype,
+            devices=devices,
+            tokens_per_step=float(request.micro_batch * request.seq_len * (devices // request.tp)),
+            flops_per_token=flops,
+            step_s=request.measured_step_s,
+            label=f"your step of {request.measured_step_s:g} s on {devices} x {spec.name}",
+        )
+    except ValueError as exc:
+        raise BadInputError(f"--measured-step: {exc}") from None
 
 
 def _deadline_devices(
@@ -359,7 +413,12 @@ def _deadline_devices(
 
 
 def _option(
-    request: TrainRequest, shape: ModelShape, spec: AcceleratorSpec, flops: float, catalog: Any
+    request: TrainRequest,
+    shape: ModelShape,
+    spec: AcceleratorSpec,
+    flops: float,
+    catalog: Any,
+    calibration: TrainCalibration,
 ) -> TrainOption:
     dtype = PRECISIONS[request.precision][1]
     memory = float(spec.memory_bytes or 0)
@@ -381,7 +440,12 @@ def _option(
     setup = _setup(request, shape, SHARDINGS[request.sharding], fp8)
     estimate = estimate_train_memory(setup)
     time = project_train_time(
-        spec, dtype=dtype, tokens=request.tokens, flops_per_token=flops, devices=request.devices
+        spec,
+        dtype=dtype,
+        tokens=request.tokens,
+        flops_per_token=flops,
+        devices=request.devices,
+        calibration=calibration,
     )
     hours = request.devices / 3600
     usd = (time.time_s * hours * price[0]) if price else None
@@ -469,16 +533,21 @@ def plan_train(request: TrainRequest) -> TrainPlan:
     except ValueError as exc:
         raise BadInputError(f"plan train: {exc}") from None
     flops = flops_per_token(shape, request.seq_len)
+    step = _measured_step(request, flops)
+    calibration = tightened_training(
+        shipped_training_calibration(), () if step is None else (step,)
+    )
     memory = _memory(request, shape)
     catalog = load_catalog(request.catalog_files)
-    options = tuple(_option(request, shape, s, flops, catalog) for s in specs if s.memory_bytes)
+    options = tuple(
+        _option(request, shape, s, flops, catalog, calibration) for s in specs if s.memory_bytes
+    )
     in_deadline = [o for o in options if o.deadline_usd is not None]
     in_budget = [
         o
         for o in options
         if request.budget_usd is not None and o.usd is not None and o.usd <= request.budget_usd
     ]
-    calibration = shipped_training_calibration()
     dtype = PRECISIONS[request.precision][1]
     return TrainPlan(
         config=str(config.get("_name_or_path") or request.config),
@@ -506,6 +575,7 @@ def plan_train(request: TrainRequest) -> TrainPlan:
         if in_budget
         else None,
         fleet_run=None if fleet is None else fleet[0],
+        measured_mfu=None if step is None else step.mfu,
         recovery=() if fleet is None else _recovery(request, options, fleet[1]),
         assumptions=(
             f"FLOPs per token 6N + 12 L n d S = {flops:.3g} (PaLM appendix B; N the weights a "
@@ -526,6 +596,15 @@ def plan_train(request: TrainRequest) -> TrainPlan:
             "the catalog rents none",
             "memory: accelscope.plan.train_memory (checked on CPU and an H200), with a GPU's "
             "fixed runtime overhead; FSDP = ZeRO-3",
+        )
+        + (
+            ()
+            if step is None
+            else (
+                f"{step.label}: MFU {step.mfu:.3f} of its {dtype} peak, added to the "
+                f"{step.spec.family} family as one more row (its interval narrows; the others "
+                "move through the mean they share)",
+            )
         ),
     )
 
