@@ -1,6 +1,7 @@
 """Leave-one-out over MLPerf Training's decoder results: how wrong ``plan train``'s time
 projection is, and how often its 80 % interval holds the published minutes; then the forward
-check on round v5.1 (held out of the package).
+check on round v5.1 (held out of the package); then measure-then-tighten (another system's
+published row of the family plays the user's ``--measured-step``).
 
 Each system (round, submitter, system) is left out, the MFU model is fitted to the other
 systems' rows, and the left-out row's mean minutes are projected from the tokens its runs
@@ -26,6 +27,7 @@ from accelscope.plan.train_time import (
     leave_one_out,
     load_published_training,
     shipped_training_calibration,
+    tighten_training_leave_one_out,
 )
 
 HELD_OUT = Path(__file__).parent / "results" / "published_training_v5_1_heldout.toml"
@@ -78,6 +80,19 @@ def main() -> None:
     print(summary_table("v5.1 family", summarise(forward, lambda h: h.family)))
     if args.rows:
         _rows(forward)
+    for unpublished in (False, True):
+        held = tighten_training_leave_one_out(calibration, unpublished=unpublished)
+        label = "no MLPerf row for the family" if unpublished else "the family has MLPerf rows"
+        print()
+        print(
+            summary_table(
+                f"measured step, {label}",
+                [
+                    *summarise([t.before for t in held], lambda h: "before"),
+                    *summarise([t.after for t in held], lambda h: "after"),
+                ],
+            )
+        )
 
 
 if __name__ == "__main__":
