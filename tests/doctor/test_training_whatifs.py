@@ -71,7 +71,7 @@ def _doctor(tmp_path: Path, what_if: str, *args: str) -> DoctorResult:
     )
 
 
-@pytest.mark.serial
+@pytest.mark.slow  # doctor runs of a training script (40-60 s); no time is asserted
 def test_bf16_and_fp16_losses_compared_with_fp32_from_the_same_seed(tmp_path: Path) -> None:
     result = _doctor(tmp_path, "bf16,fp16,batch")
     state = result.profile.facts.train_state if result.profile.facts else None
@@ -101,7 +101,7 @@ def test_bf16_and_fp16_losses_compared_with_fp32_from_the_same_seed(tmp_path: Pa
     assert {w.name: w.loss_gap for w in back.what_ifs} == {w.name: w.loss_gap for w in by.values()}
 
 
-@pytest.mark.serial
+@pytest.mark.slow  # doctor runs of a training script (40-60 s); no time is asserted
 def test_a_diverging_fp16_recipe_is_not_recommended(tmp_path: Path) -> None:
     result = _doctor(tmp_path, "fp16", "1e6")  # logits x 1e6 overflow fp16's 65504
     fp16 = next(w for w in result.what_ifs if w.name == "fp16")
