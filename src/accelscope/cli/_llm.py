@@ -175,6 +175,12 @@ def llm_command(
     max_in_flight: int | None = typer.Option(None, "--max-in-flight", help="Client threads (256)."),
     workers: Workers | None = shared.WorkersOption,
     no_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not read /metrics."),
+    past_saturation: bool = typer.Option(
+        False,
+        "--past-saturation",
+        help="Measure every --rate/--concurrency step; by default a sweep stops at the first "
+        "step that saturates the server and says why.",
+    ),
     config: Path | None = config_option("llm"),
     output: OutputFlags = GROUP,
 ) -> None:
@@ -197,6 +203,7 @@ def llm_command(
         workload=source,
         slo=slo.bound,
         scrape_metrics=not no_metrics,
+        stop_at_saturation=not past_saturation,
         report_path=output.report,
         **given(
             device=str(device.device) if device.device else None,

@@ -860,6 +860,9 @@ class LlmRun(Document):
     notes: list[str] = Field(default_factory=list)
     eviction_cliff: EvictionCliff | None = None
     """Agentic runs: where the measured prefix-cache hit rate fell off its optimum."""
+    saturation: list[str] = Field(default_factory=list)
+    """Why a rate or concurrency sweep stopped before its last step, and the steps it left
+    out (:mod:`accelscope.llm.saturation`); empty: every step asked for was measured."""
 
     @field_serializer("trials")
     def _trials_without_records(self, trials: list[LlmTrial]) -> list[dict[str, Any]]:

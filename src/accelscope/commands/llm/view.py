@@ -379,6 +379,13 @@ def llm_view(document: LlmRun, *, title: str = "llm") -> RenderableType:
             )
     for trial in document.trials:
         parts.extend(_trial_lines(document, trial))
+    for stop in document.saturation:
+        parts.append(
+            Text(
+                f"sweep stopped: {stop} (--past-saturation measures every step)",
+                style="bold yellow",
+            )
+        )
     if document.eviction_cliff is not None:
         cliff = document.eviction_cliff
         fell = cliff.concurrency is not None or cliff.reuse_lost_at is not None

@@ -43,6 +43,7 @@ from accelscope.llm.harness import Harness, LoadKind, capacity_summary
 from accelscope.llm.jobs import ValidityBounds
 from accelscope.llm.prefix_optimum import cliff_of
 from accelscope.llm.records import Target
+from accelscope.llm.saturation import concurrency_saturated, rate_saturated
 from accelscope.llm.scaleout import Workers
 from accelscope.llm.summary import DEFINITIONS
 from accelscope.llm.workload import TokenCounter, Workload, WorkloadSource, load_tokenizer
@@ -111,6 +112,9 @@ class LlmRequestSettings:
     ray_address: str = "auto"
     """The Ray cluster of ``--workers ray:N``."""
     scrape_metrics: bool = True
+    stop_at_saturation: bool = True
+    """A ``rates``/``concurrencies`` sweep stops at its first saturated step
+    (:mod:`accelscope.llm.saturation`); ``False``: every step is measured."""
     context_tokens: int | None = None
     """The server's context length for the agentic validity gate; ``None``: read from the
     server's ``/v1/models`` (vLLM's ``max_model_len``) when it publishes it."""
@@ -138,6 +142,7 @@ class LlmRequestSettings:
             "ignore_eos": self.ignore_eos,
             "workers": self.workers.label,
             "context_tokens": self.context_tokens,
+            "stop_at_saturation": self.stop_at_saturation,
         }
 
 
@@ -423,12 +428,10 @@ def llm(
         validity=request.validity,
     )
     capacity: CapacitySummary | None = None
+    stops: list[str] = []
     try:
         with run:
-            for rate in request.rates:
-                harness.trial(Arrivals(rate_per_s=rate, cv=request.burstiness))
-            for count in request.concurrencies:
-                harness.trial(Arrivals(concurrency=count))
+            stops.extend(_sweep(request, harness, say))
             for speed in request.speeds:
                 harness.trial(Arrivals(speed=speed))
             if request.capacity is not None:
@@ -439,7 +442,7 @@ def llm(
                         max_trials=request.capacity_trials,
                     )
                 )
-            document = _document(request, description, harness, capacity, floor, env, local)
+            document = _document(request, description, harness, capacity, floor, env, local, stops)
             run.add_document(SUMMARY_DOCUMENT, document.model_dump(mode="json"))
             if capacity is not None:
                 run.add_document(CAPACITY_DOCUMENT, _capacity_document(document, capacity))
@@ -454,6 +457,42 @@ def llm(
     )
 
 
+def _sweep(request: LlmRequestSettings, harness: Harness, say: Events) -> list[str]:
+    """The ``rates`` then the ``concurrencies`` trials, each sweep stopped at its first
+    saturated step (unless asked not to): why each stopped, and what it left out."""
+    stops: list[str] = []
+    for rate in request.rates:
+        trial = harness.trial(Arrivals(rate_per_s=rate, cv=request.burstiness))
+        why = rate_saturated(trial.summary, trial.label)
+        left = [r for r in request.rates if r > rate]
+        if why and request.stop_at_saturation and left:
+            stops.append(f"{why}; not measured: {', '.join(f'{r:g} req/s' for r in left)}")
+            say(stops[-1])
+            break
+    previous: LlmTrial | None = None
+    for count in request.concurrencies:
+        trial = harness.trial(Arrivals(concurrency=count))
+        lower = previous is not None and (previous.arrivals.concurrency or 0) < count
+        why = (
+            concurrency_saturated(
+                trial.summary,
+                trial.label,
+                previous.summary,
+                previous.label,
+                streams_ratio=count / (previous.arrivals.concurrency or 1),
+            )
+            if previous is not None and lower
+            else None
+        )
+        left = [c for c in request.concurrencies if c > count]
+        if why and request.stop_at_saturation and left:
+            stops.append(f"{why}; not measured: concurrency {', '.join(map(str, left))}")
+            say(stops[-1])
+            break
+        previous = trial
+    return stops
+
+
 def _document(
     request: LlmRequestSettings,
     target: Any,
@@ -462,6 +501,7 @@ def _document(
     floor: FloorInputs,
     env: Environment,
     local: bool,
+    saturation: Sequence[str] = (),
 ) -> LlmRun:
     trials = harness.trials
     config = next(
@@ -484,6 +524,7 @@ def _document(
         capacity=capacity,
         server_config=config,
         eviction_cliff=cliff_of([s for s in steps if s is not None]) if steps else None,
+        saturation=list(saturation),
         notes=[
             *explanations(workload, trials, config),
             *(n for t in trials for n in t.notes),
