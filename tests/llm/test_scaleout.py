@@ -145,6 +145,12 @@ def test_a_worker_killed_after_its_first_request_leaves_the_rest_not_sent() -> N
     assert outcome.unsent == 6 - len(by_worker[1])
     [note] = [n for n in outcome.notes if n.startswith("worker 1")]
     assert "died (exit code -9)" in note and "counted as not sent" in note
+    # the trial names the processes that sent it: the one killed among them
+    first, second = outcome.workers
+    assert (first.worker, second.worker) == (0, 1) and second.pid == killed[0]
+    assert first.died == "" and second.died == "died (exit code -9)"
+    assert (first.requests, first.records) == (6, 6) and second.records == len(by_worker[1])
+    assert second.label.startswith(f"worker 1: pid {killed[0]} on ")
 
 
 @pytest.mark.parametrize("given", ["0", "ray:", "two", "k8s:2"])
@@ -169,6 +175,9 @@ def test_llm_with_two_workers_stores_every_request(cli: CliRunner, tmp_path: Pat
     [trial] = run.documents_of("llm-trial")
     assert sorted(r["index"] for r in trial["records"]) == list(range(12))
     assert trial["summary"]["completed"] == 12
+    sent = trial["client_workers"]  # the stored run names the processes that sent it
+    assert [w["worker"] for w in sent] == [0, 1] and sum(w["records"] for w in sent) == 12
+    assert all(w["pid"] and w["host"] and w["pid"] != os.getpid() for w in sent)
 
 
 @pytest.mark.server
@@ -194,6 +203,8 @@ def test_two_ray_nodes_send_one_schedule() -> None:
             on_started=placed.extend,
         )
     assert len(set(placed)) == 2  # one worker on each node
+    assert [w.node for w in outcome.workers] == placed  # named in the trial, with its process
+    assert all(w.pid and w.host and w.records == 8 for w in outcome.workers)
     assert [r.index for r in outcome.records] == list(range(16))
     assert [r.scheduled_s for r in outcome.records] == [r.scheduled_s for r in requests]
     assert all(r.ok for r in outcome.records) and outcome.unsent == 0

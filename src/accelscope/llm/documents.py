@@ -687,6 +687,29 @@ class DecodeFloor(Document):
 # -- the stored documents ---------------------------------------------------------------------
 
 
+class ClientWorker(Document):
+    """One client process (``--workers N``) or Ray actor (``--workers ray:N``) that sent a
+    share of a trial: where it ran, and what it sent and brought back."""
+
+    worker: int
+    host: str
+    pid: int | None = None
+    node: str = ""
+    """The Ray node id it was placed on (empty: a local process)."""
+    requests: int
+    """Requests its share of the schedule planned."""
+    records: int
+    """Records it brought back (the rest were never sent)."""
+    died: str = ""
+
+    @property
+    def label(self) -> str:
+        where = f"pid {self.pid} on {self.host}" if self.pid is not None else self.host
+        node = f" (Ray node {self.node[:12]})" if self.node else ""
+        end = f", {self.died}" if self.died else ""
+        return f"worker {self.worker}: {where}{node}, {self.records} of {self.requests}{end}"
+
+
 class LlmTrial(Document):
     """An ``llm-trial`` document: one trial at one load, committed as it ends. Stored with the
     steady window's per-request samples (``samples``, what ``compare`` bootstraps) and every
@@ -708,6 +731,9 @@ class LlmTrial(Document):
     notes: list[str] = Field(default_factory=list)
     """What the target saw of this trial (an in-process model's static batches)."""
     interrupted: bool = False
+    client_workers: list[ClientWorker] = Field(default_factory=list)
+    """The client processes or Ray actors that sent the trial (``--workers``); empty: this
+    process alone."""
     samples: dict[str, list[float]] = Field(default_factory=dict)
     records: list[RequestRecord] = Field(default_factory=list)
 

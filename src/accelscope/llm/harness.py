@@ -245,6 +245,7 @@ class Harness:
                 *self._warnings(arrivals, summary, server),
                 *(f"{arrivals.label}: {line}" for line in outcome.warnings),
             ],
+            client_workers=outcome.workers,
             samples=steady_samples(records, summary),
             records=records,
         )

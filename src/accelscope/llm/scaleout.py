@@ -24,6 +24,7 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.process
 import pickle
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from accelscope.errors import BadInputError
+from accelscope.llm.documents import ClientWorker
 from accelscope.llm.records import RequestRecord, Target
 from accelscope.llm.summary import LAG_LIMIT_S
 from accelscope.llm.trial import TrialInterrupted, TrialRecords, run_trial
@@ -280,6 +282,22 @@ class WorkerOutcome:
     process_cpu_s: float = 0.0
     streamed: int = 0
     died: str = ""
+    host: str = ""
+    """The machine it ran on (its host name)."""
+    pid: int | None = None
+    node: str = ""
+    """The Ray node id it was placed on (empty: a local process)."""
+
+    def client_worker(self) -> ClientWorker:
+        return ClientWorker(
+            worker=self.plan.worker,
+            host=self.host or "unknown host",
+            pid=self.pid,
+            node=self.node,
+            requests=self.plan.requests,
+            records=len(self.records),
+            died=self.died,
+        )
 
 
 def merge_workers(
@@ -324,6 +342,7 @@ def merge_workers(
         request_cpu_s=sum(w.request_cpu_s for w in outcomes),
         streamed=sum(w.streamed for w in outcomes),
         worker_cpu_s=sum(w.process_cpu_s for w in outcomes),
+        workers=[w.client_worker() for w in sorted(outcomes, key=lambda w: w.plan.worker)],
     )
 
 
@@ -343,6 +362,8 @@ def _merge(running: list[_Worker], origin_s: float, *, interrupted: bool = False
                 process_cpu_s=worker.cpu_s,
                 streamed=worker.streamed,
                 died=died,
+                host=socket.gethostname(),
+                pid=worker.process.pid,
             )
         )
     return merge_workers(outcomes, origin_s, interrupted=interrupted)

@@ -13,6 +13,8 @@ counted as not sent, with a note, and the run is kept.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -68,7 +70,16 @@ class _Worker:
             records=outcome.records,
             request_cpu_s=outcome.request_cpu_s,
             streamed=outcome.streamed,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            node=self.node(),
         )
+
+
+def _host(ray: Any, node: str) -> str:
+    """The address of the Ray node ``node`` (its actor died: it cannot say its host name)."""
+    found = [n for n in ray.nodes() if n.get("NodeID") == node]
+    return str(found[0].get("NodeManagerAddress", "")) if found else ""
 
 
 def run_ray_trial(
@@ -138,12 +149,14 @@ def _run(
         on_started(placed)
     finished: list[WorkerOutcome] = []
     try:
-        for plan, call in zip(plans, calls, strict=True):
+        for plan, call, node in zip(plans, calls, placed, strict=True):
             try:
                 finished.append(ray.get(call))
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
                 why = f"died on its node ({type(exc).__name__})"
-                finished.append(WorkerOutcome(plan=plan, records=[], died=why))
+                finished.append(
+                    WorkerOutcome(plan=plan, records=[], died=why, host=_host(ray, node), node=node)
+                )
     finally:
         for a in actors:
             ray.kill(a)

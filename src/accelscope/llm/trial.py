@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from accelscope.llm.documents import ClientWorker
 from accelscope.llm.records import LlmRequest, RequestRecord, Target
 from accelscope.llm.workload import Session, turn_request
 
@@ -56,6 +57,8 @@ class TrialRecords:
     """All the CPU of the client processes beside this one (``--workers``), fixed costs too."""
     warnings: list[str] = field(default_factory=list)
     """What makes the trial's load doubtful (a worker that fell behind its schedule)."""
+    workers: list[ClientWorker] = field(default_factory=list)
+    """The client processes or Ray actors that sent it (``--workers``); empty: this process."""
 
 
 class TrialInterrupted(Exception):

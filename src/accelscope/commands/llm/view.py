@@ -318,6 +318,9 @@ def _trial_lines(document: LlmRun, trial: LlmTrial) -> list[RenderableType]:
     parts.extend(_stream_lines(trial))
     for kind in trial.summary.error_kinds:
         parts.append(Text(f"errors at {trial.label}: {kind.count} x {kind.error}", style="red"))
+    if trial.client_workers:
+        sent = "; ".join(w.label for w in trial.client_workers)
+        parts.append(Text(f"{trial.label} sent by {sent}", style="dim"))
     server = trial.server_metrics
     reuse = trial.summary.prefix_reuse
     if server.prefix_cache is not None and server.prefix_cache.hit_rate is not None:
