@@ -74,7 +74,7 @@ def test_a_concurrency_is_saturated_when_it_gains_nothing_and_only_waits() -> No
         concurrency_saturated(waited, "c", before, "b", streams_ratio=1.0)
 
 
-def _llm(cli: CliRunner, url: str, store: Path, *extra: str) -> Any:
+def _llm(cli: CliRunner, url: str, store: Path, *extra: str | Path) -> Any:
     code, out, err = cli(
         "llm", url, "--model", "fake-model", "--input-tokens", "4", "--output-tokens", "4",
         "--seed", "1", "--store", store, "--requests", "20", *extra, "--json",
@@ -87,7 +87,9 @@ def test_a_rate_sweep_stops_at_the_saturated_step_and_says_why(
     tmp_path: Path, cli: CliRunner
 ) -> None:
     with FakeLLMServer(ttft_s=0.01, itl_s=0.01, max_running=1) as fake:
-        document = _llm(cli, fake.url, tmp_path / "r.db", "--rate", "4,200,400")
+        document = _llm(
+            cli, fake.url, tmp_path / "r.db", "--rate", "4,200,400", "--report", tmp_path / "r.html"
+        )
     labels = [t["label"] for t in document["trials"]]
     assert labels == ["4 req/s", "200 req/s"]
     [stop] = document["saturation"]
@@ -95,6 +97,7 @@ def test_a_rate_sweep_stops_at_the_saturated_step_and_says_why(
     with ResultStore(tmp_path / "r.db") as store:
         [stored] = store.get_run("latest").documents_of("llm")
     assert stored["saturation"] == [stop]
+    assert "sweep stopped: saturated at 200 req/s" in (tmp_path / "r.html").read_text()
 
 
 def test_a_concurrency_sweep_stops_and_past_saturation_measures_every_step(

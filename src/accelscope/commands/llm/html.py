@@ -282,6 +282,7 @@ def _target_rows(run: LlmRun) -> list[tuple[str, str]]:
 
 def _warnings(run: LlmRun) -> list[str]:
     found = list(dict.fromkeys([*run.warnings, *(w for t in run.trials for w in t.warnings)]))
+    found += [f"sweep stopped: {stop}" for stop in run.saturation]
     found += [
         f"{t.label}: interrupted (Ctrl-C); its figures are partial"
         for t in run.trials
@@ -433,7 +434,15 @@ def render_llm_report(
         servers=[_server_row(t) for t in run.trials],
         breaks=breaks,
         timeline_missing=timeline_missing,
-        notes=run.notes,
+        notes=[
+            *([run.eviction_cliff.text] if run.eviction_cliff is not None else []),
+            *run.notes,
+            *(
+                f"{t.label} sent by {'; '.join(w.label for w in t.client_workers)}"
+                for t in run.trials
+                if t.client_workers
+            ),
+        ],
         warnings=_warnings(run),
         definitions=definitions,
         charts=[
