@@ -397,6 +397,14 @@ class TimelineVerdict:
     matrix_precision: Precision | None = None
     kernel_classes: dict[str, float] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """``ranked`` is a partition of the step (the mean over steps of partitions): no share
+        below 0, their sum at most 1 (floating-point rounding allowed); a bug raises here
+        instead of being clipped by a reader."""
+        total = math.fsum(share for _, share in self.ranked)
+        if any(not share >= 0 for _, share in self.ranked) or total > 1 + 1e-9:
+            raise ValueError(f"the ranked causes are not a partition of the step: {self.ranked}")
+
 
 def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """Merged, sorted, non-empty intervals."""

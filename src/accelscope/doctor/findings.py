@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -84,8 +85,8 @@ class RuleContext:
         timeline = self.timeline
         if timeline is None:
             return None
-        shares = dict(timeline.ranked)
-        return min(1.0, sum(shares.get(c, 0.0) for c in causes))
+        shares = dict(timeline.ranked)  # a partition: its verdict checks that when built
+        return math.fsum(shares.get(c, 0.0) for c in causes)
 
     @property
     def device(self) -> str:

@@ -327,6 +327,10 @@ def _document(
     ranking = tuned.ranking
     winner = ranking.winner
     notes = [*engine.notes, *([ranking.nothing_ranked] if ranking.nothing_ranked else [])]
+    warnings = list(warnings)
+    cache = _cache_beside_winner(winner) if winner is not None else None
+    if cache is not None:
+        (warnings if cache[1] else notes).append(cache[0])
     return TuneRun(
         engine=engine.name,
         engine_found=engine.describe(),
@@ -354,6 +358,31 @@ def _document(
         notes=notes,
         warnings=warnings,
     )
+
+
+def _cache_beside_winner(winner: TuneConfig) -> tuple[str, bool] | None:
+    """An agentic workload's prefix cache at the winner's measured load, set against its
+    optimum (``llm.prefix_optimum``), and whether it fell past the eviction cliff's bound:
+    reported beside the winner, since a winner past the cliff wins on a cache that is
+    already evicting the sessions' shared prefixes. ``None``: not an agentic workload, or no
+    hit rate measured."""
+    point = winner.point
+    step = point.summary.agentic if point is not None else None
+    cache = step.cache if step is not None else None
+    if point is None or cache is None or cache.ratio is None or cache.measured is None:
+        return None
+    optimum = cache.lru if cache.reference == "lru" else cache.every_prefix_kept
+    text = (
+        f"the winner's prefix cache at {point.label}: hit rate {cache.measured:.2f} against "
+        f"the {cache.reference} optimum {optimum or 0.0:.2f} (x{cache.ratio:.2f}); "
+    )
+    if cache.below_bound:
+        return (
+            text + f"past the eviction cliff (under x{cache.bound:g}): fewer sessions in flight "
+            "or more KV capacity would keep more of the sessions' shared prefixes",
+            True,
+        )
+    return text + f"above the eviction cliff's bound (x{cache.bound:g})", False
 
 
 def _capacity(document: TuneRun, winner: TuneConfig, env: Environment) -> LlmCapacity:
