@@ -402,7 +402,7 @@ def plan_train_command(
     accelerators: AcceleratorFlags = GROUP,
     catalog: CatalogFlags = GROUP,
     audited: FleetFlags = GROUP,
-    store: StoreFlags = GROUP,
+    store: SaveFlags = GROUP,
     output: JsonFlags = GROUP,
 ) -> None:
     """Training: memory per device per sharding, fit, time and $ for a token budget."""
@@ -434,10 +434,17 @@ def plan_train_command(
         ),
     )
     plan = plan_train(request)
+    stored = None
+    if store.save:
+        from accelscope.commands.plan.train import store_train_plan
+
+        stored = store_train_plan(plan, store.path, command_line=command_line())
     if output.as_json:
         _out.print_json(json.dumps(dump(plan)))
-    else:
-        _out.print(train_view(plan))
+        return
+    _out.print(train_view(plan))
+    if stored:
+        _out.print(f"stored run [bold]{stored}[/] in {store.path}")
 
 
 def _show(run: RunRecord) -> None:

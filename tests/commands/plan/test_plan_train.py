@@ -17,11 +17,13 @@ CONFIG = REPO / "examples" / "plan" / "llama-3.1-8b-config.json"
 FOUR = "NVIDIA H100 SXM 80GB,nvidia-h200,amd-mi300x,google-tpu-v6e"
 
 
-def _documented_line() -> list[str]:
-    """docs/plan.md's ``$ accelscope plan train`` line, split as a shell would."""
+def _documented_line(which: int = 0) -> list[str]:
+    """docs/plan.md's ``$ accelscope plan train`` lines (the Llama-3.1-8B line, then the
+    measured step's), split as a shell would."""
     text = (REPO / "docs" / "plan.md").read_text(encoding="utf-8")
-    (line,) = [x for x in text.splitlines() if x.startswith("$ accelscope plan train ")]
-    return shlex.split(line)[2:]
+    lines = [x for x in text.splitlines() if x.startswith("$ accelscope plan train ")]
+    assert len(lines) == 2
+    return shlex.split(lines[which])[2:]
 
 
 def test_the_documented_llama_8b_line_runs_as_written(cli: CliRunner) -> None:
@@ -249,3 +251,21 @@ def test_a_measured_step_narrows_its_family_and_says_so(cli: CliRunner) -> None:
     assert "+ your step" not in after["NVIDIA H100 SXM 80GB"]["basis"]
     code, out, err = cli(*base, "--measured-step", "24s", "--measured-on", "NVIDIA L4")
     assert code == 0 and "your step of 24 s on 8 x NVIDIA L4" in out, err
+    # docs/plan.md's measured-step line, as written: the A100 narrows to 11.9-21.9 h
+    code, out, err = cli(*_documented_line(1))
+    assert code == 0, err
+    assert "16.1 h [11.9 h-21.9 h]" in out and "your step of 1.9 s on 8 x NVIDIA A100" in out
+
+
+def test_save_stores_the_plan_and_runs_show_prints_it(tmp_path: Path, cli: CliRunner) -> None:
+    store = tmp_path / "runs.db"
+    args = ("plan", "train", CONFIG, "--accelerators", "NVIDIA H100 SXM 80GB", "--store", store)
+    code, out, err = cli(*args)
+    assert code == 0, err
+    assert not store.exists()  # an estimate is stored only when asked
+    code, out, err = cli(*args, "--save")
+    assert code == 0, err
+    assert "stored run" in out
+    code, shown, err = cli("runs", "show", "latest", "--store", store)
+    assert code == 0, err
+    assert "memory per device" in shown and "NVIDIA H100 SXM 80GB" in shown

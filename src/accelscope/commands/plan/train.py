@@ -609,6 +609,16 @@ def plan_train(request: TrainRequest) -> TrainPlan:
     )
 
 
+def store_train_plan(plan: TrainPlan, store_path: Path, *, command_line: str | None) -> str:
+    """Store ``plan`` as a ``plan`` run (``plan train --save``); its id."""
+    from accelscope.commands.plan.workflow import store_plan_document
+    from accelscope.serialise import dump
+
+    settings = {k: v for k, v in dump(plan).items() if k not in ("memory", "options", "recovery")}
+    run = store_plan_document(store_path, plan.config, settings, dump(plan), None, command_line)
+    return run.run_id or ""
+
+
 def _duration(seconds: float) -> str:
     """Training lengths: days, hours or minutes (``units.format_seconds`` stops at seconds)."""
     for scale, unit in ((86400.0 * 2, "d"), (3600.0, "h"), (60.0, "min")):

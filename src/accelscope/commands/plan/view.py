@@ -426,4 +426,9 @@ def plan_view(doc: Mapping[str, Any]) -> RenderableType:
         return memory_view(doc)
     if mode == "api":
         return api_view(doc)
+    if mode == "train":
+        from accelscope.commands.plan.train import TrainPlan, train_view
+        from accelscope.serialise import load
+
+        return train_view(load(TrainPlan, doc))
     return capacity_view(doc)
