@@ -2,7 +2,7 @@
 end through the CLI, and the bad inputs (a run that is not an audit, no audit, no store).
 
 Covers: accelscope.commands.plan.workflow, accelscope.commands.plan.view,
-accelscope.audit.recover."""
+accelscope.commands.plan.html, accelscope.audit.recover."""
 
 from __future__ import annotations
 
@@ -57,6 +57,12 @@ def test_the_idle_l4_carries_the_traffic(store: Path, cli: CliRunner) -> None:
     assert code == 0, err
     assert "buy or recover: against audit run" in out
     assert "recover 24 GPU-hours a day of L4" in out
+    report = store.parent / "plan.html"
+    code, _, err = cli("plan", *PLAN, "--fleet", "latest", "--store", store, "--report", report)
+    assert code == 0, err
+    html = report.read_text(encoding="utf-8")
+    assert '<section id="fleet">' in html and "Buy or recover: against audit run" in html
+    assert "g6.xlarge (given)" in html and "idle GPU-h/day" in html
 
 
 def test_bad_fleet_runs_are_one_line(store: Path, tmp_path: Path, cli: CliRunner) -> None:
