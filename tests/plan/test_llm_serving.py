@@ -29,6 +29,7 @@ from accelscope.plan.projection.llm_serving import (
     project_serving,
     served_model,
     shipped_serving_calibration,
+    tpot_floor,
 )
 from accelscope.plan.projection.validation import summarise
 from accelscope.testing import CliRunner, assert_one_line_error
@@ -249,3 +250,18 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_a_missing_config_is_one_line_and_exit_2(tmp_path: Path, cli: CliRunner) -> None:
     code, _, err = cli("plan", "llm", tmp_path / "absent.json")
     assert_one_line_error(code, err, "no such file")
+
+
+def test_the_tpot_floor_is_the_operating_point_s_and_scales_as_one_over_eta(
+    bf16_70b: ServedModel,
+) -> None:
+    spec = load_accelerators().get(H100)
+    point = operating_point(bf16_70b, spec, WORKLOAD, MLPERF_SLO, 4, eta=0.5)
+    assert point is not None
+    at = tpot_floor(bf16_70b, spec, WORKLOAD, point.concurrency, tp=4, eta=0.5)
+    assert at == pytest.approx(point.tpot_s)
+    assert tpot_floor(bf16_70b, spec, WORKLOAD, 8, tp=4, eta=0.25) == pytest.approx(
+        2 * tpot_floor(bf16_70b, spec, WORKLOAD, 8, tp=4, eta=0.5)
+    )
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        tpot_floor(bf16_70b, spec, WORKLOAD, 0)

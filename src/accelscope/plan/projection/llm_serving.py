@@ -61,6 +61,7 @@ from accelscope.plan.projection.validation import COVERAGE, Holdout
 
 __all__ = [
     "GPU_MEMORY_UTILIZATION",
+    "MLPERF_GROUP",
     "MLPERF_SLO",
     "NEAR_BEST",
     "TP_DEGREES",
@@ -84,6 +85,7 @@ __all__ = [
     "serving_plan",
     "shipped_serving_calibration",
     "tightened_serving",
+    "tpot_floor",
 ]
 
 GPU_MEMORY_UTILIZATION = 0.9
@@ -304,6 +306,23 @@ class _Floor:
         room = memory * GPU_MEMORY_UTILIZATION - self.model.weights_bytes / self.tp
         per_sequence = self.workload.full_context * self.model.kv_bytes_per_token / self.tp
         return max(0, math.floor(room / per_sequence))
+
+
+def tpot_floor(
+    model: ServedModel,
+    spec: AcceleratorSpec,
+    workload: ServingWorkload,
+    batch: int,
+    *,
+    tp: int = 1,
+    eta: float = 1.0,
+) -> float:
+    """The model's TPOT at ``batch`` sequences in flight (the module's ``TPOT(B)``): what a
+    measured TPOT is set against to read its efficiency (``eta = tpot_floor(eta=1) /
+    measured``, both terms scale as ``1 / eta``)."""
+    if batch < 1 or not eta > 0:
+        raise ValueError(f"batch must be >= 1 and eta > 0, got {batch}, {eta}")
+    return _Floor(model, spec, workload, tp, eta).tpot(batch)
 
 
 def operating_point(

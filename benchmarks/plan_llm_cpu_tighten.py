@@ -1,0 +1,193 @@
+"""plan llm's measure-then-tighten, checked against the real vLLM on this CPU (issue 40).
+
+``plan llm`` projects serving with one efficiency ``eta`` per accelerator family on a floor
+(``accelscope.plan.projection.llm_serving``): ``TPOT(B) = decode step(B) + B / output x
+prefill``, both terms over the part's bandwidth and peak times ``eta``. A user who measures two
+points on their own part adds them to the model as rows of its family (the update
+``tightened_serving`` makes), and the interval for every other load narrows. This checks that
+on hardware at hand: vLLM's CPU build serving a Llama built in code (random weights, large
+enough that the weights' reads matter: ~90 M parameters, fp32), measured by ``accelscope llm`` at
+five concurrencies, twice, in alternating order. This CPU enters as a datasheet of its own,
+its bandwidth and fp32 peak measured here (numpy copy, torch matmul on both cores).
+
+For every pair of concurrencies taken as "the two measured points", the other three are
+projected before (the pooled prior: no row for this family) and after the update, and the
+script reports the median |error| of TPOT and how often the 80 % interval held the measured
+median TPOT.
+
+    .venv/bin/python benchmarks/plan_llm_cpu_tighten.py \\
+        --out benchmarks/results/plan_llm_cpu_tighten.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accelscope.commands.llm.workflow import LlmRequestSettings, llm
+from accelscope.hardware.fingerprint import collect_environment
+from accelscope.llm.workload import Lengths, Workload
+from accelscope.plan.accelerators import AcceleratorSpec
+from accelscope.plan.llm_memory import shape_from_config
+from accelscope.plan.projection.efficiency import Measured, Observation
+from accelscope.plan.projection.llm_serving import (
+    MLPERF_GROUP,
+    ServingWorkload,
+    served_model,
+    shipped_serving_calibration,
+    tpot_floor,
+)
+from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD
+from accelscope.plan.projection.validation import COVERAGE
+from accelscope.testing.llm_model import build_tiny_llama
+from accelscope.testing.real_llm_servers import VllmServe
+
+CONCURRENCIES = (1, 2, 4, 8, 16)
+INPUT, OUTPUT = 64, 32
+FAMILY = "this-cpu"
+
+
+def measure_bandwidth() -> float:
+    """Bytes/s of a numpy copy of 256 MiB (read + write), best of five."""
+    src = np.ones(2**25, dtype=np.float64)
+    dst = np.empty_like(src)
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * src.nbytes / best
+
+
+def measure_fp32_peak() -> float:
+    """fp32 FLOP/s of a 2048 x 2048 matmul on every core, best of five."""
+    import torch
+
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    torch.mm(a, b)
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * 2048**3 / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    bandwidth, peak = measure_bandwidth(), measure_fp32_peak()
+    print(
+        f"this CPU: copy bandwidth {bandwidth / 1e9:.2f} GB/s, fp32 matmul {peak / 1e9:.1f} GFLOP/s"
+    )
+    measured_here = {
+        "source": "measured here by benchmarks/plan_llm_cpu_tighten.py",
+        "date": "2026-11-28",
+    }
+    spec = AcceleratorSpec.model_validate(
+        {
+            "name": "this CPU",
+            "family": FAMILY,
+            "kind": "cpu",
+            "vendor": "AMD",
+            "memory_bandwidth_bytes_per_s": bandwidth,
+            "peak_ops_per_s": {"fp32": peak},
+            "sources": {
+                "memory_bandwidth_bytes_per_s": measured_here,
+                "peak_ops_per_s": measured_here,
+            },
+        }
+    )
+    tpots: dict[int, list[float]] = {c: [] for c in CONCURRENCIES}
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_tiny_llama(
+            Path(tmp) / "llama", hidden=1024, layers=8, heads=16, kv_heads=4,
+            intermediate=2816, vocab=400,
+        )  # fmt: skip
+        config = json.loads((model_dir / "config.json").read_text())
+        model = served_model(shape_from_config(config), "fp32", name="llama-90m")
+        print(
+            f"model: {model.params / 1e6:.1f} M parameters, {model.weights_bytes / 1e6:.0f} MB fp32"
+        )
+        env = collect_environment()
+        with VllmServe(model_dir, dtype="float32", max_num_seqs=16, kv_cache_gib=2.0,
+                       prefix_caching=False) as server:  # fmt: skip
+            for round_ in range(args.rounds):
+                order = CONCURRENCIES if round_ % 2 == 0 else tuple(reversed(CONCURRENCIES))
+                for c in order:
+                    outcome = llm(
+                        LlmRequestSettings(
+                            url=server.url, model=server.model, concurrencies=(c,),
+                            requests=max(8, 2 * c), tokenizer=model_dir, ignore_eos=True,
+                            workload=Workload(input_tokens=Lengths(INPUT, INPUT),
+                                              output_tokens=Lengths(OUTPUT, OUTPUT)),
+                            timeout_s=600.0, stop_at_saturation=False,
+                        ),
+                        store_path=None,
+                        environment=env,
+                    )  # fmt: skip
+                    [trial] = outcome.document.trials
+                    tpot = trial.summary.metrics.tpot_s.p50
+                    assert tpot is not None and trial.summary.errors == 0
+                    tpots[c].append(tpot)
+                    print(f"round {round_ + 1} concurrency {c:>2}: TPOT p50 {tpot * 1e3:.1f} ms")
+    workload = ServingWorkload(INPUT, OUTPUT)
+    measured = {c: statistics.median(v) for c, v in tpots.items()}
+    floor = {c: tpot_floor(model, spec, workload, c) for c in CONCURRENCIES}
+    eta = {c: floor[c] / measured[c] for c in CONCURRENCIES}
+    print("eta per concurrency: " + ", ".join(f"{c}: {e:.3f}" for c, e in eta.items()))
+    calibration = shipped_serving_calibration()
+    before = calibration.model.predict(MLPERF_GROUP, FAMILY, "llm")
+    rows: list[dict[str, Any]] = []
+    for pair in itertools.combinations(CONCURRENCIES, 2):
+        points = [
+            Measured(Observation(MLPERF_GROUP, FAMILY, "llm", math.log(eta[c])),
+                     RUN_TO_RUN_LOG_SD**2, f"concurrency {c}")
+            for c in pair
+        ]  # fmt: skip
+        after = calibration.model.updated(points).predict(MLPERF_GROUP, FAMILY, "llm")
+        for c in CONCURRENCIES:
+            if c in pair:
+                continue
+            row: dict[str, Any] = {"measured_at": list(pair), "concurrency": c,
+                                      "tpot_ms": measured[c] * 1e3}  # fmt: skip
+            for name, prediction in (("before", before), ("after", after)):
+                low, high = prediction.interval(COVERAGE)
+                point = floor[c] / prediction.point
+                slow, fast = floor[c] / low, floor[c] / high
+                row[name] = {
+                    "tpot_ms": point * 1e3,
+                    "interval_ms": [fast * 1e3, slow * 1e3],
+                    "error": point / measured[c] - 1,
+                    "covered": fast <= measured[c] <= slow,
+                    "hi_lo": slow / fast,
+                }
+            rows.append(row)
+    for name in ("before", "after"):
+        found = [r[name] for r in rows]
+        print(
+            f"{name}: {len(found)} projections, median |error| "
+            f"{statistics.median(abs(f['error']) for f in found):.1%}, coverage "
+            f"{sum(f['covered'] for f in found) / len(found):.0%}, median hi/lo "
+            f"{statistics.median(f['hi_lo'] for f in found):.2f}"
+        )
+    if args.out:
+        args.out.write_text(json.dumps({
+            "bandwidth_bytes_per_s": bandwidth, "fp32_flops_per_s": peak,
+            "params": model.params, "tpot_s": tpots, "eta": eta, "rows": rows,
+        }, indent=1))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
