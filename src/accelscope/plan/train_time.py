@@ -69,7 +69,7 @@ from accelscope.plan.accelerators import Accelerators, AcceleratorSpec, load_acc
 from accelscope.plan.llm_memory import ModelShape
 from accelscope.plan.projection.efficiency import EfficiencyModel, Measured, Observation, fit
 from accelscope.plan.projection.llm_serving import llama2_70b_shape
-from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD, Tightened
+from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD, Tightened, stand_in
 from accelscope.plan.projection.validation import COVERAGE, Holdout
 from accelscope.validation import PositiveCount, PositiveNumber, Text, validate
 
@@ -611,15 +611,11 @@ def tighten_training_leave_one_out(
     rows = calibration.rows
     for row in rows:
         o = row.observation
-        partner = next(
-            (
-                r
-                for r in rows
-                if r.result.system_key != row.result.system_key
-                and r.observation.family == o.family
-                and r.observation.group == o.group
-            ),
-            None,
+        partner = stand_in(
+            row,
+            rows,
+            system=lambda r: r.result.system_key,
+            key=lambda r: (r.observation.family, r.observation.group),
         )
         if partner is None:
             continue

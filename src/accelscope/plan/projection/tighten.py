@@ -15,9 +15,9 @@ intervals still hold about 80 % of left-out published rows.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from accelscope.plan.catalog import Instance
 from accelscope.plan.projection.calibration import Calibrated, Calibration, shipped_calibration
@@ -30,6 +30,7 @@ __all__ = [
     "Tightened",
     "UserRun",
     "measured_point",
+    "stand_in",
     "tighten_leave_one_out",
     "tightened",
 ]
@@ -41,6 +42,7 @@ separate runs of one fixed workload on a shared 2-vCPU machine, 5.9 % (docs/BENC
 Small beside the classes' spread between systems (0.08-0.17), which the update also adds."""
 
 Scenario = Literal["Server", "Offline"]
+_Row = TypeVar("_Row")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +100,19 @@ class Tightened:
     """The key of the published row that played the user's measurement."""
 
 
+def stand_in(
+    row: _Row,
+    rows: Sequence[_Row],
+    *,
+    system: Callable[[_Row], Hashable],
+    key: Callable[[_Row], Hashable],
+) -> _Row | None:
+    """The row that plays the user's measurement when ``row`` is left out: the first (in table
+    order) of another ``system`` with the same ``key`` (family and workload class, or family
+    and recipe)."""
+    return next((r for r in rows if system(r) != system(row) and key(r) == key(row)), None)
+
+
 def _system(row: Calibrated) -> tuple[str, str, str]:
     return (row.result.round, row.result.submitter, row.result.system)
 
@@ -131,15 +146,11 @@ def tighten_leave_one_out(calibration: Calibration, *, unpublished: bool) -> lis
     fits: dict[str, EfficiencyModel] = {}
     for row in rows:
         o = row.observation
-        partner = next(
-            (
-                r
-                for r in rows
-                if _system(r) != _system(row)
-                and r.observation.family == o.family
-                and r.observation.workload_class == o.workload_class
-            ),
-            None,
+        partner = stand_in(
+            row,
+            rows,
+            system=_system,
+            key=lambda r: (r.observation.family, r.observation.workload_class),
         )
         if partner is None:
             continue
