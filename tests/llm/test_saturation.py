@@ -1,7 +1,7 @@
 """Saturation (issue 42): a rate or concurrency sweep stops at the first step that saturates
 the server and says why; ``--past-saturation`` measures every step. The rules on summaries
 built by hand (where each threshold sits), then end to end against the fake server with one
-generation slot (``max_running=1``: its capacity is known, about 1 / 0.05 s = 20 req/s).
+generation slot (``max_running=1``: its capacity is known from its scripted token times).
 
 Covers: accelscope.llm.saturation, accelscope.commands.llm.workflow."""
 
@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from accelscope.llm.documents import Distribution, Metrics, Throughput, TrialSummary, Window
+from accelscope.llm.documents import (
+    Distribution,
+    Metrics,
+    RequestRecord,
+    Throughput,
+    TrialSummary,
+    Window,
+)
 from accelscope.llm.saturation import (
     MARGINAL_GAIN,
     TTFT_RISE,
@@ -42,18 +49,30 @@ def _summary(
     )
 
 
-def test_a_rate_is_saturated_only_when_even_the_upper_bound_falls_short() -> None:
-    # 40 arrived in 2 s; 40 completed: kept up
-    assert rate_saturated(_summary(done_per_s=20.0), "20 req/s") is None
-    # 34 completed: 34 x (1 + 1.645 / sqrt 34) = 43.6 >= 0.98 x 40, within a count's noise
-    assert rate_saturated(_summary(done_per_s=17.0), "20 req/s") is None
-    # 20 completed: 20 x 1.37 = 27.4 < 39.2, the queue grew
-    why = rate_saturated(_summary(done_per_s=10.0), "20 req/s")
-    assert why is not None and why.startswith("saturated at 20 req/s: 20 requests completed")
-    assert "40 arrived" in why
-    # nothing to judge: no window, or nothing completed in it
-    assert rate_saturated(TrialSummary(requests=1, completed=1, errors=0), "x") is None
-    assert rate_saturated(_summary(done_per_s=0.0), "20 req/s") is not None
+def _records(arrivals_s: list[float], ends_s: list[float]) -> list[RequestRecord]:
+    return [
+        RequestRecord(index=i, scheduled_s=a, sent_s=a, end_s=e)
+        for i, (a, e) in enumerate(zip(arrivals_s, ends_s, strict=True))
+    ]
+
+
+def test_a_rate_is_saturated_when_its_queue_grows_not_for_long_requests() -> None:
+    # 40 arrivals 50 ms apart, each served in 100 ms alongside the others: kept up
+    arrivals = [0.05 * i for i in range(40)]
+    assert rate_saturated(_records(arrivals, [a + 0.1 for a in arrivals]), "20 req/s") is None
+    # a short trial of long requests: 20 arrivals 1 s apart, 10 s each. Only 8 of the
+    # window's 18 complete inside it, yet nothing queued: the 8.5 still in flight are allowed
+    slow = [float(i) for i in range(20)]
+    assert rate_saturated(_records(slow, [a + 10.0 for a in slow]), "1 req/s") is None
+    # one at a time, 100 ms each, at 2x, 5x and 20x what it serves: the queue grows, at any depth
+    for rate in (20.0, 50.0, 200.0):
+        arrivals = [i / rate for i in range(200)]
+        ends = [0.1 * (i + 1) for i in range(200)]
+        why = rate_saturated(_records(arrivals, ends), f"{rate:g} req/s")
+        assert why is not None and why.startswith(f"saturated at {rate:g} req/s: ")
+    # nothing to judge: too few requests, or all arriving at once
+    assert rate_saturated(_records([0.0, 0.1], [1.0, 1.1]), "x") is None
+    assert rate_saturated(_records([0.0] * 8, [1.0] * 8), "x") is None
 
 
 def test_a_concurrency_is_saturated_when_it_gains_nothing_and_only_waits() -> None:
@@ -74,10 +93,10 @@ def test_a_concurrency_is_saturated_when_it_gains_nothing_and_only_waits() -> No
         concurrency_saturated(waited, "c", before, "b", streams_ratio=1.0)
 
 
-def _llm(cli: CliRunner, url: str, store: Path, *extra: str | Path) -> Any:
+def _llm(cli: CliRunner, url: str, store: Path, *extra: str | Path, requests: int = 20) -> Any:
     code, out, err = cli(
         "llm", url, "--model", "fake-model", "--input-tokens", "4", "--output-tokens", "4",
-        "--seed", "1", "--store", store, "--requests", "20", *extra, "--json",
+        "--seed", "1", "--store", store, "--requests", str(requests), *extra, "--json",
     )  # fmt: skip
     assert code == 0, err
     return json.loads(out)
@@ -86,18 +105,20 @@ def _llm(cli: CliRunner, url: str, store: Path, *extra: str | Path) -> Any:
 def test_a_rate_sweep_stops_at_the_saturated_step_and_says_why(
     tmp_path: Path, cli: CliRunner
 ) -> None:
-    with FakeLLMServer(ttft_s=0.01, itl_s=0.01, max_running=1) as fake:
+    # one generation slot, about 11 ms a request (90 req/s): 20 req/s keeps up, 400 does not
+    with FakeLLMServer(ttft_s=0.005, itl_s=0.002, max_running=1) as fake:
         document = _llm(
-            cli, fake.url, tmp_path / "r.db", "--rate", "4,200,400", "--report", tmp_path / "r.html"
-        )
+            cli, fake.url, tmp_path / "r.db", "--rate", "20,400,800",
+            "--report", tmp_path / "r.html", requests=60,
+        )  # fmt: skip
     labels = [t["label"] for t in document["trials"]]
-    assert labels == ["4 req/s", "200 req/s"]
+    assert labels == ["20 req/s", "400 req/s"]
     [stop] = document["saturation"]
-    assert stop.startswith("saturated at 200 req/s") and stop.endswith("not measured: 400 req/s")
+    assert stop.startswith("saturated at 400 req/s") and stop.endswith("not measured: 800 req/s")
     with ResultStore(tmp_path / "r.db") as store:
         [stored] = store.get_run("latest").documents_of("llm")
     assert stored["saturation"] == [stop]
-    assert "sweep stopped: saturated at 200 req/s" in (tmp_path / "r.html").read_text()
+    assert "sweep stopped: saturated at 400 req/s" in (tmp_path / "r.html").read_text()
 
 
 def test_a_concurrency_sweep_stops_and_past_saturation_measures_every_step(

@@ -4,12 +4,18 @@ A sweep step past the server's capacity measures only its queue: every later ste
 and says nothing new, and on a shared server it harms the other users. ``llm`` stops a sweep
 at the first step found saturated and names it (``--past-saturation`` measures every step):
 
-- **an arrival rate** is saturated when the requests completed in its steady window stay under
-  :data:`SATURATION_RATIO` of the requests that arrived in it, even at the upper 95 % bound of
-  the completions (a Poisson count's: ``completed x (1 + 1.645 / sqrt(completed))``): the queue
-  grew over the window. Arrivals and completions are both counted in the window, so the offered
-  load is what the schedule actually sent (not the nominal rate, a Poisson draw away) and a
-  short trial's latency shifts both alike;
+- **an arrival rate** is saturated when the requests completed in its steady window fall short
+  of the requests that arrived in it by more than a server keeping up would: even at the upper
+  95 % bound of the completions (a Poisson count's: ``completed x (1 + 1.645 /
+  sqrt(completed))``), they stay under :data:`SATURATION_RATIO` of the arrivals less the
+  requests a server keeping up would still have in flight. That allowance is the window's
+  arrival rate times how much longer a request takes with no queue than the ramp-up before
+  the window (``rate x max(0, L0 - ramp)``, ``L0`` the median of the trial's three shortest
+  end-to-end latencies: a request served with no queue ahead of it; the first requests of an
+  overloaded trial are): so a short trial of long requests is not called saturated for its
+  latency alone, and a queue that grows over the window is, however deep the overload.
+  Arrivals and completions are counted in the same window, so the offered load is what the
+  schedule sent, not a Poisson draw away from the nominal rate;
 - **a concurrency** is saturated when its request throughput grew by less than
   :data:`MARGINAL_GAIN` of the concurrency's own growth over the previous, lower step (from 1 to
   2 streams: under 10 % more requests/s) while its median TTFT rose by more than
@@ -25,8 +31,11 @@ GuideLLM's users asked for this (vllm-project/guidellm #552, #242); the capacity
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 
-from accelscope.llm.documents import TrialSummary
+from accelscope.llm.documents import RequestRecord, TrialSummary
+from accelscope.llm.summary import WARMUP_FRACTION
 
 __all__ = [
     "MARGINAL_GAIN",
@@ -46,21 +55,30 @@ TTFT_RISE = 1.10
 _Z_95 = 1.645  # one-sided 95 %
 
 
-def rate_saturated(summary: TrialSummary, label: str) -> str | None:
-    """Why the rate trial ``label`` saturated the server, or ``None``."""
-    window, throughput = summary.window, summary.throughput
-    if window is None or throughput is None or window.length_s <= 0 or window.requests < 1:
+def rate_saturated(records: Sequence[RequestRecord], label: str) -> str | None:
+    """Why the rate trial ``label`` (its ``records``) saturated the server, or ``None``."""
+    kept = [r for r in records if not r.cancelled]
+    if len(kept) < 4:
         return None
-    arrived = window.requests
-    completed = throughput.requests_per_s * window.length_s
+    arrivals = sorted(r.scheduled_s for r in kept)
+    start, end = arrivals[math.floor(WARMUP_FRACTION * len(arrivals))], arrivals[-1]
+    length = end - start
+    arrived = sum(1 for r in kept if start <= r.scheduled_s <= end)
+    if length <= 0 or arrived < 4:
+        return None
+    completed = sum(1 for r in kept if not r.error and start <= r.end_s <= end)
+    shortest = sorted(r.end_s - r.scheduled_s for r in kept if not r.error)[:3]
+    if not shortest:
+        return None
+    in_flight = arrived / length * max(0.0, statistics.median(shortest) - (start - arrivals[0]))
     upper = completed * (1 + _Z_95 / math.sqrt(completed)) if completed > 0 else 0.0
-    if upper >= SATURATION_RATIO * arrived:
+    if upper + in_flight >= SATURATION_RATIO * arrived:
         return None
     return (
-        f"saturated at {label}: {completed:.0f} requests completed in the steady window against "
-        f"{arrived} arrived ({throughput.requests_per_s:.2f} of "
-        f"{arrived / window.length_s:.2f} req/s; under {SATURATION_RATIO:g}x even at the upper "
-        "95 % bound): the queue grew, so higher rates would measure only the queue"
+        f"saturated at {label}: {completed} requests completed in the steady window against "
+        f"{arrived} arrived ({completed / length:.2f} of {arrived / length:.2f} req/s; "
+        f"{in_flight:.0f} allowed still in flight; under {SATURATION_RATIO:g}x even at the "
+        "upper 95 % bound): the queue grew, so higher rates would measure only the queue"
     )
 
 

@@ -463,7 +463,7 @@ def _sweep(request: LlmRequestSettings, harness: Harness, say: Events) -> list[s
     stops: list[str] = []
     for rate in request.rates:
         trial = harness.trial(Arrivals(rate_per_s=rate, cv=request.burstiness))
-        why = rate_saturated(trial.summary, trial.label)
+        why = rate_saturated(trial.records, trial.label)
         left = [r for r in request.rates if r > rate]
         if why and request.stop_at_saturation and left:
             stops.append(f"{why}; not measured: {', '.join(f'{r:g} req/s' for r in left)}")
