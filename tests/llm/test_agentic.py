@@ -453,7 +453,8 @@ def test_cli_replays_trajectories_and_refuses_bad_ones_in_one_line(
     assert code == 0, err
     assert "per turn at concurrency 2" in out
     with ResultStore(store) as opened:
-        [summary] = opened.get_run(opened.list_runs()[0].id).documents_of("llm")
+        [first] = opened.list_runs()
+        [summary] = opened.get_run(first.id).documents_of("llm")
     assert summary["workload"]["kind"] == "agentic"
     assert [t["turn"] for t in summary["trials"][0]["summary"]["turns"]] == [1, 2, 3]
 
@@ -469,8 +470,8 @@ def test_cli_replays_trajectories_and_refuses_bad_ones_in_one_line(
             "--report", tmp_path / "r2.html",
         )  # fmt: skip
     assert code == 0, err
-    with ResultStore(store) as opened:
-        latest = max(opened.list_runs(), key=lambda r: r.id)
+    with ResultStore(store) as opened:  # the other run (two in one second: ids do not order)
+        [latest] = [r for r in opened.list_runs() if r.id != first.id]
         [summary] = opened.get_run(latest.id).documents_of("llm")
     assert summary["workload"]["skipped"] == 2
     assert "1 session skipped: not JSON" in summary["workload"]["notes"]

@@ -70,7 +70,9 @@ def _trajectories(tmp_path: Path, sessions: int = 4) -> Path:
 
 def _stored(store: Path) -> tuple[LlmRun, list[dict[str, Any]]]:
     with ResultStore(store) as opened:
-        run = opened.get_run(max(opened.list_runs(), key=lambda r: r.id).id)
+        run = opened.get_run(
+            opened.list_runs()[0].id
+        )  # the newest (ids within a second do not order)
         [summary] = run.documents_of("llm")
         trials = run.documents_of("llm-trial")
     return LlmRun.model_validate(summary), trials
