@@ -35,7 +35,7 @@ import statistics
 from collections.abc import Sequence
 
 from accelscope.llm.documents import RequestRecord, TrialSummary
-from accelscope.llm.summary import WARMUP_FRACTION
+from accelscope.llm.summary import steady_window
 
 __all__ = [
     "MARGINAL_GAIN",
@@ -60,8 +60,8 @@ def rate_saturated(records: Sequence[RequestRecord], label: str) -> str | None:
     kept = [r for r in records if not r.cancelled]
     if len(kept) < 4:
         return None
-    arrivals = sorted(r.scheduled_s for r in kept)
-    start, end = arrivals[math.floor(WARMUP_FRACTION * len(arrivals))], arrivals[-1]
+    start, end = steady_window(kept)
+    first = min(r.scheduled_s for r in kept)
     length = end - start
     arrived = sum(1 for r in kept if start <= r.scheduled_s <= end)
     if length <= 0 or arrived < 4:
@@ -70,7 +70,7 @@ def rate_saturated(records: Sequence[RequestRecord], label: str) -> str | None:
     shortest = sorted(r.end_s - r.scheduled_s for r in kept if not r.error)[:3]
     if not shortest:
         return None
-    in_flight = arrived / length * max(0.0, statistics.median(shortest) - (start - arrivals[0]))
+    in_flight = arrived / length * max(0.0, statistics.median(shortest) - (start - first))
     upper = completed * (1 + _Z_95 / math.sqrt(completed)) if completed > 0 else 0.0
     if upper + in_flight >= SATURATION_RATIO * arrived:
         return None

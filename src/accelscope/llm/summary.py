@@ -63,6 +63,7 @@ __all__ = [
     "last_token_s",
     "request_values",
     "steady_samples",
+    "steady_window",
     "summarise_trial",
 ]
 
@@ -189,7 +190,9 @@ def _distribution(values: Sequence[float], name: str) -> Distribution:
     return Distribution.model_validate(found)
 
 
-def _window(records: Sequence[RequestRecord]) -> tuple[float, float]:
+def steady_window(records: Sequence[RequestRecord]) -> tuple[float, float]:
+    """The steady window: the arrivals after the ramp-up (:data:`WARMUP_FRACTION` of them),
+    to the last arrival (``records`` not empty)."""
     arrivals = sorted(r.scheduled_s for r in records)
     return arrivals[math.floor(WARMUP_FRACTION * len(arrivals))], arrivals[-1]
 
@@ -309,7 +312,7 @@ def summarise_trial(
     }
     if not considered_all:
         return TrialSummary.model_validate(head)
-    start, end = _window(considered_all)
+    start, end = steady_window(considered_all)
     considered = [r for r in considered_all if start <= r.scheduled_s <= end]
     length = end - start
     if length <= 0:  # one request, or all at once: the whole run is the window
