@@ -77,3 +77,29 @@ def test_a_figure_without_a_source_is_refused() -> None:
 def test_an_unknown_part_names_the_known_ones() -> None:
     with pytest.raises(BadInputError, match="NVIDIA L4"):
         load_accelerators().get("NVIDIA L5")
+
+
+@pytest.mark.parametrize(
+    ("device", "memory_gb", "parts"),
+    [
+        # names as NVIDIA's driver reports them: the SXM parts state no form factor (or sxm4)
+        ("NVIDIA H100 80GB HBM3", 85.5, ["NVIDIA H100 SXM 80GB"]),
+        ("NVIDIA H100 PCIe", 85.5, ["NVIDIA H100 PCIe 80GB"]),
+        ("NVIDIA H100 NVL", 100.0, ["NVIDIA H100 NVL 94GB"]),
+        ("NVIDIA H200", 150.1, ["NVIDIA H200 SXM 141GB"]),
+        ("NVIDIA A100-SXM4-40GB", 42.5, ["NVIDIA A100 SXM 40GB"]),
+        ("NVIDIA A100-SXM4-80GB", 85.1, ["NVIDIA A100 SXM 80GB"]),
+        ("NVIDIA A100-SXM4-40GB", None, ["NVIDIA A100 SXM 40GB", "NVIDIA A100 SXM 80GB"]),
+        ("Tesla T4", 15.8, ["NVIDIA T4"]),
+        ("AMD Instinct MI300X", 205.8, ["AMD Instinct MI300X"]),
+        ("NVIDIA A100 80GB PCIe", 85.1, []),  # the catalog has no PCIe A100
+        ("NVIDIA H200 NVL", 150.0, []),
+        ("NVIDIA GeForce RTX 4090", 25.3, []),
+        ("AMD EPYC 9654", None, []),  # a CPU is never a device's datasheet
+    ],
+)
+def test_a_device_name_finds_its_datasheet(
+    device: str, memory_gb: float | None, parts: list[str]
+) -> None:
+    memory = None if memory_gb is None else int(memory_gb * 1e9)
+    assert [s.name for s in load_accelerators().for_device(device, memory)] == parts

@@ -91,8 +91,8 @@ class MeasuredOnFlags(FlagGroup):
             None,
             "--measured-on",
             metavar="PART",
-            help="The accelerator your measurement ran on (--from-run or --measured-step): "
-            "narrows that family's interval.",
+            help="The accelerator your measurement ran on (--from-run, --measured-step, "
+            "--measured-run): narrows that family's interval.",
         )
     )
 
@@ -395,9 +395,18 @@ def plan_train_command(
         "--measured-step",
         "e.g. 2.1s: your measured step of this configuration; narrows its family's interval.",
     ),
+    measured_run: str | None = typer.Option(
+        None,
+        "--measured-run",
+        metavar="DOCTOR_RUN",
+        help="A stored doctor run of this training step (id or 'latest'): its median step, on "
+        "the GPU it ran on.",
+    ),
     part: MeasuredOnFlags = GROUP,
     measured_devices: int | None = typer.Option(
-        None, "--measured-devices", help="Devices the measured step ran on (--devices)."
+        None,
+        "--measured-devices",
+        help="Devices the measured step ran on (--devices; 1 for --measured-run).",
     ),
     accelerators: AcceleratorFlags = GROUP,
     catalog: CatalogFlags = GROUP,
@@ -421,6 +430,7 @@ def plan_train_command(
         measured_step_s=measured_step,
         measured_on=part.measured_on,
         measured_devices=measured_devices,
+        measured_run=measured_run,
         **given(
             optimizer=optimizer.lower() if optimizer else None,
             precision=precision.lower() if precision else None,

@@ -13,6 +13,7 @@ socket for a CPU), dense (no 2:4 sparsity); int8, fp8 and fp4 in ops/s.
 from __future__ import annotations
 
 import functools
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -150,6 +151,42 @@ class Accelerators:
     def of_family(self, family: str) -> tuple[AcceleratorSpec, ...]:
         """The parts of ``family`` (``nvidia-h100``: SXM, PCIe, NVL)."""
         return tuple(s for s in self.specs if s.family == family)
+
+    def for_device(self, name: str, memory_bytes: int | None = None) -> tuple[AcceleratorSpec, ...]:
+        """The datasheets a device that calls itself ``name`` may be (the name the driver
+        reports: ``NVIDIA H100 80GB HBM3``, ``NVIDIA A100-SXM4-40GB``, ``AMD Instinct MI300X``).
+
+        The family is the one whose model word (``h100`` of ``nvidia-h100``) is a word of the
+        name. A form factor the name states (``SXM``, ``PCIe``, ``NVL``) picks that part; a name
+        that states none is the family's SXM part where it has one (NVIDIA's PCIe and NVL parts
+        say so in their names, its SXM parts do not always). Then, where several are left, the
+        parts within 10 % of the memory the device reports. Empty: no datasheet matches; more
+        than one: the name does not tell them apart."""
+        words = [w for w in re.split(r"[\s\-_]+", name.lower()) if w]
+        found = [s for s in self.specs if s.kind != "cpu" and s.family.split("-", 1)[-1] in words]
+        stated = [f for f in _FORM_FACTORS if any(w.startswith(f) for w in words)]
+        if stated:
+            found = [s for s in found if stated[0] in _form_factors(s.name)]
+        elif any("sxm" in _form_factors(s.name) for s in found):
+            found = [s for s in found if "sxm" in _form_factors(s.name)]
+        if len(found) > 1 and memory_bytes is not None and memory_bytes > 0:
+            near = [
+                s
+                for s in found
+                if s.memory_bytes is not None
+                and abs(s.memory_bytes - memory_bytes) <= 0.1 * s.memory_bytes
+            ]
+            found = near or found
+        return tuple(found)
+
+
+_FORM_FACTORS = ("sxm", "pcie", "nvl")
+"""Form factors a device name may state (``sxm4`` and ``sxm5`` are ``sxm``)."""
+
+
+def _form_factors(name: str) -> set[str]:
+    words = re.split(r"[\s\-_()]+", name.lower())
+    return {f for f in _FORM_FACTORS if any(w.startswith(f) for w in words)}
 
 
 def parse_accelerators(text: str, origin: str) -> Accelerators:

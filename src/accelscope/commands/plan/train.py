@@ -15,12 +15,17 @@ fleet's idle GPUs of its family (:func:`accelscope.audit.recover.train_buy_or_re
 hours with enough idle GPUs at once for the synchronous run, the GPU-hours a day they offer, the
 days on recovered capacity alone, and within ``--deadline`` what is recovered, what is rented
 and the $ of each path.
+
+The user's own step narrows its family's MFU interval: ``--measured-step S --measured-on PART``,
+or ``--measured-run RUN``, a stored ``doctor`` run of the training loop (its median measured
+step, on the GPU the loop ran on unless ``--measured-on`` names the part).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
@@ -145,7 +150,11 @@ class TrainRequest:
     measured_on: str | None = None
     """The accelerator (a datasheet's name) the step was measured on."""
     measured_devices: int | None = None
-    """Devices the measured step ran on (``devices`` when not given)."""
+    """Devices the measured step ran on (``devices`` when not given; 1 for ``measured_run``)."""
+    measured_run: str | None = None
+    """A stored ``doctor`` run of this configuration's training step (id, prefix or
+    ``latest``, read from ``store_path``): its median measured step, on ``measured_on`` when
+    given, else on the GPU the loop ran on."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -335,11 +344,14 @@ def _check(request: TrainRequest) -> None:
             raise BadInputError(f"{flag} must be positive, got {amount}")
     if not (math.isfinite(request.tokens) and request.tokens > 0):
         raise BadInputError(f"--tokens must be positive, got {request.tokens}")
+    if request.measured_run is not None and request.measured_step_s is not None:
+        raise BadInputError("--measured-step and --measured-run: give one measured step")
     given = (request.measured_step_s is not None, request.measured_on is not None)
-    if any(given) and not all(given):
+    if request.measured_run is None and any(given) and not all(given):
         raise BadInputError("--measured-step and --measured-on go together: the step, and where")
-    if request.measured_devices is not None and request.measured_on is None:
-        raise BadInputError("--measured-devices needs --measured-step and --measured-on")
+    no_step = request.measured_step_s is None and request.measured_run is None
+    if request.measured_devices is not None and no_step:
+        raise BadInputError("--measured-devices needs --measured-step or --measured-run")
     if request.measured_step_s is not None and not (
         math.isfinite(request.measured_step_s) and request.measured_step_s > 0
     ):
@@ -352,19 +364,114 @@ def _check(request: TrainRequest) -> None:
 
 
 def _measured_devices(request: TrainRequest) -> int:
-    return request.devices if request.measured_devices is None else request.measured_devices
+    if request.measured_devices is not None:
+        return request.measured_devices
+    return 1 if request.measured_run is not None else request.devices
+
+
+@dataclass(frozen=True)
+class RunStep:
+    """A stored ``doctor`` run's training step: its median over the measured steps, and the
+    device the loop ran on (``None``: the CPU, or a loop that never used CUDA)."""
+
+    run_id: str
+    step_s: float
+    steps: int
+    device: str | None
+    device_memory_bytes: int | None
+
+
+def step_of_run(run: str, store_path: Path | None) -> RunStep:
+    """The training step of the stored doctor run ``run`` (id, prefix or ``latest``: the newest
+    doctor run); a run of another kind, a loop that took no optimizer step, or one with no
+    measured step is one line."""
+    from accelscope.commands.doctor.workflow import result_for_run
+    from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
+
+    path = store_path or DEFAULT_STORE_PATH
+    if not path.exists():
+        raise BadInputError(f"no results store at {path}: cannot read run {run}")
+    with ResultStore(path) as store:
+        if run == "latest":
+            doctors = [r for r in store.list_runs(limit=1_000_000) if r.kind == "doctor"]
+            if not doctors:
+                raise BadInputError(
+                    f"--measured-run latest: the store {path} holds no doctor run (run "
+                    "accelscope doctor on your training script first)"
+                )
+            run = doctors[0].id
+        record = store.get_run(run)
+    if record.kind != "doctor":
+        raise BadInputError(
+            f"--measured-run {run}: run {record.id} is a {record.kind} run, not a doctor run of "
+            "a training step (see: accelscope runs list)"
+        )
+    profile = result_for_run(record).profile
+    facts = profile.facts
+    if facts is None or not (facts.backward_seen and facts.optimizer_seen):
+        raise BadInputError(
+            f"--measured-run {run}: run {record.id}'s loop took no optimizer step (no "
+            "loss.backward() and optimizer.step() seen): not a training step"
+        )
+    steps = profile.measured
+    if not steps:
+        raise BadInputError(f"--measured-run {run}: run {record.id} measured no step")
+    memory = profile.gpu_memory
+    device = memory.device.split(" ", 1)[1].strip() if memory and " " in memory.device else None
+    return RunStep(
+        run_id=record.id,
+        step_s=statistics.median(s.duration_s for s in steps),
+        steps=len(steps),
+        device=device or None,
+        device_memory_bytes=memory.total_bytes if memory else None,
+    )
+
+
+def _measured_part(request: TrainRequest, run: RunStep | None) -> AcceleratorSpec:
+    """The datasheet of the part the step ran on: ``--measured-on``, else the run's device."""
+    if request.measured_on is not None:
+        [spec, *more] = resolve_accelerators((request.measured_on,), load_accelerators())
+        if more:
+            names = ", ".join(s.name for s in (spec, *more))
+            raise BadInputError(
+                f"--measured-on {request.measured_on!r} names a family: one of {names}"
+            )
+        return spec
+    assert run is not None  # checked: --measured-step comes with --measured-on
+    if run.device is None:
+        raise BadInputError(
+            f"--measured-run: run {run.run_id}'s loop used no CUDA device: give --measured-on "
+            "PART for the accelerator it ran on"
+        )
+    found = load_accelerators().for_device(run.device, run.device_memory_bytes)
+    if len(found) != 1:
+        known = ", ".join(s.name for s in found) if found else "no datasheet in the catalog"
+        raise BadInputError(
+            f"--measured-run: run {run.run_id} ran on {run.device!r} ({known}): give "
+            "--measured-on PART"
+        )
+    return found[0]
 
 
 def _measured_step(request: TrainRequest, flops: float) -> MeasuredStep | None:
     """The user's measured step as the MFU model takes it (bad input is one line)."""
-    if request.measured_step_s is None or request.measured_on is None:
+    run = None
+    if request.measured_run is not None:
+        run = step_of_run(request.measured_run, request.store_path)
+        step_s, flag = run.step_s, "--measured-run"
+    elif request.measured_step_s is not None and request.measured_on is not None:
+        step_s, flag = request.measured_step_s, "--measured-step"
+    else:
         return None
-    [spec, *more] = resolve_accelerators((request.measured_on,), load_accelerators())
-    if more:
-        names = ", ".join(s.name for s in (spec, *more))
-        raise BadInputError(f"--measured-on {request.measured_on!r} names a family: one of {names}")
+    spec = _measured_part(request, run)
     devices = _measured_devices(request)
     dtype = PRECISIONS[request.precision][1]
+    where = f"{devices} x {spec.name}"
+    label = (
+        f"your step of {step_s:g} s on {where}"
+        if run is None
+        else f"doctor run {run.run_id}'s step of {step_s:.4g} s (median of {run.steps}) on {where}"
+    )
     try:
         return MeasuredStep(
             spec=spec,
@@ -372,11 +479,11 @@ def _measured_step(request: TrainRequest, flops: float) -> MeasuredStep | None:
             devices=devices,
             tokens_per_step=float(request.micro_batch * request.seq_len * (devices // request.tp)),
             flops_per_token=flops,
-            step_s=request.measured_step_s,
-            label=f"your step of {request.measured_step_s:g} s on {devices} x {spec.name}",
+            step_s=step_s,
+            label=label,
         )
     except ValueError as exc:
-        raise BadInputError(f"--measured-step: {exc}") from None
+        raise BadInputError(f"{flag}: {exc}") from None
 
 
 def _deadline_devices(
