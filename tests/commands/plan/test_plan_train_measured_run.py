@@ -68,9 +68,7 @@ def test_the_h200_run_narrows_the_h200_family_from_its_own_device(
     assert code == 0, err
     doc = json.loads(out)
     after = {o["accelerator"]: o for o in doc["options"]}
-    label = (
-        f"doctor run {run_id}'s step of {H200_MEDIAN_STEP_S:.4g} s (median of 20) on 1 x {H200}"
-    )
+    label = f"doctor run {run_id}'s step of {H200_MEDIAN_STEP_S:.4g} s (median of 20) on 1 x {H200}"
     assert after[H200]["basis"].endswith("+ " + label)
     assert any(a.startswith(label) for a in doc["assumptions"])
     tokens = 128.0
