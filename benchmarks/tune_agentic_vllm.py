@@ -119,9 +119,11 @@ def main() -> None:
         "errors": done.stderr[-4000:],
     }
     if isinstance(document, dict):
+        payloads = [(d["kind"], d["payload"]) for d in document.get("documents", [])]
+        tune = next((p for kind, p in reversed(payloads) if kind == "tune"), {})
         result["shown"] = shown.stdout
         for key in ("winner", "verdict", "notes", "warnings"):
-            result[key] = document.get(key)
+            result[key] = tune.get(key)
         result["configs"] = [
             {
                 "key": c.get("key"),
@@ -131,7 +133,8 @@ def main() -> None:
                 "good_output_tokens_per_s": c.get("goodput_tokens_per_s"),
                 "cache": _cache(c),
             }
-            for c in document.get("configs", [])
+            for kind, c in payloads
+            if kind == "tune-config"
         ]
     if args.out:
         args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")

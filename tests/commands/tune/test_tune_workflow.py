@@ -1,12 +1,13 @@
-"""``tune`` on an agentic workload reports the winner's prefix cache against its optimum beside
-it (issue 42): a warning when the winner is past the eviction cliff, a note when it is not,
-nothing when no hit rate was measured.
+"""``tune`` on an agentic workload reports each configuration's prefix cache against its optimum
+(issue 42), the winner's first: a warning when the winner is past the eviction cliff (by the reuse
+eviction took, or by doing worse than its capacity allows), a note when it is not and for the
+others, nothing when no hit rate was measured.
 
 Covers: accelscope.commands.tune.workflow."""
 
 from __future__ import annotations
 
-from accelscope.commands.tune.workflow import _cache_beside_winner
+from accelscope.commands.tune.workflow import _caches_against_optimum
 from accelscope.llm.documents import (
     AgenticStep,
     Arrivals,
@@ -16,21 +17,33 @@ from accelscope.llm.documents import (
     TrialSummary,
 )
 from accelscope.tune.documents import TuneConfig
+from accelscope.tune.outcome import Role
+
+KEPT = 0.71  # every prefix kept: the sessions' ceiling
 
 
-def _winner(measured: float | None, *, lru: float = 0.9, bound: float = 0.9) -> TuneConfig:
+def _config(
+    key: str,
+    measured: float | None,
+    *,
+    lru: float = KEPT,
+    blocks: int = 640,
+    role: Role = "candidate",
+) -> TuneConfig:
     ratio = None if measured is None else measured / lru
     cache = CacheOptimum(
         concurrency=8,
         block_size_tokens=128,
         block_basis="the server's /metrics",
         measured=measured,
-        every_prefix_kept=0.95,
+        every_prefix_kept=KEPT,
         lru=lru,
+        capacity_blocks=blocks,
         reference="lru",
         ratio=ratio,
-        bound=bound,
-        below_bound=ratio is not None and ratio < bound,
+        kept_share=None if measured is None else measured / KEPT,
+        bound=0.9,
+        below_bound=ratio is not None and ratio < 0.9,
     )
     gate = JobGate(
         valid=True,
@@ -49,21 +62,41 @@ def _winner(measured: float | None, *, lru: float = 0.9, bound: float = 0.9) -> 
             requests=40, completed=40, errors=0, agentic=AgenticStep(gate=gate, cache=cache)
         ),
     )
-    return TuneConfig(key="max-num-seqs=8", status="measured", point=point, trials=[point])
+    return TuneConfig(key=key, status="measured", point=point, trials=[point], role=role)
 
 
-def test_a_winner_past_the_cliff_is_a_warning_beside_it() -> None:
-    found = _cache_beside_winner(_winner(0.45))
-    assert found is not None
-    text, past = found
-    assert past and text.startswith("the winner's prefix cache at concurrency 8: hit rate 0.45")
-    assert "the lru optimum 0.90 (x0.50)" in text and "past the eviction cliff (under x0.9)" in text
+def test_a_winner_above_the_cliff_is_a_note_and_a_small_cache_past_it_is_named() -> None:
+    """The tune of benchmarks/tune_agentic_vllm.py: 640 blocks keep nearly every prefix (the
+    winner), 80 blocks (the reference) evict them: LRU under 80 blocks predicts it, and the
+    measured rate beats LRU (x1.39), so the cause is the capacity, not the policy."""
+    winner = _config("num-gpu-blocks-override=640", 0.64)
+    small = _config("num-gpu-blocks-override=80", 0.48, lru=0.345, blocks=80, role="reference")
+    found = _caches_against_optimum([small, winner], winner)
+    assert [warn for _, warn in found] == [False, False]  # only a winner past the cliff warns
+    first, second = (text for text, _ in found)
+    assert first == (
+        "the winner's prefix cache at concurrency 8: hit rate 0.64; every prefix kept 0.71 "
+        "(x0.90), LRU under its 640 blocks 0.71 (x0.90); above the eviction cliff's bound (x0.9)"
+    )
+    assert second.startswith(
+        "num-gpu-blocks-override=80 (the reference)'s prefix cache at concurrency 8: hit rate "
+        "0.48; every prefix kept 0.71 (x0.68), LRU under its 80 blocks 0.34 (x1.39); past the "
+        "eviction cliff (under x0.9): its KV capacity cannot hold"
+    )
 
 
-def test_a_winner_above_the_cliff_is_a_note_and_none_without_a_hit_rate() -> None:
-    found = _cache_beside_winner(_winner(0.88))
-    assert found is not None and not found[1]
-    assert found[0].endswith("above the eviction cliff's bound (x0.9)")
-    assert _cache_beside_winner(_winner(None)) is None
+def test_a_winner_past_the_cliff_is_a_warning_naming_the_cause() -> None:
+    by_capacity = _config("max-num-seqs=8", 0.40, lru=0.42, blocks=80)
+    ((text, warn),) = _caches_against_optimum([by_capacity], by_capacity)
+    assert warn and text.startswith("the winner's prefix cache at concurrency 8: hit rate 0.40")
+    assert "past the eviction cliff (under x0.9): its KV capacity cannot hold" in text
+    by_policy = _config("max-num-seqs=8", 0.45)  # LRU keeps everything; the server kept 0.45
+    ((text, warn),) = _caches_against_optimum([by_policy], by_policy)
+    assert warn and "(x0.63)" in text
+    assert "the cache keeps less than its capacity allows" in text
+
+
+def test_nothing_is_said_without_a_measured_hit_rate_or_an_agentic_workload() -> None:
+    assert _caches_against_optimum([_config("k", None)], None) == []
     plain = TuneConfig(key="k", status="measured")
-    assert _cache_beside_winner(plain) is None
+    assert _caches_against_optimum([plain], plain) == []

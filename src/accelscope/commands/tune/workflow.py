@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -328,9 +328,8 @@ def _document(
     winner = ranking.winner
     notes = [*engine.notes, *([ranking.nothing_ranked] if ranking.nothing_ranked else [])]
     warnings = list(warnings)
-    cache = _cache_beside_winner(winner) if winner is not None else None
-    if cache is not None:
-        (warnings if cache[1] else notes).append(cache[0])
+    for text, warn in _caches_against_optimum(ranking.configs, winner):
+        (warnings if warn else notes).append(text)
     return TuneRun(
         engine=engine.name,
         engine_found=engine.describe(),
@@ -360,29 +359,53 @@ def _document(
     )
 
 
-def _cache_beside_winner(winner: TuneConfig) -> tuple[str, bool] | None:
-    """An agentic workload's prefix cache at the winner's measured load, set against its
-    optimum (``llm.prefix_optimum``), and whether it fell past the eviction cliff's bound:
-    reported beside the winner, since a winner past the cliff wins on a cache that is
-    already evicting the sessions' shared prefixes. ``None``: not an agentic workload, or no
-    hit rate measured."""
-    point = winner.point
-    step = point.summary.agentic if point is not None else None
-    cache = step.cache if step is not None else None
-    if point is None or cache is None or cache.ratio is None or cache.measured is None:
-        return None
-    optimum = cache.lru if cache.reference == "lru" else cache.every_prefix_kept
-    text = (
-        f"the winner's prefix cache at {point.label}: hit rate {cache.measured:.2f} against "
-        f"the {cache.reference} optimum {optimum or 0.0:.2f} (x{cache.ratio:.2f}); "
-    )
-    if cache.below_bound:
-        return (
-            text + f"past the eviction cliff (under x{cache.bound:g}): fewer sessions in flight "
-            "or more KV capacity would keep more of the sessions' shared prefixes",
-            True,
+def _caches_against_optimum(
+    configs: Sequence[TuneConfig], winner: TuneConfig | None
+) -> list[tuple[str, bool]]:
+    """An agentic workload's prefix cache at each measured configuration's load, set against
+    the best a cache could do on the same sessions (``llm.prefix_optimum``), the winner's
+    first: ``(text, a warning)``, a warning when the winner is past the eviction cliff (a note
+    otherwise, and for the others). A configuration is past the cliff when its hit
+    rate falls under the bound of every prefix kept (the reuse eviction took, whatever the
+    policy) or of the LRU optimum under its own capacity (the cache does worse than its size
+    allows); the text says which. Beside the winner, since a winner past the cliff wins on a
+    cache already evicting the sessions' shared prefixes; beside the others, since the cliff is
+    often what separates them. Empty: not an agentic workload, or no hit rate measured."""
+    ordered = sorted(configs, key=lambda c: c is not winner)
+    found: list[tuple[str, bool]] = []
+    for config in ordered:
+        point = config.point
+        step = point.summary.agentic if point is not None else None
+        cache = step.cache if step is not None else None
+        if point is None or cache is None or cache.measured is None:
+            continue
+        kept = cache.kept_share
+        who = "the winner" if config is winner else config.key
+        if config.role == "reference":
+            who += " (the reference)"
+        text = (
+            f"{who}'s prefix cache at {point.label}: hit rate {cache.measured:.2f}; every "
+            f"prefix kept {cache.every_prefix_kept:.2f}"
+            + ("" if kept is None else f" (x{kept:.2f})")
         )
-    return text + f"above the eviction cliff's bound (x{cache.bound:g})", False
+        if cache.reference == "lru" and cache.lru is not None and cache.ratio is not None:
+            blocks = f" {cache.capacity_blocks} blocks" if cache.capacity_blocks else ""
+            text += f", LRU under its{blocks} {cache.lru:.2f} (x{cache.ratio:.2f})"
+        lost = kept is not None and kept < cache.bound
+        if not (lost or cache.below_bound):
+            found.append((text + f"; above the eviction cliff's bound (x{cache.bound:g})", False))
+            continue
+        capacity_short = cache.lru is not None and cache.lru < cache.bound * cache.every_prefix_kept
+        why = (
+            "its KV capacity cannot hold the sessions' shared prefixes at this concurrency: "
+            "more KV capacity or fewer sessions in flight would keep more"
+            if capacity_short or not cache.below_bound
+            else "the cache keeps less than its capacity allows (its eviction order, or "
+            "blocks held by requests in flight)"
+        )
+        text += f"; past the eviction cliff (under x{cache.bound:g}): {why}"
+        found.append((text, config is winner))
+    return found
 
 
 def _capacity(document: TuneRun, winner: TuneConfig, env: Environment) -> LlmCapacity:
