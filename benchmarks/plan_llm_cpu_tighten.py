@@ -17,6 +17,14 @@ median TPOT.
 
     .venv/bin/python benchmarks/plan_llm_cpu_tighten.py \\
         --out benchmarks/results/plan_llm_cpu_tighten.json
+    # the figures again from a previous run's TPOTs, no server (the model has changed since):
+    .venv/bin/python benchmarks/plan_llm_cpu_tighten.py \\
+        --replay benchmarks/results/plan_llm_cpu_tighten.json --out ...
+
+Three projections of each held-out load: ``before`` (the pooled prior), ``after`` (each
+measured point's efficiency added as a row: one efficiency, the model before the fixed step
+cost) and ``after_step_cost`` (:func:`tightened_serving` on a run with the pair's TPOTs: a
+fixed cost per step and one efficiency fitted by least squares, the model now shipped).
 """
 
 from __future__ import annotations
@@ -41,9 +49,14 @@ from accelscope.plan.llm_memory import shape_from_config
 from accelscope.plan.projection.efficiency import Measured, Observation
 from accelscope.plan.projection.llm_serving import (
     MLPERF_GROUP,
+    ServedModel,
+    ServingRun,
+    ServingSlo,
     ServingWorkload,
+    TpotPoint,
     served_model,
     shipped_serving_calibration,
+    tightened_serving,
     tpot_floor,
 )
 from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD
@@ -82,20 +95,13 @@ def measure_fp32_peak() -> float:
     return 2 * 2048**3 / best
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args()
-    bandwidth, peak = measure_bandwidth(), measure_fp32_peak()
-    print(
-        f"this CPU: copy bandwidth {bandwidth / 1e9:.2f} GB/s, fp32 matmul {peak / 1e9:.1f} GFLOP/s"
-    )
+def _spec(bandwidth: float, peak: float) -> AcceleratorSpec:
+    """This CPU as a datasheet: its bandwidth and fp32 peak as measured here."""
     measured_here = {
         "source": "measured here by benchmarks/plan_llm_cpu_tighten.py",
         "date": "2026-11-28",
     }
-    spec = AcceleratorSpec.model_validate(
+    return AcceleratorSpec.model_validate(
         {
             "name": "this CPU",
             "family": FAMILY,
@@ -109,39 +115,66 @@ def main() -> None:
             },
         }
     )
+
+
+def _model(directory: Path) -> tuple[Path, ServedModel]:
+    model_dir = build_tiny_llama(
+        directory / "llama", hidden=1024, layers=8, heads=16, kv_heads=4,
+        intermediate=2816, vocab=400,
+    )  # fmt: skip
+    config = json.loads((model_dir / "config.json").read_text())
+    return model_dir, served_model(shape_from_config(config), "fp32", name="llama-90m")
+
+
+def measure(model_dir: Path, rounds: int) -> dict[int, list[float]]:
+    """TPOT p50 per concurrency, ``rounds`` times in alternating order, one server."""
     tpots: dict[int, list[float]] = {c: [] for c in CONCURRENCIES}
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = build_tiny_llama(
-            Path(tmp) / "llama", hidden=1024, layers=8, heads=16, kv_heads=4,
-            intermediate=2816, vocab=400,
-        )  # fmt: skip
-        config = json.loads((model_dir / "config.json").read_text())
-        model = served_model(shape_from_config(config), "fp32", name="llama-90m")
-        print(
-            f"model: {model.params / 1e6:.1f} M parameters, {model.weights_bytes / 1e6:.0f} MB fp32"
-        )
-        env = collect_environment()
-        with VllmServe(model_dir, dtype="float32", max_num_seqs=16, kv_cache_gib=2.0,
-                       prefix_caching=False) as server:  # fmt: skip
-            for round_ in range(args.rounds):
-                order = CONCURRENCIES if round_ % 2 == 0 else tuple(reversed(CONCURRENCIES))
-                for c in order:
-                    outcome = llm(
-                        LlmRequestSettings(
-                            url=server.url, model=server.model, concurrencies=(c,),
-                            requests=max(8, 2 * c), tokenizer=model_dir, ignore_eos=True,
-                            workload=Workload(input_tokens=Lengths(INPUT, INPUT),
-                                              output_tokens=Lengths(OUTPUT, OUTPUT)),
-                            timeout_s=600.0, stop_at_saturation=False,
-                        ),
-                        store_path=None,
-                        environment=env,
-                    )  # fmt: skip
-                    [trial] = outcome.document.trials
-                    tpot = trial.summary.metrics.tpot_s.p50
-                    assert tpot is not None and trial.summary.errors == 0
-                    tpots[c].append(tpot)
-                    print(f"round {round_ + 1} concurrency {c:>2}: TPOT p50 {tpot * 1e3:.1f} ms")
+    env = collect_environment()
+    with VllmServe(model_dir, dtype="float32", max_num_seqs=16, kv_cache_gib=2.0,
+                   prefix_caching=False) as server:  # fmt: skip
+        for round_ in range(rounds):
+            order = CONCURRENCIES if round_ % 2 == 0 else tuple(reversed(CONCURRENCIES))
+            for c in order:
+                outcome = llm(
+                    LlmRequestSettings(
+                        url=server.url, model=server.model, concurrencies=(c,),
+                        requests=max(8, 2 * c), tokenizer=model_dir, ignore_eos=True,
+                        workload=Workload(input_tokens=Lengths(INPUT, INPUT),
+                                          output_tokens=Lengths(OUTPUT, OUTPUT)),
+                        timeout_s=600.0, stop_at_saturation=False,
+                    ),
+                    store_path=None,
+                    environment=env,
+                )  # fmt: skip
+                [trial] = outcome.document.trials
+                tpot = trial.summary.metrics.tpot_s.p50
+                assert tpot is not None and trial.summary.errors == 0
+                tpots[c].append(tpot)
+                print(f"round {round_ + 1} concurrency {c:>2}: TPOT p50 {tpot * 1e3:.1f} ms")
+    return tpots
+
+
+def _projected(
+    prediction: Any, floor_s: float, overhead_s: float, measured_s: float
+) -> dict[str, Any]:
+    low, high = prediction.interval(COVERAGE)
+    point = overhead_s + floor_s / prediction.point
+    slow, fast = overhead_s + floor_s / low, overhead_s + floor_s / high
+    return {
+        "tpot_ms": point * 1e3,
+        "interval_ms": [fast * 1e3, slow * 1e3],
+        "error": point / measured_s - 1,
+        "covered": fast <= measured_s <= slow,
+        "hi_lo": slow / fast,
+    }
+
+
+def evaluate(
+    tpots: dict[int, list[float]], model: ServedModel, spec: AcceleratorSpec
+) -> dict[str, Any]:
+    """Every pair of concurrencies as the user's two measured points; the other three
+    projected before (the pooled prior), after one efficiency per point (the old update), and
+    after ``tightened_serving`` (a fixed step cost and one efficiency fitted on the pair)."""
     workload = ServingWorkload(INPUT, OUTPUT)
     measured = {c: statistics.median(v) for c, v in tpots.items()}
     floor = {c: tpot_floor(model, spec, workload, c) for c in CONCURRENCIES}
@@ -156,36 +189,78 @@ def main() -> None:
                      RUN_TO_RUN_LOG_SD**2, f"concurrency {c}")
             for c in pair
         ]  # fmt: skip
-        after = calibration.model.updated(points).predict(MLPERF_GROUP, FAMILY, "llm")
+        one_eta = calibration.model.updated(points).predict(MLPERF_GROUP, FAMILY, "llm")
+        run = ServingRun(
+            run_id=f"pair {pair[0]},{pair[1]}", spec=spec, model=model, workload=workload,
+            slo=ServingSlo(60.0, 10.0), devices=1,
+            tokens_per_s_per_device=pair[1] / measured[pair[1]],
+            points=tuple(TpotPoint(c, measured[c]) for c in pair),
+        )  # fmt: skip
+        tightened = tightened_serving([run], calibration)
+        overhead = tightened.overhead_s(FAMILY)
+        stepped = tightened.model.predict(MLPERF_GROUP, FAMILY, "llm")
         for c in CONCURRENCIES:
             if c in pair:
                 continue
-            row: dict[str, Any] = {"measured_at": list(pair), "concurrency": c,
-                                      "tpot_ms": measured[c] * 1e3}  # fmt: skip
-            for name, prediction in (("before", before), ("after", after)):
-                low, high = prediction.interval(COVERAGE)
-                point = floor[c] / prediction.point
-                slow, fast = floor[c] / low, floor[c] / high
-                row[name] = {
-                    "tpot_ms": point * 1e3,
-                    "interval_ms": [fast * 1e3, slow * 1e3],
-                    "error": point / measured[c] - 1,
-                    "covered": fast <= measured[c] <= slow,
-                    "hi_lo": slow / fast,
-                }
-            rows.append(row)
-    for name in ("before", "after"):
-        found = [r[name] for r in rows]
+            rows.append({
+                "measured_at": list(pair), "concurrency": c, "tpot_ms": measured[c] * 1e3,
+                "between": pair[0] < c < pair[1], "overhead_ms": overhead * 1e3,
+                "before": _projected(before, floor[c], 0.0, measured[c]),
+                "after": _projected(one_eta, floor[c], 0.0, measured[c]),
+                "after_step_cost": _projected(stepped, floor[c], overhead, measured[c]),
+            })  # fmt: skip
+    summary: dict[str, Any] = {}
+    for where, keep in (("between", True), ("outside", False), ("all", None)):
+        chosen = [r for r in rows if keep is None or r["between"] is keep]
+        for name in ("before", "after", "after_step_cost"):
+            found = [r[name] for r in chosen]
+            summary[f"{where}/{name}"] = {
+                "n": len(found),
+                "median_abs_error": statistics.median(abs(f["error"]) for f in found),
+                "worst_abs_error": max(abs(f["error"]) for f in found),
+                "coverage": sum(f["covered"] for f in found) / len(found),
+                "median_hi_lo": statistics.median(f["hi_lo"] for f in found),
+            }
+            s = summary[f"{where}/{name}"]
+            print(
+                f"{where:>8} {name:>16}: n {s['n']:>2}, median |error| "
+                f"{s['median_abs_error']:.1%} (worst {s['worst_abs_error']:.1%}), coverage "
+                f"{s['coverage']:.0%}, median hi/lo {s['median_hi_lo']:.2f}"
+            )
+    return {"eta": eta, "rows": rows, "summary": summary}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--replay", type=Path, default=None,
+        help="a previous --out: evaluate its measured TPOTs again (no server)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    if args.replay is not None:
+        previous = json.loads(args.replay.read_text())
+        bandwidth, peak = previous["bandwidth_bytes_per_s"], previous["fp32_flops_per_s"]
+        tpots = {int(c): v for c, v in previous["tpot_s"].items()}
+    else:
+        bandwidth, peak = measure_bandwidth(), measure_fp32_peak()
+    print(
+        f"this CPU: copy bandwidth {bandwidth / 1e9:.2f} GB/s, fp32 matmul {peak / 1e9:.1f} GFLOP/s"
+    )
+    spec = _spec(bandwidth, peak)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir, model = _model(Path(tmp))
         print(
-            f"{name}: {len(found)} projections, median |error| "
-            f"{statistics.median(abs(f['error']) for f in found):.1%}, coverage "
-            f"{sum(f['covered'] for f in found) / len(found):.0%}, median hi/lo "
-            f"{statistics.median(f['hi_lo'] for f in found):.2f}"
+            f"model: {model.params / 1e6:.1f} M parameters, {model.weights_bytes / 1e6:.0f} MB fp32"
         )
+        if args.replay is None:
+            tpots = measure(model_dir, args.rounds)
+    found = evaluate(tpots, model, spec)
     if args.out:
         args.out.write_text(json.dumps({
             "bandwidth_bytes_per_s": bandwidth, "fp32_flops_per_s": peak,
-            "params": model.params, "tpot_s": tpots, "eta": eta, "rows": rows,
+            "params": model.params, "tpot_s": tpots, **found,
         }, indent=1))  # fmt: skip
 
 

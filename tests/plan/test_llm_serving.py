@@ -16,19 +16,25 @@ from typing import Any
 import pytest
 
 from accelscope.plan.accelerators import load_accelerators
+from accelscope.plan.llm_memory import load_model_config, shape_from_config
 from accelscope.plan.projection.llm_serving import (
     MLPERF_SLO,
     OperatingPoint,
     ServedModel,
+    ServingRun,
     ServingSlo,
     ServingWorkload,
+    StepOverhead,
+    TpotPoint,
     best_point,
+    fit_step_overhead,
     leave_one_out,
     llama2_70b_shape,
     operating_point,
     project_serving,
     served_model,
     shipped_serving_calibration,
+    tightened_serving,
     tpot_floor,
 )
 from accelscope.plan.projection.validation import summarise
@@ -265,3 +271,121 @@ def test_the_tpot_floor_is_the_operating_point_s_and_scales_as_one_over_eta(
     )
     with pytest.raises(ValueError, match="batch must be >= 1"):
         tpot_floor(bf16_70b, spec, WORKLOAD, 0)
+
+
+L4 = "NVIDIA L4"
+LLAMA_8B_CONFIG = load_model_config(
+    Path(__file__).resolve().parents[2] / "examples" / "plan" / "llama-3.1-8b-config.json"
+)
+
+
+def _l4_run(model: ServedModel, points: tuple[TpotPoint, ...]) -> ServingRun:
+    spec = load_accelerators().get(L4)
+    return ServingRun(
+        run_id="r1",
+        spec=spec,
+        model=model,
+        workload=WORKLOAD,
+        slo=ServingSlo(2.0, 0.2),
+        tokens_per_s_per_device=50.0,
+        devices=1,
+        points=points,
+    )
+
+
+def test_a_fixed_step_cost_is_fitted_from_two_loads_and_carried_to_the_projection() -> None:
+    """A server whose every decode step pays 20 ms beside the floor at eta 0.5: two measured
+    loads give both back, the family's efficiency moves to 0.5, and the projection at any other
+    load pays the 20 ms (the one-efficiency model could match only one load)."""
+    model = served_model(shape_from_config(LLAMA_8B_CONFIG), "bf16", name="llama-8b")
+    spec = load_accelerators().get(L4)
+    truth_s, truth_eta = 0.020, 0.5
+
+    def measured(batch: int) -> float:
+        return tpot_floor(model, spec, WORKLOAD, batch, eta=truth_eta, overhead_s=truth_s)
+
+    floors = [tpot_floor(model, spec, WORKLOAD, b) for b in (1, 16)]
+    fitted = fit_step_overhead(floors, [measured(1), measured(16)])
+    assert fitted == pytest.approx((truth_s, truth_eta))
+    run = _l4_run(model, (TpotPoint(1, measured(1)), TpotPoint(16, measured(16))))
+    calibration = tightened_serving([run])
+    assert calibration.overhead_s("nvidia-l4") == pytest.approx(truth_s)
+    assert calibration.overhead_s("nvidia-l40s") == 0.0  # the measured family only
+    assert "(2 loads: a fixed 20 ms a step, fitted)" in calibration.overheads["nvidia-l4"].label
+    projection = project_serving(model, spec, WORKLOAD, ServingSlo(2.0, 0.2), calibration)
+    point = projection.point
+    assert point is not None and projection.eta_low < truth_eta < projection.eta_high
+    assert point.tpot_s == pytest.approx(
+        tpot_floor(
+            model, spec, WORKLOAD, point.concurrency, tp=point.tp, eta=projection.eta,
+            overhead_s=truth_s,
+        )
+    )  # fmt: skip
+    assert "a fixed 20 ms a step" in projection.basis
+
+
+def test_loads_that_cannot_tell_the_cost_from_the_efficiency_keep_one_efficiency() -> None:
+    model = served_model(shape_from_config(LLAMA_8B_CONFIG), "bf16", name="llama-8b")
+    assert fit_step_overhead([0.05], [0.08]) is None  # one load
+    assert fit_step_overhead([0.05, 0.05], [0.08, 0.09]) is None  # one floor twice
+    assert fit_step_overhead([0.05, 0.10], [0.09, 0.08]) is None  # TPOT falls with the load
+    assert fit_step_overhead([0.05, 0.10], [0.04, 0.15]) is None  # a negative cost
+    assert fit_step_overhead([0.05, 0.10], [0.1, 0.1004]) is None  # eta 125: the TPOT is flat
+    with pytest.raises(ValueError, match="one measured TPOT per floor"):
+        fit_step_overhead([0.05, 0.1], [0.08])
+    flat = _l4_run(model, (TpotPoint(1, 0.1), TpotPoint(4, 0.1)))
+    assert tightened_serving([flat]).overheads == {}  # the run's goodput gives its one eta
+    with pytest.raises(ValueError, match="TPOT must be positive"):
+        TpotPoint(4, 0.0)
+    with pytest.raises(ValueError, match="concurrency must be >= 1"):
+        TpotPoint(0, 0.1)
+    with pytest.raises(ValueError, match="step overhead must be positive"):
+        StepOverhead(0.0, "x")
+    with pytest.raises(ValueError, match="step overhead must be >= 0 s"):
+        tpot_floor(model, load_accelerators().get(L4), WORKLOAD, 1, overhead_s=-0.01)
+
+
+def test_a_run_measured_at_several_concurrencies_fits_its_step_cost_through_the_cli(
+    tmp_path: Path, cli: CliRunner
+) -> None:
+    """The recorded capacity run's trials (concurrency 1, 2 and 4) given the TPOTs an L4 would
+    show with a fixed 20 ms a step at eta 0.5 on this run's own workload: ``plan llm
+    --from-run`` reads the trials, fits the cost back and says so on the L4's options."""
+    import sqlite3
+
+    from accelscope.commands.plan.workflow import llm_capacity, llm_tpot_points
+
+    store = tmp_path / "s.db"
+    store.write_bytes(LLM_STORE.read_bytes())
+    capacity, _ = llm_capacity(CAPACITY_RUN, store)
+    assert capacity.prompt_tokens_mean and capacity.output_tokens_mean
+    workload = ServingWorkload(capacity.prompt_tokens_mean, capacity.output_tokens_mean)
+    model = served_model(shape_from_config(LLAMA_8B_CONFIG), "bf16", name="llama-8b")
+    spec = load_accelerators().get(L4)
+    with sqlite3.connect(store) as db:
+        rows = db.execute(
+            "SELECT id, payload_json FROM documents WHERE run_id = ? AND kind = 'llm-trial'",
+            (CAPACITY_RUN,),
+        ).fetchall()
+        for row_id, text in rows:
+            trial = json.loads(text)
+            batch = trial["arrivals"]["concurrency"]
+            if batch is None:  # the capacity search's rate trial: no concurrency to fit
+                continue
+            truth = tpot_floor(model, spec, workload, batch, eta=0.5, overhead_s=0.020)
+            trial["summary"]["metrics"]["tpot_s"]["p50"] = truth
+            db.execute(
+                "UPDATE documents SET payload_json = ? WHERE id = ?", (json.dumps(trial), row_id)
+            )
+    points = llm_tpot_points(CAPACITY_RUN, store)
+    assert [p.concurrency for p in points] == [1, 2, 4]
+    config = Path(__file__).resolve().parents[2] / "examples/plan/llama-3.1-8b-config.json"
+    code, out, err = cli(
+        "plan", "llm", config, "--accelerators", "nvidia-l4", "--from-run", CAPACITY_RUN,
+        "--measured-on", "nvidia-l4", "--store", store, "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    (option,) = json.loads(out)["options"]
+    assert (
+        f"your run {CAPACITY_RUN} on NVIDIA L4 (3 loads: a fixed 20 ms a step" in (option["basis"])
+    )

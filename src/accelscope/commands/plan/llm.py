@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accelscope.commands._lifecycle import check_paths
-from accelscope.commands.plan.workflow import PlanOutcome, llm_capacity, store_plan_document
+from accelscope.commands.plan.workflow import (
+    PlanOutcome,
+    llm_capacity,
+    llm_tpot_points,
+    store_plan_document,
+)
 from accelscope.errors import BadInputError
 from accelscope.hardware.fingerprint import Environment
 from accelscope.plan.accelerators import Accelerators, AcceleratorSpec, load_accelerators
@@ -109,6 +114,7 @@ def _tightened(
             tokens_per_s_per_device=(measured.good_output_tokens_per_s or 0.0)
             / request.run_devices,
             devices=request.run_devices,
+            points=llm_tpot_points(request.from_run, runs_store),
         )
         return tightened_serving([run])
     except ValueError as exc:

@@ -9,10 +9,11 @@ from a JSON file instead. Everything the user gives is validated before anything
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelscope.audit.recover import FleetClass, fleet_classes, recover_document
 from accelscope.commands._lifecycle import CommandRun, check_paths
@@ -30,6 +31,9 @@ from accelscope.plan.traffic import load_traffic
 from accelscope.result import Result, Status
 from accelscope.serialise import dump
 from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore, RunRecord
+
+if TYPE_CHECKING:
+    from accelscope.plan.projection.llm_serving import TpotPoint
 
 __all__ = [
     "ApiRequest",
@@ -483,6 +487,26 @@ def plan_api(
         store_path, instance.type, settings, document, environment, command_line
     )
     return PlanOutcome(document=document, run_id=run.run_id, store_path=run.stored_path)
+
+
+def llm_tpot_points(run_id: str, store_path: Path) -> tuple[TpotPoint, ...]:
+    """The median TPOT per concurrency of an ``llm`` run's trials at a fixed concurrency that
+    completed requests with a positive TPOT (a rate trial has no concurrency; a TPOT of 0 is a
+    server that sent its tokens in one chunk), the median over trials at one concurrency."""
+    from accelscope.llm.documents import LlmTrial
+    from accelscope.plan.projection.llm_serving import TpotPoint
+
+    with ResultStore(store_path) as store:
+        run = store.get_run(run_id)
+    by_concurrency: dict[int, list[float]] = {}
+    for payload in run.documents_of(LlmTrial.kind):
+        trial = LlmTrial.from_payload(payload, f"run {run.id}'s llm trial")
+        concurrency = trial.arrivals.concurrency
+        tpot = trial.summary.metrics.tpot_s.p50
+        if concurrency is None or not trial.summary.completed or not tpot or tpot <= 0:
+            continue
+        by_concurrency.setdefault(concurrency, []).append(tpot)
+    return tuple(TpotPoint(c, statistics.median(v)) for c, v in sorted(by_concurrency.items()))
 
 
 def llm_capacity(run_id: str, store_path: Path) -> tuple[LlmCapacity, str]:

@@ -20,11 +20,11 @@ prefill. TTFT is the prefill plus the mean wait of an M/D/1 queue of prefills at
     TTFT(B) = prefill x (1 + rho / (2 (1 - rho))) + decode step(B)
 
 Simple on purpose: no communication cost of tensor parallelism, no attention FLOPs, no
-scheduler overhead, no tail (MLPerf's bounds are on the 99th percentile, this is a mean): all
-of that is in ``eta``. A degree is considered only where the weights and the KV cache of one
-whole sequence fit in ``memory x 0.9`` per device. The concurrency is the largest with TPOT
-and TTFT within their bounds and the KV cache of every sequence in memory; the degree chosen is
-the one with the most tokens/s per device.
+scheduler overhead (unless a user's run measured it: below), no tail (MLPerf's bounds are on
+the 99th percentile, this is a mean): all of that is in ``eta``. A degree is considered only
+where the weights and the KV cache of one whole sequence fit in ``memory x 0.9`` per device.
+The concurrency is the largest with TPOT and TTFT within their bounds and the KV cache of every
+sequence in memory; the degree chosen is the one with the most tokens/s per device.
 
 **The efficiency.** ``eta`` is solved, per published Llama-2-70B Server row (MLPerf Inference
 v4.0-v5.0, :mod:`.published`), so the floor at MLPerf's workload and SLO gives the row's tokens/s
@@ -39,6 +39,18 @@ the datasheets know (good output tokens/s per device at its workload and SLO, at
 it ran) gives its ``eta`` by the same solve as a published row, and is added to the model as
 one more row of its family (:meth:`~.efficiency.EfficiencyModel.updated`, with a stored run's
 run-to-run spread): that family's interval narrows, and says what narrowed it.
+
+**A fixed cost per step, where the user measured two loads or more.** A serving stack pays
+a cost per decode step that no bandwidth or peak explains (scheduling, sampling, launching
+the step, the API server's share): on vLLM's CPU build ~58 ms of a 80-150 ms step
+(docs/BENCHMARKS.md). One efficiency cannot hold it: it reads the step at one load and misses
+the others (34 % median error beyond the measured loads). A run with the TPOT of two
+concurrencies or more fits ``TPOT(B) = c + floor(B) / eta`` by least squares
+(:func:`fit_step_overhead`): ``eta`` enters the model as the run's row, and ``c`` is added to
+every decode step of the measured part's family (``_Floor``'s ``overhead_s``). The published
+rows give one load per system, so the shipped calibration has no ``c`` (it is in ``eta``). A
+fit whose cost is not positive, or whose ``eta`` falls outside the range a published row may
+take (the loads do not tell the two apart), keeps the one efficiency.
 """
 
 from __future__ import annotations
@@ -46,8 +58,8 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from accelscope.plan.accelerators import Accelerators, AcceleratorSpec, load_accelerators
@@ -74,8 +86,11 @@ __all__ = [
     "ServingRun",
     "ServingSlo",
     "ServingWorkload",
+    "StepOverhead",
+    "TpotPoint",
     "best_point",
     "calibrate_serving",
+    "fit_step_overhead",
     "leave_one_out",
     "llama2_70b_shape",
     "mlperf_workload",
@@ -274,16 +289,20 @@ class _Floor:
         workload: ServingWorkload,
         tp: int,
         eta: float,
+        overhead_s: float = 0.0,
     ) -> None:
+        if not (math.isfinite(overhead_s) and overhead_s >= 0):
+            raise ValueError(f"the step overhead must be >= 0 s, got {overhead_s}")
         self.model, self.spec, self.workload, self.tp = model, spec, workload, tp
         self._bandwidth = spec.memory_bandwidth_bytes_per_s * eta
         self._flops = compute_peak(spec, model.dtype)[1] * eta
+        self._overhead_s = overhead_s
 
     def decode_step(self, batch: int) -> float:
         m, w = self.model, self.workload
         read = (m.weights_bytes + batch * w.mean_context * m.kv_bytes_per_token) / self.tp
         work = 2 * m.active_params * batch / self.tp
-        return max(read / self._bandwidth, work / self._flops)
+        return self._overhead_s + max(read / self._bandwidth, work / self._flops)
 
     def prefill(self) -> float:
         m = self.model
@@ -316,13 +335,51 @@ def tpot_floor(
     *,
     tp: int = 1,
     eta: float = 1.0,
+    overhead_s: float = 0.0,
 ) -> float:
     """The model's TPOT at ``batch`` sequences in flight (the module's ``TPOT(B)``): what a
     measured TPOT is set against to read its efficiency (``eta = tpot_floor(eta=1) /
-    measured``, both terms scale as ``1 / eta``)."""
+    measured``, both terms scale as ``1 / eta``; ``overhead_s``, a fixed cost per decode step,
+    does not)."""
     if batch < 1 or not eta > 0:
         raise ValueError(f"batch must be >= 1 and eta > 0, got {batch}, {eta}")
-    return _Floor(model, spec, workload, tp, eta).tpot(batch)
+    return _Floor(model, spec, workload, tp, eta, overhead_s).tpot(batch)
+
+
+@dataclass(frozen=True)
+class TpotPoint:
+    """A measured median TPOT at a concurrency (one trial of a user's run)."""
+
+    concurrency: int
+    tpot_s: float
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if not (math.isfinite(self.tpot_s) and self.tpot_s > 0):
+            raise ValueError(f"TPOT must be positive, got {self.tpot_s}")
+
+
+def fit_step_overhead(
+    floors_s: Sequence[float], tpots_s: Sequence[float]
+) -> tuple[float, float] | None:
+    """``(c, eta)`` of ``TPOT = c + floor / eta`` by least squares over the measured points
+    (each ``floor`` the model's TPOT at ``eta = 1`` and no overhead at that point's load).
+    ``None`` where the loads do not tell ``c`` from ``eta``: fewer than two distinct floors, a
+    fitted ``c`` that is not positive, or an ``eta`` outside the range a published row may take
+    (the TPOT barely moves with the load; the one-efficiency model then stands)."""
+    if len(floors_s) != len(tpots_s):
+        raise ValueError("one measured TPOT per floor")
+    if len(set(floors_s)) < 2:
+        return None
+    mean_f, mean_t = statistics.fmean(floors_s), statistics.fmean(tpots_s)
+    spread = sum((f - mean_f) ** 2 for f in floors_s)
+    slope = sum((f - mean_f) * (t - mean_t) for f, t in zip(floors_s, tpots_s, strict=True))
+    slope /= spread
+    overhead = mean_t - slope * mean_f
+    if not (slope > 0 and _ETA_RANGE[0] <= 1.0 / slope <= _ETA_RANGE[1] and overhead > 0):
+        return None
+    return overhead, 1.0 / slope
 
 
 def operating_point(
@@ -332,12 +389,13 @@ def operating_point(
     slo: ServingSlo,
     tp: int,
     eta: float = 1.0,
+    overhead_s: float = 0.0,
 ) -> OperatingPoint | None:
     """The largest concurrency at degree ``tp`` within the SLO and memory; ``None`` where
     one sequence does not fit or does not meet the SLO."""
     if not eta > 0:
         raise ValueError(f"efficiency must be positive, got {eta}")
-    floor = _Floor(model, spec, workload, tp, eta)
+    floor = _Floor(model, spec, workload, tp, eta, overhead_s)
     memory = floor.memory_limit()
 
     def meets(batch: int) -> bool:
@@ -383,13 +441,14 @@ def best_point(
     slo: ServingSlo,
     eta: float = 1.0,
     max_tp: int = max(TP_DEGREES),
+    overhead_s: float = 0.0,
 ) -> OperatingPoint | None:
     """The degree (up to ``max_tp``) with the most tokens/s per device within the SLO."""
     points = [
         p
         for tp in TP_DEGREES
         if tp <= max_tp
-        for p in [operating_point(model, spec, workload, slo, tp, eta)]
+        for p in [operating_point(model, spec, workload, slo, tp, eta, overhead_s)]
         if p is not None
     ]
     return max(points, key=lambda p: p.tokens_per_s_per_device, default=None)
@@ -402,8 +461,9 @@ def _rate(
     slo: ServingSlo,
     eta: float,
     max_tp: int,
+    overhead_s: float = 0.0,
 ) -> float:
-    point = best_point(model, spec, workload, slo, eta, max_tp)
+    point = best_point(model, spec, workload, slo, eta, max_tp, overhead_s)
     return point.tokens_per_s_per_device if point else 0.0
 
 
@@ -466,17 +526,36 @@ class ServingRow:
 
 
 @dataclass(frozen=True)
+class StepOverhead:
+    """A fixed cost per decode step fitted on a user's run (:func:`fit_step_overhead`)."""
+
+    seconds: float
+    label: str
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.seconds) and self.seconds > 0):
+            raise ValueError(f"a step overhead must be positive, got {self.seconds}")
+
+
+@dataclass(frozen=True)
 class ServingCalibration:
-    """The rows, the rows left out (with why), the workload assumed and the fitted model."""
+    """The rows, the rows left out (with why), the workload assumed and the fitted model;
+    ``overheads``: a fixed cost per decode step by family, where a user's run measured one."""
 
     rows: tuple[ServingRow, ...]
     left_out: tuple[tuple[PublishedResult, str], ...]
     workload: ServingWorkload
     model: EfficiencyModel
+    overheads: Mapping[str, StepOverhead] = field(default_factory=dict)
 
     def rows_of(self, family: str) -> int:
         """Published rows of ``family``."""
         return sum(r.result.family == family for r in self.rows)
+
+    def overhead_s(self, family: str) -> float:
+        """The fixed cost per decode step of ``family`` (0: none measured)."""
+        found = self.overheads.get(family)
+        return 0.0 if found is None else found.seconds
 
 
 def _mlperf_model() -> ServedModel:
@@ -543,6 +622,9 @@ class ServingRun:
     tokens_per_s_per_device: float
     devices: int
     """The devices one server used (its tensor-parallel degree)."""
+    points: tuple[TpotPoint, ...] = ()
+    """The run's median TPOT per concurrency, where it measured them: with two loads or more,
+    a fixed cost per step is fitted beside ``eta`` (:func:`fit_step_overhead`)."""
 
     def __post_init__(self) -> None:
         if not self.run_id:
@@ -569,17 +651,43 @@ def tightened_serving(
     the floor cannot reach at any efficiency is refused in one line."""
     calibration = calibration or shipped_serving_calibration()
     points = []
+    overheads = dict(calibration.overheads)
     for run in runs:
         max_tp = max(tp for tp in TP_DEGREES if tp <= run.devices)
-        try:
-            eta = solve_efficiency(
-                run.model, run.spec, run.workload, run.slo, run.tokens_per_s_per_device, max_tp
+        fitted = _fit_run(run, max_tp)
+        if fitted is not None:
+            overhead_s, eta = fitted
+            label = (
+                f"{run.label} ({len(run.points)} loads: a fixed {overhead_s * 1e3:.3g} ms a "
+                "step, fitted)"
             )
-        except ValueError as exc:
-            raise ValueError(f"run {run.run_id}: {exc}") from None
+            overheads[run.spec.family] = StepOverhead(overhead_s, label)
+        else:
+            try:
+                eta = solve_efficiency(
+                    run.model,
+                    run.spec,
+                    run.workload,
+                    run.slo,
+                    run.tokens_per_s_per_device,
+                    max_tp,
+                )
+            except ValueError as exc:
+                raise ValueError(f"run {run.run_id}: {exc}") from None
+            label = run.label
         observation = Observation(MLPERF_GROUP, run.spec.family, "llm", math.log(eta))
-        points.append(Measured(observation, RUN_TO_RUN_LOG_SD**2, run.label))
-    return replace(calibration, model=calibration.model.updated(points))
+        points.append(Measured(observation, RUN_TO_RUN_LOG_SD**2, label))
+    return replace(calibration, model=calibration.model.updated(points), overheads=overheads)
+
+
+def _fit_run(run: ServingRun, max_tp: int) -> tuple[float, float] | None:
+    """The run's ``(c, eta)`` from its TPOT per concurrency, at the degree it ran."""
+    if len({p.concurrency for p in run.points}) < 2:
+        return None
+    floors = [
+        tpot_floor(run.model, run.spec, run.workload, p.concurrency, tp=max_tp) for p in run.points
+    ]
+    return fit_step_overhead(floors, [p.tpot_s for p in run.points])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -635,13 +743,14 @@ def project_serving(
     narrowed = calibration.model.narrowed_by(spec.family)
     if narrowed:
         basis += f"; narrowed by {narrowed}"
-    point = best_point(model, spec, workload, slo, prediction.point)
+    overhead = calibration.overhead_s(spec.family)
+    point = best_point(model, spec, workload, slo, prediction.point, overhead_s=overhead)
     near = None
     if point is not None:
         near = min(
             tp
             for tp in TP_DEGREES
-            for p in [operating_point(model, spec, workload, slo, tp, prediction.point)]
+            for p in [operating_point(model, spec, workload, slo, tp, prediction.point, overhead)]
             if p is not None
             and p.tokens_per_s_per_device >= (1 - NEAR_BEST) * point.tokens_per_s_per_device
         )
@@ -652,8 +761,12 @@ def project_serving(
         eta=prediction.point,
         eta_low=low,
         eta_high=high,
-        low_tokens_per_s_per_device=_rate(model, spec, workload, slo, low, max(TP_DEGREES)),
-        high_tokens_per_s_per_device=_rate(model, spec, workload, slo, high, max(TP_DEGREES)),
+        low_tokens_per_s_per_device=_rate(
+            model, spec, workload, slo, low, max(TP_DEGREES), overhead
+        ),
+        high_tokens_per_s_per_device=_rate(
+            model, spec, workload, slo, high, max(TP_DEGREES), overhead
+        ),
         coverage=COVERAGE,
         basis=basis,
         rows=rows,
