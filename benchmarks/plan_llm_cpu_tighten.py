@@ -53,11 +53,13 @@ from accelscope.plan.projection.llm_serving import (
     ServingRun,
     ServingSlo,
     ServingWorkload,
+    StepOverhead,
     TpotPoint,
     served_model,
     shipped_serving_calibration,
     tightened_serving,
     tpot_floor,
+    widened,
 )
 from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD
 from accelscope.plan.projection.validation import COVERAGE
@@ -155,11 +157,19 @@ def measure(model_dir: Path, rounds: int) -> dict[int, list[float]]:
 
 
 def _projected(
-    prediction: Any, floor_s: float, overhead_s: float, measured_s: float
+    prediction: Any,
+    floor_s: float,
+    measured_s: float,
+    overhead: StepOverhead | None = None,
 ) -> dict[str, Any]:
+    """A held-out load's TPOT: the point, the 80 % interval (with a fitted step cost, its own
+    spread added as ``project_serving`` adds it), the error and whether the interval held."""
     low, high = prediction.interval(COVERAGE)
+    overhead_s = overhead.seconds if overhead is not None else 0.0
     point = overhead_s + floor_s / prediction.point
     slow, fast = overhead_s + floor_s / low, overhead_s + floor_s / high
+    if overhead is not None:
+        fast, slow = widened(point, fast, slow, overhead.relative_sd(floor_s))
     return {
         "tpot_ms": point * 1e3,
         "interval_ms": [fast * 1e3, slow * 1e3],
@@ -197,17 +207,18 @@ def evaluate(
             points=tuple(TpotPoint(c, measured[c]) for c in pair),
         )  # fmt: skip
         tightened = tightened_serving([run], calibration)
-        overhead = tightened.overhead_s(FAMILY)
+        overhead = tightened.overheads.get(FAMILY)
         stepped = tightened.model.predict(MLPERF_GROUP, FAMILY, "llm")
         for c in CONCURRENCIES:
             if c in pair:
                 continue
             rows.append({
                 "measured_at": list(pair), "concurrency": c, "tpot_ms": measured[c] * 1e3,
-                "between": pair[0] < c < pair[1], "overhead_ms": overhead * 1e3,
-                "before": _projected(before, floor[c], 0.0, measured[c]),
-                "after": _projected(one_eta, floor[c], 0.0, measured[c]),
-                "after_step_cost": _projected(stepped, floor[c], overhead, measured[c]),
+                "between": pair[0] < c < pair[1],
+                "overhead_ms": overhead.seconds * 1e3 if overhead else None,
+                "before": _projected(before, floor[c], measured[c]),
+                "after": _projected(one_eta, floor[c], measured[c]),
+                "after_step_cost": _projected(stepped, floor[c], measured[c], overhead),
             })  # fmt: skip
     summary: dict[str, Any] = {}
     for where, keep in (("between", True), ("outside", False), ("all", None)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ from accelscope.plan.projection.llm_serving import (
     shipped_serving_calibration,
     tightened_serving,
     tpot_floor,
+    widened,
 )
+from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD
 from accelscope.plan.projection.validation import summarise
 from accelscope.testing import CliRunner, assert_one_line_error
 
@@ -322,6 +325,29 @@ def test_a_fixed_step_cost_is_fitted_from_two_loads_and_carried_to_the_projectio
         )
     )  # fmt: skip
     assert "a fixed 20 ms a step" in projection.basis
+    # the line's own spread widens the interval, the more the further beyond the loads measured
+    line = calibration.overheads["nvidia-l4"]
+    inside, beyond = (tpot_floor(model, spec, WORKLOAD, b) for b in (4, 256))
+    assert 0 < line.relative_sd(inside) < RUN_TO_RUN_LOG_SD < line.relative_sd(beyond)
+    slo = ServingSlo(2.0, 0.2)
+    ends = [
+        best_point(model, spec, WORKLOAD, slo, eta, overhead_s=truth_s)
+        for eta in (projection.eta_low, projection.eta_high)
+    ]  # the efficiency's interval alone, at the fitted cost
+    assert ends[0] is not None and ends[1] is not None
+    assert projection.low_tokens_per_s_per_device < ends[0].tokens_per_s_per_device
+    assert projection.high_tokens_per_s_per_device > ends[1].tokens_per_s_per_device
+
+
+def test_widening_adds_a_spread_in_quadrature_on_the_log_scale() -> None:
+    z = 1.2815515655446004  # the 80 % interval's normal quantile
+    low, high = widened(100.0, 100.0 / 1.1, 110.0, 0.0)
+    assert (low, high) == pytest.approx((100.0 / 1.1, 110.0))
+    low, high = widened(100.0, 100.0, 100.0, 0.05)
+    assert (low, high) == pytest.approx((100.0 * math.exp(-z * 0.05), 100.0 * math.exp(z * 0.05)))
+    assert widened(100.0, 0.0, 120.0, 0.05)[0] == 0.0  # nothing met the SLO at the low end
+    with pytest.raises(ValueError, match="low <= point <= high"):
+        widened(100.0, 120.0, 130.0, 0.05)
 
 
 def test_loads_that_cannot_tell_the_cost_from_the_efficiency_keep_one_efficiency() -> None:
@@ -340,7 +366,9 @@ def test_loads_that_cannot_tell_the_cost_from_the_efficiency_keep_one_efficiency
     with pytest.raises(ValueError, match="concurrency must be >= 1"):
         TpotPoint(0, 0.1)
     with pytest.raises(ValueError, match="step overhead must be positive"):
-        StepOverhead(0.0, "x")
+        StepOverhead(0.0, "x", (0.05, 0.1), (0.08, 0.2))
+    with pytest.raises(ValueError, match="two loads or more"):
+        StepOverhead(0.01, "x", (0.05, 0.05), (0.08, 0.2))
     with pytest.raises(ValueError, match="step overhead must be >= 0 s"):
         tpot_floor(model, load_accelerators().get(L4), WORKLOAD, 1, overhead_s=-0.01)
 

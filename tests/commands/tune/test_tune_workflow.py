@@ -7,11 +7,12 @@ Covers: accelscope.commands.tune.workflow."""
 
 from __future__ import annotations
 
-from accelscope.commands.tune.workflow import _caches_against_optimum
+from accelscope.commands.tune.workflow import _caches_against_optimum, _invalid_agentic_steps
 from accelscope.llm.documents import (
     AgenticStep,
     Arrivals,
     CacheOptimum,
+    GateReason,
     JobGate,
     LlmTrial,
     TrialSummary,
@@ -29,6 +30,7 @@ def _config(
     lru: float = KEPT,
     blocks: int = 640,
     role: Role = "candidate",
+    behind: str = "",
 ) -> TuneConfig:
     ratio = None if measured is None else measured / lru
     cache = CacheOptimum(
@@ -46,7 +48,8 @@ def _config(
         below_bound=ratio is not None and ratio < 0.9,
     )
     gate = JobGate(
-        valid=True,
+        valid=not behind,
+        failures=[GateReason(reason="client behind schedule", text=behind)] if behind else [],
         turns=40,
         errors=0,
         lag_p99_s=0.01,
@@ -100,3 +103,13 @@ def test_nothing_is_said_without_a_measured_hit_rate_or_an_agentic_workload() ->
     assert _caches_against_optimum([_config("k", None)], None) == []
     plain = TuneConfig(key="k", status="measured")
     assert _caches_against_optimum([plain], plain) == []
+
+
+def test_a_configuration_the_validity_gate_failed_is_a_warning() -> None:
+    fine = _config("num-gpu-blocks-override=640", 0.64)
+    behind = _config("num-gpu-blocks-override=80", 0.48, behind="the client fell behind")
+    assert _invalid_agentic_steps([fine, behind]) == [
+        "num-gpu-blocks-override=80 at concurrency 8: the agentic validity gate failed (the "
+        "client fell behind); its good tokens/s ranks it, but an llm run would report no job "
+        "figures there"
+    ]

@@ -330,6 +330,7 @@ def _document(
     warnings = list(warnings)
     for text, warn in _caches_against_optimum(ranking.configs, winner):
         (warnings if warn else notes).append(text)
+    warnings.extend(_invalid_agentic_steps(ranking.configs))
     return TuneRun(
         engine=engine.name,
         engine_found=engine.describe(),
@@ -405,6 +406,24 @@ def _caches_against_optimum(
         )
         text += f"; past the eviction cliff (under x{cache.bound:g}): {why}"
         found.append((text, config is winner))
+    return found
+
+
+def _invalid_agentic_steps(configs: Sequence[TuneConfig]) -> list[str]:
+    """A warning per configuration whose agentic step the validity gate failed
+    (``llm.jobs``): an ``llm`` run reports no job figures for it, and the ranking that used its
+    good tokens/s says so rather than hide it."""
+    found = []
+    for config in configs:
+        point = config.point
+        step = point.summary.agentic if point is not None else None
+        if point is None or step is None or step.gate.valid:
+            continue
+        why = "; ".join(f.text for f in step.gate.failures) or "invalid"
+        found.append(
+            f"{config.key} at {point.label}: the agentic validity gate failed ({why}); its "
+            "good tokens/s ranks it, but an llm run would report no job figures there"
+        )
     return found
 
 

@@ -101,6 +101,7 @@ __all__ = [
     "shipped_serving_calibration",
     "tightened_serving",
     "tpot_floor",
+    "widened",
 ]
 
 GPU_MEMORY_UTILIZATION = 0.9
@@ -527,14 +528,35 @@ class ServingRow:
 
 @dataclass(frozen=True)
 class StepOverhead:
-    """A fixed cost per decode step fitted on a user's run (:func:`fit_step_overhead`)."""
+    """A fixed cost per decode step fitted on a user's run (:func:`fit_step_overhead`), with
+    the points it was fitted on (each load's floor at ``eta = 1`` and its measured TPOT), so a
+    projection can say how far it extrapolates them (:meth:`relative_sd`)."""
 
     seconds: float
     label: str
+    floors_s: tuple[float, ...]
+    tpots_s: tuple[float, ...]
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.seconds) and self.seconds > 0):
             raise ValueError(f"a step overhead must be positive, got {self.seconds}")
+        if len(self.floors_s) != len(self.tpots_s) or len(set(self.floors_s)) < 2:
+            raise ValueError("a step overhead is fitted on two loads or more, one TPOT each")
+
+    def relative_sd(self, floor_s: float) -> float:
+        """The fitted line's standard deviation at a load whose floor is ``floor_s``, over its
+        value there: each measured TPOT carries a run's own spread
+        (:data:`~.tighten.RUN_TO_RUN_LOG_SD` of it), and the least-squares line weighs them by
+        their leverage (small between the measured loads, growing beyond them)."""
+        n = len(self.floors_s)
+        mean = statistics.fmean(self.floors_s)
+        spread = sum((f - mean) ** 2 for f in self.floors_s)
+        weights = [1 / n + (f - mean) * (floor_s - mean) / spread for f in self.floors_s]
+        line = sum(w * t for w, t in zip(weights, self.tpots_s, strict=True))
+        sd = RUN_TO_RUN_LOG_SD * math.sqrt(
+            sum((w * t) ** 2 for w, t in zip(weights, self.tpots_s, strict=True))
+        )
+        return sd / line
 
 
 @dataclass(frozen=True)
@@ -661,7 +683,13 @@ def tightened_serving(
                 f"{run.label} ({len(run.points)} loads: a fixed {overhead_s * 1e3:.3g} ms a "
                 "step, fitted)"
             )
-            overheads[run.spec.family] = StepOverhead(overhead_s, label)
+            floors = tuple(
+                tpot_floor(run.model, run.spec, run.workload, p.concurrency, tp=max_tp)
+                for p in run.points
+            )
+            overheads[run.spec.family] = StepOverhead(
+                overhead_s, label, floors, tuple(p.tpot_s for p in run.points)
+            )
         else:
             try:
                 eta = solve_efficiency(
@@ -754,6 +782,14 @@ def project_serving(
             if p is not None
             and p.tokens_per_s_per_device >= (1 - NEAR_BEST) * point.tokens_per_s_per_device
         )
+    low_rate = _rate(model, spec, workload, slo, low, max(TP_DEGREES), overhead)
+    high_rate = _rate(model, spec, workload, slo, high, max(TP_DEGREES), overhead)
+    fitted = calibration.overheads.get(spec.family)
+    if fitted is not None and point is not None:  # the fitted line's own spread, there
+        floor_s = tpot_floor(model, spec, workload, point.concurrency, tp=point.tp)
+        low_rate, high_rate = widened(
+            point.tokens_per_s_per_device, low_rate, high_rate, fitted.relative_sd(floor_s)
+        )
     return ServingProjection(
         accelerator=spec.name,
         family=spec.family,
@@ -761,17 +797,27 @@ def project_serving(
         eta=prediction.point,
         eta_low=low,
         eta_high=high,
-        low_tokens_per_s_per_device=_rate(
-            model, spec, workload, slo, low, max(TP_DEGREES), overhead
-        ),
-        high_tokens_per_s_per_device=_rate(
-            model, spec, workload, slo, high, max(TP_DEGREES), overhead
-        ),
+        low_tokens_per_s_per_device=low_rate,
+        high_tokens_per_s_per_device=high_rate,
         coverage=COVERAGE,
         basis=basis,
         rows=rows,
         smallest_near_tp=near,
     )
+
+
+def widened(point: float, low: float, high: float, relative_sd: float) -> tuple[float, float]:
+    """The interval ``[low, high]`` around ``point`` with a relative spread ``relative_sd`` added
+    in quadrature on the log scale (at the interval's coverage): a fitted step cost's own
+    uncertainty beside the efficiency's. A ``low`` of 0 (nothing meets the SLO there) stays."""
+    if not 0 <= low <= point <= high or not relative_sd >= 0:
+        raise ValueError(
+            f"need 0 <= low <= point <= high and a spread >= 0, got {low, point, high}"
+        )
+    z = statistics.NormalDist().inv_cdf(0.5 + COVERAGE / 2)
+    up = math.hypot(math.log(high / point), z * relative_sd)
+    down = math.hypot(math.log(point / low), z * relative_sd) if low > 0 else math.inf
+    return point * math.exp(-down), point * math.exp(up)
 
 
 def usd_per_device_hour(spec: AcceleratorSpec, catalog: Catalog) -> tuple[float, str] | None:
