@@ -17,6 +17,13 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 # 5 min on 2 cores (docs/BENCHMARKS.md). uv does not read pip's configuration: the local wheel
 # directory pip is told of (find-links: this machine's CPU torch build) is passed on to it.
 UV := $(BIN)/uv
+
+# Bytecode. This machine's image sets PYTHONDONTWRITEBYTECODE=1, and uv installs no bytecode
+# (pip compiled it at install): together every process compiled torch, vLLM and accelscope from
+# source on every import (`import torch` 4 s with its .pyc, 9-11 s without, on 2 busy cores;
+# the suite starts hundreds of such processes). Processes started by make write their caches
+# again, so each module is compiled once (src/ included); docs/BENCHMARKS.md, session 11.
+unexport PYTHONDONTWRITEBYTECODE
 export UV_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 UV_INSTALL = $(UV) pip install --quiet --python
 
