@@ -203,3 +203,29 @@ def test_a_missing_vllm_says_where_it_looked_and_how_to_make_one(tmp_path: Path)
         find_vllm(Path(sys.executable))  # this Python has no vLLM
     with pytest.raises(BadInputError, match="no such interpreter"):
         find_vllm(tmp_path / "python")
+
+
+def test_a_port_lost_to_another_process_is_chosen_again_and_a_given_one_is_not(
+    script: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race behind a flake of the parallel tier: between ``free_port`` and the server's
+    bind, another process took the port. Here it is taken for real (a socket holds it), and
+    the first port offered is that one: the server exits with EADDRINUSE, and is started again
+    on a new port; a port the caller gave is the caller's, and its loss is the error."""
+    import socket
+
+    from accelscope.llm import server_process
+    from accelscope.processes import free_port
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        offered = iter([taken, free_port("127.0.0.1")])
+        monkeypatch.setattr(server_process, "free_port", lambda host: next(offered))
+        with ServerProcess([sys.executable, str(script), "{port}"], name="toy") as server:
+            assert server.healthy() and server.port != taken
+        given = ServerProcess([sys.executable, str(script), "{port}"], name="toy", port=taken)
+        with pytest.raises(ServerStartError, match="Address already in use"):
+            given.start()
+        assert not given.group_alive()

@@ -49,6 +49,10 @@ __all__ = [
 ]
 
 
+PORT_ATTEMPTS = 3
+"""Starts on a fresh port after a server lost its port to another process (see ``start``)."""
+
+
 class ServerStartError(AccelscopeError):
     """The server exited or was not healthy in time; ``log_tail`` holds its last lines,
     ``first_error`` its first error line ("" when none) and ``server_exit`` the exit code of
@@ -183,9 +187,24 @@ class ServerProcess:
 
     def start(self) -> None:
         """Start the server and wait until it is healthy (:class:`ServerStartError` if not;
-        the group is then already stopped)."""
+        the group is then already stopped). A port this object chose (none was given) can be
+        taken by another process between :func:`free_port` and the server's bind: a server
+        that exits saying so is started again on a new port, up to :data:`PORT_ATTEMPTS`
+        times."""
         if self._process is not None:
             raise RuntimeError(f"{self.name} is already started")
+        ours = not self.port
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                return
+            except ServerStartError as exc:
+                lost = "address already in use" in f"{exc.first_error}\n{exc.log_tail}".lower()
+                if not (ours and lost and exc.server_exit is not None) or attempt == PORT_ATTEMPTS:
+                    raise
+                self._process, self.port, self.exit_code = None, 0, None
+
+    def _start_once(self) -> None:
         if self.log_path is None:
             self._log_dir = Path(tempfile.mkdtemp(prefix="accelscope-server-"))
             self.log_path = self._log_dir / "server.log"

@@ -1,6 +1,8 @@
 """``plan train --measured-run``: the user's step read from a stored ``doctor`` run of the
 training loop (its median measured step, on the GPU the loop ran on), replayed from a live doctor
-run recorded on a real H200; and every run that cannot give a training step as one line, exit 2."""
+run recorded on a real H200; and every run that cannot give a training step as one line, exit 2.
+
+Covers: accelscope.commands.plan.train, accelscope.plan.accelerators."""
 
 from __future__ import annotations
 

@@ -385,7 +385,7 @@ def step_of_run(run: str, store_path: Path | None) -> RunStep:
     """The training step of the stored doctor run ``run`` (id, prefix or ``latest``: the newest
     doctor run); a run of another kind, a loop that took no optimizer step, or one with no
     measured step is one line."""
-    from accelscope.commands.doctor.workflow import result_for_run
+    from accelscope.doctor.profile import Profile
     from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
 
     path = store_path or DEFAULT_STORE_PATH
@@ -406,7 +406,13 @@ def step_of_run(run: str, store_path: Path | None) -> RunStep:
             f"--measured-run {run}: run {record.id} is a {record.kind} run, not a doctor run of "
             "a training step (see: accelscope runs list)"
         )
-    profile = result_for_run(record).profile
+    diagnosis = record.documents_of("diagnosis")
+    try:
+        profile = Profile.from_dict(diagnosis[-1]["profile"])
+    except (IndexError, KeyError, ValueError, TypeError) as exc:
+        raise BadInputError(
+            f"--measured-run {run}: run {record.id}: unreadable doctor documents ({exc!r})"
+        ) from None
     facts = profile.facts
     if facts is None or not (facts.backward_seen and facts.optimizer_seen):
         raise BadInputError(
