@@ -385,6 +385,7 @@ def step_of_run(run: str, store_path: Path | None) -> RunStep:
     """The training step of the stored doctor run ``run`` (id, prefix or ``latest``: the newest
     doctor run); a run of another kind, a loop that took no optimizer step, or one with no
     measured step is one line."""
+    from accelscope.commands.plan.workflow import run_of_kind
     from accelscope.doctor.profile import Profile
     from accelscope.store.sqlite import DEFAULT_STORE_PATH, ResultStore
 
@@ -392,19 +393,13 @@ def step_of_run(run: str, store_path: Path | None) -> RunStep:
     if not path.exists():
         raise BadInputError(f"no results store at {path}: cannot read run {run}")
     with ResultStore(path) as store:
-        if run == "latest":
-            doctors = [r for r in store.list_runs(limit=1_000_000) if r.kind == "doctor"]
-            if not doctors:
-                raise BadInputError(
-                    f"--measured-run latest: the store {path} holds no doctor run (run "
-                    "accelscope doctor on your training script first)"
-                )
-            run = doctors[0].id
-        record = store.get_run(run)
-    if record.kind != "doctor":
-        raise BadInputError(
-            f"--measured-run {run}: run {record.id} is a {record.kind} run, not a doctor run of "
-            "a training step (see: accelscope runs list)"
+        record = run_of_kind(
+            store,
+            run,
+            "doctor",
+            flag="--measured-run",
+            what="a doctor run of a training step",
+            first="run accelscope doctor on your training script first",
         )
     diagnosis = record.documents_of("diagnosis")
     try:

@@ -218,20 +218,23 @@ def _model_matches(run: RunRecord, model: str) -> bool:
     return run.model == model or Path(run.model).name == model
 
 
-def _resolve_audit_run(store: ResultStore, run: str) -> RunRecord:
-    """``run`` (an id, a unique prefix, or ``latest``: the newest audit run) as an audit run."""
+def run_of_kind(
+    store: ResultStore, run: str, kind: str, *, flag: str, what: str, first: str
+) -> RunRecord:
+    """``run`` (an id, a unique prefix, or ``latest``: the newest run of ``kind``) as a run of
+    ``kind``; ``what`` names it in the refusal (``an audit run``), ``first`` says how to make
+    one when the store holds none."""
     if run == "latest":
-        audits = [r for r in store.list_runs(limit=1_000_000) if r.kind == "audit"]
-        if not audits:
+        found = [r for r in store.list_runs(limit=1_000_000) if r.kind == kind]
+        if not found:
             raise BadInputError(
-                f"--fleet latest: the store {store.path} holds no audit run (run accelscope "
-                "audit first)"
+                f"{flag} latest: the store {store.path} holds no {kind} run ({first})"
             )
-        run = audits[0].id
+        run = found[0].id
     record = store.get_run(run)
-    if not record.documents_of("audit"):
+    if record.kind != kind:
         raise BadInputError(
-            f"--fleet {run}: run {record.id} is a {record.kind} run, not an audit run "
+            f"{flag} {run}: run {record.id} is a {record.kind} run, not {what} "
             "(see: accelscope runs list)"
         )
     return record
@@ -239,7 +242,9 @@ def _resolve_audit_run(store: ResultStore, run: str) -> RunRecord:
 
 def fleet_from_store(store: ResultStore, run: str) -> tuple[str, tuple[FleetClass, ...]]:
     """The audit run ``run`` names (id, prefix or ``latest``) and its fleet's GPU families."""
-    record = _resolve_audit_run(store, run)
+    record = run_of_kind(
+        store, run, "audit", flag="--fleet", what="an audit run", first="run accelscope audit first"
+    )
     return record.id, fleet_classes(record.documents_of("audit")[-1], record.id)
 
 
