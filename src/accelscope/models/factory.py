@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.util
 import re
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,32 +27,32 @@ def is_factory_ref(ref: str) -> bool:
     return (".py:" in ref and not ref.endswith(".py:")) or bool(_MODULE_REF.match(ref))
 
 
-def _load_file_module(path: Path) -> Any:
+def _load_file_module(path: Path) -> tuple[Any, bytes]:
+    """The module of the user's file, run from the bytes read here (also the digest's): never
+    from a cached ``.pyc``, which Python trusts by mtime and size and so can run a file as it was
+    before an edit of the same length within one second; nothing is written beside the file."""
     if not path.is_file():
         raise ModelLoadError(f"model file {path} does not exist")
+    source = path.read_bytes()
     name = "accelscope_user_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ModelLoadError(f"cannot import {path} as a Python module")
-    module = importlib.util.module_from_spec(spec)
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec"), module.__dict__)  # the user's own model file
     except Exception as exc:
         sys.modules.pop(name, None)
         raise ModelLoadError(
             f"importing {path} failed: {type(exc).__name__}: {exception_line(exc)}"
         ) from exc
-    return module
+    return module, source
 
 
 def resolve_factory(ref: str) -> tuple[Callable[[], Any], str]:
     """The factory function and a digest of its source (file content + function name)."""
     target, _, function_name = ref.rpartition(":")
     if target.endswith(".py"):
-        path = Path(target)
-        module = _load_file_module(path)
-        digest_source = path.read_bytes()
+        module, digest_source = _load_file_module(Path(target))
     else:
         try:
             module = importlib.import_module(target)
