@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 from accelscope.commands.llm.workflow import LlmRequestSettings, llm
 from accelscope.hardware.fingerprint import collect_environment
@@ -98,7 +99,8 @@ def measure_fp32_peak() -> float:
 
 
 def _spec(bandwidth: float, peak: float) -> AcceleratorSpec:
-    """This CPU as a datasheet: its bandwidth and fp32 peak as measured here."""
+    """This CPU as a datasheet: its bandwidth and fp32 peak as measured here, and its memory
+    (the floor's limit on sequences in flight; far above what 16 sequences of 96 tokens need)."""
     measured_here = {
         "source": "measured here by benchmarks/plan_llm_cpu_tighten.py",
         "date": "2026-11-28",
@@ -109,9 +111,11 @@ def _spec(bandwidth: float, peak: float) -> AcceleratorSpec:
             "family": FAMILY,
             "kind": "cpu",
             "vendor": "AMD",
+            "memory_bytes": psutil.virtual_memory().total,
             "memory_bandwidth_bytes_per_s": bandwidth,
             "peak_ops_per_s": {"fp32": peak},
             "sources": {
+                "memory_bytes": measured_here,
                 "memory_bandwidth_bytes_per_s": measured_here,
                 "peak_ops_per_s": measured_here,
             },

@@ -406,7 +406,8 @@ def step_of_run(run: str, store_path: Path | None) -> RunStep:
         profile = Profile.from_dict(diagnosis[-1]["profile"])
     except (IndexError, KeyError, ValueError, TypeError) as exc:
         raise BadInputError(
-            f"--measured-run {run}: run {record.id}: unreadable doctor documents ({exc!r})"
+            f"--measured-run {run}: run {record.id}: unreadable doctor documents "
+            f"({type(exc).__name__}: {exc})"
         ) from None
     facts = profile.facts
     if facts is None or not (facts.backward_seen and facts.optimizer_seen):

@@ -73,6 +73,7 @@ from accelscope.plan.projection.validation import COVERAGE, Holdout
 
 __all__ = [
     "GPU_MEMORY_UTILIZATION",
+    "MAX_FITTED_ETA",
     "MLPERF_GROUP",
     "MLPERF_SLO",
     "NEAR_BEST",
@@ -127,6 +128,10 @@ NEAR_BEST = 0.10
 prices no all-reduce (the datasheets give no interconnect bandwidth), so the best degree is
 the highest that pays before communication, and a smaller one close to it may win in practice."""
 _ETA_RANGE = (1e-4, 1e2)
+MAX_FITTED_ETA = 4.0
+"""The largest efficiency a fixed-cost fit may give (:func:`fit_step_overhead`): over twice the
+highest any of the 29 published Llama-2-70B Server systems reached (1.74). Above it the TPOT
+barely moves with the load, and the fit would read that as a fast stack with a large cost."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -367,8 +372,8 @@ def fit_step_overhead(
     """``(c, eta)`` of ``TPOT = c + floor / eta`` by least squares over the measured points
     (each ``floor`` the model's TPOT at ``eta = 1`` and no overhead at that point's load).
     ``None`` where the loads do not tell ``c`` from ``eta``: fewer than two distinct floors, a
-    fitted ``c`` that is not positive, or an ``eta`` outside the range a published row may take
-    (the TPOT barely moves with the load; the one-efficiency model then stands)."""
+    fitted ``c`` that is not positive, or an ``eta`` above :data:`MAX_FITTED_ETA` (the TPOT
+    barely moves with the load; the one-efficiency model then stands)."""
     if len(floors_s) != len(tpots_s):
         raise ValueError("one measured TPOT per floor")
     if len(set(floors_s)) < 2:
@@ -378,7 +383,7 @@ def fit_step_overhead(
     slope = sum((f - mean_f) * (t - mean_t) for f, t in zip(floors_s, tpots_s, strict=True))
     slope /= spread
     overhead = mean_t - slope * mean_f
-    if not (slope > 0 and _ETA_RANGE[0] <= 1.0 / slope <= _ETA_RANGE[1] and overhead > 0):
+    if not (slope > 0 and _ETA_RANGE[0] <= 1.0 / slope <= MAX_FITTED_ETA and overhead > 0):
         return None
     return overhead, 1.0 / slope
 
@@ -542,12 +547,16 @@ class StepOverhead:
             raise ValueError(f"a step overhead must be positive, got {self.seconds}")
         if len(self.floors_s) != len(self.tpots_s) or len(set(self.floors_s)) < 2:
             raise ValueError("a step overhead is fitted on two loads or more, one TPOT each")
+        if not all(math.isfinite(x) and x > 0 for x in (*self.floors_s, *self.tpots_s)):
+            raise ValueError("a step overhead's floors and TPOTs must be positive")
 
     def relative_sd(self, floor_s: float) -> float:
         """The fitted line's standard deviation at a load whose floor is ``floor_s``, over its
         value there: each measured TPOT carries a run's own spread
         (:data:`~.tighten.RUN_TO_RUN_LOG_SD` of it), and the least-squares line weighs them by
         their leverage (small between the measured loads, growing beyond them)."""
+        if not (math.isfinite(floor_s) and floor_s > 0):
+            raise ValueError(f"a floor must be positive, got {floor_s}")
         n = len(self.floors_s)
         mean = statistics.fmean(self.floors_s)
         spread = sum((f - mean) ** 2 for f in self.floors_s)
@@ -676,46 +685,41 @@ def tightened_serving(
     overheads = dict(calibration.overheads)
     for run in runs:
         max_tp = max(tp for tp in TP_DEGREES if tp <= run.devices)
+        try:  # a run the floor cannot reach (the wrong model, or devices) is refused, fit or not
+            eta = solve_efficiency(
+                run.model, run.spec, run.workload, run.slo, run.tokens_per_s_per_device, max_tp
+            )
+        except ValueError as exc:
+            raise ValueError(f"run {run.run_id}: {exc}") from None
+        label = run.label
         fitted = _fit_run(run, max_tp)
         if fitted is not None:
-            overhead_s, eta = fitted
-            label = (
-                f"{run.label} ({len(run.points)} loads: a fixed {overhead_s * 1e3:.3g} ms a "
-                "step, fitted)"
-            )
-            floors = tuple(
-                tpot_floor(run.model, run.spec, run.workload, p.concurrency, tp=max_tp)
-                for p in run.points
-            )
-            overheads[run.spec.family] = StepOverhead(
-                overhead_s, label, floors, tuple(p.tpot_s for p in run.points)
-            )
-        else:
-            try:
-                eta = solve_efficiency(
-                    run.model,
-                    run.spec,
-                    run.workload,
-                    run.slo,
-                    run.tokens_per_s_per_device,
-                    max_tp,
-                )
-            except ValueError as exc:
-                raise ValueError(f"run {run.run_id}: {exc}") from None
-            label = run.label
+            overhead, eta = fitted
+            overheads[run.spec.family] = overhead
+            label = overhead.label
         observation = Observation(MLPERF_GROUP, run.spec.family, "llm", math.log(eta))
         points.append(Measured(observation, RUN_TO_RUN_LOG_SD**2, label))
     return replace(calibration, model=calibration.model.updated(points), overheads=overheads)
 
 
-def _fit_run(run: ServingRun, max_tp: int) -> tuple[float, float] | None:
-    """The run's ``(c, eta)`` from its TPOT per concurrency, at the degree it ran."""
-    if len({p.concurrency for p in run.points}) < 2:
+def _fit_run(run: ServingRun, max_tp: int) -> tuple[StepOverhead, float] | None:
+    """The run's fixed step cost and ``eta`` from its median TPOT per concurrency (trials at
+    one concurrency are one load), at the degree it ran; ``None``: no fit (see
+    :func:`fit_step_overhead`)."""
+    by_load: dict[int, list[float]] = {}
+    for p in run.points:
+        by_load.setdefault(p.concurrency, []).append(p.tpot_s)
+    if len(by_load) < 2:
         return None
-    floors = [
-        tpot_floor(run.model, run.spec, run.workload, p.concurrency, tp=max_tp) for p in run.points
-    ]
-    return fit_step_overhead(floors, [p.tpot_s for p in run.points])
+    loads = sorted(by_load)
+    floors = tuple(tpot_floor(run.model, run.spec, run.workload, b, tp=max_tp) for b in loads)
+    tpots = tuple(statistics.median(by_load[b]) for b in loads)
+    fitted = fit_step_overhead(floors, tpots)
+    if fitted is None:
+        return None
+    overhead_s, eta = fitted
+    label = f"{run.label} ({len(loads)} loads: a fixed {overhead_s * 1e3:.3g} ms a step, fitted)"
+    return StepOverhead(overhead_s, label, floors, tpots), eta
 
 
 @dataclass(frozen=True, kw_only=True)
