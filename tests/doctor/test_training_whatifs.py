@@ -25,10 +25,12 @@ from accelscope.doctor.train_whatif import (
     BatchMemory,
     LossComparison,
     accumulation_speedup,
+    batch_memory,
     compare_losses,
 )
 from accelscope.doctor.whatif import WhatIfResult, loss_caveat, plan_what_ifs, recommend
 from accelscope.hardware.fingerprint import collect_environment
+from accelscope.hardware.telemetry import Telemetry, TelemetrySample
 
 _GIB = 2**30
 
@@ -94,7 +96,14 @@ def test_bf16_and_fp16_losses_compared_with_fp32_from_the_same_seed(tmp_path: Pa
     assert "GradScaler" in fp16.label
     batch = by["batch"]  # sized from the measured RSS peak and train state
     assert batch.status == "ok"
-    assert any(n.startswith("memory x4: ~") for n in batch.notes), batch.notes
+    # This MLP's activations are kilobytes: its RSS peak over the RSS before the first forward
+    # is mostly pages the process touched for the first time, and on a machine that reclaims
+    # cold pages (DAMON here) it can read no growth at all (seen once in three fresh clones).
+    # Then the estimate is refused in words, never made up: both branches are held exactly by
+    # test_the_batch_memory_is_estimated_from_the_rss_peak_or_refused_in_words.
+    estimated = [n for n in batch.notes if n.startswith("memory x4: ~")]
+    refused = [n for n in batch.notes if "does not exceed what the loop holds" in n]
+    assert len(estimated) + len(refused) == 1, batch.notes
     docs = result.documents()  # the store round trip keeps the train state and loss gaps
     back = DoctorResult.from_documents(docs["diagnosis"], docs["telemetry"], docs["whatif"])
     assert back.profile.facts is not None and back.profile.facts.train_state == state
@@ -201,3 +210,42 @@ def test_without_a_measured_train_state_batch_runs_unsized() -> None:
     (batch,) = plan_what_ifs("list", (("batch", None),), ctx, ())
     assert batch.spec == {"kind": "batch", "factor": 4}
     assert batch.notes == ("memory at x4 not estimated: no optimizer state was measured",)
+
+
+def _rss_ctx(peak_bytes: int, before_bytes: int) -> RuleContext:
+    """A training loop whose telemetry's RSS peaks at ``peak_bytes``, with 1 MiB of parameters
+    (AdamW: 1 MiB of gradients, 2 MiB of states) and ``before_bytes`` before its first forward."""
+    state = TrainState(
+        optimizer="AdamW",
+        parameter_bytes=2**20,
+        gradient_bytes=2**20,
+        optimizer_state_bytes=2 * 2**20,
+        rss_before_first_step_bytes=before_bytes,
+    )
+    samples = tuple(
+        TelemetrySample(
+            t_s=0.05 * i, cpu_percent=(50.0,), iowait_percent=0.0, procs_running=1,
+            process_rss_bytes=rss, process_cpu_cores=1.0, processes=1,
+            available_bytes=20 * _GIB, swap_used_bytes=0,
+        )
+        for i, rss in enumerate((before_bytes, peak_bytes, before_bytes))
+    )  # fmt: skip
+    telemetry = Telemetry(
+        interval_s=0.05, samples=samples, gpu_status="none", sm_activity_status="none"
+    )
+    facts = replace(_facts(), train_state=state)
+    return _ctx([_step(0.1, forward=0.05, backward=0.04)] * 3, facts=facts, telemetry=telemetry)
+
+
+def test_the_batch_memory_is_estimated_from_the_rss_peak_or_refused_in_words() -> None:
+    before = 300 * 2**20
+    memory, why = batch_memory(_rss_ctx(before + 3 * 2**20 + 8 * 2**20, before), 4)
+    assert why == "" and memory is not None and memory.source == "RSS peak"
+    assert memory.activation_bytes == 8 * 2**20  # the peak over what the loop holds
+    assert memory.estimated_bytes == memory.peak_bytes + 3 * 8 * 2**20
+    memory, why = batch_memory(_rss_ctx(before + 2 * 2**20, before), 4)  # pages reclaimed
+    assert memory is None
+    assert why == (
+        "not estimated: the measured RSS peak (0.29 GiB) does not exceed what the loop holds "
+        "between steps (0.30 GiB)"
+    )
