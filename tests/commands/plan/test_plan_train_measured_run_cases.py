@@ -13,49 +13,24 @@ Covers: accelscope.commands.plan.train, accelscope.plan.accelerators."""
 from __future__ import annotations
 
 import copy
-import gzip
 import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_plan_train_measured_run import CONFIG, H200, _recorded, _store_doctor
 
 from accelscope.hardware.fingerprint import Environment
 from accelscope.plan.accelerators import load_accelerators
 from accelscope.store.sqlite import ResultStore
 from accelscope.testing import CliRunner, assert_one_line_error
 
-REPO = Path(__file__).resolve().parents[3]
-CONFIG = REPO / "examples" / "plan" / "llama-3.1-8b-config.json"
-H200_RUN = REPO / "tests" / "data" / "doctor-h200-runs" / "launch_bound.live.json.gz"
-H200 = "NVIDIA H200 SXM 141GB"
 L4 = "NVIDIA L4"
-
-
-def _recorded() -> dict[str, Any]:
-    with gzip.open(H200_RUN, "rt", encoding="utf-8") as handle:
-        loaded: dict[str, Any] = json.load(handle)
-    return loaded
-
-
 RECORDED = _recorded()
 PROFILE = RECORDED["diagnosis"]["profile"]
 MEDIAN_STEP_S = statistics.median(s["duration_s"] for s in PROFILE["steps"][PROFILE["warmup"] :])
 MEASURED = len(PROFILE["steps"]) - PROFILE["warmup"]
-
-
-def _store_doctor(
-    store_path: Path, environment: Environment, documents: dict[str, Any], kind: str = "doctor"
-) -> str:
-    """Store ``documents`` as a finished run, as ``accelscope doctor`` leaves one."""
-    with ResultStore(store_path) as store:
-        run_id = store.start_run(kind, "launch_bound.py", "accelscope doctor", environment)
-        store.add_document(run_id, "diagnosis", documents["diagnosis"])
-        if documents.get("telemetry") is not None:
-            store.add_document(run_id, "telemetry", documents["telemetry"])
-        store.finish_run(run_id, "complete")
-    return run_id
 
 
 def _store_other(store_path: Path, environment: Environment, kind: str) -> str:
