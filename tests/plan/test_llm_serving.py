@@ -9,16 +9,19 @@ Covers: accelscope.plan.projection.llm_serving.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from accelscope.plan.accelerators import load_accelerators
+from accelscope.plan.accelerators import AcceleratorSpec, load_accelerators
 from accelscope.plan.llm_memory import load_model_config, shape_from_config
 from accelscope.plan.projection.llm_serving import (
+    MLPERF_GROUP,
     MLPERF_SLO,
     OperatingPoint,
     ServedModel,
@@ -40,7 +43,7 @@ from accelscope.plan.projection.llm_serving import (
     widened,
 )
 from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD
-from accelscope.plan.projection.validation import summarise
+from accelscope.plan.projection.validation import COVERAGE, summarise
 from accelscope.testing import CliRunner, assert_one_line_error
 
 LLAMA_70B_CONFIG = {
@@ -417,3 +420,71 @@ def test_a_run_measured_at_several_concurrencies_fits_its_step_cost_through_the_
     assert (
         f"your run {CAPACITY_RUN} on NVIDIA L4 (3 loads: a fixed 20 ms a step" in (option["basis"])
     )
+
+
+# The model benchmarks/plan_llm_cpu_tighten.py served on vLLM's CPU build: build_tiny_llama with
+# hidden 1024, 8 layers, 16 heads of 64, 4 KV heads, MLP 2816; its BPE tokenizer came out at 153
+# tokens (the recorded 90,508,288 parameters pin it).
+_CPU_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "intermediate_size": 2816,
+    "vocab_size": 153,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+}
+_CPU_RUN = Path(__file__).resolve().parents[2] / "benchmarks/results/plan_llm_cpu_tighten.json"
+
+
+def test_the_recorded_cpu_vllm_tpots_are_projected_within_their_intervals() -> None:
+    """The TPOTs measured on the real vLLM (CPU build, concurrency 1-16, two rounds; the
+    figures of docs/BENCHMARKS.md), replayed on every run: each pair of loads plays the user's
+    run, ``tightened_serving`` fits the fixed step cost, and the three other loads are projected
+    (TPOT = c + floor / eta, the interval widened by the line's own spread as
+    ``project_serving`` widens it). Recorded: median |error| 6.7 %, coverage 97 % of 30."""
+    recorded = json.loads(_CPU_RUN.read_text(encoding="utf-8"))
+    model = served_model(shape_from_config(_CPU_LLAMA), "fp32", name="llama-90m")
+    assert model.params == recorded["params"]
+    source = {"source": "measured by benchmarks/plan_llm_cpu_tighten.py", "date": "2026-11-28"}
+    spec = AcceleratorSpec.model_validate(
+        {
+            "name": "this CPU", "family": "this-cpu", "kind": "cpu", "vendor": "AMD",
+            "memory_bytes": 24 * 2**30,
+            "memory_bandwidth_bytes_per_s": recorded["bandwidth_bytes_per_s"],
+            "peak_ops_per_s": {"fp32": recorded["fp32_flops_per_s"]},
+            "sources": {
+                "memory_bytes": source, "memory_bandwidth_bytes_per_s": source,
+                "peak_ops_per_s": source,
+            },
+        }
+    )  # fmt: skip
+    workload = ServingWorkload(64, 32)
+    measured = {int(c): statistics.median(v) for c, v in recorded["tpot_s"].items()}
+    errors, held = [], []
+    for pair in itertools.combinations(sorted(measured), 2):
+        run = ServingRun(
+            run_id=f"pair {pair}", spec=spec, model=model, workload=workload,
+            slo=ServingSlo(60.0, 10.0), devices=1,
+            tokens_per_s_per_device=pair[1] / measured[pair[1]],
+            points=tuple(TpotPoint(c, measured[c]) for c in pair),
+        )  # fmt: skip
+        calibration = tightened_serving([run])
+        line = calibration.overheads["this-cpu"]
+        prediction = calibration.model.predict(MLPERF_GROUP, "this-cpu", "llm")
+        low, high = prediction.interval(COVERAGE)
+        for c in set(measured) - set(pair):
+            floor = tpot_floor(model, spec, workload, c)
+            point = line.seconds + floor / prediction.point
+            fast, slow = widened(
+                point, line.seconds + floor / high, line.seconds + floor / low,
+                line.relative_sd(floor),
+            )  # fmt: skip
+            errors.append(abs(point / measured[c] - 1))
+            held.append(fast <= measured[c] <= slow)
+    assert len(errors) == 30
+    assert statistics.median(errors) <= 0.10, sorted(errors)
+    assert sum(held) / len(held) >= 0.80, held

@@ -328,7 +328,7 @@ def test_a_step_that_would_beat_the_datasheet_is_one_line_and_exit_2(
     assert 128 * flops / (_bf16_peak(H200) * MEDIAN_STEP_S * 1e-3) > 1
     for more in ((), ("--measured-on", L4)):
         code, out, err = cli(*_args(store, f"{H200},{L4}", 128, "--measured-run", run_id, *more))
-        assert_one_line_error(code, err)
+        assert_one_line_error(code, err, "cannot beat the datasheet")
         assert out == ""
 
 
