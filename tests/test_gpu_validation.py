@@ -23,7 +23,7 @@ from accelscope.doctor.breakdown import Rate, breakdown
 from accelscope.doctor.device_timeline import TimelineVerdict
 from accelscope.doctor.diagnose import DoctorResult
 from accelscope.doctor.findings import Finding
-from accelscope.doctor.profile import COUNTERS, PHASES, Profile, Step
+from accelscope.doctor.profile import COUNTERS, PHASES, DeviceTraceRecord, Profile, Step
 from accelscope.doctor.verdict import Diagnosis
 from accelscope.doctor.whatif import WhatIfResult
 from accelscope.documents import RooflineProfile
@@ -242,7 +242,7 @@ def _doctor_printed(
         warmup=2,
         target_steps=6,
         steps=steps,
-        device_status="measured: CUDA events per step",
+        device_trace=DeviceTraceRecord(status="recorded"),
     )
     measured = breakdown(profile.measured)
     result = DoctorResult(
@@ -307,7 +307,7 @@ def test_doctor_on_a_healthy_loop_refutes_h1_when_the_gpu_sets_the_pace() -> Non
     }
     assert out.figures["whatif"]["bf16"]["speedup"] == 3.1
     assert out.figures["items_per_s"] == {"median": 80000, "low": 80000, "high": 80000}
-    assert out.figures["device_status"] == "measured: CUDA events per step"
+    assert out.figures["device_trace"] == "recorded"
     assert out.figures["recommendation"] == "bf16"
     assert out.summary == (
         "device-bound; fired: device-bound; GPU idle 4%; what-if bf16 3.10x [2.90x-3.30x]; "

@@ -1210,7 +1210,9 @@ def summarise_doctor(out: Outcome, doc: DoctorJson, gpu: bool = True) -> Outcome
         "items_per_s": dump(diagnosis.breakdown.items_per_s),
         "gpu_idle_share": idle.share if idle is not None and idle.status != "n/a" else None,
         "gpu_evidence": evidence,
-        "device_status": profile.device_status,
+        "device_trace": (
+            profile.device_trace.status if profile.device_trace is not None else "not recorded"
+        ),
         "gpu_memory": dump(profile.gpu_memory) if profile.gpu_memory is not None else None,
         "telemetry": doc.telemetry.sm_activity_status if doc.telemetry is not None else None,
         "whatif": {
@@ -1258,7 +1260,7 @@ def summarise_doctor(out: Outcome, doc: DoctorJson, gpu: bool = True) -> Outcome
         out.checks.append(
             Check(
                 "§3 doctor starved",
-                "input-bound and device-idle (~90 % idle by CUDA events)",
+                "input-bound and device-idle (~90 % idle on the GPU's own timeline)",
                 f"{doc.bottleneck}; device-idle {status_of('device-idle')} "
                 f"({share(idle.share if idle else None)} idle)",
                 verdict(held),

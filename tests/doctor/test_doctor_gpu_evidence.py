@@ -1,7 +1,7 @@
 """The GPU evidence doctor reads besides the timeline: NVML/GPM activity over the measured steps
 (the tensor-cores-idle rule; refused metrics are "not measured", never 0), GPU memory in the
-memory rule, the census's per-operator GPU times, the instrumented calls that bracket waits,
-stored documents, and the terminal and HTML views.
+memory rule, the instrumented readbacks and copies, stored documents (old ones still load),
+and the terminal and HTML views.
 
 Covers: accelscope.doctor.verdict, accelscope.doctor.profile, accelscope.doctor.rules,
 accelscope.doctor.inprocess.instrument, accelscope.doctor.inprocess.gpu_memory,
@@ -23,12 +23,10 @@ from accelscope.commands.doctor.view import doctor_view
 from accelscope.doctor.breakdown import Breakdown
 from accelscope.doctor.diagnose import DoctorResult
 from accelscope.doctor.findings import RuleContext
-from accelscope.doctor.inprocess import probe as probe_module
 from accelscope.doctor.inprocess.gpu_memory import read_gpu_memory
 from accelscope.doctor.inprocess.instrument import Instrumentation, _may_move
-from accelscope.doctor.inprocess.probe import OpCensus
-from accelscope.doctor.inprocess.recorder import N_COPY, N_SYNC, Recorder
-from accelscope.doctor.profile import GpuMemory, OpSummary, Profile
+from accelscope.doctor.inprocess.recorder import N_COPY, N_PAGEABLE, N_SYNC, Recorder
+from accelscope.doctor.profile import GpuMemory, Profile
 from accelscope.doctor.verdict import diagnose
 from accelscope.hardware.telemetry import GpuSample, NvmlSource, Telemetry, TelemetrySample
 from accelscope.serialise import dump
@@ -102,7 +100,7 @@ def test_with_autocast_on_an_idle_tensor_core_points_at_fusion() -> None:
     assert "torch.compile" in idle.advice and "memory bandwidth" in idle.advice
     assert idle.what_ifs == ("compile",)
     bound = _by_rule(diagnose(ctx))["device-bound"]
-    assert bound.fired and "memory bandwidth is busy 75 %" in bound.advice
+    assert bound.fired and bound.evidence["gpu_dram_active_percent"] == pytest.approx(75.0)
     assert bound.what_ifs == ("compile",)  # autocast is already on
 
 
@@ -228,103 +226,7 @@ def test_gpu_memory_is_read_in_the_loops_process() -> None:
     assert record is None and status.endswith("an illegal memory access")
 
 
-# -- the census's GPU times ----------------------------------------------------------------------
-
-
-def test_census_without_cuda_in_use_never_touches_the_device() -> None:
-    import torch
-
-    class Idle:
-        def event(self) -> Any:
-            raise AssertionError("no event before CUDA is in use")
-
-        def in_use(self) -> bool:
-            return False
-
-        def synchronize(self) -> None:
-            raise AssertionError("no synchronize")
-
-    census = OpCensus(device=Idle())
-    census.start(SimpleNamespace(forward_depth=0))
-    torch.mm(torch.ones(2, 2), torch.ones(2, 2))
-    census.stop()
-    summary = census.summary()
-    assert summary["op_device_s"] is None and "not in use" in summary["device_status"]
-    assert OpCensus().summary()["device_status"] == "not measured: no CUDA device"
-
-
-class _Scripted:
-    """Events stamped 0.5 ms apart on the device, whatever the host does."""
-
-    def __init__(self) -> None:
-        self.at = 0.0
-
-    def event(self) -> Any:
-        device = self
-
-        class Event:
-            stamp = 0.0
-
-            def record(self) -> None:
-                device.at += 0.5
-                self.stamp = device.at
-
-            def elapsed_time(self, end: Any) -> float:
-                return float(end.stamp - self.stamp)
-
-        return Event()
-
-    def in_use(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        pass
-
-
-def test_census_device_times_add_up_and_respect_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch
-
-    x = torch.ones(4, 4)
-    census = OpCensus(device=_Scripted(), on_device=lambda args, out: True)
-    census.start(SimpleNamespace(forward_depth=0))
-    torch.mm(x, x)
-    torch.relu(x)
-    census.stop()
-    summary = census.summary()
-    assert summary["op_device_s"] == pytest.approx(2 * 0.5e-3)
-    assert summary["matmul_device_s"] == pytest.approx({"float32": 0.5e-3})
-    assert summary["device_ops"] == 2 and summary["device_status"].startswith("measured")
-    assert OpSummary.from_dict(summary).op_device_s == pytest.approx(1e-3)
-    monkeypatch.setattr(probe_module, "MAX_TIMED_OPS", 1)
-    capped = OpCensus(device=_Scripted(), on_device=lambda args, out: True)
-    capped.start(SimpleNamespace(forward_depth=0))
-    torch.mm(x, x)
-    torch.relu(x)
-    torch.relu(x)
-    capped.stop()
-    summary = capped.summary()
-    assert summary["op_device_s"] is None and "more than 1 operators" in summary["device_status"]
-
-
 # -- the instrumented calls ----------------------------------------------------------------------
-
-
-class _Timeline:
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def boundary(self, index: int) -> None: ...
-    def idle_begin(self) -> None: ...
-    def idle_end(self) -> None: ...
-
-    def wait_begin(self) -> None:
-        self.calls.append("begin")
-
-    def wait_end(self, kind: str, host_s: float) -> None:
-        self.calls.append(f"end {kind}")
-
-    def wait_cancel(self) -> None:
-        self.calls.append("cancel")
 
 
 class _DeviceTensor:
@@ -358,11 +260,11 @@ class _HostTensor:
         return SimpleNamespace(device=SimpleNamespace(type="cuda")) if target == "cuda" else self
 
 
-def test_readbacks_of_device_tensors_and_copies_are_bracketed() -> None:
+def test_readbacks_and_copies_are_host_spans_and_counts_only() -> None:
     import torch
 
-    timeline = _Timeline()
-    rec = Recorder(device=timeline)
+    ticks = iter(range(0, 10**9, 1000))
+    rec = Recorder(clock_ns=lambda: next(ticks))
     inst = Instrumentation(rec)
     inst._wrap_sync(_DeviceTensor, "item")
     inst._wrap_sync(_HostTensor, "item")
@@ -373,30 +275,16 @@ def test_readbacks_of_device_tensors_and_copies_are_bracketed() -> None:
         _DeviceTensor().to("cpu", non_blocking=True)  # the host does not wait: not one
         _DeviceTensor().to("cuda")  # stays on the device: dropped
         assert _DeviceTensor().item() == 1.0
-        assert _HostTensor().item() == 2.0  # a CPU tensor's readback waits for no device
+        assert _HostTensor().item() == 2.0
         _HostTensor().to("cuda")
-        _HostTensor().to("cpu")  # not a copy to the device: the bracket is dropped
-        _HostTensor().to(torch.float16)  # a dtype conversion is not bracketed at all
+        _HostTensor().to("cpu")  # not a copy to the device
+        _HostTensor().to(torch.float16)  # a dtype conversion
         with pytest.raises(RuntimeError):
             _HostTensor(fail=True).to("cuda")
     finally:
         inst.uninstall()
-    assert timeline.calls == [
-        "begin",
-        "end sync",
-        "begin",
-        "cancel",
-        "begin",
-        "end sync",
-        "begin",
-        "end copy",
-        "begin",
-        "cancel",
-        "begin",
-        "cancel",
-    ]
-    # readbacks counted as syncs (device ones bracketed), copies as copies
-    assert rec._cnt[N_SYNC] == 3 and rec._cnt[N_COPY] == 1
+    # readbacks counted as syncs, copies to the device as copies (pageable), nothing else
+    assert rec._cnt[N_SYNC] == 3 and rec._cnt[N_COPY] == 1 and rec._cnt[N_PAGEABLE] == 1
     assert _may_move(("cuda",), {}) and _may_move((), {"device": "cuda"})
     assert not _may_move((torch.float16,), {}) and not _may_move((), {"dtype": torch.float16})
 
@@ -410,16 +298,21 @@ def test_gpu_figures_survive_the_documents_and_old_documents_still_load() -> Non
     assert Profile.from_dict(dump(profile)) == profile
     b = ctx.breakdown
     assert Breakdown.from_dict(dump(b)) == b
-    old = dump(b)
-    del old["device"]
-    old |= {"device_idle_share": 0.25, "device_step_mean_s": 0.08}
-    legacy = Breakdown.from_dict(old)
-    assert legacy.device is not None and legacy.device.wait_share is None
-    assert legacy.device.idle_share == pytest.approx(0.25)
-    step = dump(profile.steps[-1])
-    assert step["device"]["busy_s"] == pytest.approx(profile.steps[-1].device.busy_s)  # type: ignore[union-attr]
-    del step["device"]["sync_wait_s"]  # written before the split
-    assert Profile.from_dict({**dump(profile), "steps": [step]}).steps[0].device.sync_wait_s is None  # type: ignore[union-attr]
+    # documents stored before 2026-11-29 held a second model of GPU time (CUDA events per
+    # step and per census operator): they still load, and it is not read
+    old = dump(b) | {"device_idle_share": 0.25, "device_step_mean_s": 0.08, "device": None}
+    assert Breakdown.from_dict(old) == b
+    data = dump(profile)
+    data["steps"] = [s | {"device": {"device_s": 0.1, "idle_s": 0.0}} for s in data["steps"]]
+    data["probe"] |= {"op_device_s": 0.09, "matmul_device_s": {"float32": 0.07}}
+    data["device_status"] = "measured: CUDA events per step"
+    assert Profile.from_dict(data) == profile
+    # a device trace stored before its gate was kept: the steps it held were the steady ones
+    trace = dict(data["device_trace"])
+    del trace["gate"]
+    record = Profile.from_dict({**data, "device_trace": trace}).device_trace
+    assert record is not None and record.timeline == profile.device_trace.timeline  # type: ignore[union-attr]
+    assert record.quality_gate.steady == tuple(s.index for s in record.timeline)
 
 
 def _result(ctx: RuleContext) -> DoctorResult:
@@ -441,39 +334,34 @@ def test_views_show_the_gpu_side() -> None:
     ctx = _with(ctx, profile=profile, telemetry=_telemetry([(_gpu(92.0, 1.5),)] * 5))
     result = _result(ctx)
     again = DoctorResult.from_documents(*result.documents().values())  # type: ignore[arg-type]
+    assert again.diagnosis.timeline == result.diagnosis.timeline  # stored, not drawn again
     lines = gpu_lines(again)
-    assert lines[0].startswith("GPU timeline (CUDA events): host waits for queued GPU work")
-    assert "tensor cores 2 %" in lines[1] and "SM active 92 %" in lines[1]
+    assert "tensor cores 2 %" in lines[0] and "SM active 92 %" in lines[0]
+    assert lines[1].startswith("GPU's own timeline (torch.profiler, 3 steps after the warm-up")
+    assert "names compute" in lines[1]
     assert lines[2].startswith("GPU memory (cuda:0 NVIDIA H100 80GB HBM3)")
     console = Console(width=200, record=True)
     console.print(doctor_view(again, title="train.py"))
     text = console.export_text()
     assert "compute-bound on the device" in text and "GPU memory" in text
-    assert "of which (CUDA events)" in text and "waiting for GPU work 94." in text
+    assert "CUDA events" not in text
     html = render_doctor_report(again, None)
-    assert "GPU timeline (CUDA events)" in html and "tensor-cores-idle" in html
+    assert "GPU&#39;s own timeline" in html or "GPU's own timeline" in html
+    assert "tensor-cores-idle" in html and "CUDA events" not in html
     assert "GPU0 SM active %" in html and "GPU0 tensor active %" in html
-    assert "waiting for GPU work 94." in html
     starved = _run(STARVED, facts=_facts(workers=0, pinned=False))
-    assert "input 81%" in gpu_lines(_result(starved))[0]
+    assert "names dataloader" in gpu_lines(_result(starved))[0]
 
 
-def test_the_session_payload_carries_the_device_record_and_its_status() -> None:
-    from accelscope.doctor.inprocess.device import CudaTimeline
+def test_the_session_payload_carries_no_second_model_of_gpu_time() -> None:
     from accelscope.doctor.inprocess.session import Session
-    from accelscope.testing.cuda_stream import FakeCudaStream
 
-    for in_use, expected in ((True, "measured: fake"), (False, "not available: the loop did")):
-        gpu = FakeCudaStream()
-        session = Session(warmup=0, steps=0, full=False, probe=False, manual=True)
-        timeline = CudaTimeline(gpu.event, lambda used=in_use: used, gpu.synchronize)
-        session.timeline, session.recorder.device = timeline, timeline
-        session.device_status = "measured: fake"
-        for _ in range(3):
-            gpu.launch(1e-3)
-            session.recorder.manual_step()
-        profile = Profile.from_dict(session.payload("ended", 0))
-        assert profile.device_status.startswith(expected)
-        assert (profile.steps[0].device is not None) is in_use
-        assert profile.first_step_monotonic_s is not None
-        assert profile.gpu_memory is None and profile.gpu_memory_status.startswith("not measured")
+    session = Session(warmup=0, steps=0, full=False, probe=False, manual=True)
+    for _ in range(3):
+        session.recorder.manual_step()
+    payload = session.payload("ended", 0)
+    assert "device_status" not in payload
+    assert all("device" not in step for step in payload["steps"])
+    profile = Profile.from_dict(payload)
+    assert profile.first_step_monotonic_s is not None and profile.device_trace is None
+    assert profile.gpu_memory is None and profile.gpu_memory_status.startswith("not measured")

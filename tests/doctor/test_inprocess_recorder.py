@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from accelscope.doctor.inprocess.device import CudaTimeline
 from accelscope.doctor.inprocess.recorder import FORWARD, N_SYNC, SYNC, Recorder
 
 
@@ -119,50 +118,3 @@ def test_manual_mode_ignores_automatic_boundaries() -> None:
     assert len(rec.steps) == 1 and rec.mode == "manual"
     assert rec.steps_payload()[0]["phases_s"]["forward"] == pytest.approx(200e-6)
     assert FORWARD == 2
-
-
-class FakeEvent:
-    """A CUDA event whose device timestamp is scripted by the test."""
-
-    def __init__(self, stamps: list[float]) -> None:
-        self.stamps = stamps
-        self.at: float | None = None
-
-    def record(self) -> None:
-        self.at = self.stamps.pop(0)
-
-    def elapsed_time(self, other: FakeEvent) -> float:
-        assert self.at is not None and other.at is not None
-        return other.at - self.at  # milliseconds, like torch.cuda.Event
-
-
-def test_cuda_timeline_measures_idle_time_during_input_waits() -> None:
-    # device timestamps (ms): step0 start 0; input wait 0 -> 6 (idle 6); step1 start 10;
-    # input wait 10 -> 12 (idle 2); step2 start 20
-    stamps = [0.0, 0.0, 6.0, 10.0, 10.0, 12.0, 20.0]
-    synced: list[int] = []
-    timeline = CudaTimeline(lambda: FakeEvent(stamps), lambda: True, lambda: synced.append(1))
-    clock = Clock()
-    rec = Recorder(clock_ns=clock, device=timeline)
-    for _ in range(2):
-        _train_step(rec, clock)
-    device = timeline.collect(2)
-    assert synced == [1]
-    nothing_waited = {
-        "sync_wait_s": 0.0,
-        "sync_idle_s": 0.0,
-        "copy_wait_s": 0.0,
-        "copy_idle_s": 0.0,
-    }
-    assert device[0] == pytest.approx({"device_s": 0.010, "idle_s": 0.006, **nothing_waited})
-    assert device[1] == pytest.approx({"device_s": 0.010, "idle_s": 0.002, **nothing_waited})
-
-
-def test_cuda_timeline_is_silent_until_cuda_is_in_use() -> None:
-    timeline = CudaTimeline(
-        lambda: pytest.fail("no event before CUDA"), lambda: False, lambda: None
-    )
-    timeline.boundary(0)
-    timeline.idle_begin()
-    timeline.idle_end()
-    assert timeline.collect(3) == [None, None, None]

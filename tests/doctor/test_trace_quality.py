@@ -16,9 +16,14 @@ from typing import Any
 import pytest
 
 from accelscope.commands.doctor.trace_mode import TraceRequest, diagnose_trace
-from accelscope.doctor.device_timeline import StepTimeline, timeline_verdict
+from accelscope.doctor.breakdown import breakdown
+from accelscope.doctor.causes import CAUSES
+from accelscope.doctor.findings import RuleContext
 from accelscope.doctor.kineto import load_trace, parse_trace, read_live_trace
+from accelscope.doctor.profile import PHASES, DeviceTraceRecord, Profile, Step
 from accelscope.doctor.trace_quality import STEADY_ADVICE, NamedEvent, TraceQuality, assess
+from accelscope.doctor.verdict import Diagnosis, diagnose, named_from_timeline
+from accelscope.serialise import dump
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "doctor-h200-traces"
 ONE_OFF = DATA / "oneoff"
@@ -158,16 +163,41 @@ def test_the_shared_traces_keep_their_verdicts() -> None:
     ],
     ids=lambda p: p.name.split(".")[0],
 )
-def test_the_live_path_reads_a_trace_through_the_same_gate(path: Path) -> None:
+def test_the_live_path_and_the_trace_give_one_verdict(path: Path) -> None:
+    """The same recorded steps through both entry points: ``doctor --trace`` (the rank's
+    verdict) and the live run (the child's trace read by ``read_live_trace``, stored, read
+    back into the profile, diagnosed by ``diagnose``) give one verdict, equal in every field."""
     rank = _diagnose(path)
-    live = read_live_trace({"status": "recorded", "path": str(path)})
-    if not rank.quality.diagnosable:
-        assert "timeline" not in live and live["status"].startswith("not used")
-        return
-    steps = [StepTimeline.from_dict(s) for s in live["timeline"]]
-    assert [s.index for s in steps] == list(rank.quality.steady)
-    assert live["quality"] == [f.message for f in rank.quality.flags]
-    assert timeline_verdict(steps).bottleneck == rank.verdict.bottleneck
+    raw = read_live_trace({"status": "recorded", "path": str(path), "steps": 3})
+    record = DeviceTraceRecord.from_dict(json.loads(json.dumps(raw)))  # as the store keeps it
+    assert record.quality_gate == rank.quality
+    assert list(record.quality) == [f.message for f in rank.quality.flags]
+    step = Step(start_s=0.0, duration_s=0.01, phases_s=dict.fromkeys(PHASES, 0.0), counts={})
+    profile = Profile(
+        status="done", mode="optimizer", warmup=0, target_steps=3, steps=(step,) * 3,
+        device_trace=record,
+    )  # fmt: skip
+    ctx = RuleContext(
+        profile=profile,
+        breakdown=breakdown(profile.measured),
+        telemetry=None,
+        support=(),
+        cores=2,
+        memory_bytes=2**34,
+    )
+    live = diagnose(ctx)
+    assert live.timeline == rank.verdict
+    assert live.headline == rank.verdict.headline
+    assert named_from_timeline(rank.verdict) == (live.bottleneck, live.title)
+    if not rank.quality.diagnosable:  # one-off work only: no rule judges it either
+        assert live.bottleneck == "not_diagnosed" and not live.fired
+    # what the trace reports is what the live rules fire on, cause for cause
+    by_rule = {CAUSES[c].rule for c, _ in rank.verdict.reported if CAUSES[c].rule}
+    timeline_rules = {c.rule for c in CAUSES.values() if c.rule}
+    assert {f.rule for f in live.fired} & timeline_rules == by_rule
+    stored = Diagnosis.from_dict(json.loads(json.dumps(dump(live))))
+    assert stored.timeline is not None and stored.timeline.bottleneck == rank.verdict.bottleneck
+    assert stored.timeline.ranked == rank.verdict.ranked
 
 
 # --- traces built by hand, one per flag -------------------------------------------------------

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from accelscope.doctor.profile import PHASES, DeviceStep, Step
+from accelscope.doctor.profile import PHASES, Step
 from accelscope.measurement.stats import median_ci, summarise
 from accelscope.serialise import load
 
-__all__ = ["ALL_PHASES", "Breakdown", "DeviceBreakdown", "Rate", "breakdown", "rate"]
+__all__ = ["ALL_PHASES", "Breakdown", "Rate", "breakdown", "rate"]
 
 ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
 
@@ -51,80 +51,6 @@ def rate(amounts: Sequence[float], durations_s: Sequence[float]) -> Rate:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DeviceBreakdown:
-    """The measured steps on the CUDA timeline: per-step means in seconds, over the steps with
-    a device record (see :class:`~accelscope.doctor.profile.DeviceStep` for each definition).
-
-    Shares (:meth:`share`) divide by the *host* step time of the same steps, so they sit beside
-    the phase shares: ``sync_wait_s`` is the part of the ``sync`` phase during which the host
-    waited for queued device work, ``input_idle_s`` the part of ``input`` during which the
-    device sat idle. A split that was not measured (profiles recorded before it) is ``None``.
-    """
-
-    steps: int
-    host_step_mean_s: float
-    device_step_mean_s: float
-    input_idle_s: float
-    sync_wait_s: float | None = None
-    sync_idle_s: float | None = None
-    copy_wait_s: float | None = None
-    copy_idle_s: float | None = None
-
-    def share(self, seconds: float | None) -> float | None:
-        """``seconds`` per step as a fraction of the host step time (``None`` stays)."""
-        if seconds is None:
-            return None
-        return seconds / self.host_step_mean_s if self.host_step_mean_s > 0 else 0.0
-
-    @property
-    def idle_s(self) -> float:
-        """Device idle seen per step: input waits, readbacks and copies after the drain."""
-        return self.input_idle_s + (self.sync_idle_s or 0.0) + (self.copy_idle_s or 0.0)
-
-    @property
-    def idle_share(self) -> float:
-        """:attr:`idle_s` as a share of step time."""
-        return self.share(self.idle_s) or 0.0
-
-    @property
-    def wait_s(self) -> float | None:
-        """Host time per step waiting for queued device work (readbacks and copies)."""
-        if self.sync_wait_s is None and self.copy_wait_s is None:
-            return None
-        return (self.sync_wait_s or 0.0) + (self.copy_wait_s or 0.0)
-
-    @property
-    def wait_share(self) -> float | None:
-        """:attr:`wait_s` as a share of step time (``None``: not measured)."""
-        return self.share(self.wait_s)
-
-
-def device_breakdown(steps: Sequence[Step]) -> DeviceBreakdown | None:
-    """Per-step means over the steps that have a device record; ``None`` if none has one."""
-    pairs = [(s, s.device) for s in steps if s.device is not None]
-    if not pairs:
-        return None
-    n = len(pairs)
-    devices: list[DeviceStep] = [d for _, d in pairs]
-
-    def mean(values: Sequence[float | None]) -> float | None:
-        if any(v is None for v in values):
-            return None
-        return math.fsum(v for v in values if v is not None) / n
-
-    return DeviceBreakdown(
-        steps=n,
-        host_step_mean_s=math.fsum(s.duration_s for s, _ in pairs) / n,
-        device_step_mean_s=math.fsum(d.device_s for d in devices) / n,
-        input_idle_s=math.fsum(d.idle_s for d in devices) / n,
-        sync_wait_s=mean([d.sync_wait_s for d in devices]),
-        sync_idle_s=mean([d.sync_idle_s for d in devices]),
-        copy_wait_s=mean([d.copy_wait_s for d in devices]),
-        copy_idle_s=mean([d.copy_idle_s for d in devices]),
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
 class Breakdown:
     """The measured steps summarised (seconds; shares are fractions of step time)."""
 
@@ -140,8 +66,6 @@ class Breakdown:
     items_per_step: float
     steps_per_s: Rate
     items_per_s: Rate
-    device: DeviceBreakdown | None = None
-    """The steps on the CUDA timeline; ``None`` where there was none (CPU, CUDA unused)."""
 
     @property
     def iqr_ratio(self) -> float:
@@ -150,20 +74,11 @@ class Breakdown:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Breakdown:
-        """Read back what :func:`accelscope.serialise.dump` stored. Documents stored before the
-        device split held only ``device_idle_share`` (of device time) and
-        ``device_step_mean_s``: read as input idle, the one idle they measured, with the waits
-        not measured."""
-        if data.get("device") is None and data.get("device_idle_share") is not None:
-            step_s = float(data.get("device_step_mean_s") or 0.0)
-            device = DeviceBreakdown(
-                steps=int(data["steps"]),
-                host_step_mean_s=step_s,
-                device_step_mean_s=step_s,
-                input_idle_s=float(data["device_idle_share"]) * step_s,
-            )
-            data = {**data, "device": device}
-        return load(cls, data)
+        """Read back what :func:`accelscope.serialise.dump` stored (the CUDA-event device
+        split of documents stored before 2026-11-29 is not read: GPU time comes from the
+        device trace)."""
+        old = ("device", "device_idle_share", "device_step_mean_s")
+        return load(cls, {k: v for k, v in data.items() if k not in old})
 
 
 def breakdown(steps: Sequence[Step]) -> Breakdown:
@@ -192,5 +107,4 @@ def breakdown(steps: Sequence[Step]) -> Breakdown:
         items_per_step=sum(items) / n,
         steps_per_s=rate([1.0] * n, durations),
         items_per_s=rate([float(i) for i in items], durations),
-        device=device_breakdown(steps),
     )

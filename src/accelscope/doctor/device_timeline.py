@@ -28,10 +28,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from accelscope.doctor.causes import (
+    BOTTLENECK_SHARE,
+    CAUSES,
+    VERDICT_ADVICE,
+    advice_for,
+    describe,
+)
+
 __all__ = [
-    "ADVICE",
-    "BOTTLENECK_SHARE",
-    "CAUSES",
     "CONSISTENCY_TOLERANCE",
     "DEVICE_BOUND_COMPUTE",
     "DEVICE_BOUND_SM_ACTIVE",
@@ -65,8 +70,6 @@ Precision = Literal["reduced", "fp32", "unknown"]
 
 CONSISTENCY_TOLERANCE = 1.05
 """A part above this multiple of its step is inconsistent (beyond measurement error)."""
-BOTTLENECK_SHARE = 0.4
-"""The largest cause is named the bottleneck only at or above this share of the step."""
 DEVICE_BOUND_COMPUTE = 0.8
 """Device-bound needs compute kernels over at least this share of the step ..."""
 DEVICE_BOUND_SM_ACTIVE = 0.5
@@ -78,25 +81,6 @@ UNDERFILLED_SM_ACTIVE = 0.2
 """Kernels cover the step but SM activity below this: the GPU is kept busy by tiny or
 under-filled kernels (a finding of its own, never 'compute-bound')."""
 
-CAUSES: dict[str, str] = {
-    "compute": "matrix kernels (GEMM, convolution, attention) and unclassified kernels",
-    "memory": "memory-bound kernels (elementwise, normalisation, softmax, reductions, copies)",
-    "communication": "NCCL communication on the device",
-    "h2d_pageable": "host->device copies from pageable memory",
-    "h2d_pinned": "host->device copies from pinned memory",
-    "sync": "readbacks and synchronisations (.item(), .cpu(), synchronize)",
-    "dataloader": "waiting for the DataLoader",
-    "launch": "launching kernels and Python between them (launch-bound)",
-    "allocator": "the allocator (cudaMalloc/cudaFree)",
-    "host_compute": "the host's own work between steps (preprocessing, Python on CPU tensors)",
-    "other": "other (device copies and memsets, short host gaps no event explains)",
-    "unexplained": (
-        "host time no recorded event explains, the GPU idle (a compile, an import or Python "
-        "outside the profiler's reach): never named a bottleneck"
-    ),
-}
-"""Every cause a step's time is split into, with its description."""
-
 _HOST_PRIORITY: tuple[HostCategory, ...] = (
     "sync",
     "h2d_pageable",
@@ -107,69 +91,6 @@ _HOST_PRIORITY: tuple[HostCategory, ...] = (
     "launch",
 )
 """Where host spans overlap in an idle gap, the first category here names the time."""
-
-ADVICE: dict[str, str] = {
-    "compute": (
-        "the GPU's matrix kernels set the pace and run in fp32 (or a precision the kernel "
-        "names do not give): lower precision (bf16/fp16 autocast) for the tensor cores, "
-        "compiled kernels (torch.compile), or a larger GPU"
-    ),
-    "compute_reduced": (
-        "the GPU's matrix kernels set the pace and already run in reduced precision on the "
-        "tensor cores: fp8 (e4m3) matmuls where the GPU has them (Hopper and later), "
-        "torch.compile, a larger batch, or less work (a smaller model)"
-    ),
-    "memory": (
-        "memory-bound kernels (elementwise, normalisation, softmax, reductions) set the pace: "
-        "fuse them (torch.compile, fused kernels: fused LayerNorm/attention, foreach/fused "
-        "optimizers) so each tensor is read once; lower precision of the matmuls will not help"
-    ),
-    "communication": "overlap communication with compute (bucketing, gradient accumulation)",
-    "h2d_pageable": (
-        "copies from pageable memory: use a DataLoader with pin_memory=True and "
-        ".to(device, non_blocking=True), keep the data on the device, or send uint8 and "
-        "convert on the device"
-    ),
-    "h2d_pinned": (
-        "host->device copies set the pace: keep the data on the device, send smaller dtypes "
-        "(uint8), overlap copies with compute (non_blocking=True on a side stream)"
-    ),
-    "sync": (
-        "per-step readbacks stall the GPU: keep values on the device (accumulate losses and "
-        "norms as tensors) and read them every N steps; avoid .item()/.cpu()/print per step"
-    ),
-    "dataloader": (
-        "the input pipeline starves the GPU: more DataLoader workers (num_workers), "
-        "persistent_workers, prefetching, cheaper transforms or pre-processed data"
-    ),
-    "launch": (
-        "the host cannot launch kernels fast enough: CUDA graphs, torch.compile "
-        "(mode='reduce-overhead'), a larger batch, foreach/fused optimizers, fewer tiny "
-        "operators"
-    ),
-    "allocator": (
-        "allocations stall the step: avoid per-step tensor creation of changing sizes, "
-        "keep the caching allocator warm (expandable_segments)"
-    ),
-    "host_compute": (
-        "the host's own work (preprocessing on CPU tensors, Python) leaves the GPU idle: move "
-        "it into DataLoader workers (num_workers > 0) or onto the GPU (copy the uint8 batch "
-        "and augment there)"
-    ),
-    "other": "no single cause: look at the trace around the largest gaps",
-    "underfilled": (
-        "the GPU is kept busy by tiny or under-filled kernels: a larger batch, fused operators "
-        "(torch.compile), CUDA graphs to cut launch gaps; lower precision will not help here"
-    ),
-    "mixed": "no single cause dominates: the ranked shares say where to start",
-    "not_diagnosed": (
-        "profile steady steps: run a few steps before profiling (or "
-        "torch.profiler.schedule(wait=1, warmup=2, active=5), calling prof.step() each step), "
-        "so context creation, compilation and autotuning fall outside the recorded window"
-    ),
-}
-"""Advice per named cause (``compute_reduced``: compute whose matrix kernels already run in
-reduced precision); bf16 appears only under ``compute`` (fp32 matrix kernels)."""
 
 _MATRIX = re.compile(
     r"gemm|gemv|xmma|hmma|wgmma|imma|cutlass|cublas|nvjet|flash|fmha|sdpa|attention|"
@@ -396,6 +317,24 @@ class TimelineVerdict:
     kernel_share: float = 0.0
     matrix_precision: Precision | None = None
     kernel_classes: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def reported(self) -> tuple[tuple[str, float], ...]:
+        """The causes at or above their own threshold (:data:`~.causes.CAUSES`), largest
+        first: what both ``doctor SCRIPT`` (as fired findings) and ``doctor --trace`` report.
+        Kernel time is reported only when the verdict names it (compute or memory): its test
+        is kernel coverage with SM activity, not a share."""
+        out = []
+        for cause, share in self.ranked:
+            known = CAUSES.get(cause)
+            if known is None or known.threshold is None:
+                continue
+            if cause in ("compute", "memory"):
+                if cause == self.bottleneck:
+                    out.append((cause, share))
+            elif share >= known.threshold:
+                out.append((cause, share))
+        return tuple(out)
 
     def __post_init__(self) -> None:
         """``ranked`` is a partition of the step (the mean over steps of partitions): no share
@@ -700,7 +639,7 @@ def timeline_verdict(
                 f"kernels cover {kernels:.0%} of the step (< "
                 f"{DEVICE_BOUND_COMPUTE:.0%}): not called device-bound"
             )
-    elif top_share >= BOTTLENECK_SHARE and top not in ("other", "unexplained"):
+    elif top_share >= BOTTLENECK_SHARE and CAUSES[top].threshold is not None:
         bottleneck = top
     kernel_busy = _mean_share(steps, "compute_busy")  # copies keep no SM busy
     if (
@@ -709,10 +648,10 @@ def timeline_verdict(
         and sm_active < UNDERFILLED_SM_ACTIVE
     ):
         bottleneck = "underfilled"
-    advice = ADVICE[bottleneck]
+    advice = advice_for(bottleneck)
     if bottleneck == "compute":
         if precision == "reduced":
-            advice = ADVICE["compute_reduced"]
+            advice = VERDICT_ADVICE["compute_reduced"]
         elif precision == "unknown":
             notes.append(
                 "the matrix kernels' names do not give their precision: the bf16 advice holds "
@@ -770,4 +709,4 @@ def _headline(
             f"memory-bound on the device: elementwise/normalisation/reduction kernels run "
             f"{shares['memory']:.0%} of the step (matrix kernels {shares['compute']:.0%})"
         )
-    return f"{CAUSES[bottleneck]}: {shares[bottleneck]:.0%} of the step"
+    return f"{describe(bottleneck)}: {shares[bottleneck]:.0%} of the step"

@@ -9,9 +9,10 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from accelscope.doctor.breakdown import Breakdown
-from accelscope.doctor.device_timeline import SuppliedFigure, TimelineVerdict, timeline_verdict
-from accelscope.doctor.gpu import GpuActivity, GpuPace, gpu_activity, gpu_pace, steps_window
+from accelscope.doctor.device_timeline import TimelineVerdict
+from accelscope.doctor.gpu import GpuActivity, gpu_activity, steps_window
 from accelscope.doctor.profile import Profile
+from accelscope.doctor.trace_quality import gated_verdict
 from accelscope.hardware.fastpaths import PrecisionSupport
 from accelscope.hardware.telemetry import Telemetry
 from accelscope.spec import Device, Precision
@@ -39,11 +40,6 @@ class RuleContext:
     telemetry_steps_at_s: float | None = None
 
     @cached_property
-    def pace(self) -> GpuPace | None:
-        """How the steps used the GPU (:mod:`.gpu`); ``None`` without a device timeline."""
-        return gpu_pace(self.breakdown, self.profile.probe)
-
-    @cached_property
     def gpu_activity(self) -> GpuActivity | None:
         """NVML/GPM activity during the measured steps; ``None`` when no GPU was sampled."""
         window = steps_window(self.profile, self.telemetry_steps_at_s)
@@ -52,31 +48,22 @@ class RuleContext:
     @cached_property
     def timeline(self) -> TimelineVerdict | None:
         """The verdict of the GPU's own timeline over the steps profiled after the warm-up
-        (torch.profiler; :mod:`.device_timeline`), with GPM SM activity and NVML utilisation
-        of the measured steps beside it; the census's summed operator figure is checked
-        against the step and reported, never used. ``None`` without a readable device trace
-        (CPU runs, older profiles): the rules then use the CUDA events."""
+        (torch.profiler), drawn by the same code as ``doctor --trace``
+        (:func:`~accelscope.doctor.trace_quality.gated_verdict`: the quality gate first, then
+        the steady steps), with GPM SM activity and NVML utilisation of the measured steps
+        beside it. ``None`` without a readable device trace (CPU runs, a profiler that did not
+        start, older profiles)."""
         record = self.profile.device_trace
         if record is None or not record.usable:
             return None
         activity = self.gpu_activity
         sm = activity.sm_active_percent if activity is not None else None
         util = activity.utilisation_percent if activity is not None else None
-        supplied = []
-        probe = self.profile.probe
-        if probe is not None and probe.op_device_s is not None:
-            device = self.breakdown.device
-            step_s = device.host_step_mean_s if device else self.breakdown.step_mean_s
-            supplied.append(
-                SuppliedFigure(
-                    name="census per-operator GPU time", value_s=probe.op_device_s, step_s=step_s
-                )
-            )
-        return timeline_verdict(
+        return gated_verdict(
             record.timeline,
+            record.quality_gate,
             sm_active=None if sm is None else sm / 100.0,
             nvml_utilisation=None if util is None else util / 100.0,
-            supplied=supplied,
         )
 
     def timeline_share(self, *causes: str) -> float | None:
@@ -151,7 +138,7 @@ class RuleContext:
     @property
     def compute_share(self) -> float:
         """Share of step time in forward + backward + optimizer on the host (on CUDA, the
-        host's launch time: :attr:`pace` says what the GPU did)."""
+        host's launch time: :attr:`timeline` says what the GPU did)."""
         shares = self.breakdown.shares
         return shares["forward"] + shares["backward"] + shares["optimizer"]
 

@@ -511,8 +511,10 @@ def rank_timelines(path: Path) -> list[RankTimeline]:
 
 def read_live_trace(raw: dict[str, Any]) -> dict[str, Any]:
     """The child's ``device_trace`` record with the trace it names read into step timelines
-    (``timeline``, ``device_name``, ``step_source``); a trace that cannot be read leaves the
-    status ``not read: why`` and no timeline. The trace file itself is not kept."""
+    (``timeline``: every profiled step; ``gate``: the quality gate's outcome, which the
+    verdict applies exactly as ``doctor --trace`` does; ``device_name``, ``step_source``); a
+    trace that cannot be read leaves the status ``not read: why`` and no timeline. The trace
+    file itself is not kept."""
     out = {k: v for k, v in raw.items() if k != "path"}
     path = raw.get("path")
     if not path:
@@ -528,10 +530,8 @@ def read_live_trace(raw: dict[str, Any]) -> dict[str, Any]:
         return out
     quality = trace.quality(steps)
     out["quality"] = [f.message for f in quality.flags]
-    if not quality.diagnosable:
-        out["status"] = "not used: no steady step in the profiled window"
-        return out
-    out["timeline"] = [dump(s) for s in steps if s.index in set(quality.steady)]
+    out["gate"] = dump(quality)
+    out["timeline"] = [dump(s) for s in steps]
     out["device_name"] = trace.device_name
     out["step_source"] = trace.step_source
     return out

@@ -11,14 +11,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import computed_field
-from pydantic.dataclasses import dataclass as pydantic_dataclass
-
 from accelscope.doctor.device_timeline import StepTimeline
+from accelscope.doctor.trace_quality import TraceQuality
+from accelscope.serialise import load
 
 __all__ = [
     "PHASES",
-    "DeviceStep",
     "DeviceTraceRecord",
     "GpuMemory",
     "LoaderFacts",
@@ -47,66 +45,12 @@ def _f(data: dict[str, Any], key: str) -> float:
     return float(data[key])
 
 
-@pydantic_dataclass(frozen=True, kw_only=True)
-class DeviceStep:
-    """One step on the CUDA timeline (seconds, measured with CUDA events; the definitions are
-    in :mod:`accelscope.doctor.inprocess.device` and docs/doctor.md).
-
-    Attributes:
-        device_s: The step's length on the device timeline.
-        idle_s: Device idle while the host waited for input (nothing was queued).
-        sync_wait_s: Host time in readbacks and synchronisations spent waiting for device work
-            queued before them: device compute, not a synchronisation cost.
-        sync_idle_s: Host time in readbacks after the device drained: the round trip itself,
-            with the device idle.
-        copy_wait_s: Host time in host->device copies spent waiting for queued device work
-            (a blocking copy from pageable memory drains the queue first).
-        copy_idle_s: Host time in copies after the drain: the transfer and its staging.
-
-    The four split fields are ``None`` in profiles recorded before they were measured.
-    """
-
-    device_s: float
-    idle_s: float
-    sync_wait_s: float | None = None
-    sync_idle_s: float | None = None
-    copy_wait_s: float | None = None
-    copy_idle_s: float | None = None
-
-    # Stored with the fields for readers of the profile (a pydantic dataclass for the
-    # computed field); recomputed when read back.
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def busy_s(self) -> float:
-        """Device time not seen idle (input waits, readbacks and copies after the drain): an
-        upper bound on busy time, since gaps between kernels are not seen by these events."""
-        idle = self.idle_s + (self.sync_idle_s or 0.0) + (self.copy_idle_s or 0.0)
-        return max(0.0, self.device_s - idle)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DeviceStep:
-        """Read back what :func:`accelscope.serialise.dump` stored; reads profiles written
-        before the split too."""
-
-        def opt(key: str) -> float | None:
-            value = data.get(key)
-            return None if value is None else float(value)
-
-        return cls(
-            device_s=_f(data, "device_s"),
-            idle_s=_f(data, "idle_s"),
-            sync_wait_s=opt("sync_wait_s"),
-            sync_idle_s=opt("sync_idle_s"),
-            copy_wait_s=opt("copy_wait_s"),
-            copy_idle_s=opt("copy_idle_s"),
-        )
-
-
 @dataclass(frozen=True, kw_only=True)
 class DeviceTraceRecord:
     """The GPU's own timeline of the steps profiled after the warm-up (torch.profiler, CPU +
     CUDA activities; :mod:`accelscope.doctor.inprocess.device_trace`), as the parent read it
-    with :mod:`accelscope.doctor.kineto`.
+    with :mod:`accelscope.doctor.kineto`: the one model of GPU time of a live run, diagnosed
+    by the code that diagnoses ``doctor --trace``.
 
     Attributes:
         status: ``recorded``, ``injected`` (tests) or ``not recorded: why``/``not read: why``.
@@ -116,8 +60,9 @@ class DeviceTraceRecord:
             first measured one (outside every step).
         timeline: Each profiled step split into its causes (empty when not read).
         device_name / step_source: From the trace.
-        quality: The quality gate's flags (:mod:`accelscope.doctor.trace_quality`): what of the
-            profiled window was set aside as not steady; ``timeline`` holds the steady steps.
+        quality: The quality gate's flags, in words.
+        gate: The quality gate's outcome over ``timeline`` (which steps are steady); records
+            stored before it was kept held their steady steps only: all of them are steady.
     """
 
     status: str
@@ -128,16 +73,29 @@ class DeviceTraceRecord:
     device_name: str | None = None
     step_source: str = ""
     quality: tuple[str, ...] = ()
+    gate: TraceQuality | None = None
+
+    def __post_init__(self) -> None:
+        if self.gate is None:
+            steady = tuple(s.index for s in self.timeline)
+            object.__setattr__(self, "gate", TraceQuality(flags=(), steady=steady, excluded=()))
 
     @property
     def usable(self) -> bool:
         """A timeline with at least one step of positive length."""
         return any(s.step_us > 0 for s in self.timeline)
 
+    @property
+    def quality_gate(self) -> TraceQuality:
+        """:attr:`gate`, always set once built."""
+        assert self.gate is not None
+        return self.gate
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceTraceRecord:
         """Read back what :func:`accelscope.serialise.dump` stored."""
         name = data.get("device_name")
+        gate = data.get("gate")
         return cls(
             status=str(data.get("status", "")),
             steps=int(data.get("steps", 0)),
@@ -147,6 +105,7 @@ class DeviceTraceRecord:
             device_name=None if name is None else str(name),
             step_source=str(data.get("step_source", "")),
             quality=tuple(str(q) for q in data.get("quality") or []),
+            gate=None if gate is None else load(TraceQuality, gate),
         )
 
 
@@ -158,7 +117,6 @@ class Step:
     duration_s: float
     phases_s: dict[str, float]
     counts: dict[str, int]
-    device: DeviceStep | None = None
 
     @property
     def other_s(self) -> float:
@@ -176,13 +134,11 @@ class Step:
         counter names)."""
         phases = {name: float(data["phases_s"][name]) for name in PHASES}
         counts = {name: int(data["counts"].get(name, 0)) for name in COUNTERS}
-        device = data.get("device")
-        return cls(
+        return cls(  # a ``device`` record (CUDA events, before 2026-11-29) is not read
             start_s=_f(data, "start_s"),
             duration_s=_f(data, "duration_s"),
             phases_s=phases,
             counts=counts,
-            device=None if device is None else DeviceStep.from_dict(device),
         )
 
 
@@ -220,18 +176,12 @@ class OpSummary:
     autocast: dict[str, str]
     top_ops: tuple[dict[str, Any], ...]
     forward_op_time_s: float = 0.0
-    op_device_s: float | None = None
-    """Device time of the census step's CUDA operators (seconds; CUDA events around each):
-    the device's work per step. ``None``: not measured (``device_status`` says why)."""
-    matmul_device_s: dict[str, float] = field(default_factory=dict)
-    """Of ``op_device_s``, the matrix multiplies and convolutions, by dtype (seconds)."""
-    device_ops: int = 0
-    device_status: str = "not measured: no CUDA device"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OpSummary:
-        """Read a census written by :meth:`OpCensus.summary`."""
-        op_device = data.get("op_device_s")
+        """Read a census written by :meth:`OpCensus.summary` (the CUDA-event device times of
+        censuses written before 2026-11-29 are not read: GPU time comes from the device
+        trace)."""
         return cls(
             ops=int(data["ops"]),
             forward_ops=int(data["forward_ops"]),
@@ -243,12 +193,6 @@ class OpSummary:
             autocast={str(k): str(v) for k, v in data["autocast"].items()},
             top_ops=tuple(dict(op) for op in data.get("top_ops", [])),
             forward_op_time_s=float(data.get("forward_op_time_s", 0.0)),
-            op_device_s=None if op_device is None else float(op_device),
-            matmul_device_s={
-                str(k): float(v) for k, v in (data.get("matmul_device_s") or {}).items()
-            },
-            device_ops=int(data.get("device_ops", 0)),
-            device_status=str(data.get("device_status", "not measured: no CUDA device")),
         )
 
 
@@ -428,7 +372,6 @@ class Profile:
     spans: tuple[Span, ...] = ()
     probe: OpSummary | None = None
     op_overhead_s: float | None = None
-    device_status: str = "not available: no CUDA device"
     facts: RunFacts | None = None
     exit_code: int | None = None
     error: ScriptError | None = None
@@ -473,7 +416,6 @@ class Profile:
             spans=tuple(Span.from_dict(s) for s in data.get("spans", [])),
             probe=None if probe is None else OpSummary.from_dict(probe),
             op_overhead_s=None if overhead is None else float(overhead),
-            device_status=str(data.get("device_status", "")),
             facts=None if facts is None else RunFacts.from_dict(facts),
             exit_code=None if data.get("exit_code") is None else int(data["exit_code"]),
             error=None

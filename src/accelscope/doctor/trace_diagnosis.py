@@ -106,7 +106,10 @@ class TraceDiagnosis:
                     "device": r.timeline.trace.device_name,
                     "step_source": r.timeline.trace.step_source,
                     "mean_step_s": r.timeline.mean_step_s,
-                    "verdict": asdict(r.verdict),
+                    "verdict": {
+                        **asdict(r.verdict),
+                        "reported": [list(pair) for pair in r.verdict.reported],
+                    },
                     "quality": {
                         "flags": [asdict(f) for f in r.quality.flags],
                         "steady_steps": list(r.quality.steady),

@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from accelscope.doctor.causes import VERDICT_ADVICE
 from accelscope.doctor.device_timeline import (
-    ADVICE,
     DeviceInterval,
     HostSpan,
     StepTimeline,
@@ -79,7 +79,7 @@ DOMINANT_SHARE = 0.5
 UNEXPLAINED_SHARE = 0.3
 """Host time no event explains over this share of a step is flagged."""
 
-STEADY_ADVICE = ADVICE["not_diagnosed"]
+STEADY_ADVICE = VERDICT_ADVICE["not_diagnosed"]
 
 _CONTEXT = {
     "cudaDeviceGetStreamPriorityRange",
@@ -413,6 +413,6 @@ def gated_verdict(
         verdict,
         bottleneck="not_diagnosed",
         headline=f"not diagnosed: the window holds no steady step to judge ({what})",
-        advice=ADVICE["not_diagnosed"],
+        advice=STEADY_ADVICE,
         notes=(*flagged, *verdict.notes),
     )

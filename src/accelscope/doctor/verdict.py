@@ -1,5 +1,11 @@
 """The verdict: run every rule, rank what fired by the share of step time at stake, and name
-one bottleneck with its evidence. When nothing fires, say where the time is instead."""
+one bottleneck with its evidence. When nothing fires, say where the time is instead.
+
+On CUDA the verdict is the GPU's own timeline's (:attr:`RuleContext.timeline`, drawn by the
+code that diagnoses ``doctor --trace``): computed once, stored with the diagnosis, so the live
+run and the trace of the same steps cannot name different bottlenecks. The rules' findings
+stand beside it (the same cause thresholds, :mod:`accelscope.doctor.causes`), with what only a
+live run sees (memory, telemetry, the machine)."""
 
 from __future__ import annotations
 
@@ -8,12 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelscope.doctor.breakdown import Breakdown
+from accelscope.doctor.causes import CAUSES
+from accelscope.doctor.device_timeline import TimelineVerdict
 from accelscope.doctor.findings import Finding, Rule, RuleContext
 from accelscope.doctor.rules import all_rules
 from accelscope.measurement.stats import NOISE_IQR_RATIO
 from accelscope.serialise import load
 
-__all__ = ["Diagnosis", "diagnose", "machine_notes"]
+__all__ = ["Diagnosis", "diagnose", "machine_notes", "named_from_timeline"]
 
 _SEVERITY = {"high": 2, "medium": 1, "low": 0, "": 0}
 _BUSY_CORES = 0.5
@@ -23,7 +31,9 @@ _BUSY_CORES = 0.5
 @dataclass(frozen=True, kw_only=True)
 class Diagnosis:
     """The named bottleneck, its one-line headline, and every rule's finding (fired first,
-    ranked; then clear and not-applicable ones, so the thresholds checked are on record)."""
+    ranked; then clear and not-applicable ones, so the thresholds checked are on record).
+    ``timeline``: on CUDA, the GPU's own timeline's verdict the bottleneck was named from
+    (``None`` on the CPU, and in diagnoses stored before it was kept)."""
 
     bottleneck: str
     title: str
@@ -31,6 +41,7 @@ class Diagnosis:
     findings: tuple[Finding, ...]
     breakdown: Breakdown
     notes: tuple[str, ...] = ()
+    timeline: TimelineVerdict | None = None
 
     @property
     def fired(self) -> tuple[Finding, ...]:
@@ -75,6 +86,22 @@ def machine_notes(ctx: RuleContext) -> list[str]:
     return notes
 
 
+_VERDICT_TITLES = {
+    "mixed": "mixed",
+    "underfilled": "under-filled GPU",
+    "not_diagnosed": "not diagnosed",
+}
+
+
+def named_from_timeline(verdict: TimelineVerdict) -> tuple[str, str]:
+    """``(bottleneck, title)`` of a live diagnosis from its timeline's verdict: the rule that
+    reports the cause (``sync`` -> ``sync-bound``), else the verdict's own name."""
+    cause = CAUSES.get(verdict.bottleneck)
+    if cause is not None:
+        return cause.rule or cause.key, cause.title
+    return verdict.bottleneck, _VERDICT_TITLES.get(verdict.bottleneck, verdict.bottleneck)
+
+
 def diagnose(ctx: RuleContext, rules: Sequence[Rule] | None = None) -> Diagnosis:
     """Run ``rules`` (default: every rule in :mod:`accelscope.doctor.rules`) over ``ctx``."""
     findings = [rule.check(ctx) for rule in (all_rules() if rules is None else rules)]
@@ -82,24 +109,22 @@ def diagnose(ctx: RuleContext, rules: Sequence[Rule] | None = None) -> Diagnosis
     rest = [f for f in findings if not f.fired]
     ordered = tuple(fired + sorted(rest, key=lambda f: (f.status != "clear", f.rule)))
     b = ctx.breakdown
-    pace = ctx.pace if ctx.device == "cuda" else None
-    if fired:
+    timeline = ctx.timeline if ctx.device == "cuda" else None
+    if timeline is not None:
+        bottleneck, title = named_from_timeline(timeline)
+        headline = timeline.headline
+    elif ctx.device == "cuda":
+        record = ctx.profile.device_trace
+        status = record.status if record is not None else "not recorded"
+        bottleneck, title = "not_diagnosed", "not diagnosed"
+        headline = (
+            f"not diagnosed: the GPU's own timeline (torch.profiler) is missing ({status}); "
+            "no other model of GPU time stands in for it"
+        )
+    elif fired:
         top = fired[0]
         bottleneck, title = top.rule, top.title
         headline = f"{top.title}: {top.summary}"
-    elif pace is not None:  # on CUDA the host's phase shares are launch times, not the GPU's
-        bottleneck, title = "host", "host-paced"
-        work = (
-            f"the GPU's operators take {pace.work_share:.0%} of each step"
-            if pace.work_share is not None
-            else f"the GPU's work per step is {pace.work_status}"
-        )
-        headline = (
-            f"no rule fired: the host sets the pace (it waits for the GPU "
-            f"{pace.wait_share or 0.0:.0%} of step time); {work}, and the GPU is seen idle "
-            f"{pace.idle_share:.0%}; host forward + backward + optimizer take "
-            f"{ctx.compute_share:.0%}"
-        )
     elif ctx.compute_share >= 0.5:
         bottleneck, title = "compute", "compute-bound"
         headline = (
@@ -124,4 +149,5 @@ def diagnose(ctx: RuleContext, rules: Sequence[Rule] | None = None) -> Diagnosis
         findings=ordered,
         breakdown=b,
         notes=tuple(machine_notes(ctx)),
+        timeline=timeline,
     )

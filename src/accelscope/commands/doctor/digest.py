@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from accelscope.doctor.device_timeline import CAUSES
+from accelscope.doctor.causes import CAUSES, describe
 from accelscope.report.format import format_seconds
 
 if TYPE_CHECKING:
@@ -138,6 +138,16 @@ def _measured(value: float | None, flag: str) -> str:
     return f"{value:.0%}" if value is not None else f"not measured (give {flag})"
 
 
+def _reported(cause: str, reported: dict[str, float]) -> str:
+    """``yes (>= 15 %)`` for a cause at or above its threshold (as a live run reports it)."""
+    if cause not in reported:
+        return ""
+    known = CAUSES.get(cause)
+    if known is None or known.threshold is None or cause in ("compute", "memory"):
+        return "yes"
+    return f"yes (>= {known.threshold:.0%})"
+
+
 def rank_digest(rank: RankDiagnosis, *, slowest: bool = False) -> list[str]:
     """One rank's digest, at most :data:`MAX_LINES_PER_RANK` lines."""
     v = rank.verdict
@@ -161,17 +171,18 @@ def rank_digest(rank: RankDiagnosis, *, slowest: bool = False) -> list[str]:
         "",
     ]
     causes = [(c, s) for c, s in v.ranked if s > 0]
-    lines += ["| cause | share of step | per step |", "|---|---:|---:|"]
+    reported = dict(v.reported)
+    lines += ["| cause | share of step | per step | reported |", "|---|---:|---:|---|"]
     for cause, share in causes[:_MAX_CAUSES]:
         lines.append(
-            f"| {_prose(CAUSES.get(cause, cause))} | {_pct(share)} | "
-            f"{format_seconds(share * v.step_s)} |"
+            f"| {_prose(describe(cause))} | {_pct(share)} | "
+            f"{format_seconds(share * v.step_s)} | {_reported(cause, reported)} |"
         )
     if len(causes) > _MAX_CAUSES:
         rest = sum(s for _, s in causes[_MAX_CAUSES:])
         lines.append(
             f"| {len(causes) - _MAX_CAUSES} more causes | {_pct(rest)} | "
-            f"{format_seconds(rest * v.step_s)} |"
+            f"{format_seconds(rest * v.step_s)} | |"
         )
     lines.append("")
     if rank.kernels:

@@ -10,7 +10,7 @@ from typing import Any
 
 import jinja2
 
-from accelscope.commands.doctor.gpu_lines import gpu_lines, phase_notes
+from accelscope.commands.doctor.gpu_lines import gpu_lines
 from accelscope.doctor.breakdown import ALL_PHASES
 from accelscope.doctor.diagnose import DoctorResult
 from accelscope.hardware.fingerprint import Environment
@@ -231,7 +231,6 @@ def render_doctor_report(
         env=env,
         trace_name=trace_name,
         gpu_lines=gpu_lines(result),
-        phase_notes=phase_notes(result),
         telemetry=result.telemetry,
         charts=[(cid, heading, note, fig is not None) for cid, heading, note, fig in charts],
         figures_json=script_safe_json(figures),

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from accelscope.commands.doctor.digest import markdown_digest
-from accelscope.doctor.device_timeline import CAUSES
+from accelscope.doctor.causes import CAUSES
 from accelscope.report.format import format_seconds
 from accelscope.report.page import template
 
@@ -49,7 +49,7 @@ def render_trace_report(diagnosis: TraceDiagnosis, *, title: str) -> str:
     return _template().render(
         title=title,
         diagnosis=diagnosis,
-        causes=CAUSES,
+        causes={key: cause.description for key, cause in CAUSES.items()},
         colors=CAUSE_COLORS,
         max_steps=_MAX_STEPS,
         sources=sources,

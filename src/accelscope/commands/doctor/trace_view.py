@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from accelscope.commands.doctor.digest import short_kernel_name
-from accelscope.doctor.device_timeline import CAUSES
+from accelscope.doctor.causes import describe
 from accelscope.doctor.trace_diagnosis import RankDiagnosis, TraceDiagnosis
 from accelscope.report.format import format_seconds
 
@@ -68,10 +68,17 @@ def _rank(rank: RankDiagnosis, *, slowest: bool, many: bool) -> list[RenderableT
     causes.add_column("cause")
     causes.add_column("share", justify="right")
     causes.add_column("per step", justify="right")
+    causes.add_column("reported")
+    reported = dict(v.reported)
     for cause, share in v.ranked:
         if share <= 0:
             continue
-        causes.add_row(CAUSES[cause], f"{share:.1%}", format_seconds(share * v.step_s))
+        causes.add_row(
+            describe(cause),
+            f"{share:.1%}",
+            format_seconds(share * v.step_s),
+            "yes" if cause in reported else "",
+        )
     parts.append(causes)
     if rank.kernels:
         kernels = Table(

@@ -8,7 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from accelscope.commands.doctor.gpu_lines import gpu_lines, phase_notes
+from accelscope.commands.doctor.gpu_lines import gpu_lines
 from accelscope.doctor.breakdown import ALL_PHASES
 from accelscope.doctor.diagnose import DoctorResult
 from accelscope.report.format import format_seconds
@@ -46,9 +46,6 @@ def _breakdown(result: DoctorResult) -> RenderableType:
     table.add_column("phase")
     table.add_column("per step", justify="right")
     table.add_column("share", justify="right")
-    notes = phase_notes(result)
-    if notes:
-        table.add_column("of which (CUDA events)", style="dim")
     for phase in ALL_PHASES:
         share = b.shares.get(phase, 0.0)
         style = PHASE_COLORS[phase]
@@ -56,7 +53,6 @@ def _breakdown(result: DoctorResult) -> RenderableType:
             Text("■ ", style=style) + Text(phase),
             format_seconds(b.phase_mean_s[phase]) if b.phase_mean_s[phase] > 0 else "0",
             f"{share:.1%}",
-            *([notes.get(phase, "")] if notes else []),
         )
     rates = (
         f"{b.steps} measured steps · step median {format_seconds(b.step_median_s)} "

@@ -15,10 +15,8 @@ mode), it feeds the :class:`~accelscope.doctor.inprocess.recorder.Recorder`:
   device, with whether the source was pinned; CPU->CPU ``.to`` is a no-op and not counted) and
   synchronisations (``.item``, ``.tolist``, ``.numpy``, ``.cpu`` or a blocking ``.to('cpu')``
   of a device tensor, ``bool()/float()/int()`` of a tensor, ``torch.cuda.synchronize``).
-  Where a call may wait for the device (a readback of a CUDA tensor, a synchronize, a copy to
-  the device), the recorder's device timeline brackets it with CUDA events, so the analysis
-  can tell the time the host waited for queued device work from the call's own cost
-  (:mod:`.device`).
+  On CUDA their host time includes waiting for queued device work; what the GPU did meanwhile
+  comes from its own timeline (:mod:`.device_trace`), never from these host spans.
 
 Only the thread that installed the instrumentation is recorded (DataLoader pin-memory threads
 and user threads pass straight through), and forked children (DataLoader workers) record
@@ -433,20 +431,9 @@ class Instrumentation:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not ours() or (device_only and args and args[0].is_cpu):
                 return original(*args, **kwargs)
-            if method and not getattr(args[0] if args else None, "is_cuda", False):
-                start = clock()  # a CPU tensor: nothing to wait for on the device
-                out = original(*args, **kwargs)
-                rec.leaf(SYNC, start, clock())
-                rec.count(N_SYNC)
-                return out
-            rec.wait_begin()  # bracket it: how much of the wait was queued device work
             start = clock()
-            try:
-                out = original(*args, **kwargs)
-            except BaseException:
-                rec.wait_cancel()
-                raise
-            rec.wait_end(SYNC, start, clock())
+            out = original(*args, **kwargs)
+            rec.leaf(SYNC, start, clock())
             rec.count(N_SYNC)
             return out
 
@@ -460,18 +447,11 @@ class Instrumentation:
 
         def readback(self_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             """``cuda_tensor.to('cpu')``: a blocking readback, like ``.cpu()``."""
-            rec.wait_begin()
             start = clock()
-            try:
-                out = original(self_, *args, **kwargs)
-            except BaseException:
-                rec.wait_cancel()
-                raise
+            out = original(self_, *args, **kwargs)
             if getattr(getattr(out, "device", None), "type", None) == "cpu":
-                rec.wait_end(SYNC, start, clock())
+                rec.leaf(SYNC, start, clock())
                 rec.count(N_SYNC)
-            else:
-                rec.wait_cancel()
             return out
 
         def wrapper(self_: Any, *args: Any, **kwargs: Any) -> Any:
@@ -486,32 +466,19 @@ class Instrumentation:
                 ):
                     return readback(self_, args, kwargs)
                 return original(self_, *args, **kwargs)
-            bracket = name != "to" or _may_move(args, kwargs)
-            if bracket:
-                rec.wait_begin()  # a blocking copy first waits for queued device work
             start = clock()
-            try:
-                out = original(self_, *args, **kwargs)
-            except BaseException:
-                if bracket:
-                    rec.wait_cancel()
-                raise
+            out = original(self_, *args, **kwargs)
             end = clock()
             if (
                 out is not self_
                 and getattr(out, "device", None) is not None
                 and out.device.type not in ("cpu", "meta")
             ):
-                if bracket:
-                    rec.wait_end(COPY, start, end)
-                else:
-                    rec.leaf(COPY, start, end)
+                rec.leaf(COPY, start, end)
                 rec.count(N_COPY)
                 rec.count(COPY_BYTES, int(self_.nbytes))
                 if not self_.is_pinned():
                     rec.count(N_PAGEABLE)
-            elif bracket:
-                rec.wait_cancel()
             return out
 
         wrapper.__wrapped__ = original  # type: ignore[attr-defined]

@@ -8,8 +8,7 @@ more than the step. It is written for a tiny per-event cost: integer clocks, lis
 allocation beyond one small list per open span.
 
 Units: everything this module hands out (:meth:`Recorder.steps_payload`,
-:meth:`Recorder.spans_payload`, the host time of a call handed to the device timeline) is in
-seconds, like the rest of accelscope. Inside, and only
+:meth:`Recorder.spans_payload`) is in seconds, like the rest of accelscope. Inside, and only
 inside, times are integer nanoseconds from ``time.perf_counter_ns``: a step is the sum of
 thousands of sub-microsecond spans (syncs, copies, nested forwards), each made exclusive by
 subtracting its children. Integer ticks keep that arithmetic exact (a phase can never come out
@@ -42,7 +41,6 @@ __all__ = [
     "OPTIMIZER",
     "PHASES",
     "SYNC",
-    "DeviceTimeline",
     "OpProbe",
     "Recorder",
     "StepProfiler",
@@ -62,28 +60,6 @@ COUNTERS: tuple[str, ...] = (
     "forwards",
     "items",
 )
-
-
-class DeviceTimeline(Protocol):
-    """Device-side marks (CUDA events) at step boundaries and around host waits."""
-
-    def boundary(self, index: int) -> None:
-        """The host reached the start of step ``index``."""
-
-    def idle_begin(self) -> None:
-        """The host starts waiting for something that queues no device work (input)."""
-
-    def idle_end(self) -> None:
-        """The wait started by :meth:`idle_begin` is over."""
-
-    def wait_begin(self) -> None:
-        """The host is about to make a call that may wait for the device (readback, copy)."""
-
-    def wait_end(self, kind: str, host_s: float) -> None:
-        """That call (``sync`` or ``copy``) returned after ``host_s`` seconds."""
-
-    def wait_cancel(self) -> None:
-        """That call did not touch the device after all, or raised."""
 
 
 class OpProbe(Protocol):
@@ -123,7 +99,6 @@ class Recorder:
         trace_steps: How many measured steps keep their individual spans for the trace.
         on_step: Called with the number of committed steps after each commit.
         on_done: Called once ``target_steps`` steps are committed.
-        device: Optional device timeline fed at boundaries and around input waits.
         probe: Optional operator probe run over the last warm-up step.
         manual: Only :meth:`manual_step` commits steps (API mode).
         profiler: Optional device-timeline recorder over the steps right after the warm-up;
@@ -141,7 +116,6 @@ class Recorder:
         trace_steps: int = 0,
         on_step: Callable[[int], None] | None = None,
         on_done: Callable[[], None] | None = None,
-        device: DeviceTimeline | None = None,
         probe: OpProbe | None = None,
         manual: bool = False,
         profiler: StepProfiler | None = None,
@@ -157,7 +131,6 @@ class Recorder:
         self.trace_steps = trace_steps
         self.on_step = on_step
         self.on_done = on_done
-        self.device = device
         self.probe = probe
         self.probe_step = warmup - 1 if probe is not None and warmup >= 1 else -1
         self.mode: str | None = "manual" if manual else None
@@ -182,8 +155,6 @@ class Recorder:
     def _touch(self, now: int) -> None:
         if self._step_start is None:
             self._step_start = now
-            if self.device is not None:
-                self.device.boundary(0)
             self._set_modes(0)
 
     def begin(self, phase: int) -> None:
@@ -217,25 +188,6 @@ class Recorder:
         if self._tracing:
             self.spans.append((phase, start, end, len(self._stack)))
 
-    def wait_begin(self) -> None:
-        """A call that may wait for the device (a readback of a device tensor, a copy to the
-        device) is about to start: the device timeline brackets it (see
-        :mod:`.device`). Close it with :meth:`wait_end` or :meth:`wait_cancel`."""
-        if self.device is not None:
-            self.device.wait_begin()
-
-    def wait_end(self, phase: int, start: int, end: int) -> None:
-        """The call opened by :meth:`wait_begin` ran from ``start`` to ``end`` (recorder
-        ticks): a :meth:`leaf` of ``phase`` (``SYNC`` or ``COPY``), and the bracket closed."""
-        self.leaf(phase, start, end)
-        if self.device is not None:
-            self.device.wait_end(PHASES[phase], (end - start) / 1e9)
-
-    def wait_cancel(self) -> None:
-        """The call opened by :meth:`wait_begin` is not recorded after all."""
-        if self.device is not None:
-            self.device.wait_cancel()
-
     def count(self, counter: int, amount: int = 1) -> None:
         """Add to one of the current step's counters."""
         self._cnt[counter] += amount
@@ -248,13 +200,9 @@ class Recorder:
             self._commit(self.clock_ns(), "dataloader")
         self._dl_seen = True
         self.begin(INPUT)
-        if self.device is not None:
-            self.device.idle_begin()
 
     def input_end(self) -> None:
         """The batch arrived."""
-        if self.device is not None:
-            self.device.idle_end()
         self.end()
 
     def forward_begin(self, main: bool, items: int) -> None:
@@ -351,8 +299,6 @@ class Recorder:
         # what ran at the boundary (the profiler's export, starting or stopping the census,
         # reading the workers' load) stays out of every step
         self._step_start = self.clock_ns()
-        if self.device is not None:
-            self.device.boundary(index)
         if self.on_step is not None:
             self.on_step(index)
         if self.target_steps and index >= self.target_steps:

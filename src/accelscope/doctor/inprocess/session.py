@@ -1,5 +1,5 @@
 """One instrumented session in the process that runs the loop: the recorder, the torch patches,
-the operator census, the CUDA timeline and the what-if injector, and the JSON they produce.
+the operator census, the device trace and the what-if injector, and the JSON they produce.
 
 Shared by the zero-code child (:mod:`._bootstrap`) and API mode (:mod:`.watch`), so both
 produce the same :class:`~accelscope.doctor.profile.Profile`.
@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accelscope.doctor.inprocess.device import CudaTimeline, cuda_timeline
 from accelscope.doctor.inprocess.device_trace import DeviceTrace
 from accelscope.doctor.inprocess.gpu_memory import read_gpu_memory
 from accelscope.doctor.inprocess.inject import Injector
@@ -63,8 +62,7 @@ class Session:
         self.worker_load = WorkerLoad()
         kind = (whatif or {}).get("kind", "none")
         self.injector = Injector(whatif or {}, warmup + steps) if kind != "none" else None
-        self.timeline, self.device_status = cuda_timeline()
-        self.census = OpCensus(device=self.timeline) if full and probe else None
+        self.census = OpCensus() if full and probe else None
         self.op_overhead_s = measure_op_overhead_s() if full else None
         self.device_trace = (
             DeviceTrace(Path(device_trace_path)) if full and device_trace_path else None
@@ -75,7 +73,6 @@ class Session:
             trace_steps=trace_steps,
             on_step=on_step,
             on_done=on_done,
-            device=self.timeline,
             probe=self.census,
             manual=manual,
             profiler=self.device_trace,
@@ -100,17 +97,6 @@ class Session:
             trace.stop()  # the script ended inside the profiled steps
         worker_busy_cores = self.worker_load.end()
         steps = rec.steps_payload()
-        device_steps: list[dict[str, float] | None] = [None] * len(steps)
-        if isinstance(self.timeline, CudaTimeline):
-            try:
-                device_steps = self.timeline.collect(len(steps))
-            except Exception as exc:  # noqa: BLE001 - a broken CUDA context must not lose the run
-                self.device_status = f"not available: reading CUDA events failed: {exc}"
-            else:
-                if steps and all(d is None for d in device_steps):
-                    self.device_status = "not available: the loop did not use CUDA"
-        for step, device in zip(steps, device_steps, strict=True):
-            step["device"] = device
         first_step_monotonic_s = None
         if rec.steps:  # the recorder's ticks on the clock the parent's telemetry uses
             ago_s = (rec.clock_ns() - rec.steps[0][0]) / 1e9
@@ -130,7 +116,6 @@ class Session:
             "spans": rec.spans_payload(),
             "probe": census.summary() if census is not None and census.done else None,
             "op_overhead_s": self.op_overhead_s,
-            "device_status": self.device_status,
             "first_step_monotonic_s": first_step_monotonic_s,
             "gpu_memory": gpu_memory,
             "gpu_memory_status": gpu_memory_status,

@@ -1,71 +1,74 @@
-"""Input-bound: the loop waits for the DataLoader for a large share of each step.
+"""Input-bound: the loop waits for its input for a large share of each step.
 
-On CUDA only the part of the wait during which the GPU sat idle is at stake (CUDA events
-around each wait, :mod:`accelscope.doctor.inprocess.device`): the rest overlapped with GPU work
-the host had queued before it, and a faster pipeline would not shorten it.
+On CUDA the time at stake is read from the GPU's own timeline: the GPU idle behind the
+DataLoader (``dataloader``) or behind the host's own preprocessing (``host_compute``); a wait
+that overlapped with kernels is not at stake. On the CPU it is the host time blocked in the
+DataLoader iterator. Threshold and advice are the cause table's
+(:mod:`accelscope.doctor.causes`).
 """
 
 from __future__ import annotations
 
-from accelscope.doctor.device_timeline import ADVICE
+from accelscope.doctor.causes import CAUSES, sentence
 from accelscope.doctor.findings import CLEAR, FIRED, Finding, RuleContext, severity
-from accelscope.doctor.rules._timeline import timeline_evidence
+from accelscope.doctor.rules._timeline import timeline_evidence, without_gpu_time
 
-THRESHOLD = 0.20
-HIGH = 0.50
+CAUSE = CAUSES["dataloader"]
+HOST = CAUSES["host_compute"]
 
 
 class InputBound:
-    """Fires when time blocked in the DataLoader iterator is >= 20 % of step time."""
+    """Fires when waiting for input takes at least the ``dataloader`` cause's threshold of
+    step time; on CUDA when the GPU idles behind the DataLoader or behind the host's
+    preprocessing at least that cause's own threshold (the timeline's ``reported``), the
+    share at stake being both together."""
 
     name = "input-bound"
 
     def check(self, ctx: RuleContext) -> Finding:
         """Input wait share against the threshold, with the loader's settings."""
-        share = host_share = ctx.breakdown.shares["input"]
+        threshold = (
+            f"time waiting for input >= {CAUSE.reported_at:.0%} of step time (on CUDA: the "
+            "GPU idle behind the DataLoader or the host's preprocessing, its own timeline)"
+        )
         wait_s = ctx.breakdown.phase_mean_s["input"]
         facts = ctx.profile.facts
         loaders = facts.loaders if facts is not None else ()
         evidence: dict[str, object] = {
-            "input_wait_share": host_share,
+            "input_wait_share": ctx.breakdown.shares["input"],
             "input_wait_per_step_s": wait_s,
             "step_median_s": ctx.breakdown.step_median_s,
         }
-        threshold = (
-            f"time waiting for input >= {THRESHOLD:.0%} of step time (on CUDA: with the GPU idle)"
-        )
-        pace = ctx.pace
-        overlapped = ""
-        if pace is not None:
-            share = min(host_share, pace.input_idle_share)
-            evidence |= {
-                "input_wait_gpu_idle_share": share,
-                "input_wait_overlapped_with_gpu_work_share": max(0.0, host_share - share),
-            }
-            if host_share - share >= 0.01:
-                overlapped = (
-                    f"; {host_share - share:.0%} of the step waited while the GPU worked "
-                    "(overlapped, not at stake)"
-                )
-        timeline = ctx.timeline
         host_work = 0.0
-        if timeline is not None:  # the GPU's own timeline: idle behind the input or the host
-            shares = dict(timeline.ranked)
+        detail = ""
+        reported = False
+        if ctx.device == "cuda":
+            missing = without_gpu_time(ctx, rule=self.name, title=CAUSE.title, threshold=threshold)
+            if missing is not None:
+                return missing
+            shares = dict(ctx.timeline.ranked) if ctx.timeline is not None else {}
             host_work = shares.get("host_compute", 0.0)
-            share = min(1.0, shares.get("dataloader", 0.0) + host_work)
-            overlapped = (
+            share = shares.get("dataloader", 0.0) + host_work  # exclusive causes: <= 1
+            # reported as the timeline reports it: either cause at its own threshold
+            reported = (
+                shares.get("dataloader", 0.0) >= CAUSE.reported_at or host_work >= HOST.reported_at
+            )
+            detail = (
                 f" (the GPU's timeline: idle behind the DataLoader "
                 f"{shares.get('dataloader', 0.0):.0%}, behind the host's own preprocessing "
                 f"{host_work:.0%})"
             )
             evidence |= timeline_evidence(ctx) | {"input_gpu_idle_share": share}
-        if share < THRESHOLD:
-            gpu = " with the GPU idle" if pace is not None or timeline is not None else ""
+        else:
+            share = ctx.breakdown.shares["input"]
+            reported = share >= CAUSE.reported_at
+        if not reported:
+            gpu = " with the GPU idle" if ctx.device == "cuda" else ""
             return Finding(
                 rule=self.name,
-                title="input-bound",
+                title=CAUSE.title,
                 status=CLEAR,
-                summary=f"input wait{gpu} is {share:.0%} of step time{overlapped}",
+                summary=f"input wait{gpu} is {share:.0%} of step time{detail}",
                 threshold=threshold,
                 share=share,
                 evidence=evidence,
@@ -93,40 +96,35 @@ class InputBound:
                 samples
             )
         workers = loader.num_workers if loader is not None else 0
-        advice = (
-            f"Prepare batches in parallel with the loop: DataLoader(num_workers={ctx.cores}) "
-            "(one per core), or cache decoded samples if __getitem__ is deterministic."
+        advice = sentence(CAUSE.advice) + (
+            f" With no workers yet: DataLoader(num_workers={ctx.cores}), one per core."
             if workers == 0
-            else "Give the DataLoader more workers or a deeper prefetch, or cache decoded "
-            "samples; move heavy decoding off the critical path."
+            else ""
         )
-        if timeline is not None and host_work >= share / 2:
-            advice = ADVICE["host_compute"][0].upper() + ADVICE["host_compute"][1:] + "."
+        if ctx.device == "cuda" and host_work >= share / 2:
+            advice = sentence(HOST.advice)
             if loader is None or loader.num_workers < 2 * ctx.cores:
                 what_ifs = [w for w in what_ifs if w != "workers"] + (
                     ["workers"] if loader is not None else []
                 )
         gpu = (
-            f", the GPU idle for {share * ctx.breakdown.step_mean_s * 1e3:.1f} ms of it "
-            f"({share:.0%} of step time, CUDA events)"
-            if pace is not None and timeline is None
-            else f": the GPU idle {share:.0%} of step time"
-            if timeline is not None
+            f": the GPU idle {share:.0%} of step time"
+            if ctx.device == "cuda"
             else f": {share:.0%} of step time"
         )
         summary = (
             f"the loop waits {wait_s * 1e3:.1f} ms per step for input{gpu}"
             + (f" (DataLoader num_workers={workers})" if loader is not None else "")
-            + overlapped
+            + detail
         )
         return Finding(
             rule=self.name,
-            title="input-bound",
+            title=CAUSE.title,
             status=FIRED,
             summary=summary,
             threshold=threshold,
             share=share,
-            severity=severity(share, HIGH),
+            severity=severity(share, CAUSE.high),
             evidence=evidence,
             advice=advice,
             what_ifs=tuple(what_ifs),

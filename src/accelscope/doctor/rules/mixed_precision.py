@@ -10,6 +10,7 @@ from accelscope.doctor.findings import (
     RuleContext,
     severity,
 )
+from accelscope.doctor.rules._timeline import without_gpu_time
 from accelscope.doctor.rules.overhead_bound import wall_per_op_s
 from accelscope.spec import Device, Precision
 
@@ -23,12 +24,11 @@ class MissingMixedPrecision:
     """Fires when fp32 matmul/conv work is >= 30 % of step time, autocast is off, and the
     device has a bf16 or fp16 fast path (from :mod:`accelscope.hardware.fastpaths`).
 
-    On CUDA the fp32 work is the GPU time of the census step's fp32 matrix multiplies and
-    convolutions (CUDA events around each operator) over the measured step time: host times
-    there are launch times, and a host phase share would miss a GPU-bound loop whose host
-    waits in a readback. Without GPU operator times it is estimated: the fp32 FLOP share times
-    the share of step time the GPU sets (:mod:`accelscope.doctor.gpu`). It stays clear where
-    the host, not the GPU, sets the pace: cheaper GPU work would not shorten the step.
+    On CUDA the fp32 work is read from the GPU's own timeline: the time of matrix kernels
+    whose names say fp32 (or do not give their precision), within the step's compute share;
+    it stays clear unless that timeline names compute as the bottleneck (where the host sets
+    the pace, cheaper GPU work would not shorten the step). On the CPU it is the census step's
+    fp32 matmul host time within forward + backward + optimizer.
     """
 
     name = "missing-mixed-precision"
@@ -64,8 +64,13 @@ class MissingMixedPrecision:
             ),
         }
         small_ops_matter = True
-        timeline = ctx.timeline if device is Device.CUDA else None
-        if timeline is not None:
+        timeline = None
+        if device is Device.CUDA:
+            missing = without_gpu_time(ctx, rule=self.name, title=title, threshold=threshold)
+            if missing is not None or ctx.timeline is None:
+                assert missing is not None
+                return missing
+            timeline = ctx.timeline
             classes = timeline.kernel_classes
             share = min(
                 dict(timeline.ranked).get("compute", 0.0),
@@ -78,11 +83,6 @@ class MissingMixedPrecision:
             )
             small_ops_matter = False
             evidence["device_timeline_matrix_precision"] = timeline.matrix_precision or "none"
-        elif device is Device.CUDA:
-            share, fp32_fraction, basis = _gpu_share(ctx, evidence)
-            pace = ctx.pace
-            # GPU times already weigh small operators by what they cost the GPU
-            small_ops_matter = probe.op_device_s is None and not (pace is not None and pace.bound)
             activity = ctx.gpu_activity
             if activity is not None:
                 evidence["gpu_tensor_active_percent"] = (
@@ -126,10 +126,8 @@ class MissingMixedPrecision:
             )
         units = ", ".join(f"{s.precision.value} on {s.unit}" for s in fast)
         evidence["fast_paths"] = units
-        pace = ctx.pace if device is Device.CUDA else None
-        host_paced = pace is not None and not pace.bound
-        if timeline is not None:  # the timeline decides whether the GPU's matmuls set the pace
-            host_paced = timeline.bottleneck != "compute"
+        # the timeline decides whether the GPU's matmuls set the pace
+        host_paced = timeline is not None and timeline.bottleneck != "compute"
         if share < THRESHOLD or (small_ops_matter and per_op < MIN_OP_WALL_S) or host_paced:
             if timeline is not None and timeline.bottleneck != "compute":
                 why = (
@@ -143,13 +141,6 @@ class MissingMixedPrecision:
                 )
             elif share < THRESHOLD:
                 why = f"fp32 matmul/conv work is {share:.0%} of step time"
-            elif host_paced:
-                assert pace is not None
-                why = (
-                    f"fp32 matmul/conv GPU work is {share:.0%} of step time, but the host sets "
-                    f"the pace (it waits for the GPU {pace.wait_share or 0.0:.0%} of the step): "
-                    "cheaper GPU work would not shorten the step"
-                )
             else:
                 why = (
                     f"operators are small ({per_op * 1e6:.0f} us each): overhead, not "
@@ -187,36 +178,3 @@ class MissingMixedPrecision:
 
 
 RULE = MissingMixedPrecision()
-
-
-def _gpu_share(ctx: RuleContext, evidence: dict[str, object]) -> tuple[float, float, str]:
-    """``(share of step time, fp32 fraction of operator time, basis)`` on CUDA."""
-    probe = ctx.profile.probe
-    assert probe is not None
-    step_s = ctx.breakdown.step_mean_s
-    if probe.op_device_s is not None and probe.op_device_s > 0 and step_s > 0:
-        fp32_s = probe.matmul_device_s.get("float32", 0.0)
-        evidence |= {
-            "fp32_matmul_gpu_s_per_step": fp32_s,
-            "gpu_op_s_per_step": probe.op_device_s,
-        }
-        return (
-            min(1.0, fp32_s / step_s),
-            fp32_s / probe.op_device_s,
-            "measured: GPU time of each operator in the census step (CUDA events) over the "
-            "mean measured step",
-        )
-    flops = sum(probe.matmul_flops.values())
-    matmul_s = sum(probe.matmul_time_s.values())
-    fraction = probe.matmul_flops.get("float32", 0.0) / flops if flops else 0.0
-    fraction *= min(1.0, matmul_s / probe.op_time_s) if probe.op_time_s else 0.0
-    pace = ctx.pace
-    pace_share = pace.share if pace is not None else ctx.compute_share
-    evidence["gpu_pace_share"] = pace_share
-    why = probe.device_status.removeprefix("not measured: ")
-    return (
-        pace_share * fraction,
-        fraction,
-        "estimated: fp32 FLOP share x host launch-time share x the share of step time the GPU "
-        f"sets (GPU operator times not measured: {why})",
-    )

@@ -3,6 +3,7 @@ operator (Python, dispatch, autograd bookkeeping, kernel launch) outweighs its a
 
 from __future__ import annotations
 
+from accelscope.doctor.causes import CAUSES, sentence
 from accelscope.doctor.findings import (
     CLEAR,
     FIRED,
@@ -26,8 +27,7 @@ def tiny_op_limit_s(ctx: RuleContext) -> float:
     return max(TINY_OP_S, TINY_OP_FACTOR * trivial) if trivial else TINY_OP_S
 
 
-THRESHOLD = 0.25
-HIGH = 0.50
+CAUSE = CAUSES["launch"]
 SMALL_BATCH = 8
 
 
@@ -42,51 +42,42 @@ def wall_per_op_s(ctx: RuleContext) -> float | None:
 
 
 class OverheadBound:
-    """Fires when operators average < 20 us of wall time each (or < 25x the trivial-op cost
-    measured in the run; measured step time over the census' operator count) and the
-    operator-running part of the step is >= 25 % of it; on CUDA, not when the GPU sets the
-    pace (the host then launches faster than the GPU runs, see :mod:`accelscope.doctor.gpu`)."""
+    """On CUDA: fires when launching kernels and Python between them (the ``launch`` cause of
+    the GPU's own timeline) hold at least that cause's threshold of the step. On the CPU:
+    when operators average < 20 us of wall time each (or < 25x the trivial-op cost measured in
+    the run; measured step time over the census' operator count) and the operator-running
+    part of the step is at least that threshold."""
 
     name = "overhead-bound"
 
     def check(self, ctx: RuleContext) -> Finding:
         """Wall time per operator and the share of step time it concerns."""
+        items = ctx.breakdown.items_per_step
+        if ctx.device == "cuda":
+            return timeline_finding(
+                ctx,
+                rule=self.name,
+                causes=("launch",),
+                what_ifs=(("batch",) if items <= 64 else ()) + ("compile",),
+            )
         limit = tiny_op_limit_s(ctx)
         threshold = (
             f"operators average < {limit * 1e6:.0f} us of wall time each (20 us, or "
-            f"{TINY_OP_FACTOR:g}x a trivial op here), over >= {THRESHOLD:.0%} of step "
+            f"{TINY_OP_FACTOR:g}x a trivial op here), over >= {CAUSE.reported_at:.0%} of step "
             "time"
         )
         probe = ctx.profile.probe
         per_op = wall_per_op_s(ctx)
-        if ctx.timeline is not None:
-            items = ctx.breakdown.items_per_step
-            return timeline_finding(
-                ctx,
-                rule=self.name,
-                title="overhead-bound",
-                causes=("launch",),
-                threshold=THRESHOLD,
-                high=HIGH,
-                advice=(
-                    "The host cannot launch kernels fast enough: capture the step in CUDA "
-                    "graphs or torch.compile(mode='reduce-overhead'), give each kernel more "
-                    "work (a larger batch), use foreach/fused optimizers and fewer tiny "
-                    "operators."
-                ),
-                what_ifs=(("batch",) if items <= 64 else ()) + ("compile",),
-            )
         if probe is None or per_op is None:
             return Finding(
                 rule=self.name,
-                title="overhead-bound",
+                title=CAUSE.title,
                 status=NOT_APPLICABLE,
                 summary="no operator census (use --warmup >= 1)",
                 threshold=threshold,
             )
         shares = ctx.breakdown.shares
         share = 1.0 - shares["input"] - shares["sync"] - shares["copy"]
-        items = ctx.breakdown.items_per_step
         evidence: dict[str, object] = {
             "ops_per_step": probe.ops,
             "forward_ops": probe.forward_ops,
@@ -96,26 +87,14 @@ class OverheadBound:
         }
         if ctx.profile.op_overhead_s is not None:
             evidence["trivial_op_cost_s"] = ctx.profile.op_overhead_s
-        pace = ctx.pace
-        ahead = pace is not None and pace.bound  # the host outruns the GPU: launches are hidden
-        if pace is not None:
-            evidence["gpu_sets_the_pace"] = pace.bound
-            evidence["gpu_pace_share"] = pace.share
-        if per_op >= limit or share < THRESHOLD or ahead:
-            if ahead:
-                assert pace is not None
-                why = (
-                    f"the GPU sets the pace ({pace.share:.0%} of the step): the host's "
-                    f"{probe.ops} launches per step ({per_op * 1e6:.0f} us each) are hidden "
-                    "behind GPU work"
-                )
-            elif per_op >= limit:
+        if per_op >= limit or share < CAUSE.reported_at:
+            if per_op >= limit:
                 why = f"operators average {per_op * 1e6:.0f} us each"
             else:
                 why = f"operator work is {share:.0%} of step time"
             return Finding(
                 rule=self.name,
-                title="overhead-bound",
+                title=CAUSE.title,
                 status=CLEAR,
                 summary=why,
                 threshold=threshold,
@@ -132,7 +111,7 @@ class OverheadBound:
         )
         return Finding(
             rule=self.name,
-            title="overhead-bound",
+            title=CAUSE.title,
             status=FIRED,
             summary=(
                 f"{probe.ops} operators per step{small} average {per_op * 1e6:.1f} us of wall time "
@@ -141,10 +120,9 @@ class OverheadBound:
             ),
             threshold=threshold,
             share=share,
-            severity=severity(share, HIGH),
+            severity=severity(share, CAUSE.high),
             evidence=evidence,
-            advice="Give each operator more work: batch requests together, or fuse operators with "
-            "torch.compile (on CUDA, CUDA graphs remove launch overhead too).",
+            advice=sentence(CAUSE.advice),
             what_ifs=tuple(what_ifs),
         )
 

@@ -5,13 +5,10 @@ activity beside it; lower precision does not help here."""
 
 from __future__ import annotations
 
-from accelscope.doctor.device_timeline import (
-    ADVICE,
-    DEVICE_BOUND_COMPUTE,
-    UNDERFILLED_SM_ACTIVE,
-)
+from accelscope.doctor.causes import VERDICT_ADVICE, sentence
+from accelscope.doctor.device_timeline import DEVICE_BOUND_COMPUTE, UNDERFILLED_SM_ACTIVE
 from accelscope.doctor.findings import CLEAR, FIRED, NOT_APPLICABLE, Finding, RuleContext, severity
-from accelscope.doctor.rules._timeline import timeline_evidence
+from accelscope.doctor.rules._timeline import timeline_evidence, without_gpu_time
 
 HIGH = 0.8
 _TITLE = "under-filled GPU"
@@ -29,13 +26,13 @@ class Underfilled:
             f"the GPU busy >= {DEVICE_BOUND_COMPUTE:.0%} of the step on its own timeline while "
             f"GPM SM active < {UNDERFILLED_SM_ACTIVE:.0%}"
         )
+        if ctx.device == "cuda":
+            missing = without_gpu_time(ctx, rule=self.name, title=_TITLE, threshold=threshold)
+            if missing is not None:
+                return missing
         timeline = ctx.timeline
         if timeline is None or timeline.sm_active is None:
-            why = (
-                "no device timeline (torch.profiler) for this run"
-                if timeline is None
-                else "GPM SM activity not measured"
-            )
+            why = "the loop ran on the CPU" if timeline is None else "GPM SM activity not measured"
             return Finding(
                 rule=self.name,
                 title=_TITLE,
@@ -69,7 +66,7 @@ class Underfilled:
             share=timeline.busy_share,
             severity=severity(timeline.busy_share, HIGH),
             evidence=evidence,
-            advice=ADVICE["underfilled"][0].upper() + ADVICE["underfilled"][1:] + ".",
+            advice=sentence(VERDICT_ADVICE["underfilled"]),
             what_ifs=(("batch",) if items <= 64 else ()) + ("compile",),
         )
 

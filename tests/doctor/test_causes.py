@@ -1,0 +1,127 @@
+"""The cause table (doctor/causes.py): one threshold, one advice and one set of what-ifs per
+cause, read alike by the trace's verdict and the live rules. Each cause is put at its threshold
+and just under it, in steps built by hand, and the live rule that reports it fires exactly when
+the trace's verdict reports it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from accelscope.doctor.breakdown import breakdown
+from accelscope.doctor.causes import BOTTLENECK_SHARE, CAUSES, VERDICT_ADVICE, Cause, advice_for
+from accelscope.doctor.device_timeline import StepTimeline, timeline_verdict
+from accelscope.doctor.findings import RuleContext
+from accelscope.doctor.profile import PHASES, DeviceTraceRecord, Profile, Step
+from accelscope.doctor.verdict import diagnose
+
+STEP_US = 10_000.0
+
+
+def _steps(shares: dict[str, float], n: int = 3) -> tuple[StepTimeline, ...]:
+    """``n`` identical steps whose causes hold ``shares`` of the step (the rest ``other``)."""
+    by_cause = dict.fromkeys(CAUSES, 0.0)
+    for cause, share in shares.items():
+        by_cause[cause] = share * STEP_US
+    by_cause["other"] = STEP_US - math.fsum(v for k, v in by_cause.items() if k != "other")
+    kernels = by_cause["compute"] + by_cause["memory"]
+    copies = by_cause["h2d_pageable"] + by_cause["h2d_pinned"]
+    return tuple(
+        StepTimeline(
+            index=i,
+            step_us=STEP_US,
+            compute_busy_us=kernels,
+            copy_busy_us=copies,
+            busy_us=kernels + copies,
+            copy_by_kind={},
+            by_cause=dict(by_cause),
+            gaps=(),
+            kernel_by_class={"matrix fp32": by_cause["compute"], "memory": by_cause["memory"]},
+        )
+        for i in range(n)
+    )
+
+
+def _live(shares: dict[str, float]) -> tuple[RuleContext, DeviceTraceRecord]:
+    record = DeviceTraceRecord(status="injected", steps=3, timeline=_steps(shares))
+    step = Step(start_s=0.0, duration_s=0.01, phases_s=dict.fromkeys(PHASES, 0.0), counts={})
+    profile = Profile(
+        status="done", mode="optimizer", warmup=0, target_steps=3, steps=(step,) * 3,
+        device_trace=record,
+    )  # fmt: skip
+    ctx = RuleContext(
+        profile=profile,
+        breakdown=breakdown(profile.measured),
+        telemetry=None,
+        support=(),
+        cores=2,
+        memory_bytes=2**34,
+    )
+    return ctx, record
+
+
+REPORTED_ALONE = [c for c in CAUSES.values() if c.rule and c.key not in ("compute", "memory")]
+
+
+@pytest.mark.parametrize("cause", REPORTED_ALONE, ids=lambda c: c.key)
+def test_a_live_rule_fires_exactly_where_the_trace_reports_its_cause(cause: Cause) -> None:
+    compute = 0.3  # kernels under the device-bound test, so only ``cause`` can be reported
+    for share, expected in ((cause.reported_at, True), (cause.reported_at - 0.01, False)):
+        ctx, record = _live({"compute": compute, cause.key: share})
+        trace = timeline_verdict(record.timeline)
+        live = diagnose(ctx)
+        assert live.timeline == trace
+        assert (cause.key in dict(trace.reported)) is expected, (cause.key, share)
+        finding = next(f for f in live.findings if f.rule == cause.rule)
+        assert finding.fired is expected, (cause.key, share, finding.summary)
+        if expected:
+            assert finding.title == cause.title
+            assert finding.advice.lower().startswith(cause.advice[:40].lower())
+            assert f"{cause.reported_at:.0%}" in finding.threshold
+        # the verdict names it only at 40 % of the step, the same level live and by trace
+        assert live.bottleneck == "mixed" and trace.bottleneck == "mixed"
+
+
+@pytest.mark.parametrize("cause", REPORTED_ALONE, ids=lambda c: c.key)
+def test_a_cause_holding_the_step_is_named_alike_live_and_by_trace(cause: Cause) -> None:
+    ctx, record = _live({"compute": 0.1, cause.key: BOTTLENECK_SHARE + 0.1})
+    live = diagnose(ctx)
+    trace = timeline_verdict(record.timeline)
+    assert trace.bottleneck == cause.key and live.timeline == trace
+    assert live.bottleneck == cause.rule and live.title == cause.title
+    assert live.headline == trace.headline and trace.advice == cause.advice
+
+
+def test_causes_without_a_rule_are_named_by_the_verdict_alone() -> None:
+    for key in ("communication", "h2d_pinned", "allocator"):
+        ctx, _ = _live({"compute": 0.1, key: 0.5})
+        live = diagnose(ctx)
+        assert live.bottleneck == key and live.title == CAUSES[key].title
+    ctx, _ = _live({"compute": 0.1, "unexplained": 0.8})
+    assert diagnose(ctx).bottleneck == "mixed"  # never named from time no event explains
+
+
+def test_kernels_over_the_step_are_device_bound_with_the_table_what_ifs() -> None:
+    ctx, _ = _live({"compute": 0.9})
+    live = diagnose(ctx)
+    assert live.bottleneck == "device-bound" and live.timeline is not None
+    assert dict(live.timeline.reported) == {"compute": pytest.approx(0.9)}
+    finding = next(f for f in live.findings if f.rule == "device-bound")
+    assert set(finding.what_ifs) <= set(CAUSES["compute"].what_ifs)
+
+
+def test_advice_never_says_bf16_outside_compute() -> None:
+    for key in (*CAUSES, *VERDICT_ADVICE):
+        text = advice_for(key)
+        assert ("bf16" in text) == (key == "compute"), key
+    assert "autocast" not in VERDICT_ADVICE["compute_reduced"]
+
+
+def test_every_cause_of_a_step_is_in_the_table_and_bad_entries_raise() -> None:
+    (step,) = _steps({"compute": 0.5}, n=1)
+    assert set(step.by_cause) == set(CAUSES)
+    with pytest.raises(ValueError, match="threshold"):
+        Cause(key="x", title="x", description="x", threshold=0.5, high=0.4, rule=None, advice="x")
+    with pytest.raises(ValueError, match="never reported"):
+        _ = CAUSES["other"].reported_at
