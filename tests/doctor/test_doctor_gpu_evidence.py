@@ -29,7 +29,7 @@ from accelscope.doctor.inprocess.recorder import N_COPY, N_PAGEABLE, N_SYNC, Rec
 from accelscope.doctor.profile import GpuMemory, Profile
 from accelscope.doctor.verdict import diagnose
 from accelscope.hardware.telemetry import GpuSample, NvmlSource, Telemetry, TelemetrySample
-from accelscope.serialise import dump
+from accelscope.serialise import dump, load
 from accelscope.testing.cuda_stream import FakeTorchCuda
 from accelscope.testing.nvml import FakeNvml
 
@@ -215,7 +215,7 @@ def test_gpu_memory_in_the_memory_rule() -> None:
 def test_gpu_memory_is_read_in_the_loops_process() -> None:
     record, status = read_gpu_memory(FakeTorchCuda(alloc_retries=2))
     assert status.startswith("measured") and record is not None
-    memory = GpuMemory.from_dict(record)
+    memory = load(GpuMemory, record)
     assert memory.reserved_peak_bytes == 14 * 2**30 and memory.alloc_retries == 2
     assert memory.device == "cuda:0 NVIDIA H100 80GB HBM3"
     assert read_gpu_memory(FakeTorchCuda(initialized=False)) == (

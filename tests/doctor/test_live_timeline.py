@@ -245,3 +245,38 @@ def test_end_to_end_a_cpu_run_records_no_timeline(tmp_path: Path) -> None:
     facts = result.profile.facts
     assert facts is not None and facts.worker_busy_cores is not None  # psutil, no workers
     assert facts.worker_busy_cores < 0.5
+
+
+def test_a_real_h200_live_run_stored_before_the_change_is_diagnosed_by_the_one_path() -> None:
+    """The live doctor run of examples/doctor/gpu/launch_bound.py recorded on an H200
+    (tests/data/doctor-h200-runs/README.md), stored with the CUDA-event figures of the old
+    second model: read back, diagnosed again from its GPU timeline alone, it is launch-bound,
+    as when it was recorded and as the H200 trace of the same loop (archetypes/)."""
+    import gzip
+
+    from accelscope.doctor.breakdown import breakdown
+    from accelscope.doctor.trace_diagnosis import diagnose_ranks
+    from accelscope.hardware.telemetry import Telemetry
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    with gzip.open(data / "doctor-h200-runs" / "launch_bound.live.json.gz") as f:
+        documents = json.loads(f.read())
+    stored = documents["diagnosis"]
+    assert "device" in stored["profile"]["steps"][0]  # the old model's figures are there ...
+    profile = Profile.from_dict(stored["profile"])  # ... and not read
+    ctx = RuleContext(
+        profile=profile,
+        breakdown=breakdown(profile.measured),
+        telemetry=Telemetry.from_dict(documents["telemetry"]),
+        support=(),
+        cores=16,
+        memory_bytes=2**37,
+        telemetry_steps_at_s=stored["telemetry_steps_at_s"],
+    )
+    diagnosis = diagnose(ctx)
+    assert diagnosis.timeline is not None and diagnosis.timeline.bottleneck == "launch"
+    assert diagnosis.bottleneck == stored["diagnosis"]["bottleneck"] == "overhead-bound"
+    (trace,) = diagnose_ranks(
+        data / "doctor-h200-traces" / "archetypes" / "launch_bound.json.gz"
+    ).ranks
+    assert trace.verdict.bottleneck == diagnosis.timeline.bottleneck

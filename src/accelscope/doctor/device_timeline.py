@@ -185,6 +185,10 @@ class StepWindow:
     start_us: float
     end_us: float
 
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.start_us) and self.end_us >= self.start_us):
+            raise ValueError(f"step {self.index}: window {self.start_us}..{self.end_us} µs")
+
 
 @dataclass(frozen=True, kw_only=True)
 class IdleGap:
@@ -437,7 +441,7 @@ def step_timeline(
     """Split ``window`` into exclusive causes: compute kernels first, then NCCL, then copies
     and memsets (by direction and host memory), then idle time by what the host was doing."""
     lo, hi = window.start_us, window.end_us
-    step_us = max(0.0, hi - lo)
+    step_us = hi - lo  # a window ends after it starts: checked when it was built
     by_cause: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
     taken: list[tuple[float, float]] = []
     compute_us = copy_us = 0.0

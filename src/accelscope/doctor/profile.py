@@ -118,10 +118,25 @@ class Step:
     phases_s: dict[str, float]
     counts: dict[str, int]
 
+    def __post_init__(self) -> None:
+        """The phases are exclusive parts of the step: each >= 0, their sum within it (the
+        recorder's integer clock makes that exact; float seconds allow rounding only)."""
+        if not (math.isfinite(self.duration_s) and self.duration_s >= 0):
+            raise ValueError(f"step duration {self.duration_s} s")
+        if any(not (math.isfinite(v) and v >= 0) for v in self.phases_s.values()):
+            raise ValueError(f"a phase outside [0, step]: {self.phases_s}")
+        if math.fsum(self.phases_s.values()) > self.duration_s * (1 + 1e-9) + 1e-12:
+            raise ValueError(
+                f"phases sum to {math.fsum(self.phases_s.values())} s, over the step's "
+                f"{self.duration_s} s"
+            )
+
     @property
     def other_s(self) -> float:
-        """The part of the step outside every instrumented phase (the script's own code)."""
-        return max(0.0, self.duration_s - sum(self.phases_s.values()))
+        """The part of the step outside every instrumented phase (the script's own code);
+        float rounding of a sum that equals the step reads 0, never below."""
+        rest = self.duration_s - math.fsum(self.phases_s.values())
+        return rest if rest > 0 else 0.0
 
     @property
     def items(self) -> int:
@@ -174,26 +189,9 @@ class OpSummary:
     matmul_flops: dict[str, float]
     devices: tuple[str, ...]
     autocast: dict[str, str]
-    top_ops: tuple[dict[str, Any], ...]
+    top_ops: tuple[dict[str, Any], ...] = ()
     forward_op_time_s: float = 0.0
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> OpSummary:
-        """Read a census written by :meth:`OpCensus.summary` (the CUDA-event device times of
-        censuses written before 2026-11-29 are not read: GPU time comes from the device
-        trace)."""
-        return cls(
-            ops=int(data["ops"]),
-            forward_ops=int(data["forward_ops"]),
-            op_time_s=_f(data, "op_time_s"),
-            matmul_calls=int(data["matmul_calls"]),
-            matmul_time_s={str(k): float(v) for k, v in data["matmul_time_s"].items()},
-            matmul_flops={str(k): float(v) for k, v in data["matmul_flops"].items()},
-            devices=tuple(str(d) for d in data["devices"]),
-            autocast={str(k): str(v) for k, v in data["autocast"].items()},
-            top_ops=tuple(dict(op) for op in data.get("top_ops", [])),
-            forward_op_time_s=float(data.get("forward_op_time_s", 0.0)),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,26 +203,10 @@ class LoaderFacts:
     batch_size: int | None
     persistent_workers: bool
     prefetch_factor: int | None
-    dataset: str
-    dataset_len: int | None
-    iterable: bool
+    dataset: str = ""
+    dataset_len: int | None = None
+    iterable: bool = False
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LoaderFacts:
-        """Read one loader record."""
-        size, prefetch, length = (
-            data.get(k) for k in ("batch_size", "prefetch_factor", "dataset_len")
-        )
-        return cls(
-            num_workers=int(data["num_workers"]),
-            pin_memory=bool(data["pin_memory"]),
-            batch_size=None if size is None else int(size),
-            persistent_workers=bool(data["persistent_workers"]),
-            prefetch_factor=None if prefetch is None else int(prefetch),
-            dataset=str(data.get("dataset", "")),
-            dataset_len=None if length is None else int(length),
-            iterable=bool(data.get("iterable", False)),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,17 +234,6 @@ class TrainState:
         """Parameters + gradients + optimizer states: held through every step."""
         return self.parameter_bytes + self.gradient_bytes + self.optimizer_state_bytes
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainState:
-        """Read the child's record."""
-        rss = data.get("rss_before_first_step_bytes")
-        return cls(
-            optimizer=str(data["optimizer"]),
-            parameter_bytes=int(data["parameter_bytes"]),
-            gradient_bytes=int(data["gradient_bytes"]),
-            optimizer_state_bytes=int(data["optimizer_state_bytes"]),
-            rss_before_first_step_bytes=None if rss is None else int(rss),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -272,36 +243,18 @@ class RunFacts:
     torch: str
     torch_threads: int
     interop_threads: int
-    loaders: tuple[LoaderFacts, ...]
-    main_model: dict[str, Any]
-    autocast: str | None
-    cuda_initialized: bool
-    optimizer_seen: bool
-    backward_seen: bool
+    loaders: tuple[LoaderFacts, ...] = ()
+    main_model: dict[str, Any] = field(default_factory=dict)
+    autocast: str | None = None
+    cuda_initialized: bool = False
+    optimizer_seen: bool = False
+    backward_seen: bool = False
     worker_busy_cores: float | None = None
     """Cores the loop's child processes (DataLoader workers) kept busy over the measured steps
     (psutil, in the loop's process); ``None``: not measured."""
     train_state: TrainState | None = None
     """Bytes a training loop holds between steps; ``None``: no ``optimizer.step()`` seen."""
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunFacts:
-        """Read the facts record."""
-        busy = data.get("worker_busy_cores")
-        state = data.get("train_state")
-        return cls(
-            torch=str(data["torch"]),
-            torch_threads=int(data["torch_threads"]),
-            interop_threads=int(data["interop_threads"]),
-            loaders=tuple(LoaderFacts.from_dict(x) for x in data.get("loaders", [])),
-            main_model=dict(data.get("main_model") or {}),
-            autocast=None if data.get("autocast") is None else str(data["autocast"]),
-            cuda_initialized=bool(data.get("cuda_initialized", False)),
-            optimizer_seen=bool(data.get("optimizer_seen", False)),
-            backward_seen=bool(data.get("backward_seen", False)),
-            worker_busy_cores=None if busy is None else float(busy),
-            train_state=None if not isinstance(state, dict) else TrainState.from_dict(state),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,25 +273,13 @@ class GpuMemory:
         ooms: Out-of-memory errors the allocator raised.
     """
 
-    device: str
     allocated_peak_bytes: int
     reserved_peak_bytes: int
     total_bytes: int
-    alloc_retries: int
-    ooms: int
+    device: str = ""
+    alloc_retries: int = 0
+    ooms: int = 0
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GpuMemory:
-        """Read the record :func:`~accelscope.doctor.inprocess.gpu_memory.read_gpu_memory`
-        wrote."""
-        return cls(
-            device=str(data.get("device", "")),
-            allocated_peak_bytes=int(data["allocated_peak_bytes"]),
-            reserved_peak_bytes=int(data["reserved_peak_bytes"]),
-            total_bytes=int(data["total_bytes"]),
-            alloc_retries=int(data.get("alloc_retries", 0)),
-            ooms=int(data.get("ooms", 0)),
-        )
 
 
 @dataclass(frozen=True)
@@ -414,9 +355,9 @@ class Profile:
             target_steps=int(data["target_steps"]),
             steps=tuple(Step.from_dict(s) for s in data["steps"]),
             spans=tuple(Span.from_dict(s) for s in data.get("spans", [])),
-            probe=None if probe is None else OpSummary.from_dict(probe),
+            probe=None if probe is None else load(OpSummary, probe),
             op_overhead_s=None if overhead is None else float(overhead),
-            facts=None if facts is None else RunFacts.from_dict(facts),
+            facts=None if facts is None else load(RunFacts, facts),
             exit_code=None if data.get("exit_code") is None else int(data["exit_code"]),
             error=None
             if error is None
@@ -427,7 +368,7 @@ class Profile:
             ),
             whatif=dict(data.get("whatif") or {}),
             first_step_monotonic_s=None if origin is None else float(origin),
-            gpu_memory=None if gpu_memory is None else GpuMemory.from_dict(gpu_memory),
+            gpu_memory=None if gpu_memory is None else load(GpuMemory, gpu_memory),
             gpu_memory_status=str(data.get("gpu_memory_status", "not measured: no CUDA device")),
             device_trace=None
             if not isinstance(device_trace, dict)
