@@ -365,3 +365,24 @@ def test_the_session_payload_carries_no_second_model_of_gpu_time() -> None:
     profile = Profile.from_dict(payload)
     assert profile.first_step_monotonic_s is not None and profile.device_trace is None
     assert profile.gpu_memory is None and profile.gpu_memory_status.startswith("not measured")
+
+
+def test_a_cpu_runs_report_says_no_gpu_timeline_was_recorded() -> None:
+    from accelscope.doctor.profile import DeviceTraceRecord
+
+    ctx = _run(HEALTHY)
+    cpu = _with(
+        ctx,
+        profile=replace(
+            ctx.profile,
+            facts=replace(_facts(), cuda_initialized=False),
+            probe=replace(ctx.profile.probe, devices=("cpu",)),
+            device_trace=DeviceTraceRecord(status="not recorded: the loop did not use CUDA"),
+        ),
+    )
+    result = _result(cpu)
+    assert gpu_lines(result) == []
+    html = render_doctor_report(result, None)
+    assert "GPU timeline: not recorded: the loop did not use CUDA" in html
+    bare = _result(_with(cpu, profile=replace(cpu.profile, device_trace=None)))
+    assert "GPU timeline: not recorded" in render_doctor_report(bare, None)
