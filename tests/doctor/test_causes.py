@@ -19,14 +19,18 @@ from accelscope.doctor.verdict import diagnose
 STEP_US = 10_000.0
 
 
-def _steps(shares: dict[str, float], n: int = 3) -> tuple[StepTimeline, ...]:
-    """``n`` identical steps whose causes hold ``shares`` of the step (the rest ``other``)."""
+def steps_with(
+    shares: dict[str, float], n: int = 3, precision: str = "fp32"
+) -> tuple[StepTimeline, ...]:
+    """``n`` identical steps whose causes hold ``shares`` of the step (whole µs; the rest
+    ``other``), their matrix kernels named in ``precision``."""
     by_cause = dict.fromkeys(CAUSES, 0.0)
     for cause, share in shares.items():
-        by_cause[cause] = share * STEP_US
+        by_cause[cause] = float(round(share * STEP_US))
     by_cause["other"] = STEP_US - math.fsum(v for k, v in by_cause.items() if k != "other")
     kernels = by_cause["compute"] + by_cause["memory"]
     copies = by_cause["h2d_pageable"] + by_cause["h2d_pinned"]
+    classes = {f"matrix {precision}": by_cause["compute"], "memory": by_cause["memory"]}
     return tuple(
         StepTimeline(
             index=i,
@@ -37,20 +41,21 @@ def _steps(shares: dict[str, float], n: int = 3) -> tuple[StepTimeline, ...]:
             copy_by_kind={},
             by_cause=dict(by_cause),
             gaps=(),
-            kernel_by_class={"matrix fp32": by_cause["compute"], "memory": by_cause["memory"]},
+            kernel_by_class={k: v for k, v in classes.items() if v > 0},
         )
         for i in range(n)
     )
 
 
-def _live(shares: dict[str, float]) -> tuple[RuleContext, DeviceTraceRecord]:
-    record = DeviceTraceRecord(status="injected", steps=3, timeline=_steps(shares))
+def live_context(record: DeviceTraceRecord) -> RuleContext:
+    """The context of a live run whose only GPU evidence is ``record`` (three empty host
+    steps, no telemetry): what the live path makes of a recorded trace."""
     step = Step(start_s=0.0, duration_s=0.01, phases_s=dict.fromkeys(PHASES, 0.0), counts={})
     profile = Profile(
         status="done", mode="optimizer", warmup=0, target_steps=3, steps=(step,) * 3,
         device_trace=record,
     )  # fmt: skip
-    ctx = RuleContext(
+    return RuleContext(
         profile=profile,
         breakdown=breakdown(profile.measured),
         telemetry=None,
@@ -58,7 +63,11 @@ def _live(shares: dict[str, float]) -> tuple[RuleContext, DeviceTraceRecord]:
         cores=2,
         memory_bytes=2**34,
     )
-    return ctx, record
+
+
+def _live(shares: dict[str, float]) -> tuple[RuleContext, DeviceTraceRecord]:
+    record = DeviceTraceRecord(status="injected", steps=3, timeline=steps_with(shares))
+    return live_context(record), record
 
 
 REPORTED_ALONE = [c for c in CAUSES.values() if c.rule and c.key not in ("compute", "memory")]
@@ -119,7 +128,7 @@ def test_advice_never_says_bf16_outside_compute() -> None:
 
 
 def test_every_cause_of_a_step_is_in_the_table_and_bad_entries_raise() -> None:
-    (step,) = _steps({"compute": 0.5}, n=1)
+    (step,) = steps_with({"compute": 0.5}, n=1)
     assert set(step.by_cause) == set(CAUSES)
     with pytest.raises(ValueError, match="threshold"):
         Cause(key="x", title="x", description="x", threshold=0.5, high=0.4, rule=None, advice="x")

@@ -321,39 +321,30 @@ def test_on_cuda_without_a_timeline_nothing_stands_in_for_it() -> None:
     assert not found["sync-bound"].fired and found["overhead-bound"].status == "n/a"
 
 
-def test_a_cpu_loop_has_no_gpu_verdict() -> None:
-    ctx = _run(HEALTHY)
-    cpu = replace(
+def on_cpu(
+    ctx: RuleContext, status: str | None = "not recorded: the loop did not use CUDA"
+) -> RuleContext:
+    """``ctx`` as the same loop run on the CPU: CUDA never initialised, the census's operators
+    on the CPU, the device trace not recorded (``status``; ``None``: no record at all)."""
+    return replace(
         ctx,
         profile=replace(
             ctx.profile,
             facts=replace(_facts(), cuda_initialized=False),
             probe=replace(_census(HEALTHY), devices=("cpu",)),
-            device_trace=DeviceTraceRecord(status="not recorded: the loop did not use CUDA"),
+            device_trace=None if status is None else DeviceTraceRecord(status=status),
         ),
     )
+
+
+@pytest.mark.parametrize("status", ["not recorded: the loop did not use CUDA", None])
+def test_a_cpu_loop_has_no_gpu_verdict(status: str | None) -> None:
+    cpu = on_cpu(_run(HEALTHY), status)
     assert cpu.device == "cpu" and cpu.timeline is None
     diagnosis = diagnose(cpu)
     assert diagnosis.timeline is None
     found = _by_rule(diagnosis)
-    for rule in ("device-bound", "tensor-cores-idle", "device-idle"):
+    for rule in ("device-bound", "tensor-cores-idle", "device-idle", "underfilled"):
         assert found[rule].status == "n/a" and found[rule].summary == "the loop ran on the CPU"
     # the host's readbacks are the CPU's own cost there, at the cause table's threshold
     assert found["sync-bound"].fired
-
-
-def test_gpu_rules_are_not_applicable_on_the_cpu() -> None:
-    ctx = _run(HEALTHY)
-    cpu = replace(
-        ctx,
-        profile=replace(
-            ctx.profile,
-            facts=replace(_facts(), cuda_initialized=False),
-            probe=replace(_census(HEALTHY), devices=("cpu",)),
-            device_trace=None,
-        ),
-    )
-    assert cpu.device == "cpu"
-    found = _by_rule(diagnose(cpu))
-    for rule in ("device-bound", "tensor-cores-idle"):
-        assert found[rule].status == "n/a" and found[rule].summary == "the loop ran on the CPU"

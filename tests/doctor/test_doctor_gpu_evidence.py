@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_doctor_gpu import HEALTHY, STARVED, _by_rule, _facts, _run
+from test_doctor_gpu import HEALTHY, STARVED, _by_rule, _facts, _run, on_cpu
 
 from accelscope.commands.doctor.gpu_lines import gpu_lines
 from accelscope.commands.doctor.html import render_doctor_report
@@ -368,21 +368,10 @@ def test_the_session_payload_carries_no_second_model_of_gpu_time() -> None:
 
 
 def test_a_cpu_runs_report_says_no_gpu_timeline_was_recorded() -> None:
-    from accelscope.doctor.profile import DeviceTraceRecord
-
-    ctx = _run(HEALTHY)
-    cpu = _with(
-        ctx,
-        profile=replace(
-            ctx.profile,
-            facts=replace(_facts(), cuda_initialized=False),
-            probe=replace(ctx.profile.probe, devices=("cpu",)),
-            device_trace=DeviceTraceRecord(status="not recorded: the loop did not use CUDA"),
-        ),
-    )
+    cpu = on_cpu(_run(HEALTHY))
     result = _result(cpu)
     assert gpu_lines(result) == []
     html = render_doctor_report(result, None)
     assert "GPU timeline: not recorded: the loop did not use CUDA" in html
-    bare = _result(_with(cpu, profile=replace(cpu.profile, device_trace=None)))
+    bare = _result(on_cpu(_run(HEALTHY), None))
     assert "GPU timeline: not recorded" in render_doctor_report(bare, None)

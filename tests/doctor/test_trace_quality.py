@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_causes import live_context
 
 from accelscope.commands.doctor.trace_mode import TraceRequest, diagnose_trace
-from accelscope.doctor.breakdown import breakdown
 from accelscope.doctor.causes import CAUSES
-from accelscope.doctor.findings import RuleContext
 from accelscope.doctor.kineto import load_trace, parse_trace, read_live_trace
-from accelscope.doctor.profile import PHASES, DeviceTraceRecord, Profile, Step
+from accelscope.doctor.profile import DeviceTraceRecord
 from accelscope.doctor.trace_quality import STEADY_ADVICE, NamedEvent, TraceQuality, assess
 from accelscope.doctor.verdict import Diagnosis, diagnose, named_from_timeline
 from accelscope.serialise import dump
@@ -172,19 +171,7 @@ def test_the_live_path_and_the_trace_give_one_verdict(path: Path) -> None:
     record = DeviceTraceRecord.from_dict(json.loads(json.dumps(raw)))  # as the store keeps it
     assert record.quality_gate == rank.quality
     assert list(record.quality) == [f.message for f in rank.quality.flags]
-    step = Step(start_s=0.0, duration_s=0.01, phases_s=dict.fromkeys(PHASES, 0.0), counts={})
-    profile = Profile(
-        status="done", mode="optimizer", warmup=0, target_steps=3, steps=(step,) * 3,
-        device_trace=record,
-    )  # fmt: skip
-    ctx = RuleContext(
-        profile=profile,
-        breakdown=breakdown(profile.measured),
-        telemetry=None,
-        support=(),
-        cores=2,
-        memory_bytes=2**34,
-    )
+    ctx = live_context(record)
     live = diagnose(ctx)
     assert live.timeline == rank.verdict
     assert live.headline == rank.verdict.headline

@@ -327,7 +327,10 @@ class TimelineVerdict:
         """The causes at or above their own threshold (:data:`~.causes.CAUSES`), largest
         first: what both ``doctor SCRIPT`` (as fired findings) and ``doctor --trace`` report.
         Kernel time is reported only when the verdict names it (compute or memory): its test
-        is kernel coverage with SM activity, not a share."""
+        is kernel coverage with SM activity, not a share. Nothing is reported from a window
+        with no steady step (``not_diagnosed``): its shares are one-off work."""
+        if self.bottleneck == "not_diagnosed":
+            return ()
         out = []
         for cause, share in self.ranked:
             known = CAUSES.get(cause)

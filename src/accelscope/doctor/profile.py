@@ -193,7 +193,6 @@ class OpSummary:
     forward_op_time_s: float = 0.0
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class LoaderFacts:
     """A ``DataLoader`` the script built, with the settings it ended up with."""
@@ -206,7 +205,6 @@ class LoaderFacts:
     dataset: str = ""
     dataset_len: int | None = None
     iterable: bool = False
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,7 +233,6 @@ class TrainState:
         return self.parameter_bytes + self.gradient_bytes + self.optimizer_state_bytes
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class RunFacts:
     """Facts about the loop, read in the instrumented process."""
@@ -254,7 +251,6 @@ class RunFacts:
     (psutil, in the loop's process); ``None``: not measured."""
     train_state: TrainState | None = None
     """Bytes a training loop holds between steps; ``None``: no ``optimizer.step()`` seen."""
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,7 +275,6 @@ class GpuMemory:
     device: str = ""
     alloc_retries: int = 0
     ooms: int = 0
-
 
 
 @dataclass(frozen=True)

@@ -153,14 +153,15 @@ def rank_digest(rank: RankDiagnosis, *, slowest: bool = False) -> list[str]:
     v = rank.verdict
     t = rank.timeline
     q = rank.quality
-    used = rank.verdict_steps
     mark = " (slowest rank)" if slowest else ""
     lines = [
         f"## {md_escape(t.rank)}{mark}: bottleneck {md_escape(v.bottleneck)}",
         "",
         f"**Verdict**: {_prose(v.headline)}",
         "",
-        f"**Evidence** ({len(used)} steady of {len(t.steps)} steps, from "
+        f"**Evidence** ({len(q.steady)} steady of {len(t.steps)} steps"
+        + ("" if q.steady else ": the shares are the whole window's, for the record")
+        + ", from "
         f"{md_escape(t.trace.step_source)}; {md_escape(t.trace.device_name or 'GPU')}; "
         "the GPU's own timestamps): "
         f"mean step {format_seconds(v.step_s)}; GPU busy {v.busy_share:.0%} (kernels "
