@@ -1,6 +1,7 @@
 """Compares ``accelscope doctor --trace`` with HolisticTraceAnalysis (HTA) on every real GPU trace
-in tests/data/doctor-h200-traces/: idle and compute shares, then time and peak memory of each
-tool as a whole process.
+in tests/data/doctor-h200-traces/ and tests/data/public-traces/ (recorded by others on A100s, a
+V100 and an MI250: HTA's own test data): idle and compute shares, then time and peak memory of
+each tool as a whole process.
 
     .venv/bin/python benchmarks/doctor_vs_hta.py --hta-python .venv-hta/bin/python
         [--rounds 5] [--timed N] [--timing-only] [--only launch_bound] [--json OUT]
@@ -49,6 +50,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "tests" / "data" / "doctor-h200-traces"
+PUBLIC = ROOT / "tests" / "data" / "public-traces"
 ACCELSCOPE = ROOT / ".venv" / "bin" / "accelscope"
 
 HELPER = r"""
@@ -124,6 +126,7 @@ def traces(only: list[str] | None) -> list[Path]:
     found = sorted(TRACES.glob("*.trace.json.gz"))
     found += sorted((TRACES / "archetypes").glob("*.json.gz"))
     found += sorted((TRACES / "oneoff").glob("*.json.gz"))
+    found += sorted(PUBLIC.glob("*.json.gz"))
     if only:
         found = [p for p in found if any(o in p.name for o in only)]
     return found
@@ -131,7 +134,7 @@ def traces(only: list[str] | None) -> list[Path]:
 
 def label(p: Path) -> str:
     name = p.name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
-    return name if p.parent == TRACES else f"{p.parent.name}/{name}"
+    return name if p.parent in (TRACES, PUBLIC) else f"{p.parent.name}/{name}"
 
 
 def weighted(steps: list[dict], key: str) -> float:
