@@ -27,6 +27,7 @@ from typing import Any
 from accelscope.doctor.inprocess.session import PROGRESS_FD_ENV
 from accelscope.doctor.kineto import read_live_trace
 from accelscope.doctor.profile import Profile
+from accelscope.errors import exception_line
 from accelscope.hardware.telemetry import NvmlSource, Telemetry, TelemetrySampler
 
 __all__ = ["ChildConfig", "ChildRun", "Launcher"]
@@ -259,4 +260,4 @@ def _read_profile(path: Path) -> tuple[Profile | None, str]:
             data["device_trace"] = read_live_trace(data["device_trace"])
         return Profile.from_dict(data), ""
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+        return None, exception_line(exc, named=True)

@@ -11,9 +11,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from accelscope.doctor.device_timeline import StepTimeline
 from accelscope.doctor.trace_quality import TraceQuality
 from accelscope.serialise import load
+from accelscope.validation import first_problem
 
 __all__ = [
     "PHASES",
@@ -335,7 +338,17 @@ class Profile:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Profile:
-        """Read the child's JSON; raises ``KeyError``/``ValueError``/``TypeError`` if malformed."""
+        """Read the child's JSON; raises ``KeyError``/``ValueError``/``TypeError`` if malformed
+        (a record its type refuses: a ``ValueError`` naming the field, on one line)."""
+        try:
+            return cls._read(data)
+        except ValidationError as exc:
+            where, problem, _ = first_problem(exc)
+            field_path = ".".join(str(p) for p in where) or "the record"
+            raise ValueError(f"{exc.title} {field_path}: {problem}") from None
+
+    @classmethod
+    def _read(cls, data: dict[str, Any]) -> Profile:
         error = data.get("error")
         probe = data.get("probe")
         facts = data.get("facts")

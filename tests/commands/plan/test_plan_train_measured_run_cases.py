@@ -50,6 +50,14 @@ def _on_device(device: str, total_bytes: int | None) -> dict[str, Any]:
     return changed
 
 
+def _step(template: dict[str, Any], duration_s: float) -> dict[str, Any]:
+    """``template`` lasting ``duration_s``, its phases scaled alike (they are parts of it: a
+    stored step whose phases sum over it is refused as unreadable)."""
+    factor = duration_s / template["duration_s"]
+    phases = {k: v * factor for k, v in template["phases_s"].items()}
+    return {**template, "duration_s": duration_s, "phases_s": phases}
+
+
 def _with_steps(durations: list[float], warmup: list[float] | None = None) -> dict[str, Any]:
     """The recorded run with these measured step durations (after ``warmup``'s, default the
     recorded warm-up steps)."""
@@ -59,9 +67,9 @@ def _with_steps(durations: list[float], warmup: list[float] | None = None) -> di
     warm = (
         profile["steps"][: profile["warmup"]]
         if warmup is None
-        else [{**template, "duration_s": d} for d in warmup]
+        else [_step(template, d) for d in warmup]
     )
-    profile["steps"] = list(warm) + [{**template, "duration_s": d} for d in durations]
+    profile["steps"] = list(warm) + [_step(template, d) for d in durations]
     profile["warmup"] = len(warm)
     profile["target_steps"] = len(profile["steps"])
     return changed
@@ -70,8 +78,8 @@ def _with_steps(durations: list[float], warmup: list[float] | None = None) -> di
 def _scaled(factor: float) -> dict[str, Any]:
     """The recorded run with every step ``factor`` times as long."""
     changed = copy.deepcopy(RECORDED)
-    for step in changed["diagnosis"]["profile"]["steps"]:
-        step["duration_s"] *= factor
+    steps = changed["diagnosis"]["profile"]["steps"]
+    steps[:] = [_step(step, step["duration_s"] * factor) for step in steps]
     return changed
 
 

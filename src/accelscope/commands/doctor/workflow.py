@@ -17,7 +17,7 @@ from accelscope.doctor.launcher import Launcher
 from accelscope.doctor.trace import chrome_trace
 from accelscope.doctor.whatif import parse_what_ifs
 from accelscope.engine.probe import measured_support, probe_table
-from accelscope.errors import BadInputError, InterruptedRunError, NotAvailableError
+from accelscope.errors import BadInputError, InterruptedRunError, NotAvailableError, exception_line
 from accelscope.hardware.fingerprint import Environment, collect_environment
 from accelscope.measurement.threads import available_cores
 from accelscope.spec import Precision
@@ -130,7 +130,9 @@ def result_for_run(run: Any) -> DoctorResult:
             diagnosis[0], telemetry[0] if telemetry else None, run.documents_of("whatif")
         )
     except (KeyError, ValueError, TypeError) as exc:
-        raise BadInputError(f"run {run.id}: unreadable doctor documents ({exc})") from exc
+        raise BadInputError(
+            f"run {run.id}: unreadable doctor documents ({exception_line(exc, named=True)})"
+        ) from exc
 
 
 def doctor(

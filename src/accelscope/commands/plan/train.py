@@ -36,7 +36,7 @@ from rich.text import Text
 
 from accelscope.audit.recover import FleetClass, TrainRecovery, train_buy_or_recover
 from accelscope.commands.plan.llm import resolve_accelerators
-from accelscope.errors import BadInputError
+from accelscope.errors import BadInputError, exception_line
 from accelscope.plan.accelerators import AcceleratorSpec, load_accelerators
 from accelscope.plan.catalog import load_catalog
 from accelscope.plan.llm_memory import ModelShape, load_model_config, shape_from_config
@@ -407,7 +407,7 @@ def step_of_run(run: str, store_path: Path | None) -> RunStep:
     except (IndexError, KeyError, ValueError, TypeError) as exc:
         raise BadInputError(
             f"--measured-run {run}: run {record.id}: unreadable doctor documents "
-            f"({type(exc).__name__}: {exc})"
+            f"({exception_line(exc, named=True)})"
         ) from None
     facts = profile.facts
     if facts is None or not (facts.backward_seen and facts.optimizer_seen):
