@@ -10,7 +10,14 @@ import math
 import pytest
 
 from accelscope.doctor.breakdown import breakdown
-from accelscope.doctor.causes import BOTTLENECK_SHARE, CAUSES, VERDICT_ADVICE, Cause, advice_for
+from accelscope.doctor.causes import (
+    BOTTLENECK_SHARE,
+    CAUSES,
+    VERDICT_ADVICE,
+    Cause,
+    advice_for,
+    sentence,
+)
 from accelscope.doctor.device_timeline import StepTimeline, timeline_verdict
 from accelscope.doctor.findings import RuleContext
 from accelscope.doctor.profile import PHASES, DeviceTraceRecord, Profile, Step
@@ -134,3 +141,40 @@ def test_every_cause_of_a_step_is_in_the_table_and_bad_entries_raise() -> None:
         Cause(key="x", title="x", description="x", threshold=0.5, high=0.4, rule=None, advice="x")
     with pytest.raises(ValueError, match="never reported"):
         _ = CAUSES["other"].reported_at
+
+
+def test_the_advice_shown_is_the_named_causes_not_the_largest_finding() -> None:
+    # readbacks name the step; the DataLoader and preprocessing fire beside them, larger together
+    ctx, _ = _live({"sync": 0.42, "dataloader": 0.25, "host_compute": 0.25})
+    live = diagnose(ctx)
+    assert live.bottleneck == "sync-bound" and live.fired[0].rule == "input-bound"
+    assert live.advice == sentence(CAUSES["sync"].advice)
+    # a cause no rule reports still gets its advice
+    ctx, _ = _live({"compute": 0.1, "communication": 0.5})
+    assert diagnose(ctx).advice == sentence(CAUSES["communication"].advice)
+
+
+def test_device_idle_advises_only_from_a_cause_at_its_own_threshold() -> None:
+    ctx, _ = _live({"compute": 0.6, "launch": 0.01, "unexplained": 0.3})
+    idle = next(f for f in diagnose(ctx).findings if f.rule == "device-idle")
+    assert idle.fired and idle.advice == "" and idle.what_ifs == ()
+    ctx, _ = _live({"compute": 0.5, "launch": 0.3, "sync": 0.1})
+    idle = next(f for f in diagnose(ctx).findings if f.rule == "device-idle")
+    assert idle.advice == sentence(CAUSES["launch"].advice)
+
+
+def test_a_name_the_what_ifs_refute_on_cuda_is_not_handed_to_a_smaller_finding() -> None:
+    from accelscope.doctor.refute import refute_by_what_ifs
+    from accelscope.doctor.whatif import WhatIfResult
+
+    ctx, _ = _live({"launch": 0.45, "dataloader": 0.21, "compute": 0.2})
+    live = diagnose(ctx)
+    assert live.bottleneck == "overhead-bound"
+    slower = [
+        WhatIfResult(name=w, label=w, status="ok", speedup=0.8, speedup_low=0.75, speedup_high=0.85)
+        for w in next(f for f in live.fired if f.rule == "overhead-bound").what_ifs
+    ]
+    out = refute_by_what_ifs(live, slower)
+    assert out.bottleneck == "unconfirmed"  # not input-bound: 21 % is under the naming bar
+    assert out.advice != sentence(CAUSES["launch"].advice)  # the refuted advice is not shown
+    assert any(f.rule == "input-bound" and f.fired for f in out.findings)

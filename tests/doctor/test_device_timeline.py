@@ -554,7 +554,8 @@ def test_a_rule_whose_what_ifs_measured_slower_does_not_name_the_bottleneck() ->
     assert "bf16 measured 0.60x items/s (95 % bounds 0.55-0.66x)" in refuted.summary
     assert any("is not named the bottleneck" in n and "bf16 measured" in n for n in out.notes)
     standing = [f.rule for f in diagnosis.fired if not set(f.what_ifs) & set(top.what_ifs)]
-    assert out.bottleneck == (standing[0] if standing else "unconfirmed")
+    # on CUDA the GPU's timeline named it: a refuted name is not handed to a smaller finding
+    assert out.bottleneck == "unconfirmed" and diagnosis.timeline is not None
     assert [f.rule for f in out.fired] == standing
     assert all(f.status in (FIRED, REFUTED) for f in out.findings if f.rule in standing)
     # one what-if slower, another faster (or within the noise): the rule stands

@@ -348,3 +348,49 @@ def test_a_cpu_loop_has_no_gpu_verdict(status: str | None) -> None:
         assert found[rule].status == "n/a" and found[rule].summary == "the loop ran on the CPU"
     # the host's readbacks are the CPU's own cost there, at the cause table's threshold
     assert found["sync-bound"].fired
+
+
+def test_a_cpu_loop_in_a_process_that_initialised_cuda_is_diagnosed_on_the_cpu() -> None:
+    from accelscope.doctor.kineto import NO_GPU_ACTIVITY
+
+    ctx = _run(HEALTHY)  # CUDA initialised (the facts say so) ...
+    cpu = replace(
+        ctx,
+        profile=replace(
+            ctx.profile,
+            probe=replace(_census(HEALTHY), devices=("cpu",)),
+            device_trace=DeviceTraceRecord(status=NO_GPU_ACTIVITY),  # ... the steps ran on CPU
+        ),
+    )
+    assert cpu.profile.facts is not None and cpu.profile.facts.cuda_initialized
+    assert cpu.device == "cpu"
+    diagnosis = diagnose(cpu)
+    assert diagnosis.bottleneck != "not_diagnosed" and diagnosis.timeline is None
+    assert _by_rule(diagnosis)["sync-bound"].fired  # the host's own readbacks, as on a CPU
+
+
+def test_a_trace_without_gpu_events_is_read_as_no_gpu_activity(tmp_path: Path) -> None:
+    from accelscope.doctor.kineto import NO_GPU_ACTIVITY
+
+    gpu = FakeCudaStream()
+    gpu.step_begin(0)
+    gpu.host(1e-3)
+    gpu.step_end()
+    path = tmp_path / "cpu-only.json"
+    path.write_text(json.dumps(gpu.document()))
+    raw = read_live_trace({"status": "recorded", "path": str(path)})
+    assert raw["status"] == NO_GPU_ACTIVITY and "timeline" not in raw
+
+
+def test_a_gzipped_trace_is_read_whatever_its_name(tmp_path: Path) -> None:
+    import gzip
+
+    gpu = FakeCudaStream()
+    for i in range(3):
+        gpu.step_begin(i)
+        gpu.launch(1e-3)
+        gpu.step_end()
+    named_json = tmp_path / "trace.json"  # gzipped, named .json (a copied or renamed trace)
+    named_json.write_bytes(gzip.compress(json.dumps(gpu.document()).encode()))
+    raw = read_live_trace({"status": "recorded", "path": str(named_json)})
+    assert raw["status"] == "recorded" and len(raw["timeline"]) == 3

@@ -174,10 +174,9 @@ _CAUSES = (
         high=0.50,
         rule="overhead-bound",
         advice=(
-            "the host cannot launch operators fast enough (fixed per-operator costs: Python, "
-            "dispatch, kernel launches): CUDA graphs or torch.compile "
-            "(mode='reduce-overhead'), a larger batch, foreach/fused optimizers, fewer tiny "
-            "operators"
+            "fixed per-operator costs (Python, dispatch and, on a GPU, kernel launches) set the "
+            "pace: a larger batch, torch.compile (on a GPU with mode='reduce-overhead': CUDA "
+            "graphs), foreach/fused optimizers, fewer tiny operators"
         ),
         what_ifs=("batch", "compile"),
     ),

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from accelscope.doctor.breakdown import Breakdown
 from accelscope.doctor.device_timeline import TimelineVerdict
 from accelscope.doctor.gpu import GpuActivity, gpu_activity, steps_window
+from accelscope.doctor.kineto import NO_GPU_ACTIVITY
 from accelscope.doctor.profile import Profile
 from accelscope.doctor.trace_quality import gated_verdict
 from accelscope.hardware.fastpaths import PrecisionSupport
@@ -81,6 +82,8 @@ class RuleContext:
         record = self.profile.device_trace
         if record is not None and record.usable:
             return "cuda"  # a trace with GPU events: the loop used the GPU
+        if record is not None and record.status == NO_GPU_ACTIVITY:
+            return "cpu"  # CUDA initialised in the process, but the steps ran nothing on it
         facts = self.profile.facts
         if facts is not None and facts.cuda_initialized:
             return "cuda"

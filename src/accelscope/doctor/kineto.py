@@ -41,7 +41,9 @@ from accelscope.serialise import dump
 
 __all__ = [
     "MAX_TRACE_BYTES",
+    "NO_GPU_ACTIVITY",
     "KinetoTrace",
+    "NoGpuEvents",
     "RankTimeline",
     "load_trace",
     "parse_trace",
@@ -97,6 +99,15 @@ _LAUNCH = re.compile(
 _METADATA_OPS = frozenset(f"aten::{name}" for name in (*VIEWS, *LAUNCH_NOTHING))
 """Operators that on a device tensor launch nothing (views, metadata, allocations) or whose
 launches a trace may not nest: never counted as the host's own compute."""
+
+
+class NoGpuEvents(BadInputError):
+    """A trace with no kernel or copy on any device: the loop did not run on the GPU (or the
+    profiler recorded CPU activities only)."""
+
+
+NO_GPU_ACTIVITY = "recorded: no GPU activity (the profiled steps ran nothing on the GPU)"
+"""The live record's status when its trace holds no kernel or copy."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -360,7 +371,7 @@ class _Events:
     def trace(self, *, source: str, device_properties: Any) -> KinetoTrace:
         """The immutable trace of the events added."""
         if not self.device:
-            raise BadInputError(
+            raise NoGpuEvents(
                 f"trace {source}: no GPU events (kernels or copies); record with "
                 "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
             )
@@ -523,7 +534,7 @@ def read_live_trace(raw: dict[str, Any]) -> dict[str, Any]:
         trace = load_trace(Path(str(path)))
         steps = trace.timelines()
     except BadInputError as exc:
-        out["status"] = f"not read: {exc}"
+        out["status"] = NO_GPU_ACTIVITY if isinstance(exc, NoGpuEvents) else f"not read: {exc}"
         return out
     if not steps or all(s.step_us <= 0 for s in steps):
         out["status"] = "not read: no step of positive length in the trace"

@@ -30,7 +30,7 @@ from accelscope.doctor.profile import Profile
 from accelscope.errors import exception_line
 from accelscope.hardware.telemetry import NvmlSource, Telemetry, TelemetrySampler
 
-__all__ = ["ChildConfig", "ChildRun", "Launcher"]
+__all__ = ["ChildConfig", "ChildRun", "Launcher", "profile_of"]
 
 _GRACE_S = 3.0
 _POLL_S = 0.05
@@ -251,13 +251,21 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def profile_of(data: dict[str, Any]) -> Profile:
+    """The :class:`Profile` of a session's payload, its device trace (the file the profiler
+    wrote) read into step timelines as ``doctor --trace`` reads one."""
+    if isinstance(data.get("device_trace"), dict):
+        data = {**data, "device_trace": read_live_trace(data["device_trace"])}
+    return Profile.from_dict(data)
+
+
 def _read_profile(path: Path) -> tuple[Profile | None, str]:
     if not path.exists():
         return None, ""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and isinstance(data.get("device_trace"), dict):
-            data["device_trace"] = read_live_trace(data["device_trace"])
-        return Profile.from_dict(data), ""
+        if not isinstance(data, dict):
+            raise ValueError("the child's profile is not a JSON object")
+        return profile_of(data), ""
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return None, exception_line(exc, named=True)

@@ -2,7 +2,9 @@
 measured what-if came out slower (its 95 % interval of items/s wholly below the baseline) does
 not name the bottleneck. Its finding becomes ``refuted`` (with what was measured), the next
 unrefuted fired rule names the bottleneck, else none is confirmed; the notes say what was
-measured instead. Pure: a new :class:`Diagnosis`, nothing printed."""
+measured instead. On CUDA, where the GPU's own timeline named the bottleneck, a refuted name
+is not replaced by another finding (one under the 40 % naming bar, or one only a live run
+sees): none is confirmed. Pure: a new :class:`Diagnosis`, nothing printed."""
 
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ def refute_by_what_ifs(
     standing = [f for f in findings if f.fired]
     if diagnosis.bottleneck not in refuted:
         return replace(diagnosis, findings=tuple(findings), notes=tuple(notes))
-    if standing:
+    if standing and diagnosis.timeline is None:  # on CUDA only the GPU's timeline names
         top = standing[0]
         return replace(
             diagnosis,

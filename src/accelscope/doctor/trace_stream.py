@@ -211,13 +211,20 @@ class _Reader:
                 raise self.fail(self.pos - 1)
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
 def _open(path: Path) -> io.BufferedIOBase:
     if not path.exists():
         raise BadInputError(f"trace {path} not found")
     if not path.is_file():
         raise BadInputError(f"trace {path} is not a file")
     try:
-        if path.name.endswith(".gz"):
+        with path.open("rb") as head:
+            magic = head.read(2)
+        # gzip by its magic bytes, whatever the name says: a ``.json`` that is gzipped (a
+        # copied or renamed trace) reads as one, and a ``.json.gz`` that is not, as plain text
+        if magic == _GZIP_MAGIC:
             return gzip.open(path, "rb")
         return path.open("rb")
     except OSError as exc:

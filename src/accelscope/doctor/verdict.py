@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelscope.doctor.breakdown import Breakdown
-from accelscope.doctor.causes import CAUSES
+from accelscope.doctor.causes import CAUSES, sentence
 from accelscope.doctor.device_timeline import TimelineVerdict
 from accelscope.doctor.findings import Finding, Rule, RuleContext
 from accelscope.doctor.rules import all_rules
@@ -47,6 +47,15 @@ class Diagnosis:
     def fired(self) -> tuple[Finding, ...]:
         """The findings whose rule fired, ranked."""
         return tuple(f for f in self.findings if f.fired)
+
+    @property
+    def advice(self) -> str:
+        """The advice that goes with the named bottleneck: on CUDA the GPU timeline's (the
+        named cause's, or how to profile steady steps), unless the what-ifs refuted that name;
+        else the top fired finding's ("" when none has any)."""
+        if self.timeline is not None and self.bottleneck != "unconfirmed":
+            return sentence(self.timeline.advice)
+        return next((f.advice for f in self.fired if f.advice), "")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Diagnosis:

@@ -4,12 +4,15 @@ loop, ``w.step()`` at the end of each step; ``w.result`` is the same
 need the script to be re-run).
 
 Telemetry is sampled from a thread of this process here (there is no separate parent), at the
-same rate; the instrumentation is removed on exit, leaving torch as it was.
+same rate; the instrumentation is removed on exit, leaving torch as it was. On CUDA the steps
+right after the warm-up are profiled with torch.profiler, as in a ``doctor SCRIPT`` run, and
+the verdict is drawn from that timeline (a temporary file, removed on exit).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
@@ -19,7 +22,7 @@ from accelscope.doctor.breakdown import breakdown
 from accelscope.doctor.diagnose import DoctorResult
 from accelscope.doctor.findings import RuleContext
 from accelscope.doctor.inprocess.session import Session
-from accelscope.doctor.profile import Profile
+from accelscope.doctor.launcher import profile_of
 from accelscope.doctor.verdict import diagnose
 from accelscope.errors import MeasurementError
 from accelscope.hardware.fingerprint import collect_environment
@@ -52,14 +55,17 @@ class Watch:
         self._sampler: TelemetrySampler | None = None
         self._result: DoctorResult | None = None
         self._telemetry_origin_s: float | None = None
+        self._trace_dir: tempfile.TemporaryDirectory[str] | None = None
 
     def __enter__(self) -> Watch:
+        self._trace_dir = tempfile.TemporaryDirectory(prefix="accelscope-watch-")
         self.session = Session(
             warmup=self.warmup,
             steps=0,
             trace_steps=self.trace_steps,
             main_model=self.model,
             manual=True,
+            device_trace_path=str(Path(self._trace_dir.name) / "device-trace.json"),
         )
         self.session.instrumentation.install()
         if self.loader is not None:
@@ -85,9 +91,13 @@ class Watch:
             return
         session.instrumentation.uninstall()
         telemetry = self._sampler.stop() if self._sampler is not None else None
-        if kind is not None:
-            return
-        profile = Profile.from_dict(session.payload("ended", 0))
+        try:
+            if kind is not None:
+                return
+            profile = profile_of(session.payload("ended", 0))
+        finally:
+            if self._trace_dir is not None:
+                self._trace_dir.cleanup()
         if not profile.measured:
             raise MeasurementError(
                 f"watch saw {len(profile.steps)} step(s), all inside the warm-up "

@@ -119,9 +119,8 @@ def doctor_view(result: DoctorResult, *, title: str) -> RenderableType:
         _breakdown(result),
         _findings(result),
     ]
-    advice = [f for f in d.fired if f.advice]
-    if advice:
-        parts.append(Text("advice: " + advice[0].advice, style="bold"))
+    if d.advice:
+        parts.append(Text("advice: " + d.advice, style="bold"))
     if result.what_ifs:
         parts.append(_what_ifs(result))
     if result.recommendation:

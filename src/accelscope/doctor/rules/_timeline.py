@@ -77,7 +77,9 @@ def timeline_finding(
         return missing
     share = ctx.timeline_share(*causes) or 0.0
     evidence = timeline_evidence(ctx)
-    summary = f"{named}: {share:.0%} of each step, the GPU idle meanwhile (the GPU's timeline)"
+    busy = {"h2d_pageable", "h2d_pinned", "communication", "compute", "memory"}
+    meanwhile = "" if set(causes) & busy else ", the GPU idle meanwhile"
+    summary = f"{named}: {share:.0%} of each step{meanwhile} (the GPU's timeline)"
     if share < cause.reported_at:
         return Finding(
             rule=rule,

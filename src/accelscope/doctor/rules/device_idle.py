@@ -4,8 +4,9 @@ what the host was doing meanwhile).
 
 This finding names how idle the GPU is and the largest cause; the time itself is at stake in
 the cause's own finding (input-bound, sync-bound, overhead-bound), so this one carries no share
-and ranks after them. Its advice and what-ifs are the largest cause's
-(:mod:`accelscope.doctor.causes`).
+and ranks after them. Its advice and what-ifs are those of the largest idle cause reported at
+its own threshold (:mod:`accelscope.doctor.causes`); none when no cause reaches its own (time
+no event explains gets no advice of a cause it is not).
 """
 
 from __future__ import annotations
@@ -64,9 +65,14 @@ class DeviceIdle:
                 threshold=threshold,
                 evidence=evidence,
             )
-        actionable = {k: v for k, v in causes.items() if CAUSES[k].threshold is not None}
-        top = max(actionable, key=lambda k: actionable[k]) if actionable else None
-        cause = CAUSES[top] if top is not None and actionable[top] > 0 else None
+        # the largest idle cause that is itself reported (at its threshold) gives the advice
+        reported = {
+            k: v
+            for k, v in causes.items()
+            if CAUSES[k].threshold is not None and v >= CAUSES[k].reported_at
+        }
+        top = max(reported, key=lambda k: reported[k]) if reported else None
+        cause = CAUSES[top] if top is not None else None
         return Finding(
             rule=self.name,
             title=_TITLE,

@@ -29,7 +29,8 @@ class InputBound:
         """Input wait share against the threshold, with the loader's settings."""
         threshold = (
             f"time waiting for input >= {CAUSE.reported_at:.0%} of step time (on CUDA: the "
-            "GPU idle behind the DataLoader or the host's preprocessing, its own timeline)"
+            f"GPU idle behind the DataLoader, or behind the host's preprocessing, either one "
+            f">= {CAUSE.reported_at:.0%} on its own timeline; the share is both together)"
         )
         wait_s = ctx.breakdown.phase_mean_s["input"]
         facts = ctx.profile.facts
