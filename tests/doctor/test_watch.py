@@ -2,7 +2,7 @@
 recorded GPU trace injected where torch.profiler would have written one, on the one model of
 GPU time a ``doctor SCRIPT`` run uses.
 
-Covers: accelscope.doctor.watch, accelscope.doctor.launcher.profile_of."""
+Covers: accelscope.doctor.watch, accelscope.doctor.launcher."""
 
 from __future__ import annotations
 
