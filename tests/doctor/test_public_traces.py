@@ -9,6 +9,7 @@ accelscope.doctor.kineto, accelscope.doctor.verdict."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -23,7 +24,9 @@ from accelscope.doctor.verdict import diagnose
 PUBLIC = Path(__file__).resolve().parents[1] / "data" / "public-traces"
 
 
+@functools.cache
 def _rank(name: str) -> RankDiagnosis:
+    """The trace's diagnosis, read once per test process (two of them are 1.2 MB)."""
     (rank,) = diagnose_ranks(PUBLIC / name).ranks
     return rank
 
@@ -84,7 +87,7 @@ def test_the_mi250_toy_loop_names_nothing_from_its_outlier_first_step() -> None:
 
 @pytest.mark.parametrize("path", sorted(PUBLIC.glob("*.json.gz")), ids=lambda p: p.name[:24])
 def test_each_public_trace_gives_one_verdict_live_and_by_trace(path: Path) -> None:
-    (rank,) = diagnose_ranks(path).ranks
+    rank = _rank(path.name)
     raw = read_live_trace({"status": "recorded", "path": str(path), "steps": 3})
     live = diagnose(live_context(DeviceTraceRecord.from_dict(json.loads(json.dumps(raw)))))
     assert live.timeline == rank.verdict

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,10 @@ def test_the_live_path_and_the_trace_give_one_verdict(path: Path) -> None:
     assert named_from_timeline(rank.verdict) == (live.bottleneck, live.title)
     if not rank.quality.diagnosable:  # one-off work only: no rule judges it either
         assert live.bottleneck == "not_diagnosed" and not live.fired
+    for step in rank.timeline.steps:  # each real step a partition of itself
+        assert all(v >= 0 for v in step.by_cause.values())
+        assert math.fsum(step.by_cause.values()) == pytest.approx(step.step_us, rel=1e-9)
+        assert step.compute_busy_us <= step.busy_us + 1e-6 <= step.step_us + 2e-6
     # what the trace reports is what the live rules fire on, cause for cause
     by_rule = {CAUSES[c].rule for c, _ in rank.verdict.reported if CAUSES[c].rule}
     timeline_rules = {c.rule for c in CAUSES.values() if c.rule}
