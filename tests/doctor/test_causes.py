@@ -6,6 +6,7 @@ the trace's verdict reports it."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -54,14 +55,17 @@ def steps_with(
     )
 
 
-def live_context(record: DeviceTraceRecord) -> RuleContext:
-    """The context of a live run whose only GPU evidence is ``record`` (three empty host
-    steps, no telemetry): what the live path makes of a recorded trace."""
+def live_profile(record: DeviceTraceRecord | None, **extra: Any) -> Profile:
+    """A live run's profile whose only GPU evidence is ``record``: three empty host steps."""
     step = Step(start_s=0.0, duration_s=0.01, phases_s=dict.fromkeys(PHASES, 0.0), counts={})
-    profile = Profile(
+    return Profile(
         status="done", mode="optimizer", warmup=0, target_steps=3, steps=(step,) * 3,
-        device_trace=record,
+        device_trace=record, **extra,
     )  # fmt: skip
+
+
+def context_of(profile: Profile) -> RuleContext:
+    """The rules' context of ``profile``: no telemetry, a 2-core machine."""
     return RuleContext(
         profile=profile,
         breakdown=breakdown(profile.measured),
@@ -70,6 +74,11 @@ def live_context(record: DeviceTraceRecord) -> RuleContext:
         cores=2,
         memory_bytes=2**34,
     )
+
+
+def live_context(record: DeviceTraceRecord) -> RuleContext:
+    """What the live path makes of a recorded trace (:func:`live_profile`)."""
+    return context_of(live_profile(record))
 
 
 def _live(shares: dict[str, float]) -> tuple[RuleContext, DeviceTraceRecord]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_causes import steps_with
+from test_causes import context_of, live_profile, steps_with
 
 from accelscope.doctor.breakdown import Breakdown, breakdown
 from accelscope.doctor.causes import (
@@ -81,28 +81,8 @@ GPU_RULES = (
 # -- builders ----------------------------------------------------------------------------------
 
 
-def _profile(record: DeviceTraceRecord | None, **extra: Any) -> Profile:
-    step = Step(start_s=0.0, duration_s=0.01, phases_s=dict.fromkeys(PHASES, 0.0), counts={})
-    return Profile(
-        status="done",
-        mode="optimizer",
-        warmup=0,
-        target_steps=3,
-        steps=(step,) * 3,
-        device_trace=record,
-        **extra,
-    )
-
-
-def _ctx(profile: Profile) -> RuleContext:
-    return RuleContext(
-        profile=profile,
-        breakdown=breakdown(profile.measured),
-        telemetry=None,
-        support=(),
-        cores=2,
-        memory_bytes=2**34,
-    )
+_profile = live_profile
+_ctx = context_of
 
 
 def _live_steps(

@@ -49,6 +49,9 @@ class Cause:
             ``None``: named by the timeline's verdict only.
         advice: What to change (lower case, no final stop: views make it a sentence).
         what_ifs: What-ifs that test the advice (names from :mod:`accelscope.doctor.whatif`).
+        gpu_idle: Its time is the GPU running nothing, the host busy with it (readbacks, the
+            DataLoader, launches...); False where the device itself works (kernels, copies,
+            NCCL). ``other`` counts as idle: mostly short host gaps.
     """
 
     key: str
@@ -59,6 +62,7 @@ class Cause:
     rule: str | None
     advice: str
     what_ifs: tuple[str, ...] = ()
+    gpu_idle: bool = True
 
     @property
     def reported_at(self) -> float:
@@ -76,6 +80,7 @@ class Cause:
 _CAUSES = (
     Cause(
         key="compute",
+        gpu_idle=False,
         title="compute-bound on the device",
         description="matrix kernels (GEMM, convolution, attention) and unclassified kernels",
         threshold=0.8,
@@ -90,6 +95,7 @@ _CAUSES = (
     ),
     Cause(
         key="memory",
+        gpu_idle=False,
         title="memory-bound on the device",
         description=(
             "memory-bound kernels (elementwise, normalisation, softmax, reductions, copies)"
@@ -107,6 +113,7 @@ _CAUSES = (
     ),
     Cause(
         key="communication",
+        gpu_idle=False,
         title="communication-bound",
         description="NCCL communication on the device",
         threshold=BOTTLENECK_SHARE,
@@ -116,6 +123,7 @@ _CAUSES = (
     ),
     Cause(
         key="h2d_pageable",
+        gpu_idle=False,
         title="pageable host->device copies",
         description="host->device copies from pageable memory",
         threshold=0.05,
@@ -130,6 +138,7 @@ _CAUSES = (
     ),
     Cause(
         key="h2d_pinned",
+        gpu_idle=False,
         title="host->device copies",
         description="host->device copies from pinned memory",
         threshold=BOTTLENECK_SHARE,

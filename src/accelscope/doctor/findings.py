@@ -11,7 +11,6 @@ from typing import Any, Protocol
 from accelscope.doctor.breakdown import Breakdown
 from accelscope.doctor.device_timeline import TimelineVerdict
 from accelscope.doctor.gpu import GpuActivity, gpu_activity, steps_window
-from accelscope.doctor.kineto import NO_GPU_ACTIVITY
 from accelscope.doctor.profile import Profile
 from accelscope.doctor.trace_quality import gated_verdict
 from accelscope.hardware.fastpaths import PrecisionSupport
@@ -78,19 +77,8 @@ class RuleContext:
 
     @property
     def device(self) -> str:
-        """``cuda`` when the loop used CUDA, else ``cpu``."""
-        record = self.profile.device_trace
-        if record is not None and record.usable:
-            return "cuda"  # a trace with GPU events: the loop used the GPU
-        if record is not None and record.status == NO_GPU_ACTIVITY:
-            return "cpu"  # CUDA initialised in the process, but the steps ran nothing on it
-        facts = self.profile.facts
-        if facts is not None and facts.cuda_initialized:
-            return "cuda"
-        probe = self.profile.probe
-        if probe is not None and "cuda" in probe.devices:
-            return "cuda"
-        return "cpu"
+        """``cuda`` when the loop used CUDA, else ``cpu`` (:attr:`Profile.device`)."""
+        return self.profile.device
 
     @property
     def autocast(self) -> str | None:

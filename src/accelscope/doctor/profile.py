@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from accelscope.doctor.device_timeline import StepTimeline
+from accelscope.doctor.kineto import NO_GPU_ACTIVITY
 from accelscope.doctor.trace_quality import TraceQuality
 from accelscope.serialise import load
 from accelscope.validation import first_problem
@@ -335,6 +336,20 @@ class Profile:
     def measured(self) -> tuple[Step, ...]:
         """The steps after the warm-up."""
         return self.steps[self.warmup :]
+
+    @property
+    def device(self) -> str:
+        """``cuda`` when the loop used CUDA, else ``cpu``: a device trace with GPU events says
+        so; one with none (CUDA initialised, nothing run on it) says ``cpu``; without a trace,
+        CUDA initialised in the process or an operator of the census on a CUDA tensor."""
+        record = self.device_trace
+        if record is not None and record.usable:
+            return "cuda"
+        if record is not None and record.status == NO_GPU_ACTIVITY:
+            return "cpu"
+        if self.facts is not None and self.facts.cuda_initialized:
+            return "cuda"
+        return "cuda" if self.probe is not None and "cuda" in self.probe.devices else "cpu"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Profile:

@@ -16,20 +16,10 @@ def _pct(value: float | None, why: str = "not measured") -> str:
     return why if value is None else f"{value:.0%}"
 
 
-def _used_cuda(result: DoctorResult) -> bool:
-    facts, probe = result.profile.facts, result.profile.probe
-    record = result.profile.device_trace
-    if record is not None and record.usable:
-        return True
-    return bool(facts is not None and facts.cuda_initialized) or bool(
-        probe is not None and "cuda" in probe.devices
-    )
-
-
 def gpu_lines(result: DoctorResult) -> list[str]:
     """``[timeline, activity, memory]`` lines (empty when the loop did not use CUDA)."""
     profile = result.profile
-    if not _used_cuda(result):
+    if profile.device != "cuda":
         return []
     lines: list[str] = []
     window = steps_window(profile, result.telemetry_steps_at_s)

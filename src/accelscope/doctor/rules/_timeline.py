@@ -77,10 +77,12 @@ def timeline_finding(
         return missing
     share = ctx.timeline_share(*causes) or 0.0
     evidence = timeline_evidence(ctx)
-    busy = {"h2d_pageable", "h2d_pinned", "communication", "compute", "memory"}
-    meanwhile = "" if set(causes) & busy else ", the GPU idle meanwhile"
+    idle = all(CAUSES[c].gpu_idle for c in causes)
+    meanwhile = ", the GPU idle meanwhile" if idle else ""
     summary = f"{named}: {share:.0%} of each step{meanwhile} (the GPU's timeline)"
-    if share < cause.reported_at:
+    # fired exactly where the timeline reports one of the causes (one rule of reporting)
+    timeline = ctx.timeline
+    if timeline is None or not set(causes) & dict(timeline.reported).keys():
         return Finding(
             rule=rule,
             title=cause.title,

@@ -18,8 +18,6 @@ from accelscope.doctor.rules._timeline import timeline_evidence, without_gpu_tim
 THRESHOLD = 0.20
 HIGH = 0.50
 _TITLE = "device idle"
-_IDLE_CAUSES = ("sync", "dataloader", "host_compute", "launch", "allocator", "other", "unexplained")
-"""The causes of a step's time during which the device runs nothing (copies keep it busy)."""
 
 
 class DeviceIdle:
@@ -45,7 +43,7 @@ class DeviceIdle:
             return missing
         share = timeline.idle_share
         shares = dict(timeline.ranked)
-        causes = {c: shares.get(c, 0.0) for c in _IDLE_CAUSES}
+        causes = {key: shares.get(key, 0.0) for key, c in CAUSES.items() if c.gpu_idle}
         parts = ", ".join(
             f"{v:.0%} behind {describe(k)}"
             for k, v in sorted(causes.items(), key=lambda kv: -kv[1])
@@ -66,11 +64,7 @@ class DeviceIdle:
                 evidence=evidence,
             )
         # the largest idle cause that is itself reported (at its threshold) gives the advice
-        reported = {
-            k: v
-            for k, v in causes.items()
-            if CAUSES[k].threshold is not None and v >= CAUSES[k].reported_at
-        }
+        reported = {k: v for k, v in timeline.reported if CAUSES[k].gpu_idle}
         top = max(reported, key=lambda k: reported[k]) if reported else None
         cause = CAUSES[top] if top is not None else None
         return Finding(

@@ -47,13 +47,12 @@ class InputBound:
             missing = without_gpu_time(ctx, rule=self.name, title=CAUSE.title, threshold=threshold)
             if missing is not None:
                 return missing
-            shares = dict(ctx.timeline.ranked) if ctx.timeline is not None else {}
+            assert ctx.timeline is not None  # without one, ``missing`` returned above
+            shares = dict(ctx.timeline.ranked)
             host_work = shares.get("host_compute", 0.0)
             share = shares.get("dataloader", 0.0) + host_work  # exclusive causes: <= 1
             # reported as the timeline reports it: either cause at its own threshold
-            reported = (
-                shares.get("dataloader", 0.0) >= CAUSE.reported_at or host_work >= HOST.reported_at
-            )
+            reported = bool({"dataloader", "host_compute"} & dict(ctx.timeline.reported).keys())
             detail = (
                 f" (the GPU's timeline: idle behind the DataLoader "
                 f"{shares.get('dataloader', 0.0):.0%}, behind the host's own preprocessing "
