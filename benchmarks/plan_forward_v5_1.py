@@ -6,9 +6,10 @@ two inference projections, each fitted on the shipped v4.0-v5.0 table alone.
   as throughput per device with its 80 % interval, exactly as the leave-one-out does
   (:func:`accelscope.plan.projection.validation.leave_one_out`), but from the whole v4.0-v5.0 fit.
 - **LLM serving** (``plan llm``; :mod:`accelscope.plan.projection.llm_serving`): every v5.1
-  Llama-2-70B Server system with a datasheet, projected in tokens/s per device at MLPerf's
-  workload and SLO up to its own accelerator count as tensor-parallel degree, exactly as that
-  module's leave-one-out does, from the shipped serving calibration.
+  LLM Server system (Llama-2-70B, Mixtral-8x7B, Llama-3.1-405B) with a datasheet, projected in
+  tokens/s per device at its benchmark's workload and SLO up to its own accelerator count as
+  tensor-parallel degree, exactly as that module's leave-one-out does, from the shipped serving
+  calibration.
 
 The held-out rows: ``benchmarks/results/published_inference_v5_1_heldout.toml`` (its header says
 how they were read). The largest misses are listed with what the data show about them (a family
@@ -33,14 +34,8 @@ from accelscope.errors import BadInputError
 from accelscope.plan.accelerators import Accelerators, AcceleratorSpec, load_accelerators
 from accelscope.plan.projection.calibration import Calibration, calibrated_rows, shipped_calibration
 from accelscope.plan.projection.llm_serving import (
-    MLPERF_DTYPE,
-    MLPERF_GROUP,
-    MLPERF_SLO,
-    TP_DEGREES,
     ServingCalibration,
-    best_point,
-    llama2_70b_shape,
-    served_model,
+    holdout,
     serving_rows,
     shipped_serving_calibration,
 )
@@ -110,35 +105,16 @@ def capacity_forward(
 def serving_forward(
     calibration: ServingCalibration, table: PublishedTable, accelerators: Accelerators
 ) -> Forward:
-    """Every Llama-2-70B Server system of ``table`` projected by the serving model of
-    ``calibration``: tokens/s per device at MLPerf's workload (the calibration's) and SLO, up to
-    the system's own accelerator count as tensor-parallel degree."""
+    """Every LLM Server system of ``table`` (Llama-2-70B, Mixtral-8x7B, Llama-3.1-405B)
+    projected by the serving model of ``calibration``: tokens/s per device at its benchmark's
+    workload (the calibration's, from the earlier rounds) and SLO, up to the system's own
+    accelerator count as tensor-parallel degree, exactly as that module's leave-one-out."""
     rows, left_out, _ = serving_rows(table, accelerators)
-    model = served_model(llama2_70b_shape(), MLPERF_DTYPE, name="llama2-70b")
-    held: list[Holdout] = []
-    by_key: dict[str, tuple[PublishedResult, AcceleratorSpec]] = {}
-    for row in rows:
-        prediction = calibration.model.predict(MLPERF_GROUP, row.result.family, "llm")
-        low, high = prediction.interval(COVERAGE)
-        max_tp = max(tp for tp in TP_DEGREES if tp <= row.result.accelerator_count)
-
-        def rate(eta: float, spec: AcceleratorSpec = row.spec, max_tp: int = max_tp) -> float:
-            point = best_point(model, spec, calibration.workload, MLPERF_SLO, eta, max_tp)
-            return point.tokens_per_s_per_device if point else 0.0
-
-        held.append(
-            Holdout(
-                key=row.result.key,
-                family=row.result.family,
-                workload_class="llm",
-                published=row.result.per_device,
-                point=rate(prediction.point),
-                low=rate(low),
-                high=rate(high),
-                basis=prediction.basis,
-            )
-        )
-        by_key[row.result.key] = (row.result, row.spec)
+    held = [
+        holdout(row, calibration.model, calibration.workloads.get(row.benchmark.group))
+        for row in rows
+    ]
+    by_key = {row.result.key: (row.result, row.spec) for row in rows}
     return Forward(tuple(held), by_key, tuple(left_out))
 
 
@@ -277,10 +253,10 @@ def main() -> None:
         args.rows,
     )
     _print(
-        "LLM serving (plan llm), Llama-2-70B Server",
+        "LLM serving (plan llm), LLM Server rows",
         serving,
         earlier,
-        [("family", lambda h: h.family)],
+        [("benchmark", lambda h: h.workload_class), ("family", lambda h: h.family)],
         args.rows,
     )
 

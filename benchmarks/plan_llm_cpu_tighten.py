@@ -49,7 +49,6 @@ from accelscope.plan.accelerators import AcceleratorSpec
 from accelscope.plan.llm_memory import shape_from_config
 from accelscope.plan.projection.efficiency import Measured, Observation
 from accelscope.plan.projection.llm_serving import (
-    MLPERF_GROUP,
     ServedModel,
     ServingRun,
     ServingSlo,
@@ -195,15 +194,17 @@ def evaluate(
     eta = {c: floor[c] / measured[c] for c in CONCURRENCIES}
     print("eta per concurrency: " + ", ".join(f"{c}: {e:.3f}" for c, e in eta.items()))
     calibration = shipped_serving_calibration()
-    before = calibration.model.predict(MLPERF_GROUP, FAMILY, "llm")
+    level = calibration.level_for(model, workload)
+    group, klass = level.group, level.benchmark
+    before = calibration.model.predict(group, FAMILY, klass)
     rows: list[dict[str, Any]] = []
     for pair in itertools.combinations(CONCURRENCIES, 2):
         points = [
-            Measured(Observation(MLPERF_GROUP, FAMILY, "llm", math.log(eta[c])),
+            Measured(Observation(group, FAMILY, klass, math.log(eta[c])),
                      RUN_TO_RUN_LOG_SD**2, f"concurrency {c}")
             for c in pair
         ]  # fmt: skip
-        one_eta = calibration.model.updated(points).predict(MLPERF_GROUP, FAMILY, "llm")
+        one_eta = calibration.model.updated(points).predict(group, FAMILY, klass)
         run = ServingRun(
             run_id=f"pair {pair[0]},{pair[1]}", spec=spec, model=model, workload=workload,
             slo=ServingSlo(60.0, 10.0), devices=1,
@@ -212,7 +213,7 @@ def evaluate(
         )  # fmt: skip
         tightened = tightened_serving([run], calibration)
         overhead = tightened.overheads.get(FAMILY)
-        stepped = tightened.model.predict(MLPERF_GROUP, FAMILY, "llm")
+        stepped = tightened.model.predict(group, FAMILY, klass)
         for c in CONCURRENCIES:
             if c in pair:
                 continue

@@ -103,3 +103,53 @@ def test_a_device_name_finds_its_datasheet(
 ) -> None:
     memory = None if memory_gb is None else int(memory_gb * 1e9)
     assert [s.name for s in load_accelerators().for_device(device, memory)] == parts
+
+
+def _linked(extra: str, sources: str) -> str:
+    text = PART.format(kind="gpu", bandwidth="1e12", dtype="bf16")
+    text = text.replace("[accelerator.sources]\n", f"{extra}\n[accelerator.sources]\n")
+    return text + sources
+
+
+LINK_SOURCE = 'interconnect_bytes_per_s = { source = "datasheet", date = "2026-11-29" }\n'
+PEERS_SOURCE = 'interconnect_peers = { source = "datasheet", date = "2026-11-29" }\n'
+
+
+def test_every_gpu_tpu_and_npu_has_a_sourced_interconnect_figure() -> None:
+    for spec in load_accelerators().specs:
+        if spec.kind == "cpu":
+            assert spec.interconnect_bytes_per_s is None
+            continue
+        assert spec.interconnect_bytes_per_s is not None, spec.name
+        source = spec.source_of("interconnect_bytes_per_s")
+        assert source is not None and source.date, spec.name
+
+
+def test_a_switch_gives_every_group_the_whole_link_and_a_mesh_its_share() -> None:
+    switch = parse_accelerators(_linked("interconnect_bytes_per_s = 4e11", LINK_SOURCE), "x")
+    assert [switch.get("Box").interconnect_at(tp) for tp in (2, 4, 8)] == [4e11] * 3
+    mesh = parse_accelerators(
+        _linked(
+            "interconnect_bytes_per_s = 7e11\ninterconnect_peers = 7", LINK_SOURCE + PEERS_SOURCE
+        ),
+        "x",
+    )
+    assert [mesh.get("Box").interconnect_at(tp) for tp in (2, 4, 8)] == [1e11, 3e11, 7e11]
+    mi300x = load_accelerators().get("AMD Instinct MI300X")
+    assert mi300x.interconnect_at(2) == pytest.approx(64e9)  # one Infinity Fabric link
+
+
+@pytest.mark.parametrize(
+    ("extra", "sources", "mentions"),
+    [
+        ("interconnect_bytes_per_s = 4e11", "", "sources.interconnect_bytes_per_s"),
+        ("interconnect_bytes_per_s = -1", LINK_SOURCE, "interconnect_bytes_per_s"),
+        ("interconnect_bytes_per_s = 4e11\ninterconnect_peers = 0", LINK_SOURCE + PEERS_SOURCE,
+         "interconnect_peers"),
+    ],
+)  # fmt: skip
+def test_a_bad_interconnect_figure_is_one_line(extra: str, sources: str, mentions: str) -> None:
+    with pytest.raises(BadInputError) as raised:
+        parse_accelerators(_linked(extra, sources), "mine.toml")
+    message = str(raised.value)
+    assert "\n" not in message and mentions in message and "mine.toml" in message, message

@@ -101,18 +101,38 @@ class AcceleratorSpec(_Table):
     memory_bandwidth_bytes_per_s: PositiveNumber
     peak_ops_per_s: dict[str, PositiveNumber]
     tdp_w: PositiveNumber | None = None
+    interconnect_bytes_per_s: PositiveNumber | None = None
+    """Device-to-device bandwidth a tensor-parallel all-reduce runs at, per direction per
+    device (NVLink, Infinity Fabric, ICI, NeuronLink, RoCE; PCIe for cards without a link);
+    ``None``: no figure found (the serving projection then prices no communication)."""
+    interconnect_peers: PositiveCount | None = None
+    """Links (or ports) to distinct neighbours the figure is summed over, on a part wired as a
+    mesh or torus (Infinity Fabric, Gaudi's RoCE, ICI, NeuronLink): a group of ``TP`` devices
+    reaches ``min(TP - 1, peers) / peers`` of it. ``None``: a switch (NVSwitch) or the host's
+    PCIe link gives the whole figure to any group."""
     sources: dict[str, SpecSource]
 
     @model_validator(mode="after")
     def _sourced(self) -> Self:
         if self.kind != "cpu" and self.memory_bytes is None:
             raise FieldProblem("memory_bytes", f"missing (every {self.kind} has device memory)")
-        given = ("memory_bandwidth_bytes_per_s", *self._given("memory_bytes", "tdp_w"))
+        given = (
+            "memory_bandwidth_bytes_per_s",
+            *self._given("memory_bytes", "tdp_w", "interconnect_bytes_per_s", "interconnect_peers"),
+        )
         check_sourced_peaks(self.peak_ops_per_s, self.sources, PEAK_DTYPES, given)
         return self
 
     def _given(self, *keys: str) -> tuple[str, ...]:
         return tuple(k for k in keys if getattr(self, k) is not None)
+
+    def interconnect_at(self, tp: int) -> float | None:
+        """Bytes/s per direction a group of ``tp`` of these devices all-reduces at (``None``:
+        no figure)."""
+        link = self.interconnect_bytes_per_s
+        if link is None or self.interconnect_peers is None:
+            return link
+        return link * min(tp - 1, self.interconnect_peers) / self.interconnect_peers
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak ops/s per device for ``dtype``; ``None`` where none is given."""

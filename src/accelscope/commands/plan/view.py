@@ -414,7 +414,9 @@ def llm_view(doc: Mapping[str, Any]) -> RenderableType:
             o["basis"],
         )
     notes = [Text(f"  · {a}", style="dim") for a in doc.get("assumptions", [])]
-    return Group(head, table, Text("assumptions:", style="bold"), *notes)
+    ranking = doc.get("ranking") or ""
+    decided = Text(f"ranking: {ranking}", style="bold") if ranking else Text("")
+    return Group(head, table, decided, Text("assumptions:", style="bold"), *notes)
 
 
 def plan_view(doc: Mapping[str, Any]) -> RenderableType:

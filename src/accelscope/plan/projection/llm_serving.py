@@ -58,26 +58,34 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from accelscope.plan.accelerators import Accelerators, AcceleratorSpec, load_accelerators
 from accelscope.plan.catalog import Catalog
-from accelscope.plan.llm_memory import BYTES_PER_PARAM, ModelShape
+from accelscope.plan.llm_memory import BYTES_PER_PARAM, ModelShape, shape_from_config
 from accelscope.plan.projection.calibration import spec_for
 from accelscope.plan.projection.efficiency import EfficiencyModel, Measured, Observation, fit
 from accelscope.plan.projection.published import PublishedResult, PublishedTable, load_published
 from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD
 from accelscope.plan.projection.validation import COVERAGE, Holdout
+from accelscope.validation import PositiveCount, PositiveNumber, Text, validate
 
 __all__ = [
+    "ACTIVATION_BYTES",
+    "ALLREDUCES_PER_LAYER",
     "GPU_MEMORY_UTILIZATION",
     "MAX_FITTED_ETA",
     "MLPERF_GROUP",
     "MLPERF_SLO",
     "NEAR_BEST",
     "TP_DEGREES",
+    "MlperfLlmBenchmark",
     "OperatingPoint",
     "ServedModel",
     "ServingCalibration",
@@ -92,41 +100,43 @@ __all__ = [
     "best_point",
     "calibrate_serving",
     "fit_step_overhead",
+    "holdout",
     "leave_one_out",
     "llama2_70b_shape",
+    "mlperf_benchmarks",
     "mlperf_workload",
     "operating_point",
     "project_serving",
     "served_model",
     "serving_plan",
+    "serving_ranking",
     "shipped_serving_calibration",
     "tightened_serving",
     "tpot_floor",
     "widened",
 ]
 
+ALLREDUCES_PER_LAYER = 2
+"""Tensor parallelism as Megatron-LM splits a layer (attention heads and the MLP's columns,
+then rows): one all-reduce after attention, one after the MLP."""
+ACTIVATION_BYTES = 2
+"""The all-reduced activations are 16-bit (8-bit weights and KV cache keep 16-bit activations
+between layers)."""
 GPU_MEMORY_UTILIZATION = 0.9
 """Share of device memory the server may use (vLLM's default ``gpu_memory_utilization``)."""
 TP_DEGREES = (1, 2, 4, 8)
 MAX_CONCURRENCY = 4096
 """The largest concurrency searched (a scheduler's batch limit, in practice far lower)."""
-MLPERF_BENCHMARK = "llama2-70b"
 MLPERF_GROUP = "llama2-70b/Server"
+"""The Llama-2-70B Server rows' group in the efficiency model (the most rows of the three)."""
 MLPERF_DTYPE = "fp8"
 """Weights and KV cache of the MLPerf rows: closed-division submissions quantise to 8 bits
 (assumed for the KV cache; the table does not say which submission kept it at 16 bits)."""
-MLPERF_SLO_SOURCE = (
-    "mlcommons/inference@001712e9 loadgen/mlperf.conf: llama2-70b.Server.ttft_latency = 2000, "
-    "tpot_latency = 200 (ms, 99th percentile; read at that commit, not at each round's tag)"
-)
-MLPERF_INPUT_TOKENS_ASSUMED = 1024
-"""Mean prompt tokens of MLPerf's Llama-2-70B (OpenOrca) queries: **assumed**, not recorded in
-the shipped sources. The fitted efficiency absorbs an error in it for the MLPerf workload; for
-another workload it is the prefill share that would be off."""
+_MLPERF_LLM = "mlperf_llm_workloads.toml"
 NEAR_BEST = 0.10
-"""A degree within this share of the best tokens/s per device is named beside it: the floor
-prices no all-reduce (the datasheets give no interconnect bandwidth), so the best degree is
-the highest that pays before communication, and a smaller one close to it may win in practice."""
+"""A degree within this share of the best tokens/s per device is named beside it: closer than
+the floor can tell apart (its all-reduce is a bandwidth term only, no per-call latency, and none
+at all on a part whose datasheet gives no interconnect figure), so it may win in practice."""
 _ETA_RANGE = (1e-4, 1e2)
 MAX_FITTED_ETA = 4.0
 """The largest efficiency a fixed-cost fit may give (:func:`fit_step_overhead`): over twice the
@@ -144,11 +154,23 @@ class ServedModel:
     """Parameters one token multiplies (all of a dense model; a MoE's routed experts only)."""
     weights_bytes: float
     kv_bytes_per_token: float
+    allreduce_bytes_per_token: float
+    """Activation bytes one token's forward pass all-reduces under tensor parallelism (two
+    all-reduces a layer, :data:`ALLREDUCES_PER_LAYER`, of ``hidden`` values at
+    :data:`ACTIVATION_BYTES`)."""
     dtype: str
     kv_dtype: str
+    moe: bool = False
+    """Routed experts (a mixture of experts): its efficiency is read at the MoE rows' level."""
 
     def __post_init__(self) -> None:
-        for key in ("params", "active_params", "weights_bytes", "kv_bytes_per_token"):
+        for key in (
+            "params",
+            "active_params",
+            "weights_bytes",
+            "kv_bytes_per_token",
+            "allreduce_bytes_per_token",
+        ):
             if not getattr(self, key) > 0:
                 raise ValueError(f"{key} must be positive, got {getattr(self, key)}")
         if self.active_params > self.params:
@@ -178,27 +200,22 @@ def served_model(
         active_params=max(active, 1.0),
         weights_bytes=params * BYTES_PER_PARAM[dtype],
         kv_bytes_per_token=shape.kv_values_per_token() * BYTES_PER_PARAM[kv_dtype],
+        allreduce_bytes_per_token=shape.layers
+        * ALLREDUCES_PER_LAYER
+        * shape.hidden
+        * ACTIVATION_BYTES,
         dtype=dtype,
         kv_dtype=kv_dtype,
+        moe=bool(moe_layers and shape.experts_per_token),
     )
 
 
 @functools.cache
 def llama2_70b_shape() -> ModelShape:
-    """Llama-2-70B from its public config values (80 layers, hidden 8192, 64 heads, 8 KV
-    heads, intermediate 28672, vocabulary 32000, untied embeddings)."""
-    return ModelShape(
-        model_type="llama",
-        hidden=8192,
-        layers=80,
-        heads=64,
-        kv_heads=8,
-        head_dim=128,
-        intermediate=28672,
-        vocab=32000,
-        tied_embeddings=False,
-        gated_mlp=True,
-    )
+    """Llama-2-70B (80 layers, hidden 8192, 64 heads, 8 KV heads, intermediate 28672,
+    vocabulary 32000, untied embeddings): the MLPerf benchmark's model, from the shipped
+    config values."""
+    return next(b for b in mlperf_benchmarks() if b.benchmark == "llama2-70b").shape
 
 
 @dataclass(frozen=True)
@@ -238,7 +255,61 @@ class ServingSlo:
 
 
 MLPERF_SLO = ServingSlo(ttft_s=2.0, tpot_s=0.2)
-"""MLPerf Inference's Llama-2-70B Server bounds (:data:`MLPERF_SLO_SOURCE`)."""
+"""MLPerf Inference's Llama-2-70B and Mixtral Server bounds (``slo_source`` of
+:func:`mlperf_benchmarks`), and ``plan llm``'s default SLO."""
+
+
+class MlperfLlmBenchmark(BaseModel):
+    """One MLPerf LLM benchmark as the calibration reads its Server rows (one
+    ``[[benchmark]]`` of ``plan/data/mlperf_llm_workloads.toml``): the model's config, the
+    Server bounds and the dataset's mean prompt length, each with its source."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    benchmark: Text
+    """The name its rows carry (``llama2-70b`` matches ``llama2-70b-99`` and ``-99.9``;
+    ``llama3_1-405b`` matches v5.1's ``llama3.1-405b``)."""
+    ttft_s: PositiveNumber
+    tpot_s: PositiveNumber
+    slo_source: Text
+    samples: PositiveCount
+    mean_input_tokens: PositiveNumber
+    max_input_tokens: PositiveCount
+    input_source: Text
+    config: dict[str, Any]
+
+    @property
+    def group(self) -> str:
+        """Its rows' group in the efficiency model."""
+        return f"{self.benchmark}/Server"
+
+    @property
+    def slo(self) -> ServingSlo:
+        return ServingSlo(ttft_s=self.ttft_s, tpot_s=self.tpot_s)
+
+    @property
+    def shape(self) -> ModelShape:
+        return shape_from_config(self.config, f"{_MLPERF_LLM} ({self.benchmark})")
+
+    @property
+    def model(self) -> ServedModel:
+        """The model as the submissions served it (8-bit weights and KV cache)."""
+        return served_model(self.shape, MLPERF_DTYPE, name=self.benchmark)
+
+    def matches(self, benchmark: str) -> bool:
+        """Whether a published row's ``benchmark`` is this one."""
+        return benchmark.replace(".", "_").startswith(self.benchmark)
+
+
+@functools.cache
+def mlperf_benchmarks() -> tuple[MlperfLlmBenchmark, ...]:
+    """The shipped MLPerf LLM benchmarks (Llama-2-70B, Mixtral-8x7B, Llama-3.1-405B)."""
+    text = resources.files("accelscope.plan").joinpath("data", _MLPERF_LLM).read_text("utf-8")
+    data = tomllib.loads(text)
+    return tuple(
+        validate(MlperfLlmBenchmark, row, f"(shipped) {_MLPERF_LLM}") for row in data["benchmark"]
+    )
+
 
 Limit = Literal["tpot", "ttft", "memory", "search"]
 
@@ -302,18 +373,31 @@ class _Floor:
         self.model, self.spec, self.workload, self.tp = model, spec, workload, tp
         self._bandwidth = spec.memory_bandwidth_bytes_per_s * eta
         self._flops = compute_peak(spec, model.dtype)[1] * eta
+        link = spec.interconnect_at(tp) if tp > 1 else None
+        self._link = None if link is None else link * eta
         self._overhead_s = overhead_s
+
+    def allreduce(self, tokens: float) -> float:
+        """The all-reduces of ``tokens`` tokens' activations through every layer: a ring's
+        ``2 (TP - 1) / TP`` of the bytes over the link, per direction (0 at degree 1, or
+        where the datasheet gives no interconnect figure)."""
+        if self.tp == 1 or self._link is None:
+            return 0.0
+        size = tokens * self.model.allreduce_bytes_per_token
+        return 2 * (self.tp - 1) / self.tp * size / self._link
 
     def decode_step(self, batch: int) -> float:
         m, w = self.model, self.workload
         read = (m.weights_bytes + batch * w.mean_context * m.kv_bytes_per_token) / self.tp
         work = 2 * m.active_params * batch / self.tp
-        return self._overhead_s + max(read / self._bandwidth, work / self._flops)
+        step = max(read / self._bandwidth, work / self._flops)
+        return self._overhead_s + step + self.allreduce(batch)
 
     def prefill(self) -> float:
         m = self.model
         work = 2 * m.active_params * self.workload.input_tokens / self.tp
-        return max(work / self._flops, m.weights_bytes / self.tp / self._bandwidth)
+        step = max(work / self._flops, m.weights_bytes / self.tp / self._bandwidth)
+        return step + self.allreduce(self.workload.input_tokens)
 
     def tpot(self, batch: int) -> float:
         return self.decode_step(batch) + batch / self.workload.output_tokens * self.prefill()
@@ -499,27 +583,30 @@ def solve_efficiency(
     return math.exp(high)
 
 
-def mlperf_workload(table: PublishedTable) -> ServingWorkload:
-    """MLPerf's Llama-2-70B workload: the output tokens per sample are the table's own (median
-    of tokens/s over samples/s of its rows); the input tokens are assumed
-    (:data:`MLPERF_INPUT_TOKENS_ASSUMED`)."""
+def mlperf_workload(table: PublishedTable, benchmark: MlperfLlmBenchmark) -> ServingWorkload:
+    """``benchmark``'s workload: its dataset's mean prompt tokens (sourced in the shipped
+    file), and the output tokens per sample its rows generated (the median of tokens/s over
+    samples/s of the table's rows of that benchmark)."""
     ratios = [
         r.value / r.samples_value
         for r in table.results
-        if r.benchmark.startswith(MLPERF_BENCHMARK) and r.samples_value
+        if benchmark.matches(r.benchmark) and r.samples_value
     ]
     if not ratios:
-        raise ValueError("no published Llama-2-70B row gives its samples/s")
-    return ServingWorkload(MLPERF_INPUT_TOKENS_ASSUMED, statistics.median(ratios))
+        raise ValueError(f"no published {benchmark.benchmark} row gives its samples/s")
+    return ServingWorkload(benchmark.mean_input_tokens, statistics.median(ratios))
 
 
 @dataclass(frozen=True)
 class ServingRow:
-    """One published Llama-2-70B Server row with its datasheet and fitted efficiency."""
+    """One published LLM Server row with its datasheet, its benchmark's workload and the
+    efficiency fitted to it."""
 
     result: PublishedResult
     spec: AcceleratorSpec
     eta: float
+    benchmark: MlperfLlmBenchmark
+    workload: ServingWorkload
 
     @property
     def system(self) -> tuple[str, str, str]:
@@ -528,7 +615,9 @@ class ServingRow:
 
     @property
     def observation(self) -> Observation:
-        return Observation(MLPERF_GROUP, self.result.family, "llm", math.log(self.eta))
+        return Observation(
+            self.benchmark.group, self.result.family, self.benchmark.benchmark, math.log(self.eta)
+        )
 
 
 @dataclass(frozen=True)
@@ -570,12 +659,13 @@ class StepOverhead:
 
 @dataclass(frozen=True)
 class ServingCalibration:
-    """The rows, the rows left out (with why), the workload assumed and the fitted model;
-    ``overheads``: a fixed cost per decode step by family, where a user's run measured one."""
+    """The rows, the rows left out (with why), each benchmark's workload by group and the
+    fitted model; ``overheads``: a fixed cost per decode step by family, where a user's run
+    measured one."""
 
     rows: tuple[ServingRow, ...]
     left_out: tuple[tuple[PublishedResult, str], ...]
-    workload: ServingWorkload
+    workloads: Mapping[str, ServingWorkload]
     model: EfficiencyModel
     overheads: Mapping[str, StepOverhead] = field(default_factory=dict)
 
@@ -583,54 +673,84 @@ class ServingCalibration:
         """Published rows of ``family``."""
         return sum(r.result.family == family for r in self.rows)
 
+    @property
+    def benchmarks(self) -> tuple[MlperfLlmBenchmark, ...]:
+        """The benchmarks with rows in the fit, in the shipped file's order."""
+        fitted = {r.benchmark.benchmark for r in self.rows}
+        return tuple(b for b in mlperf_benchmarks() if b.benchmark in fitted)
+
+    def level_for(self, model: ServedModel, workload: ServingWorkload) -> MlperfLlmBenchmark:
+        """The benchmark whose rows' level a projection of ``model`` at ``workload`` takes:
+        a MoE's from the MoE benchmark (Mixtral), a dense model's from the dense benchmark
+        nearest its mean prompt length on the log scale (Llama-2-70B's 222 tokens,
+        Llama-3.1-405B's 9,429). Each level is how far that benchmark's systems realise the
+        floor; the family's own effect is shared by all three."""
+        fitted = self.benchmarks
+        if not fitted:
+            raise ValueError("the serving calibration has no rows")
+        same = [b for b in fitted if (b.shape.experts > 0) == model.moe] or list(fitted)
+        return min(
+            same,
+            key=lambda b: abs(math.log(b.mean_input_tokens / workload.input_tokens)),
+        )
+
+    def rows_text(self) -> str:
+        """How many rows of which benchmarks: ``29 Llama-2-70B, 9 Mixtral, 3 Llama-3.1-405B``."""
+        counts = {b.benchmark: 0 for b in self.benchmarks}
+        for r in self.rows:
+            counts[r.benchmark.benchmark] += 1
+        return ", ".join(f"{n} {name}" for name, n in counts.items())
+
     def overhead_s(self, family: str) -> float:
         """The fixed cost per decode step of ``family`` (0: none measured)."""
         found = self.overheads.get(family)
         return 0.0 if found is None else found.seconds
 
 
-def _mlperf_model() -> ServedModel:
-    return served_model(llama2_70b_shape(), MLPERF_DTYPE, name="llama2-70b")
-
-
 def serving_rows(
     table: PublishedTable, accelerators: Accelerators
-) -> tuple[list[ServingRow], list[tuple[PublishedResult, str]], ServingWorkload]:
-    """Each Llama-2-70B Server row with its efficiency (the ``-99``/``-99.9`` twins of one
-    system, the same run in most rounds, count once: the ``-99`` one)."""
-    workload = mlperf_workload(table)
-    model = _mlperf_model()
-    chosen: dict[tuple[str, str, str], PublishedResult] = {}
-    for r in table.results:
-        if not r.benchmark.startswith(MLPERF_BENCHMARK) or r.scenario != "Server":
-            continue
-        key = (r.round, r.submitter, r.system)
-        if key not in chosen or r.benchmark.endswith("-99"):
-            chosen[key] = r
+) -> tuple[list[ServingRow], list[tuple[PublishedResult, str]], dict[str, ServingWorkload]]:
+    """Each MLPerf LLM Server row with its efficiency, and each benchmark's workload by group
+    (the ``-99``/``-99.9`` twins of one system, the same run in most rounds, count once: the
+    ``-99`` one)."""
     rows: list[ServingRow] = []
     left_out: list[tuple[PublishedResult, str]] = []
-    for result in chosen.values():
-        spec = spec_for(result, accelerators)
-        if spec is None:
-            left_out.append((result, f"no datasheet for {result.accelerator!r} here"))
+    workloads: dict[str, ServingWorkload] = {}
+    for benchmark in mlperf_benchmarks():
+        chosen: dict[tuple[str, str, str], PublishedResult] = {}
+        for r in table.results:
+            if not benchmark.matches(r.benchmark) or r.scenario != "Server":
+                continue
+            key = (r.round, r.submitter, r.system)
+            if key not in chosen or r.benchmark.endswith("-99"):
+                chosen[key] = r
+        if not chosen:
             continue
-        max_tp = max(tp for tp in TP_DEGREES if tp <= result.accelerator_count)
-        try:
-            eta = solve_efficiency(
-                model, spec, workload, MLPERF_SLO, result.per_device, max_tp=max_tp
-            )
-        except ValueError as exc:
-            left_out.append((result, str(exc)))
-            continue
-        rows.append(ServingRow(result, spec, eta))
-    return rows, left_out, workload
+        workload = mlperf_workload(table, benchmark)
+        workloads[benchmark.group] = workload
+        model = benchmark.model
+        for result in chosen.values():
+            spec = spec_for(result, accelerators)
+            if spec is None:
+                left_out.append((result, f"no datasheet for {result.accelerator!r} here"))
+                continue
+            max_tp = max(tp for tp in TP_DEGREES if tp <= result.accelerator_count)
+            try:
+                eta = solve_efficiency(
+                    model, spec, workload, benchmark.slo, result.per_device, max_tp=max_tp
+                )
+            except ValueError as exc:
+                left_out.append((result, str(exc)))
+                continue
+            rows.append(ServingRow(result, spec, eta, benchmark, workload))
+    return rows, left_out, workloads
 
 
 def calibrate_serving(table: PublishedTable, accelerators: Accelerators) -> ServingCalibration:
-    """The efficiency model fitted to every Llama-2-70B Server row with a datasheet."""
-    rows, left_out, workload = serving_rows(table, accelerators)
+    """The efficiency model fitted to every MLPerf LLM Server row with a datasheet."""
+    rows, left_out, workloads = serving_rows(table, accelerators)
     return ServingCalibration(
-        tuple(rows), tuple(left_out), workload, fit([r.observation for r in rows])
+        tuple(rows), tuple(left_out), workloads, fit([r.observation for r in rows])
     )
 
 
@@ -697,7 +817,8 @@ def tightened_serving(
             overhead, eta = fitted
             overheads[run.spec.family] = overhead
             label = overhead.label
-        observation = Observation(MLPERF_GROUP, run.spec.family, "llm", math.log(eta))
+        level = calibration.level_for(run.model, run.workload)
+        observation = Observation(level.group, run.spec.family, level.benchmark, math.log(eta))
         points.append(Measured(observation, RUN_TO_RUN_LOG_SD**2, label))
     return replace(calibration, model=calibration.model.updated(points), overheads=overheads)
 
@@ -739,10 +860,9 @@ class ServingProjection:
     coverage: float
     basis: str
     rows: int
-    """MLPerf Llama-2-70B Server rows of this family (0: calibrated on other families only)."""
+    """MLPerf LLM Server rows of this family (0: calibrated on other families only)."""
     smallest_near_tp: int | None = None
-    """The smallest degree within :data:`NEAR_BEST` of the chosen one's tokens/s per device:
-    the floor has no cost of tensor parallelism, so a higher degree never loses here."""
+    """The smallest degree within :data:`NEAR_BEST` of the chosen one's tokens/s per device."""
 
     def __post_init__(self) -> None:
         if not 0 < self.eta_low <= self.eta <= self.eta_high:
@@ -765,13 +885,15 @@ def project_serving(
     """``model`` served on ``spec``: the best degree, its concurrency, TPOT, TTFT and tokens/s
     per device at the calibrated efficiency, and the 80 % interval."""
     calibration = calibration or shipped_serving_calibration()
-    prediction = calibration.model.predict(MLPERF_GROUP, spec.family, "llm")
+    level = calibration.level_for(model, workload)
+    prediction = calibration.model.predict(level.group, spec.family, level.benchmark)
     low, high = prediction.interval(COVERAGE)
     rows = calibration.rows_of(spec.family)
     if rows:
-        basis = f"{spec.family} calibrated on {rows} MLPerf Llama-2-70B Server rows"
+        basis = f"{spec.family} calibrated on {rows} MLPerf LLM Server rows"
     else:
         basis = f"{spec.family}: no MLPerf LLM row, other families only (wider interval)"
+    basis += f"; at the {level.benchmark} rows' level"
     narrowed = calibration.model.narrowed_by(spec.family)
     if narrowed:
         basis += f"; narrowed by {narrowed}"
@@ -834,33 +956,40 @@ def usd_per_device_hour(spec: AcceleratorSpec, catalog: Catalog) -> tuple[float,
     return min(offers) if offers else None
 
 
+def holdout(
+    row: ServingRow, model: EfficiencyModel, workload: ServingWorkload | None = None
+) -> Holdout:
+    """``row`` projected from ``model`` (a fit without it): the efficiency's 80 % interval,
+    mapped through the floor at its benchmark's model, ``workload`` (the row's own by default)
+    and SLO, up to its accelerator count as degree, to tokens/s per device."""
+    b = row.benchmark
+    prediction = model.predict(b.group, row.result.family, b.benchmark)
+    low, high = prediction.interval(COVERAGE)
+    max_tp = max(tp for tp in TP_DEGREES if tp <= row.result.accelerator_count)
+    served, work = b.model, workload or row.workload
+
+    def rate(eta: float) -> float:
+        return _rate(served, row.spec, work, b.slo, eta, max_tp)
+
+    return Holdout(
+        key=row.result.key,
+        family=row.result.family,
+        workload_class=b.benchmark,
+        published=row.result.per_device,
+        point=rate(prediction.point),
+        low=rate(low),
+        high=rate(high),
+        basis=prediction.basis,
+    )
+
+
 def leave_one_out(calibration: ServingCalibration) -> list[Holdout]:
-    """Each system's row projected from a fit to the other systems' rows: the efficiency's
-    80 % interval, mapped through the floor at MLPerf's workload and SLO to tokens/s."""
-    model = _mlperf_model()
-    held: list[Holdout] = []
-    for row in calibration.rows:
-        rest = [r.observation for r in calibration.rows if r.system != row.system]
-        prediction = fit(rest).predict(MLPERF_GROUP, row.result.family, "llm")
-        low, high = prediction.interval(COVERAGE)
-        max_tp = max(tp for tp in TP_DEGREES if tp <= row.result.accelerator_count)
-
-        def rate(eta: float, spec: AcceleratorSpec = row.spec, max_tp: int = max_tp) -> float:
-            return _rate(model, spec, calibration.workload, MLPERF_SLO, eta, max_tp)
-
-        held.append(
-            Holdout(
-                key=row.result.key,
-                family=row.result.family,
-                workload_class="llm",
-                published=row.result.per_device,
-                point=rate(prediction.point),
-                low=rate(low),
-                high=rate(high),
-                basis=prediction.basis,
-            )
-        )
-    return held
+    """Each system's rows projected from a fit to the other systems' rows (a system's rows of
+    every benchmark left out together)."""
+    return [
+        holdout(row, fit([r.observation for r in calibration.rows if r.system != row.system]))
+        for row in calibration.rows
+    ]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -873,7 +1002,7 @@ class ServingOption:
     tp: int | None
     """``None``: no degree up to 8 holds the model and meets the SLO (``why`` says which)."""
     smallest_near_tp: int | None
-    """The smallest degree within 10 % of ``tp``'s tokens/s per device (no TP cost modelled)."""
+    """The smallest degree within 10 % of ``tp``'s tokens/s per device."""
     concurrency: int | None
     limited_by: str | None
     tpot_s: float | None
@@ -909,7 +1038,41 @@ class ServingPlan:
     coverage: float
     options: tuple[ServingOption, ...]
     assumptions: tuple[str, ...]
+    ranking: str = ""
+    """Whether the cheapest option per million output tokens is told apart from the
+    runner-up within the intervals (:func:`serving_ranking`), and what would decide it."""
     mode: Literal["llm"] = "llm"
+
+
+def serving_ranking(options: Sequence[ServingOption]) -> str:
+    """The option with the lowest $ per million output tokens at its point, against the
+    runner-up (the other option cheapest at its own best end): decided where the first costs
+    less even at its interval's worst end; else which measurement would decide it."""
+    priced = [
+        o
+        for o in options
+        if o.usd_per_million_output_tokens is not None
+        and o.low_usd_per_million_output_tokens is not None
+    ]
+    if len(priced) < 2:
+        return ""
+    first = min(priced, key=lambda o: o.usd_per_million_output_tokens or math.inf)
+    runner = min(
+        (o for o in priced if o is not first),
+        key=lambda o: o.low_usd_per_million_output_tokens or math.inf,
+    )
+    worst = first.high_usd_per_million_output_tokens
+    best = runner.low_usd_per_million_output_tokens or 0.0
+    if worst is not None and worst <= best:
+        return (
+            f"decided: {first.accelerator} serves a million output tokens for less than "
+            f"{runner.accelerator} at every efficiency within their 80 % intervals"
+        )
+    return (
+        f"not decided: {first.accelerator} and {runner.accelerator} cannot be told apart "
+        "within their 80 % intervals; one `accelscope llm` run on either, then "
+        "`plan llm --from-run RUN --measured-on PART`, decides it"
+    )
 
 
 def _usd_per_million(usd_per_hour: float, tokens_per_s: float) -> float | None:
@@ -975,24 +1138,36 @@ def serving_plan(
                 why="" if point else _why_not(model, spec, workload),
             )
         )
+    level = calibration.level_for(model, workload)
+    linked = [spec.name for spec in specs if spec.interconnect_bytes_per_s is None]
     assumptions = (
         "estimate: decode step = max(weights/TP + concurrency x context x KV/TP over "
-        "bandwidth, 2 x params x concurrency / (TP x peak)), with the prefills interleaved "
-        "(each step carries output/concurrency of them); TTFT = prefill with an M/D/1 "
-        "queue's mean wait + one decode step; a mean, not a percentile",
-        "one efficiency factor (share of the datasheet's bandwidth and peak realised) per "
-        f"family, fitted on {len(calibration.rows)} MLPerf Inference v4.0-v5.0 Llama-2-70B "
-        "Server results (8-bit weights and KV, the submitters' stacks: TensorRT-LLM, vLLM, "
-        "Gaudi PyTorch), with an 80 % Student-t interval; assumed to carry over to this "
-        "model, dtype and workload",
-        f"MLPerf's bounds: {MLPERF_SLO_SOURCE}; its output tokens per sample "
-        f"({calibration.workload.output_tokens:.0f}) from the table's tokens/s over samples/s; "
-        f"its input tokens assumed {MLPERF_INPUT_TOKENS_ASSUMED:,} (not recorded in the sources)",
+        "bandwidth, 2 x params x concurrency / (TP x peak)) + its all-reduces, with the "
+        "prefills interleaved (each step carries output/concurrency of them); TTFT = prefill "
+        "with an M/D/1 queue's mean wait + one decode step; a mean, not a percentile",
+        "one efficiency factor (share of the datasheet's bandwidth, peak and interconnect "
+        f"realised) per family, fitted on {len(calibration.rows)} MLPerf Inference v4.0-v5.0 "
+        f"LLM Server results ({calibration.rows_text()}; 8-bit weights and KV, the "
+        "submitters' stacks: TensorRT-LLM, vLLM, Gaudi PyTorch), with an 80 % Student-t "
+        f"interval, read at the {level.benchmark} rows' level "
+        f"({'a MoE' if model.moe else 'dense'}, mean prompt {level.mean_input_tokens:,.0f} "
+        "tokens: the MLPerf workload nearest yours); assumed to carry over to this model, "
+        "dtype and workload",
+        "MLPerf's workloads: each dataset's mean prompt tokens computed from its per-sample "
+        "counts (plan/data/mlperf_llm_workloads.toml cites them), the output tokens its rows "
+        "generated (tokens/s over samples/s), its Server bounds from loadgen/mlperf.conf",
+        "tensor parallelism: two all-reduces a layer of 16-bit activations, a ring's "
+        "2 (TP-1)/TP of them over the datasheet's interconnect, per direction, not overlapped "
+        "with compute; no per-call latency"
+        + (
+            f"; no interconnect figure for {', '.join(linked)}: no cost priced there"
+            if linked
+            else ""
+        ),
         f"memory: {GPU_MEMORY_UTILIZATION:.0%} of each device; a degree counts where the weights "
-        "and every sequence's whole KV cache fit; no communication cost for tensor parallelism "
-        f"(no interconnect figures): 'TP 8 (2 within 10%)' names the smallest degree within "
-        f"{NEAR_BEST:.0%} of the best tokens/s per device, which its all-reduces may make the "
-        "better choice",
+        "and every sequence's whole KV cache fit; 'TP 8 (2 within 10%)' names the smallest "
+        f"degree within {NEAR_BEST:.0%} of the best tokens/s per device: the floor cannot tell "
+        "them apart",
         "$ per million output tokens: the catalog's cheapest on-demand price per device (also "
         "where the degree needs more devices than that instance has), every device busy; "
         "prompt tokens are not billed apart",
@@ -1011,4 +1186,5 @@ def serving_plan(
         coverage=COVERAGE,
         options=tuple(options),
         assumptions=assumptions,
+        ranking=serving_ranking(options),
     )
