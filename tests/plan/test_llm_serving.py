@@ -232,6 +232,10 @@ def test_the_ranking_says_whether_the_cheapest_is_told_apart(bf16_70b: ServedMod
         WORKLOAD, slo, catalog, "c",
     )  # fmt: skip
     assert near.ranking.startswith("not decided:") and "--from-run" in near.ranking, near.ranking
+    none = serving_plan(
+        eight_b, [accelerators.get("NVIDIA L4")], WORKLOAD, ServingSlo(2.0, 0.001), catalog, "c"
+    )
+    assert none.ranking.startswith("no option meets it: none of the 1 accelerators"), none
 
 
 def test_a_family_without_an_mlperf_row_gets_a_wider_interval(bf16_70b: ServedModel) -> None:

@@ -1048,6 +1048,11 @@ def serving_ranking(options: Sequence[ServingOption]) -> str:
     """The option with the lowest $ per million output tokens at its point, against the
     runner-up (the other option cheapest at its own best end): decided where the first costs
     less even at its interval's worst end; else which measurement would decide it."""
+    if options and all(o.tp is None for o in options):
+        return (
+            f"no option meets it: none of the {len(options)} accelerators holds the model and "
+            "meets the SLO at any degree up to 8 (each row says why)"
+        )
     priced = [
         o
         for o in options
