@@ -110,11 +110,15 @@ def serving_forward(
     workload (the calibration's, from the earlier rounds) and SLO, up to the system's own
     accelerator count as tensor-parallel degree, exactly as that module's leave-one-out."""
     rows, left_out, _ = serving_rows(table, accelerators)
-    held = [
-        holdout(row, calibration.model, calibration.workloads.get(row.benchmark.group))
-        for row in rows
-    ]
-    by_key = {row.result.key: (row.result, row.spec) for row in rows}
+    held: list[Holdout] = []
+    by_key: dict[str, tuple[PublishedResult, AcceleratorSpec]] = {}
+    for row in rows:
+        earlier = calibration.workloads.get(row.benchmark.group)
+        if earlier is None:  # the earlier rounds never ran it: no workload to project at
+            left_out.append((row.result, f"no {row.benchmark.benchmark} row before v5.1"))
+            continue
+        held.append(holdout(row, calibration.model, earlier))
+        by_key[row.result.key] = (row.result, row.spec)
     return Forward(tuple(held), by_key, tuple(left_out))
 
 

@@ -128,15 +128,16 @@ def test_every_gpu_tpu_and_npu_has_a_sourced_interconnect_figure() -> None:
 def test_a_switch_gives_every_group_the_whole_link_and_a_mesh_its_share() -> None:
     switch = parse_accelerators(_linked("interconnect_bytes_per_s = 4e11", LINK_SOURCE), "x")
     assert [switch.get("Box").interconnect_at(tp) for tp in (2, 4, 8)] == [4e11] * 3
-    mesh = parse_accelerators(
-        _linked(
-            "interconnect_bytes_per_s = 7e11\ninterconnect_peers = 7", LINK_SOURCE + PEERS_SOURCE
-        ),
-        "x",
-    )
+    links = "interconnect_bytes_per_s = 7e11\ninterconnect_peers = 7\ninterconnect_topology"
+    mesh = parse_accelerators(_linked(f'{links} = "mesh"', LINK_SOURCE + PEERS_SOURCE), "x")
     assert [mesh.get("Box").interconnect_at(tp) for tp in (2, 4, 8)] == [1e11, 3e11, 7e11]
-    mi300x = load_accelerators().get("AMD Instinct MI300X")
-    assert mi300x.interconnect_at(2) == pytest.approx(64e9)  # one Infinity Fabric link
+    torus = parse_accelerators(_linked(f'{links} = "torus"', LINK_SOURCE + PEERS_SOURCE), "x")
+    assert [torus.get("Box").interconnect_at(tp) for tp in (2, 4, 8)] == [1e11, 2e11, 2e11]
+    parts = load_accelerators()
+    assert parts.get("AMD Instinct MI300X").interconnect_at(2) == pytest.approx(64e9)
+    assert parts.get("Google TPU v6e (Trillium)").interconnect_at(8) == pytest.approx(200e9)
+    with pytest.raises(ValueError, match="2 or more"):
+        parts.get("AMD Instinct MI300X").interconnect_at(1)
 
 
 @pytest.mark.parametrize(
@@ -146,6 +147,13 @@ def test_a_switch_gives_every_group_the_whole_link_and_a_mesh_its_share() -> Non
         ("interconnect_bytes_per_s = -1", LINK_SOURCE, "interconnect_bytes_per_s"),
         ("interconnect_bytes_per_s = 4e11\ninterconnect_peers = 0", LINK_SOURCE + PEERS_SOURCE,
          "interconnect_peers"),
+        ("interconnect_bytes_per_s = 4e11\ninterconnect_peers = 4", LINK_SOURCE + PEERS_SOURCE,
+         "interconnect_topology"),
+        ('interconnect_topology = "torus"', "", "interconnect_peers"),
+        ('interconnect_peers = 4\ninterconnect_topology = "mesh"', PEERS_SOURCE,
+         "interconnect_peers"),
+        ('interconnect_bytes_per_s = 4e11\ninterconnect_topology = "ring"', LINK_SOURCE,
+         "interconnect_topology"),
     ],
 )  # fmt: skip
 def test_a_bad_interconnect_figure_is_one_line(extra: str, sources: str, mentions: str) -> None:

@@ -35,6 +35,7 @@ from accelscope.plan.projection.llm_serving import (
     StepOverhead,
     TpotPoint,
     best_point,
+    calibrate_serving,
     fit_step_overhead,
     leave_one_out,
     llama2_70b_shape,
@@ -48,6 +49,7 @@ from accelscope.plan.projection.llm_serving import (
     tpot_floor,
     widened,
 )
+from accelscope.plan.projection.published import load_published
 from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD
 from accelscope.plan.projection.validation import COVERAGE, summarise
 from accelscope.testing import CliRunner, assert_one_line_error
@@ -147,11 +149,11 @@ def test_the_three_mlperf_llm_benchmarks_are_read_with_their_sources() -> None:
     prompt length (computed from per-sample counts, cited by commit and path); every one has
     rows in the shipped calibration, each row at its own benchmark's workload."""
     by = {b.benchmark: b for b in mlperf_benchmarks()}
-    assert set(by) == {"llama2-70b", "mixtral-8x7b", "llama3_1-405b"}
-    mixtral, big = by["mixtral-8x7b"].model, by["llama3_1-405b"].model
+    assert set(by) == {"llama2-70b", "mixtral-8x7b", "llama3.1-405b"}
+    mixtral, big = by["mixtral-8x7b"].model, by["llama3.1-405b"].model
     assert mixtral.moe and 46e9 < mixtral.params < 47e9 and 12e9 < mixtral.active_params < 13e9
     assert not big.moe and 405e9 < big.params < 406e9
-    assert by["llama3_1-405b"].slo == ServingSlo(6.0, 0.175)
+    assert by["llama3.1-405b"].slo == ServingSlo(6.0, 0.175)
     assert by["llama2-70b"].slo == by["mixtral-8x7b"].slo == MLPERF_SLO
     for b in by.values():
         assert b.mean_input_tokens < b.max_input_tokens
@@ -159,7 +161,10 @@ def test_the_three_mlperf_llm_benchmarks_are_read_with_their_sources() -> None:
         assert any(len(w) == 40 and all(c in "0123456789abcdef" for c in w)
                    for w in b.input_source.replace("@", " ").split())  # fmt: skip
     assert by["llama2-70b"].matches("llama2-70b-99.9")
-    assert by["llama3_1-405b"].matches("llama3.1-405b")  # v5.1's spelling
+    assert by["llama3.1-405b"].matches("llama3_1-405b")  # v5.0's spelling
+    assert by["llama3.1-405b"].matches("llama3.1-405b")  # v5.1's
+    for other in ("llama2-70b-interactive-99", "llama3.1-405b-interactive", "llama2-7b", ""):
+        assert not any(b.matches(other) for b in by.values()), other
     calibration = shipped_serving_calibration()
     for row in calibration.rows:
         assert row.workload == calibration.workloads[row.benchmark.group]
@@ -176,11 +181,37 @@ def test_a_moe_reads_the_mixtral_level_and_a_long_prompt_the_405b_one(
     assert calibration.level_for(mixtral, WORKLOAD).benchmark == "mixtral-8x7b"
     assert calibration.level_for(bf16_70b, WORKLOAD).benchmark == "llama2-70b"
     long = ServingWorkload(8000, 500)
-    assert calibration.level_for(bf16_70b, long).benchmark == "llama3_1-405b"
+    assert calibration.level_for(bf16_70b, long).benchmark == "llama3.1-405b"
     projection = project_serving(
         bf16_70b, load_accelerators().get(H100), long, ServingSlo(6.0, 0.175)
     )
-    assert projection.basis.endswith("at the llama3_1-405b rows' level")
+    assert projection.basis.endswith("at the llama3.1-405b rows' level")
+
+
+def test_the_levels_fall_back_and_a_benchmark_without_samples_is_left_out() -> None:
+    """Where no MoE benchmark has rows a MoE reads the nearest dense level (and the basis
+    says which); a benchmark whose rows give no samples/s has no output length: its rows are
+    left out, each with why, and the others still calibrate."""
+    table, accelerators = load_published(), load_accelerators()
+    mixtral = next(b for b in mlperf_benchmarks() if b.benchmark == "mixtral-8x7b")
+    stripped = dataclasses.replace(
+        table,
+        results=tuple(
+            r.model_copy(update={"samples_value": None}) if mixtral.matches(r.benchmark) else r
+            for r in table.results
+        ),
+    )
+    calibration = calibrate_serving(stripped, accelerators)
+    assert {r.benchmark.benchmark for r in calibration.rows} == {"llama2-70b", "llama3.1-405b"}
+    dropped = [why for r, why in calibration.left_out if mixtral.matches(r.benchmark)]
+    assert dropped and all(
+        "no published mixtral-8x7b row gives its samples/s" in w for w in dropped
+    )
+    assert calibration.level_for(mixtral.model, WORKLOAD).benchmark == "llama2-70b"
+    projection = project_serving(
+        mixtral.model, accelerators.get(H100), WORKLOAD, MLPERF_SLO, calibration
+    )
+    assert "at the llama2-70b rows' level" in projection.basis
 
 
 def test_the_allreduce_is_priced_by_degree_and_link(bf16_70b: ServedModel) -> None:
@@ -239,9 +270,8 @@ def test_the_ranking_says_whether_the_cheapest_is_told_apart(bf16_70b: ServedMod
 
 
 def test_a_family_without_an_mlperf_row_gets_a_wider_interval(bf16_70b: ServedModel) -> None:
-    """The efficiency's interval is wider where the family has no row; on tokens/s the
-    low end may meet no SLO at all (an L4 at its low efficiency: Llama-2-70B in bf16 on
-    eight of them reads 17 GB a device a step over 300 GB/s), which the interval says as 0."""
+    """The efficiency's interval is wider where the family has no row (on tokens/s the low end
+    may meet no SLO at all, which the interval says as 0)."""
     accelerators = load_accelerators()
     widths = {}
     for name in (H100, "NVIDIA L4"):
@@ -252,7 +282,6 @@ def test_a_family_without_an_mlperf_row_gets_a_wider_interval(bf16_70b: ServedMo
         assert rate <= projection.high_tokens_per_s_per_device
         widths[name] = projection.eta_high / projection.eta_low
     assert projection.rows == 0 and "no MLPerf LLM row" in projection.basis
-    assert projection.low_tokens_per_s_per_device == 0.0
     assert widths["NVIDIA L4"] > 1.5 * widths[H100]
 
 
@@ -289,9 +318,13 @@ def test_plan_llm_end_to_end(tmp_path: Path, cli: CliRunner) -> None:
     assert low <= usd <= high
     assert "calibrated on" in h100["basis"] and h100["calibration_rows"] >= 5
     assert tpu["tp"] is None and "does not fit" in tpu["why"]  # 16 GB chips, 8 at most
-    code, out, err = cli("plan", "llm", _config(tmp_path), "--accelerators", "nvidia-l4")
+    assert doc["ranking"] == ""  # one option priced: nothing to rank against
+    code, out, err = cli(
+        "plan", "llm", _config(tmp_path), "--accelerators", "nvidia-l4,nvidia-b200"
+    )  # fmt: skip
     assert code == 0, err
     assert "tokens/s/device" in out and "no MLPerf LLM row" in out
+    assert "ranking: decided: NVIDIA B200" in " ".join(out.split()), out
 
 
 def test_save_stores_a_plan_run_that_runs_show_prints(tmp_path: Path, cli: CliRunner) -> None:

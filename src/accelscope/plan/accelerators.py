@@ -107,13 +107,27 @@ class AcceleratorSpec(_Table):
     ``None``: no figure found (the serving projection then prices no communication)."""
     interconnect_peers: PositiveCount | None = None
     """Links (or ports) to distinct neighbours the figure is summed over, on a part wired as a
-    mesh or torus (Infinity Fabric, Gaudi's RoCE, ICI, NeuronLink): a group of ``TP`` devices
-    reaches ``min(TP - 1, peers) / peers`` of it. ``None``: a switch (NVSwitch) or the host's
-    PCIe link gives the whole figure to any group."""
+    mesh or a torus (``interconnect_topology``); ``None`` on a switch (NVSwitch) or a host's
+    PCIe link, which gives the whole figure to any group."""
+    interconnect_topology: Literal["switch", "mesh", "torus"] = "switch"
+    """How a group of ``TP`` devices reaches the figure (:meth:`interconnect_at`): a switch
+    (or the host's PCIe link) all of it; a full mesh (Infinity Fabric, Gaudi's RoCE) the
+    ``min(TP - 1, peers)`` links to the group's other members; a torus (ICI, NeuronLink) the two
+    links of a ring along one axis."""
     sources: dict[str, SpecSource]
 
     @model_validator(mode="after")
     def _sourced(self) -> Self:
+        linked = self.interconnect_topology != "switch"
+        if linked and (self.interconnect_peers is None or self.interconnect_bytes_per_s is None):
+            raise FieldProblem(
+                "interconnect_peers",
+                f"missing (a {self.interconnect_topology} needs its links and their bandwidth)",
+            )
+        if not linked and self.interconnect_peers is not None:
+            raise FieldProblem(
+                "interconnect_topology", "missing (links are given: is it a mesh or a torus?)"
+            )
         if self.kind != "cpu" and self.memory_bytes is None:
             raise FieldProblem("memory_bytes", f"missing (every {self.kind} has device memory)")
         given = (
@@ -127,12 +141,15 @@ class AcceleratorSpec(_Table):
         return tuple(k for k in keys if getattr(self, k) is not None)
 
     def interconnect_at(self, tp: int) -> float | None:
-        """Bytes/s per direction a group of ``tp`` of these devices all-reduces at (``None``:
-        no figure)."""
-        link = self.interconnect_bytes_per_s
-        if link is None or self.interconnect_peers is None:
+        """Bytes/s per direction a group of ``tp`` (2 or more) of these devices all-reduces at
+        (``None``: no figure)."""
+        if tp < 2:
+            raise ValueError(f"an all-reduce needs a group of 2 or more, got {tp}")
+        link, peers = self.interconnect_bytes_per_s, self.interconnect_peers
+        if link is None or peers is None:
             return link
-        return link * min(tp - 1, self.interconnect_peers) / self.interconnect_peers
+        used = min(tp - 1, peers) if self.interconnect_topology == "mesh" else min(tp - 1, 2)
+        return link * used / peers
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak ops/s per device for ``dtype``; ``None`` where none is given."""

@@ -127,9 +127,9 @@ def test_the_serving_projection_holds_forward_in_time(held_out: PublishedTable) 
     assert total.coverage >= 0.70, total
     assert total.median_abs_error <= 0.12, total
     by = {s.label: s for s in summarise(forward.holdouts, lambda h: h.workload_class)}
-    assert set(by) == {"llama2-70b", "mixtral-8x7b", "llama3_1-405b"}
+    assert set(by) == {"llama2-70b", "mixtral-8x7b", "llama3.1-405b"}
     assert by["llama2-70b"].coverage >= 0.85 and by["llama2-70b"].median_abs_error <= 0.12
-    missed = [h for h in forward.holdouts if h.workload_class == "llama3_1-405b" and not h.covered]
+    missed = [h for h in forward.holdouts if h.workload_class == "llama3.1-405b" and not h.covered]
     assert missed and all(h.family == "nvidia-b200" for h in missed)
 
 

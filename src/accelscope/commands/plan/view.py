@@ -415,8 +415,8 @@ def llm_view(doc: Mapping[str, Any]) -> RenderableType:
         )
     notes = [Text(f"  · {a}", style="dim") for a in doc.get("assumptions", [])]
     ranking = doc.get("ranking") or ""
-    decided = Text(f"ranking: {ranking}", style="bold") if ranking else Text("")
-    return Group(head, table, decided, Text("assumptions:", style="bold"), *notes)
+    decided = [Text(f"ranking: {ranking}", style="bold")] if ranking else []
+    return Group(head, table, *decided, Text("assumptions:", style="bold"), *notes)
 
 
 def plan_view(doc: Mapping[str, Any]) -> RenderableType:

@@ -11,5 +11,6 @@ published, measured results, as a point and an 80 % prediction interval.
 - :mod:`.tighten`: the user's own measured runs added to the model as rows of their family
   (measure, then tighten), and the leave-one-out that checks the narrowed intervals.
 - :mod:`.llm_serving`: LLM serving (TP degree, concurrency, TPOT, TTFT, tokens/s) at an SLO,
-  calibrated on MLPerf's Llama-2-70B Server rows, and its leave-one-out over systems.
+  calibrated on MLPerf's LLM Server rows (Llama-2-70B, Mixtral-8x7B, Llama-3.1-405B), and its
+  leave-one-out over systems.
 """

@@ -1,16 +1,20 @@
 """LLM serving projected to accelerators not at hand: concurrency, TPOT, TTFT and tokens/s per
 device at a TTFT/TPOT SLO for each tensor-parallel degree, with an 80 % interval calibrated on
-MLPerf Inference's Llama-2-70B Server results.
+MLPerf Inference's LLM Server results (Llama-2-70B, Mixtral-8x7B, Llama-3.1-405B).
 
 **The floor.** At concurrency ``B`` and tensor-parallel degree ``TP``, on a part whose datasheet
-gives bandwidth ``BW`` and dense peak ``F`` at the compute dtype, with ``eta`` the share of both
-the serving stack realises (the one fitted factor, below)::
+gives bandwidth ``BW``, dense peak ``F`` at the compute dtype and interconnect ``L`` (per
+direction, per device, as a group of ``TP`` reaches it: :meth:`AcceleratorSpec.interconnect_at`),
+with ``eta`` the share of all three the serving stack realises (the one fitted factor, below)::
 
+    all-reduce(n)   = 2 (TP - 1) / TP x n x A / (L x eta)      (a ring; 0 at TP 1 or no L)
     decode step(B)  = max((W/TP + B x context x kv/TP) / (BW x eta),  2 x P x B / (TP x F x eta))
-    prefill         = max(2 x P x input / (TP x F x eta),  W/TP / (BW x eta))
+                      + all-reduce(B)
+    prefill         = max(2 x P x input / (TP x F x eta),  W/TP / (BW x eta)) + all-reduce(input)
     TPOT(B)         = decode step(B) + (B / output) x prefill
 
-``W`` the weights' bytes, ``kv`` the KV bytes per token, ``P`` the parameters one token
+``W`` the weights' bytes, ``kv`` the KV bytes per token, ``A`` the activation bytes one token
+all-reduces (two all-reduces a layer of ``hidden`` values), ``P`` the parameters one token
 multiplies (a MoE's routed experts only), ``context`` the mean context over the decode
 (``input + output / 2``). Continuous batching with prefills interleaved: each step, ``B /
 output`` requests finish and as many prefills take their place, so a step carries its share of
@@ -19,20 +23,23 @@ prefill. TTFT is the prefill plus the mean wait of an M/D/1 queue of prefills at
 
     TTFT(B) = prefill x (1 + rho / (2 (1 - rho))) + decode step(B)
 
-Simple on purpose: no communication cost of tensor parallelism, no attention FLOPs, no
-scheduler overhead (unless a user's run measured it: below), no tail (MLPerf's bounds are on
-the 99th percentile, this is a mean): all of that is in ``eta``. A degree is considered only
-where the weights and the KV cache of one whole sequence fit in ``memory x 0.9`` per device.
-The concurrency is the largest with TPOT and TTFT within their bounds and the KV cache of every
-sequence in memory; the degree chosen is the one with the most tokens/s per device.
+Simple on purpose: no per-call latency of a collective, no overlap of it with compute, no
+attention FLOPs, no scheduler overhead (unless a user's run measured it: below), no tail
+(MLPerf's bounds are on the 99th percentile, this is a mean): all of that is in ``eta``. A
+degree is considered only where the weights and the KV cache of one whole sequence fit in
+``memory x 0.9`` per device. The concurrency is the largest with TPOT and TTFT within their
+bounds and the KV cache of every sequence in memory; the degree chosen is the one with the most
+tokens/s per device (with the all-reduce priced, a higher degree can lose).
 
-**The efficiency.** ``eta`` is solved, per published Llama-2-70B Server row (MLPerf Inference
-v4.0-v5.0, :mod:`.published`), so the floor at MLPerf's workload and SLO gives the row's tokens/s
-per device; ``log eta`` is fitted per accelerator family by the same mixed model as every other
-projection (:func:`accelscope.plan.projection.efficiency.fit`), which gives a Student-t 80 %
-interval, wider for a family without a row. The interval maps through the floor (monotone in
-``eta``) to tokens/s and $ per million output tokens. :func:`leave_one_out` checks it, each
-system left out and projected from the rest.
+**The efficiency.** ``eta`` is solved, per published LLM Server row (MLPerf Inference
+v4.0-v5.0, :mod:`.published`), so the floor at its benchmark's workload and SLO
+(:func:`mlperf_benchmarks`: the models, bounds and mean prompt lengths, each sourced) gives the
+row's tokens/s per device; ``log eta`` is fitted by the same mixed model as every other
+projection (:func:`accelscope.plan.projection.efficiency.fit`), each benchmark a group and a
+class, which gives a Student-t 80 % interval, wider for a family without a row. A projection
+reads the level of the benchmark nearest the user's model (:meth:`ServingCalibration.level_for`).
+The interval maps through the floor (monotone in ``eta``) to tokens/s and $ per million output
+tokens. :func:`leave_one_out` checks it, each system left out and projected from the rest.
 
 **Measured, then tightened** (:func:`tightened_serving`): a user's own run on an accelerator
 the datasheets know (good output tokens/s per device at its workload and SLO, at the degree
@@ -62,10 +69,11 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
+from accelscope.errors import BadInputError
 from accelscope.plan.accelerators import Accelerators, AcceleratorSpec, load_accelerators
 from accelscope.plan.catalog import Catalog
 from accelscope.plan.llm_memory import BYTES_PER_PARAM, ModelShape, shape_from_config
@@ -74,7 +82,9 @@ from accelscope.plan.projection.efficiency import EfficiencyModel, Measured, Obs
 from accelscope.plan.projection.published import PublishedResult, PublishedTable, load_published
 from accelscope.plan.projection.tighten import RUN_TO_RUN_LOG_SD
 from accelscope.plan.projection.validation import COVERAGE, Holdout
-from accelscope.validation import PositiveCount, PositiveNumber, Text, validate
+from accelscope.plan.projection.workloads import BENCHMARKS
+from accelscope.plan.projection.workloads import benchmark as published_benchmark
+from accelscope.validation import FieldProblem, PositiveCount, PositiveNumber, Text, validate
 
 __all__ = [
     "ACTIVATION_BYTES",
@@ -120,8 +130,8 @@ ALLREDUCES_PER_LAYER = 2
 """Tensor parallelism as Megatron-LM splits a layer (attention heads and the MLP's columns,
 then rows): one all-reduce after attention, one after the MLP."""
 ACTIVATION_BYTES = 2
-"""The all-reduced activations are 16-bit (8-bit weights and KV cache keep 16-bit activations
-between layers)."""
+"""Bytes of an all-reduced activation: 16-bit (8-bit and 16-bit weights keep 16-bit activations
+between layers); fp32 weights all-reduce fp32 (:data:`BYTES_PER_PARAM`)."""
 GPU_MEMORY_UTILIZATION = 0.9
 """Share of device memory the server may use (vLLM's default ``gpu_memory_utilization``)."""
 TP_DEGREES = (1, 2, 4, 8)
@@ -139,9 +149,9 @@ the floor can tell apart (its all-reduce is a bandwidth term only, no per-call l
 at all on a part whose datasheet gives no interconnect figure), so it may win in practice."""
 _ETA_RANGE = (1e-4, 1e2)
 MAX_FITTED_ETA = 4.0
-"""The largest efficiency a fixed-cost fit may give (:func:`fit_step_overhead`): over twice the
-highest any of the 29 published Llama-2-70B Server systems reached (1.74). Above it the TPOT
-barely moves with the load, and the fit would read that as a fast stack with a large cost."""
+"""The largest efficiency a fixed-cost fit may give (:func:`fit_step_overhead`): over five times
+the highest any of the 41 published LLM Server rows reached (0.76). Above it the TPOT barely
+moves with the load, and the fit would read that as a fast stack with a large cost."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,7 +213,7 @@ def served_model(
         allreduce_bytes_per_token=shape.layers
         * ALLREDUCES_PER_LAYER
         * shape.hidden
-        * ACTIVATION_BYTES,
+        * (BYTES_PER_PARAM["fp32"] if dtype == "fp32" else ACTIVATION_BYTES),
         dtype=dtype,
         kv_dtype=kv_dtype,
         moe=bool(moe_layers and shape.experts_per_token),
@@ -267,8 +277,8 @@ class MlperfLlmBenchmark(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     benchmark: Text
-    """The name its rows carry (``llama2-70b`` matches ``llama2-70b-99`` and ``-99.9``;
-    ``llama3_1-405b`` matches v5.1's ``llama3.1-405b``)."""
+    """The benchmark's name in :mod:`.workloads` (``llama2-70b`` stands for the rows of
+    ``llama2-70b-99`` and ``-99.9``)."""
     ttft_s: PositiveNumber
     tpot_s: PositiveNumber
     slo_source: Text
@@ -277,6 +287,14 @@ class MlperfLlmBenchmark(BaseModel):
     max_input_tokens: PositiveCount
     input_source: Text
     config: dict[str, Any]
+
+    @model_validator(mode="after")
+    def _known(self) -> Self:
+        if self.mean_input_tokens > self.max_input_tokens:
+            raise FieldProblem("mean_input_tokens", "above max_input_tokens")
+        if self.benchmark not in BENCHMARKS:
+            raise FieldProblem("benchmark", f"unknown (known: {', '.join(sorted(BENCHMARKS))})")
+        return self
 
     @property
     def group(self) -> str:
@@ -297,8 +315,13 @@ class MlperfLlmBenchmark(BaseModel):
         return served_model(self.shape, MLPERF_DTYPE, name=self.benchmark)
 
     def matches(self, benchmark: str) -> bool:
-        """Whether a published row's ``benchmark`` is this one."""
-        return benchmark.replace(".", "_").startswith(self.benchmark)
+        """Whether a published row's ``benchmark`` directory is this one, by the table's own
+        names (:func:`~.workloads.benchmark`: ``llama2-70b-99`` and ``-99.9``, v5.1's
+        ``llama3.1-405b`` and v5.0's ``llama3_1-405b``); an interactive variant is another."""
+        try:
+            return published_benchmark(benchmark).name == self.benchmark
+        except BadInputError:
+            return False
 
 
 @functools.cache
@@ -683,12 +706,13 @@ class ServingCalibration:
         """The benchmark whose rows' level a projection of ``model`` at ``workload`` takes:
         a MoE's from the MoE benchmark (Mixtral), a dense model's from the dense benchmark
         nearest its mean prompt length on the log scale (Llama-2-70B's 222 tokens,
-        Llama-3.1-405B's 9,429). Each level is how far that benchmark's systems realise the
-        floor; the family's own effect is shared by all three."""
+        Llama-3.1-405B's 9,429); where no benchmark of the model's kind has rows, the nearest
+        of the others (the projection's basis names the level read). Each level is how far
+        that benchmark's systems realise the floor; a family's overall effect is shared."""
         fitted = self.benchmarks
         if not fitted:
             raise ValueError("the serving calibration has no rows")
-        same = [b for b in fitted if (b.shape.experts > 0) == model.moe] or list(fitted)
+        same = [b for b in fitted if b.model.moe == model.moe] or list(fitted)
         return min(
             same,
             key=lambda b: abs(math.log(b.mean_input_tokens / workload.input_tokens)),
@@ -726,7 +750,11 @@ def serving_rows(
                 chosen[key] = r
         if not chosen:
             continue
-        workload = mlperf_workload(table, benchmark)
+        try:
+            workload = mlperf_workload(table, benchmark)
+        except ValueError as exc:
+            left_out.extend((result, str(exc)) for result in chosen.values())
+            continue
         workloads[benchmark.group] = workload
         model = benchmark.model
         for result in chosen.values():
@@ -1046,26 +1074,24 @@ class ServingPlan:
 
 def serving_ranking(options: Sequence[ServingOption]) -> str:
     """The option with the lowest $ per million output tokens at its point, against the
-    runner-up (the other option cheapest at its own best end): decided where the first costs
-    less even at its interval's worst end; else which measurement would decide it."""
+    runner-up (of the others, the cheapest at its own best end: one that meets the SLO only
+    high in its interval counts): decided where the first costs less even at its interval's
+    worst end; else which measurement could decide it."""
     if options and all(o.tp is None for o in options):
         return (
             f"no option meets it: none of the {len(options)} accelerators holds the model and "
             "meets the SLO at any degree up to 8 (each row says why)"
         )
-    priced = [
-        o
-        for o in options
-        if o.usd_per_million_output_tokens is not None
-        and o.low_usd_per_million_output_tokens is not None
-    ]
-    if len(priced) < 2:
+    pointed = [o for o in options if o.usd_per_million_output_tokens is not None]
+    if not pointed:
         return ""
-    first = min(priced, key=lambda o: o.usd_per_million_output_tokens or math.inf)
-    runner = min(
-        (o for o in priced if o is not first),
-        key=lambda o: o.low_usd_per_million_output_tokens or math.inf,
-    )
+    first = min(pointed, key=lambda o: o.usd_per_million_output_tokens or math.inf)
+    others = [
+        o for o in options if o is not first and o.low_usd_per_million_output_tokens is not None
+    ]
+    if not others:
+        return ""
+    runner = min(others, key=lambda o: o.low_usd_per_million_output_tokens or math.inf)
     worst = first.high_usd_per_million_output_tokens
     best = runner.low_usd_per_million_output_tokens or 0.0
     if worst is not None and worst <= best:
@@ -1075,8 +1101,8 @@ def serving_ranking(options: Sequence[ServingOption]) -> str:
         )
     return (
         f"not decided: {first.accelerator} and {runner.accelerator} cannot be told apart "
-        "within their 80 % intervals; one `accelscope llm` run on either, then "
-        "`plan llm --from-run RUN --measured-on PART`, decides it"
+        "within their 80 % intervals; an `accelscope llm` run on either, then "
+        "`plan llm --from-run RUN --measured-on PART`, narrows its family's"
     )
 
 
@@ -1131,12 +1157,12 @@ def serving_plan(
                 low_usd_per_million_output_tokens=_usd_per_million(
                     price[0], projection.high_tokens_per_s_per_device
                 )
-                if price and usd
+                if price
                 else None,
                 high_usd_per_million_output_tokens=_usd_per_million(
                     price[0], projection.low_tokens_per_s_per_device
                 )
-                if price and usd
+                if price
                 else None,
                 basis=projection.basis,
                 calibration_rows=projection.rows,
@@ -1162,8 +1188,9 @@ def serving_plan(
         "counts (plan/data/mlperf_llm_workloads.toml cites them), the output tokens its rows "
         "generated (tokens/s over samples/s), its Server bounds from loadgen/mlperf.conf",
         "tensor parallelism: two all-reduces a layer of 16-bit activations, a ring's "
-        "2 (TP-1)/TP of them over the datasheet's interconnect, per direction, not overlapped "
-        "with compute; no per-call latency"
+        "2 (TP-1)/TP of them over the datasheet's interconnect, per direction (a mesh's links "
+        "to the group's other members, a torus's two along one axis), not overlapped with "
+        "compute; no per-call latency"
         + (
             f"; no interconnect figure for {', '.join(linked)}: no cost priced there"
             if linked
