@@ -117,9 +117,11 @@ prometheus:
 
 # The tests come in tiers (markers of pyproject.toml; tests/conftest.py fails a test that
 # starts a real server, cluster or browser without `server`):
-#   test-fast    every unmarked test, on both cores (pytest-xdist, -n 2; a file stays on one
-#                worker, so a module's fixture is built once): no vLLM, chromium or Prometheus
-#                needed. The inner loop of a change. It leaves out the `slow` tests (over about
+#   test-fast    every unmarked test, on three xdist workers over the two cores (-n 3; a file
+#                stays on one worker, so a module's fixture is built once; many tests wait on a
+#                child process, so a third worker fills the cores: the parallel tier quiet in
+#                5 min 19 s against 5 min 58 s on two, 174 % CPU against 149 %, docs/BENCHMARKS.md
+#                session 13): no vLLM, chromium or Prometheus needed. The inner loop of a change. It leaves out the `slow` tests (over about
 #                12 s each: a torch.compile, a real crash or Ctrl-C run, an end-to-end sweep).
 #   test-parallel  test-fast with the `slow` tests.
 #   test-servers the `server` tests (vLLM, transformers serve, Ray, Prometheus, chromium, the
@@ -144,10 +146,10 @@ test:
 	exit $$status
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not server and not serial and not slow" -n 2 --dist loadfile --durations=10
+	$(BIN)/pytest -q -m "not server and not serial and not slow" -n 3 --dist loadfile --durations=10
 
 test-parallel: $(STAMP)
-	$(BIN)/pytest -q -m "not server and not serial" -n 2 --dist loadfile --durations=20
+	$(BIN)/pytest -q -m "not server and not serial" -n 3 --dist loadfile --durations=20
 
 test-servers: $(STAMP) tools vllm
 	$(BIN)/pytest -q -m "server" --durations=20

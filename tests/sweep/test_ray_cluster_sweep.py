@@ -349,20 +349,25 @@ def test_a_file_corrupted_in_transit_is_refused(
 def test_a_worker_crash_or_hang_on_a_node_is_isolated_as_locally(
     cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
-    # the faults: backends that crash or hang when they run on the node (scripted)
-    outcome = bench(
-        _request(
-            cluster.address,
-            ("node_type_b",),
-            backends=("eager", "fault-segv", "fault-hang"),
-            plugins=("accelscope.testing.faults",),
-            # the hang costs this much; eager's spawn, torch import and measurement must fit in
-            # it on a loaded CI machine (15 s did not, once)
-            timeout_s=40.0,
-        ),
-        store_path=tmp_path / "r.db",
-    )
-    by_backend = {r.spec.backend: r for r in outcome.results if r.status is not Status.SKIPPED}
+    # the faults: backends that crash or hang when they run on the node (scripted). The hang
+    # costs its whole timeout, so it runs apart with a short one (the segfault and eager, whose
+    # spawn, torch import and measurement must fit on a loaded CI machine, 15 s did not once,
+    # with a long one): each task's own worker, on the node
+    store = tmp_path / "r.db"
+    results = []
+    for backends, timeout_s in ((("eager", "fault-segv"), 40.0), (("fault-hang",), 12.0)):
+        outcome = bench(
+            _request(
+                cluster.address,
+                ("node_type_b",),
+                backends=backends,
+                plugins=("accelscope.testing.faults",),
+                timeout_s=timeout_s,
+            ),
+            store_path=store,
+        )
+        results += outcome.results
+    by_backend = {r.spec.backend: r for r in results if r.status is not Status.SKIPPED}
     assert by_backend["eager"].status is Status.OK
     assert by_backend["fault-segv"].status is Status.FAILED
     assert "SIGSEGV" in by_backend["fault-segv"].status_reason
