@@ -89,6 +89,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             path = Path(str(item.fspath))
             name = path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else str(path)
             item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(name, name)))
+    # the serial tests first where one run takes them with the server tests (make test's
+    # test-one-at-a-time): they time to the millisecond, before any server test has run in
+    # this process (a sort that keeps every other order)
+    items.sort(key=lambda item: item.get_closest_marker("serial") is None)
     unmarked = [
         f"{item.nodeid} (uses {', '.join(names)})"
         for item in items
