@@ -134,7 +134,9 @@ prometheus:
 #   test-serial  the `serial` tests, one at a time, alone (times to the millisecond or measures
 #                CPU: a neighbour would skew it).
 #   test-one-at-a-time  test-servers' and test-serial's tests in one pytest run, one at a
-#                time (each tier collected the whole suite to pick its 56: about 20 s saved).
+#                time, the serial ones first (tests/conftest.py): one collection of the whole
+#                suite instead of two (about 20 s measured alone; two fresh clones, 13 min 58 s
+#                as two runs and 14 min 37 s as one, differ by more: the VM's drift).
 #   test         the whole suite: format, lint and types; test-parallel, then the server and
 #                serial tests one at a time. Fails if either does (both run, so one run names
 #                every failure). CI runs it (.ci/run).
